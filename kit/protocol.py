@@ -1,0 +1,339 @@
+"""The protocol as data: manifests/protocol.yaml -> a Plan of Cases.
+
+A Case is one cell of the paper's matrix (stage x model x method x GPU count) with every
+parameter resolved, so that its result can be read without the manifest that produced it.
+Case ids are derived only from those axes, so two runs on two machines match case by case.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kit.analysis import LlamaShape
+from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
+
+
+class Strict(BaseModel):
+    """Manifest models reject unknown keys: a typo must not silently fall back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(LlamaShape):
+    """A model of the protocol: its shape (throughput depends on it, not on weights) and source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_position_embeddings: int = Field(gt=0)
+    source: str
+
+
+class TrainParams(Strict):
+    """Every knob of a pre-training or fine-tuning case."""
+
+    kind: Literal["train"] = "train"
+    seq_len: int = Field(gt=0)
+    micro_batch: int = Field(gt=0)
+    dtype: Literal["bf16", "fp16", "fp32"]
+    warmup_steps: int = Field(ge=0)
+    measured_steps: int = Field(gt=0)
+    runs: int = Field(gt=0)
+    seed: int
+    optimizer: Literal["adamw"]
+    optimizer_impl: Literal["deepspeed", "torch"]
+    learning_rate: float = Field(gt=0)
+    zero_stage: Literal[0, 2, 3] = 0
+    offload: bool = False
+    quantization: Literal["none", "nf4-double"] = "none"
+    recompute: bool = False
+    attention: Literal["sdpa", "flash_attention_2"] = "sdpa"
+    peft: Literal["none", "lora", "qlora"] = "none"
+    lora_rank: int = Field(default=64, gt=0)
+    lora_alpha: int = Field(default=16, gt=0)
+    lora_targets: tuple[str, ...] = ()
+    timeout_s: int = Field(gt=0)
+    env: dict[str, str] = {}
+
+
+class ServeParams(Strict):
+    """Serving under the paper's burst: N prompts of L tokens, all released at t=0."""
+
+    kind: Literal["serve"] = "serve"
+    engine: str = ""
+    prompts: int = Field(gt=0)
+    input_tokens: int = Field(gt=0)
+    max_output_tokens: int = Field(gt=0)
+    arrival: Literal["burst"]
+    dtype: Literal["bf16", "fp16", "fp32"]
+    runs: int = Field(gt=0)
+    seed: int
+    timeout_s: int = Field(gt=0)
+    env: dict[str, str] = {}
+
+
+class CommParams(Strict):
+    """A collective swept over message sizes, nccl-tests style."""
+
+    kind: Literal["comm"] = "comm"
+    collective: str = ""
+    backend: Literal["nccl-tests", "torch"]
+    min_bytes: int = Field(gt=0)
+    max_bytes: int = Field(gt=0)
+    step_factor: int = Field(gt=1)
+    warmup_iters: int = Field(ge=0)
+    iters: int = Field(gt=0)
+    runs: int = Field(gt=0)
+    timeout_s: int = Field(gt=0)
+    env: dict[str, str] = {}
+
+
+class ProfileParams(Strict):
+    """One pre-training step broken down by phase and module (the paper's Tables V-VIII)."""
+
+    kind: Literal["profile"] = "profile"
+    seq_len: int = Field(gt=0)
+    micro_batch: int = Field(gt=0)
+    dtype: Literal["bf16", "fp16", "fp32"]
+    warmup_steps: int = Field(ge=0)
+    measured_steps: int = Field(gt=0)
+    runs: int = Field(gt=0)
+    seed: int
+    recompute: bool = False
+    attention: Literal["sdpa", "flash_attention_2"] = "sdpa"
+    timeout_s: int = Field(gt=0)
+    env: dict[str, str] = {}
+
+
+Params = Annotated[
+    Union[TrainParams, ServeParams, CommParams, ProfileParams], Field(discriminator="kind")
+]
+PARAM_MODELS: dict[str, type[BaseModel]] = {
+    "train": TrainParams,
+    "serve": ServeParams,
+    "comm": CommParams,
+    "profile": ProfileParams,
+}
+
+
+class Option(Strict):
+    """One letter of the paper's method names (Z2, O, Q, ...) as the parameters it sets."""
+
+    label: str
+    params: dict[str, Any] = {}
+    requires_any: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+
+class Matrix(Strict):
+    """The axes a stage is crossed over; a profile may narrow any of them."""
+
+    models: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    gpus: tuple[int, ...] = ()
+
+
+class Stage(Strict):
+    description: str
+    workload: Literal["train", "serve", "comm", "profile"]
+    image: str
+    options: str
+    params: dict[str, Any]
+    unpublished: tuple[str, ...] = ()
+    interpretation: dict[str, str] = {}
+    matrix: Matrix
+
+
+class ProfileStage(Strict):
+    models: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    gpus: tuple[int, ...] | None = None
+    params: dict[str, Any] = {}
+
+
+class Profile(Strict):
+    description: str
+    device: Literal["cuda", "cpu"]
+    comparable_to_reference: bool
+    stages: dict[str, ProfileStage]
+
+
+class Protocol(Strict):
+    paper: str
+    models: dict[str, ModelSpec]
+    option_sets: dict[str, dict[str, Option]]
+    stages: dict[str, Stage]
+    profiles: dict[str, Profile]
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> "Protocol":
+        """Every name a stage or profile uses must be declared, so a typo fails at load time."""
+        for stage_name, stage in self.stages.items():
+            if stage.options not in self.option_sets:
+                raise ValueError(f"stage {stage_name!r} uses unknown option set {stage.options!r}")
+        for profile_name, profile in self.profiles.items():
+            for stage_name in profile.stages:
+                if stage_name not in self.stages:
+                    raise ValueError(f"profile {profile_name!r} names unknown stage {stage_name!r}")
+        return self
+
+
+class Case(BaseModel):
+    """One runnable cell of the matrix, fully resolved."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    stage: str
+    workload: str
+    image: str
+    model: str | None
+    shape: ModelSpec | None
+    method: str
+    gpus: int
+    device: Literal["cuda", "cpu"]
+    params: Params
+    unpublished: tuple[str, ...]
+    interpretation: dict[str, str]
+
+
+class Plan(BaseModel):
+    """The ordered cases of one profile, as `kit list` shows them and `kit run` executes them."""
+
+    profile: str
+    description: str
+    device: Literal["cuda", "cpu"]
+    comparable_to_reference: bool
+    cases: list[Case]
+
+
+def protocol_path() -> Path:
+    return manifests_dir() / "protocol.yaml"
+
+
+def load_protocol(path: Path | None = None) -> Protocol:
+    path = path or protocol_path()
+    data = read_yaml(path)
+    if isinstance(data, dict):
+        # Top-level keys starting with "_" only hold YAML anchors for reuse.
+        data = {key: value for key, value in data.items() if not str(key).startswith("_")}
+    protocol = validate(path, data, Protocol)
+    # Building every profile's plan once validates every method and parameter up front.
+    for profile in protocol.profiles:
+        build_plan(protocol, profile, path=path)
+    return protocol
+
+
+def method_tokens(method: str) -> list[str]:
+    return method.split("+")
+
+
+def case_id(stage: str, model: str | None, method: str, gpus: int, micro_batch: int | None) -> str:
+    """`pretrain.llama2-7b.z3+o.g8`; a non-default micro-batch adds `.b2`."""
+    parts = [stage] + ([model] if model else []) + [method, f"g{gpus}"]
+    if micro_batch not in (None, 1):
+        parts.append(f"b{micro_batch}")
+    return ".".join(parts)
+
+
+def _method_params(method: str, options: dict[str, Option]) -> dict[str, Any]:
+    tokens = method_tokens(method)
+    merged: dict[str, Any] = {}
+    for token in tokens:
+        if token not in options:
+            raise ValueError(f"method {method!r}: unknown option {token!r} (known: {', '.join(options)})")
+        option = options[token]
+        if option.requires_any and not set(option.requires_any) & set(tokens):
+            raise ValueError(f"method {method!r}: {token!r} needs one of {', '.join(option.requires_any)}")
+        clash = set(option.excludes) & set(tokens)
+        if clash:
+            raise ValueError(f"method {method!r}: {token!r} cannot go with {', '.join(sorted(clash))}")
+        merged.update(option.params)
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"method {method!r} repeats an option")
+    return merged
+
+
+def _stage_cases(
+    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path
+) -> list[Case]:
+    stage, profile = protocol.stages[stage_name], protocol.profiles[profile_name]
+    options = protocol.option_sets[stage.options]
+    models = narrowed.models if narrowed.models is not None else stage.matrix.models
+    methods = narrowed.methods if narrowed.methods is not None else stage.matrix.methods
+    gpu_counts = narrowed.gpus if narrowed.gpus is not None else stage.matrix.gpus
+    where = f"profiles.{profile_name}.stages.{stage_name}"
+    cases = []
+    for model in models or (None,):
+        if model is not None and model not in protocol.models:
+            raise ManifestError(path, f"{where}.models", f"unknown model {model!r}")
+        for method in methods:
+            try:
+                method_params = _method_params(method, options)
+            except ValueError as exc:
+                raise ManifestError(path, f"{where}.methods", str(exc)) from None
+            params_data = {**stage.params, **narrowed.params, **method_params, "kind": stage.workload}
+            try:
+                params = PARAM_MODELS[stage.workload].model_validate(params_data)
+            except Exception as exc:  # pydantic ValidationError: report the first problem on one line
+                first = exc.errors()[0]  # type: ignore[attr-defined]
+                key = ".".join(str(p) for p in first["loc"])
+                raise ManifestError(path, f"{where} ({method}).params.{key}", first["msg"]) from None
+            for gpus in gpu_counts:
+                cases.append(
+                    Case(
+                        id=case_id(stage_name, model, method, gpus, getattr(params, "micro_batch", None)),
+                        stage=stage_name,
+                        workload=stage.workload,
+                        image=stage.image,
+                        model=model,
+                        shape=protocol.models[model] if model else None,
+                        method=method,
+                        gpus=gpus,
+                        device=profile.device,
+                        params=params,
+                        unpublished=stage.unpublished,
+                        interpretation=stage.interpretation,
+                    )
+                )
+    return cases
+
+
+def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None) -> Plan:
+    """Every case of a profile, in manifest order (stage, model, method, GPUs)."""
+    path = path or protocol_path()
+    if profile_name not in protocol.profiles:
+        raise ManifestError(path, "profiles", f"no profile {profile_name!r} (known: {', '.join(protocol.profiles)})")
+    profile = protocol.profiles[profile_name]
+    cases: list[Case] = []
+    for stage_name, narrowed in profile.stages.items():
+        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path)
+    seen: set[str] = set()
+    for case in cases:
+        if case.id in seen:
+            raise ManifestError(path, f"profiles.{profile_name}", f"case {case.id!r} is declared twice")
+        seen.add(case.id)
+    return Plan(
+        profile=profile_name,
+        description=profile.description,
+        device=profile.device,
+        comparable_to_reference=profile.comparable_to_reference,
+        cases=cases,
+    )
+
+
+def select(plan: Plan, stages: tuple[str, ...] = (), case_ids: tuple[str, ...] = ()) -> list[Case]:
+    """The cases a `kit run --stage/--case` asks for; an unknown name is an error, not a no-op."""
+    known_stages = {c.stage for c in plan.cases}
+    unknown = [s for s in stages if s not in known_stages]
+    if unknown:
+        raise ValueError(f"profile {plan.profile!r} has no stage {', '.join(unknown)} (has: {', '.join(sorted(known_stages))})")
+    known_ids = {c.id for c in plan.cases}
+    missing = [c for c in case_ids if c not in known_ids]
+    if missing:
+        raise ValueError(f"profile {plan.profile!r} has no case {', '.join(missing)} (see `kit list --profile {plan.profile}`)")
+    if not stages and not case_ids:
+        return list(plan.cases)
+    return [c for c in plan.cases if c.stage in stages or c.id in case_ids]

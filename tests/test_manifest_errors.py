@@ -1,0 +1,43 @@
+"""A malformed manifest: one line naming file, key and reason; exit code 2; no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def kit(*args, env_manifests):
+    env = {**__import__("os").environ, "KIT_MANIFESTS": str(env_manifests)}
+    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "old, new, key, reason",
+    [
+        ("  seq_len: 350 ", "  seq_len: many ", "stages.pretrain", "valid integer"),
+        ("    num_layers: 80\n", "    num_layers: 80\n    colour: red\n", "models.llama2-70b.colour", "Extra inputs"),
+        ("    device: cpu\n", "    device: tpu\n", "profiles.smoke.device", "'cuda' or 'cpu'"),
+        ("paper: arXiv:2311.03687", "paper: [unclosed", "line", "invalid YAML"),
+    ],
+)
+def test_malformed_protocol_gives_one_line_and_exit_2(manifests_copy, old, new, key, reason):
+    path = manifests_copy / "protocol.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    done = kit("list", "--profile", "smoke", env_manifests=manifests_copy)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert lines[0].startswith(f"error: {path}: ")
+    assert key in lines[0] and reason in lines[0]
+
+
+def test_missing_protocol_file_is_named(manifests_copy):
+    (manifests_copy / "protocol.yaml").unlink()
+    done = kit("list", env_manifests=manifests_copy)
+    assert done.returncode == 2
+    assert "protocol.yaml" in done.stderr and "file not found" in done.stderr
