@@ -1,0 +1,901 @@
+"""The environment a number was measured in, collected as typed data.
+
+A measurement enters a procurement review only together with the machine, drivers, topology and
+software that produced it. `collect()` gathers those facts on the host; it never raises: a probe
+that cannot answer (no NVML, no nvidia-smi, no docker daemon, a field the GPU does not support)
+records why. Collection is kept thin; everything that interprets text or numbers is a pure
+function here, so recorded outputs from real machines test it.
+
+This module must import without torch and without nvidia-ml-py: NVML is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import platform
+import re
+import secrets
+import socket
+import subprocess
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from kit import __version__
+
+T = TypeVar("T")
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+WORKLOADS_DIR = PACKAGE_DIR / "workloads"
+INFINIBAND_SYSFS = Path("/sys/class/infiniband")
+REDACTION_SALT_ENV = "KIT_REDACTION_SALT"
+
+# NVML clock event (formerly "throttle") reason bits, from nvml.h / the NVML API reference,
+# group nvmlClocksEventReasons (R535 renamed ClocksThrottleReasons to ClocksEventReasons).
+CLOCK_EVENT_REASON_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# The reasons that mean the GPU runs slower than it could: power, thermal or hardware limits.
+# gpu_idle, applications_clocks_setting, sync_boost and display_clock_setting are not.
+PERFORMANCE_LIMITING_REASONS = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+     "hw_power_brake_slowdown"}
+)
+
+# `nvidia-smi topo -m` PCIe path kinds, nearest first, as its legend orders them.
+PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+# Drivers from before NODE existed printed the cross-socket path as SOC.
+LEGACY_LINK_NAMES = {"SOC": "SYS"}
+PCIE_PATH_WORDING = {
+    "SYS": "cross-socket pairs",
+    "NODE": "pairs across host bridges of one NUMA node",
+    "PHB": "pairs through a CPU host bridge",
+    "PXB": "pairs across PCIe switches",
+    "PIX": "pairs on one PCIe switch",
+}
+AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+NVLINK_BOND = re.compile(r"^NV(\d+)$")
+NIC_LEGEND_LINE = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
+GPU_COLUMN = re.compile(r"^GPU\d+$")
+
+
+# ---------------------------------------------------------------------------------------------
+# The typed fingerprint
+# ---------------------------------------------------------------------------------------------
+
+
+class CpuInfo(BaseModel):
+    """The host CPU: model, how many sockets and cores, and how its clocks are governed."""
+
+    model: str | None = None
+    sockets: int | None = None
+    physical_cores: int | None = None
+    logical_cpus: int | None = None
+    frequency_governor: str | None = None
+
+
+class HostInfo(BaseModel):
+    """The machine around the GPUs. Fields that could not be read are named in `unreadable`."""
+
+    hostname: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    architecture: str | None = None
+    cpu: CpuInfo = Field(default_factory=CpuInfo)
+    numa_nodes: int | None = None
+    memory_bytes: int | None = None
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+
+class NvLinkState(BaseModel):
+    """NVLink as NVML reports it: links that answered a state query, and how many are up."""
+
+    links: int
+    active_links: int
+    # nvmlDeviceGetNvLinkVersion's raw answer. Newer drivers return the nvmlNvlinkVersion_t
+    # enum (4 = NVLink 3.0, 6 = 4.0, 7 = 5.0), older ones a plain number, so it is kept as is.
+    version_code: int | None = None
+
+
+class GpuProcess(BaseModel):
+    """A process holding a GPU context when the fingerprint was taken."""
+
+    pid: int
+    name: str | None = None
+    used_memory_bytes: int | None = None
+
+
+class GpuClocks(BaseModel):
+    """Application (target) clocks and the maximum clocks, in MHz."""
+
+    applications_graphics_mhz: int | None = None
+    applications_memory_mhz: int | None = None
+    max_graphics_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    max_memory_mhz: int | None = None
+
+
+class Gpu(BaseModel):
+    """One GPU as NVML sees it. A field NVML refused is None, with the reason in `unreadable`."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    memory_bytes: int | None = None
+    vbios: str | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    nvlink: NvLinkState | None = None
+    persistence_mode: bool | None = None
+    ecc_enabled: bool | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    mig_enabled: bool | None = None
+    power_limit_w: float | None = None
+    clocks: GpuClocks = Field(default_factory=GpuClocks)
+    clock_event_reasons: list[str] | None = None
+    processes: list[GpuProcess] | None = None
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+
+class GpuInventory(BaseModel):
+    """The driver and every GPU; `unavailable` says why there is no GPU list at all."""
+
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    gpus: list[Gpu] = Field(default_factory=list)
+    unavailable: str | None = None
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+
+class TopologyMatrix(BaseModel):
+    """`nvidia-smi topo -m` as data: the link kind between every two devices, and affinities."""
+
+    devices: list[str]
+    links: dict[str, dict[str, str]]
+    cpu_affinity: dict[str, str] = Field(default_factory=dict)
+    numa_affinity: dict[str, str] = Field(default_factory=dict)
+    nic_names: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def gpus(self) -> list[str]:
+        return [device for device in self.devices if GPU_COLUMN.match(device)]
+
+    @property
+    def nics(self) -> list[str]:
+        return [device for device in self.devices if not GPU_COLUMN.match(device)]
+
+
+class TopologyClass(BaseModel):
+    """What the GPU-to-GPU links amount to: runs on different classes measure different things."""
+
+    gpu_count: int
+    interconnect: Literal["single-gpu", "nvlink-all-pairs", "nvlink-partial", "pcie-only"]
+    nvlink_bonds: list[int] = Field(default_factory=list)
+    farthest_pcie_path: str | None = None
+    unrecognised_links: list[str] = Field(default_factory=list)
+    label: str
+
+
+class Topology(BaseModel):
+    """The parsed topology and its class; `raw` keeps the command output as evidence."""
+
+    matrix: TopologyMatrix | None = None
+    topology_class: TopologyClass | None = None
+    raw: str | None = None
+    unavailable: str | None = None
+
+
+class RdmaPort(BaseModel):
+    """One InfiniBand or RoCE port from /sys/class/infiniband."""
+
+    device: str
+    port: int
+    state: str | None = None
+    physical_state: str | None = None
+    rate: str | None = None
+    rate_gbps: float | None = None
+    link_layer: str | None = None
+
+
+class NetworkInfo(BaseModel):
+    """RDMA-capable ports; `unavailable` says why none could be listed."""
+
+    rdma_ports: list[RdmaPort] = Field(default_factory=list)
+    unavailable: str | None = None
+
+
+class ContainerRuntime(BaseModel):
+    """The docker engine and whether the NVIDIA container toolkit is there to give it GPUs."""
+
+    docker_client_version: str | None = None
+    docker_server_version: str | None = None
+    runtimes: list[str] = Field(default_factory=list)
+    default_runtime: str | None = None
+    nvidia_container_toolkit: str | None = None
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+
+class ImageProbe(BaseModel):
+    """Versions inside one image, as printed by `python -m kit.workloads.probe`.
+
+    `packages` maps a distribution name to its version, None when it is not installed;
+    `import_errors` names the installed ones that failed to import (a broken build).
+    """
+
+    image: str | None = None
+    python: str
+    torch: str | None = None
+    cuda_runtime: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    packages: dict[str, str | None] = Field(default_factory=dict)
+    import_errors: dict[str, str] = Field(default_factory=dict)
+
+
+class KitInfo(BaseModel):
+    """Which kit measured: its version, commit, and a hash of the code that runs in the images."""
+
+    version: str
+    git_commit: str | None = None
+    workload_sources_sha256: str
+    workload_files: list[str] = Field(default_factory=list)
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+
+class Fingerprint(BaseModel):
+    """Everything about the environment that a reported number depends on."""
+
+    schema_version: int = 1
+    collected_at: datetime
+    redacted: bool = False
+    host: HostInfo
+    gpus: GpuInventory
+    topology: Topology
+    network: NetworkInfo
+    container_runtime: ContainerRuntime
+    image: ImageProbe | None = None
+    kit: KitInfo
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure parsers
+# ---------------------------------------------------------------------------------------------
+
+
+class TopologyParseError(ValueError):
+    """`nvidia-smi topo -m` output that does not have the expected matrix shape."""
+
+
+def parse_topology_matrix(text: str) -> TopologyMatrix:
+    """Parse `nvidia-smi topo -m`, tab- or space-separated, with or without a NIC legend.
+
+    Columns are GPUs and NICs (named NIC# with a legend in newer drivers, mlx5_# in older
+    ones), then the affinity columns the driver prints (CPU Affinity, NUMA Affinity, GPU NUMA ID).
+    """
+    lines = text.splitlines()
+    header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
+    if header_at is None:
+        raise TopologyParseError("no header line starting with GPU0")
+    header = lines[header_at]
+    devices: list[str] = []
+    for token in header.split():
+        if token in ("CPU", "NUMA") or token == "GPU":
+            break
+        devices.append(token)
+    affinity_columns = sorted(
+        (column for column in AFFINITY_COLUMNS if column in header), key=header.index
+    )
+
+    links: dict[str, dict[str, str]] = {}
+    cpu_affinity: dict[str, str] = {}
+    numa_affinity: dict[str, str] = {}
+    for line in lines[header_at + 1:]:
+        tokens = line.split()
+        if not tokens:
+            if links:
+                break
+            continue
+        if tokens[0] not in devices:
+            break
+        row, cells, extra = tokens[0], tokens[1:len(devices) + 1], tokens[len(devices) + 1:]
+        if len(cells) < len(devices):
+            raise TopologyParseError(f"row {row} has {len(cells)} cells for {len(devices)} columns")
+        links[row] = dict(zip(devices, cells))
+        affinities = dict(zip(affinity_columns, extra))
+        if "CPU Affinity" in affinities:
+            cpu_affinity[row] = affinities["CPU Affinity"]
+        if "NUMA Affinity" in affinities:
+            numa_affinity[row] = affinities["NUMA Affinity"]
+
+    missing = [device for device in devices if device not in links]
+    if missing:
+        raise TopologyParseError(f"no row for {', '.join(missing)}")
+    for device in devices:
+        if links[device][device] != "X":
+            raise TopologyParseError(f"{device} is not 'X' on the diagonal")
+
+    legend = dict(match.groups() for line in lines if (match := NIC_LEGEND_LINE.match(line)))
+    nics = [device for device in devices if not GPU_COLUMN.match(device)]
+    return TopologyMatrix(
+        devices=devices,
+        links=links,
+        cpu_affinity=cpu_affinity,
+        numa_affinity=numa_affinity,
+        nic_names={nic: legend.get(nic, nic) for nic in nics},
+    )
+
+
+def classify_topology(matrix: TopologyMatrix) -> TopologyClass:
+    """Summarise the GPU pairs: all NVLink, some NVLink, or PCIe only, and how far PCIe goes."""
+    gpus = matrix.gpus
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    kinds = [LEGACY_LINK_NAMES.get(matrix.links[a][b], matrix.links[a][b]) for a, b in pairs]
+    bonds = [int(match.group(1)) for kind in kinds if (match := NVLINK_BOND.match(kind))]
+    pcie = [kind for kind in kinds if kind in PCIE_PATHS]
+    unrecognised = sorted({kind for kind in kinds
+                           if kind not in PCIE_PATHS and not NVLINK_BOND.match(kind)})
+    farthest = max(pcie, key=PCIE_PATHS.index) if pcie else None
+
+    count = len(gpus)
+    bond_text = "/".join(f"NV{bond}" for bond in sorted(set(bonds)))
+    path_text = f", {PCIE_PATH_WORDING[farthest]}" if farthest else ""
+    if count == 1:
+        interconnect, label = "single-gpu", "1 GPU"
+    elif len(bonds) == len(pairs):
+        interconnect, label = "nvlink-all-pairs", f"{count} GPUs, all pairs NVLink ({bond_text})"
+    elif bonds:
+        interconnect = "nvlink-partial"
+        label = (f"{count} GPUs, NVLink ({bond_text}) on {len(bonds)} of {len(pairs)} pairs, "
+                 f"others PCIe{path_text}")
+    else:
+        interconnect, label = "pcie-only", f"{count} GPUs, PCIe only{path_text}"
+    if unrecognised:
+        label += f" (unrecognised link kinds: {', '.join(unrecognised)})"
+    return TopologyClass(
+        gpu_count=count,
+        interconnect=interconnect,
+        nvlink_bonds=sorted(set(bonds)),
+        farthest_pcie_path=farthest,
+        unrecognised_links=unrecognised,
+        label=label,
+    )
+
+
+def decode_clock_event_reasons(mask: int) -> list[str]:
+    """Name the bits of an NVML clock event (throttle) reason mask; unknown bits stay visible."""
+    names = [name for bit, name in CLOCK_EVENT_REASON_BITS.items() if mask & bit]
+    unknown = mask & ~sum(CLOCK_EVENT_REASON_BITS.keys())
+    if unknown:
+        names.append(f"unknown_bits_{unknown:#x}")
+    return names
+
+
+def cuda_version_text(encoded: int) -> str:
+    """NVML encodes the CUDA driver version as 1000 * major + 10 * minor (12040 -> "12.4")."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+def parse_nvidia_smi_list(text: str) -> list[str]:
+    """GPU names from `nvidia-smi -L` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)")."""
+    names = []
+    for line in text.splitlines():
+        match = re.match(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", line)
+        if match:
+            names.append(match.group(1))
+    return names
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """Model, sockets and physical cores from /proc/cpuinfo (one block per logical CPU)."""
+    blocks = [block for block in text.strip().split("\n\n") if block.strip()]
+    models, sockets, cores = set(), set(), set()
+    for block in blocks:
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in block.splitlines())
+        )
+        if "model name" in fields:
+            models.add(fields["model name"])
+        if "physical id" in fields:
+            sockets.add(fields["physical id"])
+            if "core id" in fields:
+                cores.add((fields["physical id"], fields["core id"]))
+    return CpuInfo(
+        model=" / ".join(sorted(models)) or None,
+        sockets=len(sockets) or None,
+        physical_cores=len(cores) or None,
+        logical_cpus=len(blocks) or None,
+    )
+
+
+def parse_meminfo_total(text: str) -> int:
+    """MemTotal from /proc/meminfo, in bytes."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.MULTILINE)
+    if not match:
+        raise ValueError("no MemTotal line")
+    return int(match.group(1)) * 1024
+
+
+def parse_os_release(text: str) -> str:
+    """PRETTY_NAME from /etc/os-release."""
+    match = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.MULTILINE)
+    if not match:
+        raise ValueError("no PRETTY_NAME line")
+    return match.group(1)
+
+
+def parse_ib_rate(text: str) -> float:
+    """Gb/s from a sysfs port rate such as "400 Gb/sec (4X NDR)" or "2.5 Gb/sec (1X SDR)"."""
+    match = re.match(r"^\s*([\d.]+)\s*Gb/sec", text)
+    if not match:
+        raise ValueError(f"unrecognised rate {text.strip()!r}")
+    return float(match.group(1))
+
+
+def parse_docker_version(text: str) -> tuple[str | None, str | None]:
+    """Client and server versions from `docker version --format '{{json .}}'`.
+
+    With the daemon down the command exits 1 but still prints the client half, Server null.
+    """
+    parsed = json.loads(text)
+    client = (parsed.get("Client") or {}).get("Version")
+    server = (parsed.get("Server") or {}).get("Version")
+    return client, server
+
+
+def parse_docker_runtimes(text: str) -> tuple[list[str], str | None]:
+    """Registered runtimes and the default one from `docker info --format '{{json .}}'`."""
+    parsed = json.loads(text)
+    return sorted(parsed.get("Runtimes") or {}), parsed.get("DefaultRuntime")
+
+
+def parse_toolkit_version(text: str) -> str:
+    """The version from `nvidia-ctk --version` or `nvidia-container-cli --version`."""
+    match = re.search(r"(\d+\.\d+\.\d+)", text)
+    if not match:
+        raise ValueError(f"no version in {text.strip()[:80]!r}")
+    return match.group(1)
+
+
+def workload_sources_sha256(directory: Path = WORKLOADS_DIR) -> str:
+    """SHA-256 over kit/workloads/*.py in name order: each file's name, NUL, bytes, NUL.
+
+    Names are hashed too, so renaming a workload changes the hash as editing one does.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def read_probe_output(stdout: str) -> ImageProbe:
+    """The probe's JSON object is its last non-empty stdout line (frameworks may print banners)."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("the image probe printed nothing")
+    return ImageProbe.model_validate_json(lines[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Redaction
+# ---------------------------------------------------------------------------------------------
+
+_PROCESS_SALT = secrets.token_bytes(16)
+
+
+def redaction_salt() -> bytes:
+    """$KIT_REDACTION_SALT when set (a resumed run keeps its tokens), else one salt per process."""
+    configured = os.environ.get(REDACTION_SALT_ENV)
+    return configured.encode() if configured else _PROCESS_SALT
+
+
+def redaction_token(value: str, salt: bytes) -> str:
+    """A stable stand-in for an identifier: the same value and salt always give the same token."""
+    return "redacted-" + hmac.new(salt, value.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def redact_identifiers(fingerprint: Fingerprint, salt: bytes) -> Fingerprint:
+    """Replace the hostname, GPU UUIDs and serial numbers with salted tokens."""
+    def token(value: str | None) -> str | None:
+        return None if value is None else redaction_token(value, salt)
+
+    host = fingerprint.host.model_copy(update={"hostname": token(fingerprint.host.hostname)})
+    gpus = [
+        gpu.model_copy(update={"uuid": token(gpu.uuid), "serial": token(gpu.serial)})
+        for gpu in fingerprint.gpus.gpus
+    ]
+    return fingerprint.model_copy(update={
+        "redacted": True,
+        "host": host,
+        "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus}),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# Collection (thin: read, call, run; every failure becomes a recorded reason)
+# ---------------------------------------------------------------------------------------------
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _attempt(unreadable: dict[str, str], field: str, read: Callable[[], T]) -> T | None:
+    """Run one probe; on failure note why under `field` and return None."""
+    try:
+        return read()
+    except Exception as exc:  # a probe must never take the fingerprint down with it
+        unreadable[field] = _reason(exc)
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    """pynvml before 11.5 returns bytes for names and versions, later releases str."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _run(argv: list[str], timeout_s: float = 30) -> tuple[str, str | None]:
+    """Run a command: its stdout, and why it failed (None when it exited 0)."""
+    command = " ".join(argv)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return "", f"{argv[0]} not found on PATH"
+    except subprocess.TimeoutExpired:
+        return "", f"'{command}' timed out after {timeout_s:g} s"
+    except OSError as exc:
+        return "", f"'{command}' could not start: {exc}"
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        first = said[0] if said else "no output"
+        return done.stdout, f"'{command}' exited {done.returncode}: {first}"
+    return done.stdout, None
+
+
+def _read_governor() -> str:
+    governors = {
+        path.read_text().strip()
+        for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")
+    }
+    if not governors:
+        raise FileNotFoundError("cpufreq not exposed (no cpu*/cpufreq/scaling_governor)")
+    return governors.pop() if len(governors) == 1 else "mixed: " + ", ".join(sorted(governors))
+
+
+def _collect_host() -> HostInfo:
+    unreadable: dict[str, str] = {}
+    cpu = _attempt(unreadable, "cpu", lambda: parse_cpuinfo(Path("/proc/cpuinfo").read_text()))
+    cpu = cpu or CpuInfo(logical_cpus=os.cpu_count())
+    cpu.frequency_governor = _attempt(unreadable, "cpu.frequency_governor", _read_governor)
+    numa_nodes = len(list(Path("/sys/devices/system/node").glob("node[0-9]*")))
+    if not numa_nodes:
+        unreadable["numa_nodes"] = "no /sys/devices/system/node/node* entries"
+    return HostInfo(
+        hostname=_attempt(unreadable, "hostname", socket.gethostname),
+        os=_attempt(unreadable, "os",
+                    lambda: parse_os_release(Path("/etc/os-release").read_text())),
+        kernel=platform.release() or None,
+        architecture=platform.machine() or None,
+        cpu=cpu,
+        numa_nodes=numa_nodes or None,
+        memory_bytes=_attempt(unreadable, "memory_bytes",
+                              lambda: parse_meminfo_total(Path("/proc/meminfo").read_text())),
+        unreadable=unreadable,
+    )
+
+
+def _read_nvlink(nvml, handle, unreadable: dict[str, str]) -> NvLinkState:
+    """Query links 0, 1, ... until NVML refuses one: that index is the GPU's link count.
+
+    A PCIe board refuses link 0 (NVMLError_NotSupported), an NVLink board the first index past
+    its links; both are normal answers here, not failures.
+    """
+    states: list[int] = []
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            states.append(nvml.nvmlDeviceGetNvLinkState(handle, link))
+        except nvml.NVMLError as exc:
+            if not states:
+                unreadable["nvlink"] = _reason(exc)
+            break
+    active = [link for link, state in enumerate(states) if state == nvml.NVML_FEATURE_ENABLED]
+    version = None
+    if active:
+        version = _attempt(unreadable, "nvlink.version_code",
+                           lambda: nvml.nvmlDeviceGetNvLinkVersion(handle, active[0]))
+    return NvLinkState(links=len(states), active_links=len(active), version_code=version)
+
+
+def _read_clock_event_mask(nvml, handle) -> int:
+    """Current clock event reasons under either name.
+
+    R535 renamed nvmlDeviceGetCurrentClocksThrottleReasons to ...ClocksEventReasons: newer
+    bindings may drop the old name, and drivers older than R535 lack the new symbol.
+    """
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        call = getattr(nvml, name, None)
+        if call is None:
+            continue
+        try:
+            return call(handle)
+        except nvml.NVMLError_FunctionNotFound:
+            continue
+    raise LookupError("the driver answers neither clock event reason call")
+
+
+def _read_processes(nvml, handle, unreadable: dict[str, str]) -> list[GpuProcess]:
+    processes = {}
+    for call in (nvml.nvmlDeviceGetComputeRunningProcesses,
+                 nvml.nvmlDeviceGetGraphicsRunningProcesses):
+        for process in call(handle):
+            processes.setdefault(process.pid, process)
+    return [
+        GpuProcess(
+            pid=pid,
+            name=_attempt(unreadable, f"processes.{pid}.name",
+                          lambda pid=pid: _text(nvml.nvmlSystemGetProcessName(pid))),
+            # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or MIG).
+            used_memory_bytes=process.usedGpuMemory,
+        )
+        for pid, process in sorted(processes.items())
+    ]
+
+
+def _read_gpu(nvml, index: int) -> Gpu:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    unreadable: dict[str, str] = {}
+
+    def read(field: str, call: Callable[[], T]) -> T | None:
+        return _attempt(unreadable, field, call)
+
+    enabled = nvml.NVML_FEATURE_ENABLED
+    ecc_mode = read("ecc_enabled", lambda: nvml.nvmlDeviceGetEccMode(handle))
+    mig_mode = read("mig_enabled", lambda: nvml.nvmlDeviceGetMigMode(handle))
+    power_mw = read("power_limit_w", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle))
+    event_mask = read("clock_event_reasons", lambda: _read_clock_event_mask(nvml, handle))
+    return Gpu(
+        index=index,
+        name=read("name", lambda: _text(nvml.nvmlDeviceGetName(handle))),
+        uuid=read("uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle))),
+        serial=read("serial", lambda: _text(nvml.nvmlDeviceGetSerial(handle))),
+        pci_bus_id=read("pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
+        memory_bytes=read("memory_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        vbios=read("vbios", lambda: _text(nvml.nvmlDeviceGetVbiosVersion(handle))),
+        pcie_gen_current=read("pcie_gen_current",
+                              lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        pcie_gen_max=read("pcie_gen_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+        pcie_width_current=read("pcie_width_current",
+                                lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        pcie_width_max=read("pcie_width_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+        nvlink=read("nvlink", lambda: _read_nvlink(nvml, handle, unreadable)),
+        persistence_mode=read("persistence_mode",
+                              lambda: nvml.nvmlDeviceGetPersistenceMode(handle) == enabled),
+        # Mode queries answer [current, pending]; the current mode is what the run gets.
+        ecc_enabled=None if ecc_mode is None else ecc_mode[0] == enabled,
+        ecc_uncorrected_aggregate=read("ecc_uncorrected_aggregate", lambda: (
+            nvml.nvmlDeviceGetTotalEccErrors(
+                handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC))),
+        mig_enabled=None if mig_mode is None else mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE,
+        power_limit_w=None if power_mw is None else power_mw / 1000,
+        clocks=GpuClocks(
+            applications_graphics_mhz=read("clocks.applications_graphics_mhz", lambda: (
+                nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_GRAPHICS))),
+            applications_memory_mhz=read("clocks.applications_memory_mhz", lambda: (
+                nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM))),
+            max_graphics_mhz=read("clocks.max_graphics_mhz", lambda: (
+                nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_GRAPHICS))),
+            max_sm_mhz=read("clocks.max_sm_mhz",
+                            lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            max_memory_mhz=read("clocks.max_memory_mhz", lambda: (
+                nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))),
+        ),
+        clock_event_reasons=None if event_mask is None else decode_clock_event_reasons(event_mask),
+        processes=read("processes", lambda: _read_processes(nvml, handle, unreadable)),
+        unreadable=unreadable,
+    )
+
+
+def _import_nvml():
+    """pynvml (the nvidia-ml-py distribution), initialised; the caller shuts it down."""
+    import pynvml  # noqa: PLC0415 - optional dependency, imported only where GPUs are queried
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def _collect_gpus() -> GpuInventory:
+    try:
+        nvml = _import_nvml()
+    except ImportError as exc:
+        return GpuInventory(unavailable=f"NVML not available: {_reason(exc)} "
+                                        "(the nvidia-ml-py package provides it)")
+    except Exception as exc:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        return GpuInventory(unavailable=f"NVML not available: {_reason(exc)}")
+    unreadable: dict[str, str] = {}
+    try:
+        driver = _attempt(unreadable, "driver_version",
+                          lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        cuda = _attempt(unreadable, "cuda_driver_version",
+                        lambda: cuda_version_text(nvml.nvmlSystemGetCudaDriverVersion()))
+        try:
+            gpus = [_read_gpu(nvml, index) for index in range(nvml.nvmlDeviceGetCount())]
+        except Exception as exc:  # e.g. a GPU fell off the bus while being listed
+            return GpuInventory(driver_version=driver, cuda_driver_version=cuda,
+                                unavailable=f"NVML could not list the GPUs: {_reason(exc)}",
+                                unreadable=unreadable)
+        return GpuInventory(driver_version=driver, cuda_driver_version=cuda, gpus=gpus,
+                            unreadable=unreadable)
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def _collect_topology() -> Topology:
+    stdout, problem = _run(["nvidia-smi", "topo", "-m"])
+    if problem:
+        return Topology(raw=stdout or None, unavailable=problem)
+    try:
+        matrix = parse_topology_matrix(stdout)
+    except TopologyParseError as exc:
+        return Topology(raw=stdout, unavailable=f"could not parse 'nvidia-smi topo -m': {exc}")
+    return Topology(matrix=matrix, topology_class=classify_topology(matrix), raw=stdout)
+
+
+def _without_state_number(text: str | None) -> str | None:
+    """sysfs prefixes port states with their number: "4: ACTIVE", "5: LinkUp"."""
+    if text is None:
+        return None
+    return text.partition(": ")[2] or text
+
+
+def read_rdma_ports(sysfs: Path = INFINIBAND_SYSFS) -> NetworkInfo:
+    """InfiniBand / RoCE ports from sysfs: <device>/ports/<n>/{state,phys_state,rate,link_layer}."""
+    if not sysfs.is_dir():
+        return NetworkInfo(unavailable=f"no RDMA devices ({sysfs} does not exist)")
+    ports = []
+    for port_dir in sorted(sysfs.glob("*/ports/*")):
+        def attribute(name: str) -> str | None:
+            path = port_dir / name
+            return path.read_text().strip() if path.is_file() else None
+
+        rate = attribute("rate")
+        ports.append(RdmaPort(
+            device=port_dir.parent.parent.name,
+            port=int(port_dir.name),
+            state=_without_state_number(attribute("state")),
+            physical_state=_without_state_number(attribute("phys_state")),
+            rate=rate,
+            rate_gbps=parse_ib_rate(rate) if rate else None,
+            link_layer=attribute("link_layer"),
+        ))
+    if not ports:
+        return NetworkInfo(unavailable=f"{sysfs} lists no ports")
+    return NetworkInfo(rdma_ports=ports)
+
+
+def _collect_network() -> NetworkInfo:
+    try:
+        return read_rdma_ports()
+    except Exception as exc:  # an unreadable sysfs attribute, or a rate in a new format
+        return NetworkInfo(unavailable=f"could not read {INFINIBAND_SYSFS}: {_reason(exc)}")
+
+
+def _collect_container_runtime() -> ContainerRuntime:
+    unreadable: dict[str, str] = {}
+    client = server = default_runtime = toolkit = None
+    runtimes: list[str] = []
+    stdout, problem = _run(["docker", "version", "--format", "{{json .}}"])
+    if stdout.strip():
+        versions = _attempt(unreadable, "docker", lambda: parse_docker_version(stdout))
+        client, server = versions or (None, None)
+    if problem and server is None:
+        unreadable["docker"] = problem
+    if server is not None:
+        info, problem = _run(["docker", "info", "--format", "{{json .}}"])
+        if problem:
+            unreadable["runtimes"] = problem
+        else:
+            runtimes, default_runtime = _attempt(
+                unreadable, "runtimes", lambda: parse_docker_runtimes(info)) or ([], None)
+    problems = []
+    for tool in ("nvidia-ctk", "nvidia-container-cli"):
+        output, problem = _run([tool, "--version"])
+        if problem is None:
+            toolkit = _attempt(unreadable, "nvidia_container_toolkit",
+                               lambda output=output: parse_toolkit_version(output))
+            break
+        problems.append(problem)
+    else:
+        unreadable["nvidia_container_toolkit"] = "; ".join(problems)
+    return ContainerRuntime(
+        docker_client_version=client,
+        docker_server_version=server,
+        runtimes=runtimes,
+        default_runtime=default_runtime,
+        nvidia_container_toolkit=toolkit,
+        unreadable=unreadable,
+    )
+
+
+def kit_info() -> KitInfo:
+    """The kit that measures: version, commit of its checkout, and the hash of its workloads."""
+    unreadable: dict[str, str] = {}
+    commit = None
+    checkout = PACKAGE_DIR.parent
+    if not (checkout / ".git").exists():
+        unreadable["git_commit"] = f"not a source checkout (no .git in {checkout})"
+    else:
+        stdout, problem = _run(["git", "-C", str(checkout), "rev-parse", "HEAD"])
+        if problem:
+            unreadable["git_commit"] = problem
+        else:
+            commit = stdout.strip()
+    return KitInfo(
+        version=__version__,
+        git_commit=commit,
+        workload_sources_sha256=workload_sources_sha256(),
+        workload_files=sorted(path.name for path in WORKLOADS_DIR.glob("*.py")),
+        unreadable=unreadable,
+    )
+
+
+def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None) -> Fingerprint:
+    """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran.
+
+    With `redact`, the hostname, GPU UUIDs and serials become salted tokens (see
+    `redaction_salt`), so a fingerprint can be shared without naming the machine.
+    """
+    fingerprint = Fingerprint(
+        collected_at=datetime.now(timezone.utc),
+        host=_collect_host(),
+        gpus=_collect_gpus(),
+        topology=_collect_topology(),
+        network=_collect_network(),
+        container_runtime=_collect_container_runtime(),
+        image=None if image_probe is None else ImageProbe.model_validate(image_probe),
+        kit=kit_info(),
+    )
+    return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint
+
+
+def gpu_names() -> list[str]:
+    """The GPUs' names, cheaply: NVML if importable, else `nvidia-smi -L`, else none.
+
+    Used to pick the default profile, so it answers [] rather than raising on a host without GPUs.
+    """
+    try:
+        nvml = _import_nvml()
+    except Exception:  # no NVML here: fall back to nvidia-smi
+        pass
+    else:
+        try:
+            return [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
+                    for index in range(nvml.nvmlDeviceGetCount())]
+        except Exception:  # NVML loaded but could not list: nvidia-smi may still answer
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+    stdout, problem = _run(["nvidia-smi", "-L"])
+    return [] if problem else parse_nvidia_smi_list(stdout)
