@@ -1,0 +1,156 @@
+"""The `kit` command: options in, calls into the modules, nothing decided here."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from kit import __version__, runner
+from kit.manifest import ManifestError
+from kit.protocol import Plan, build_plan, load_protocol, select
+from kit.results import RunDir
+
+SMOKE_NOTICE = "No GPU found: running the smoke profile (tiny Llama on CPU; not comparable to the reference)."
+
+
+class UsageFailure(click.ClickException):
+    """A problem with what was asked (exit code 2), reported as one line."""
+
+    exit_code = 2
+
+
+def default_profile(gpu_names: list[str]) -> str:
+    return "paper" if gpu_names else "smoke"
+
+
+def load_plan(profile: str | None, gpu_names: list[str]) -> Plan:
+    protocol = load_protocol()
+    return build_plan(protocol, profile or default_profile(gpu_names))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kit")
+def cli() -> None:
+    """Reproduce the LLM runtime benchmarks of arXiv:2311.03687 on this host.
+
+    \b
+    kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
+    kit run --all                 run every case; results go to runs/<time>-<profile>/
+    kit run --resume RUN_DIR      finish an interrupted run
+    """
+
+
+@cli.command("list")
+@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
+def list_cases(profile: str | None, as_json: bool) -> None:
+    """Show the plan: every case of a profile."""
+    from kit.fingerprint import gpu_names
+
+    plan = load_plan(profile, gpu_names() if profile is None else [])
+    if as_json:
+        click.echo(plan.model_dump_json(indent=2))
+        return
+    from kit.console import plan_table
+
+    click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases)")
+    from rich.console import Console
+
+    Console().print(plan_table(f"profile {plan.profile}", plan.cases))
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM into an exception so that running cases are torn down and run.json says so."""
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command("run")
+@click.option("--all", "run_all", is_flag=True, help="every case of the profile")
+@click.option("--stage", "stages", multiple=True, help="only this stage (repeatable)")
+@click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
+@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<time>-<profile>)")
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
+@click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run) -> None:
+    """Run cases of the protocol into a run directory."""
+    from kit.console import RichProgress, console, plan_table, summary_table
+    from kit.fingerprint import gpu_names, kit_info
+
+    host = runner.Host(gpu_names=gpu_names())
+    if resume_dir:
+        if run_all or stages or case_ids or profile or out:
+            raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
+        run_dir = RunDir(resume_dir)
+        if not run_dir.info_path.is_file():
+            raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
+        info = run_dir.read_info()
+        cases = [c for c in info.plan.cases if c.id in set(info.selected)]
+        finished = {c.id for c in cases if run_dir.is_finished(c.id)}
+        title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
+    else:
+        if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
+            raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
+        if profile is None and not host.gpu_names:
+            console.print(f"[yellow]{SMOKE_NOTICE}[/]")
+        plan = load_plan(profile, host.gpu_names)
+        try:
+            cases = select(plan, tuple(stages), tuple(case_ids))
+        except ValueError as exc:
+            raise UsageFailure(str(exc)) from None
+        finished = set()
+        title = f"profile {plan.profile}: {len(cases)} cases"
+
+    if dry_run:
+        console.print(plan_table(title, cases, finished or set()))
+        return
+    if importlib.util.find_spec("torch") is None:
+        raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
+
+    _stop_on_sigterm()
+    if resume_dir:
+        run_dir = runner.resume(resume_dir)
+    else:
+        out = out or runner.default_run_dir(plan.profile)
+        try:
+            run_dir = runner.start_run(plan, cases, out, host, kit_info(), runner.current_argv(), executor=None)
+        except FileExistsError as exc:
+            raise UsageFailure(str(exc)) from None
+    console.print(f"run directory: {run_dir.root}")
+    try:
+        with RichProgress(total=len(cases), already_done=len(finished)) as progress:
+            results = runner.execute(run_dir, host, progress)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]")
+        sys.exit(130)
+    console.print(summary_table(results))
+    console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except ManifestError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The local executor: runs a case's independent runs as processes of this Python.
+
+Each run is its own process group (torchrun and its ranks), so a timeout or Ctrl-C kills the
+whole group and nothing is left behind; if `kit` itself is killed, the kernel tells the launcher
+(PR_SET_PDEATHSIG) and the launcher takes its ranks down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kit.cache import torch_extensions_dir
+from kit.execute.samples import run_sample
+from kit.protocol import Case
+from kit.results import RankSample, RunSample
+
+NAME = "local"
+KILL_GRACE_S = 10
+
+
+def launcher_command(case: Case, case_file: Path, out_dir: Path) -> list[str]:
+    """torchrun, even for one process: the workload always finds RANK/WORLD_SIZE set the same way."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", "--nproc-per-node", str(case.gpus),
+        "-m", "kit.workloads", "--case", str(case_file), "--out", str(out_dir),
+    ]  # fmt: skip
+
+
+def process_environment(case: Case) -> dict[str, str]:
+    """The case's own variables over ours; on CPU the cores are shared fairly between ranks."""
+    env = dict(os.environ)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(torch_extensions_dir()))
+    env["PYTHONUNBUFFERED"] = "1"
+    if case.device == "cpu":
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // case.gpus))
+    env.update(case.params.env)
+    return env
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the parent (kit) dies, whatever the cause."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is still there after a grace period."""
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def read_rank_samples(out_dir: Path) -> list[RankSample]:
+    return [
+        RankSample.model_validate_json(path.read_text(encoding="utf-8"))
+        for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    ]
+
+
+def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
+    """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
+    out_dir = case_dir / "runs" / str(index)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = launcher_command(case, case_dir / "case.json", out_dir)
+    log.write(f"\n=== run {index}: {' '.join(command)}\n")
+    log.flush()
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=process_environment(case),
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+    timed_out = False
+    try:
+        process.wait(timeout=case.params.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(process)
+    except BaseException:  # Ctrl-C or kit being stopped: take the whole group down first
+        kill_group(process)
+        raise
+    wall_s = time.monotonic() - started
+    log.write(f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s\n")
+    log.flush()
+    return run_sample(
+        index=index,
+        ranks=read_rank_samples(out_dir),
+        expected_ranks=case.gpus,
+        exit_code=process.returncode,
+        wall_s=wall_s,
+        timed_out=timed_out,
+        timeout_s=case.params.timeout_s,
+    )

@@ -1,0 +1,204 @@
+"""The run directory: the one place results live, written so that nothing is ever half-written.
+
+Layout:
+    RUN_DIR/run.json                      what was asked, by which kit, on which host, when
+    RUN_DIR/cases/<case-id>/case.json     the fully resolved case the workload ran
+    RUN_DIR/cases/<case-id>/result.json   status, metrics and every sample (written last)
+    RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
+    RUN_DIR/cases/<case-id>/runs/<k>/rank-<r>.json   raw samples of each process of run k
+    RUN_DIR/SHA256SUMS                    evidence: the digest of every other file
+A case is finished exactly when its result.json exists, which is what `--resume` relies on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kit.fingerprint import KitInfo
+from kit.protocol import Case, Plan
+
+Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
+SUMS_FILE = "SHA256SUMS"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class PeakMemory(BaseModel):
+    """Peak memory of one process: device allocator (GPU) and resident set (host)."""
+
+    device_allocated_bytes: int | None = None
+    device_reserved_bytes: int | None = None
+    host_rss_bytes: int
+
+
+class RankSample(BaseModel):
+    """What one process of one run measured; written by the workload harness."""
+
+    rank: int
+    world_size: int
+    status: Literal["ok", "oom", "error", "unavailable"]
+    reason: str | None = None
+    device: str
+    device_name: str
+    warmup_step_s: list[float] = []
+    step_s: list[float] = []
+    tokens_per_step: int = 0
+    peak_memory: PeakMemory | None = None
+    details: dict[str, Any] = {}
+    versions: dict[str, str] = {}
+    started_at: str
+    finished_at: str
+
+
+class RunSample(BaseModel):
+    """One independent run (its own processes) of a case."""
+
+    index: int
+    status: Status
+    reason: str | None = None
+    exit_code: int | None
+    wall_s: float
+    ranks: list[RankSample]
+
+
+class Metric(BaseModel):
+    """A figure over the independent runs: mean, sample standard deviation and each run's value."""
+
+    mean: float
+    std: float | None
+    n: int
+    unit: str
+    per_run: list[float]
+
+
+class Result(BaseModel):
+    case_id: str
+    stage: str
+    status: Status
+    reason: str | None = None
+    case: Case
+    metrics: dict[str, Metric | None] = {}
+    notes: list[str] = []
+    samples: list[RunSample] = []
+    executor: str
+    started_at: str
+    finished_at: str
+
+
+class RunInfo(BaseModel):
+    """run.json: enough to resume the run and to know where its numbers came from."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    kit: KitInfo
+    profile: str
+    plan: Plan
+    selected: list[str]
+    executor: str
+    host: dict[str, Any]
+    argv: list[str]
+    started_at: str
+    finished_at: str | None = None
+    resumed_at: list[str] = []
+    status: Literal["running", "finished", "interrupted"] = "running"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and rename: readers see all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_model(path: Path, model: BaseModel) -> None:
+    atomic_write_text(path, model.model_dump_json(indent=2) + "\n")
+
+
+class RunDir:
+    """Typed access to one run directory."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def info_path(self) -> Path:
+        return self.root / "run.json"
+
+    def case_dir(self, case_id: str) -> Path:
+        return self.root / "cases" / case_id
+
+    def result_path(self, case_id: str) -> Path:
+        return self.case_dir(case_id) / "result.json"
+
+    def read_info(self) -> RunInfo:
+        return RunInfo.model_validate_json(self.info_path.read_text(encoding="utf-8"))
+
+    def write_info(self, info: RunInfo) -> None:
+        atomic_write_model(self.info_path, info)
+
+    def is_finished(self, case_id: str) -> bool:
+        return self.result_path(case_id).is_file()
+
+    def read_result(self, case_id: str) -> Result:
+        return Result.model_validate_json(self.result_path(case_id).read_text(encoding="utf-8"))
+
+    def write_result(self, result: Result) -> None:
+        atomic_write_model(self.result_path(result.case_id), result)
+
+    def prepare_case(self, case: Case) -> Path:
+        """A clean case folder: leftovers of an interrupted attempt are discarded, never mixed in."""
+        folder = self.case_dir(case.id)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        atomic_write_model(folder / "case.json", case)
+        return folder
+
+    def results(self) -> list[Result]:
+        return [self.read_result(cid) for cid in self.read_info().selected if self.is_finished(cid)]
+
+    def write_sums(self) -> Path:
+        """SHA256SUMS over every file of the run (sha256sum format, paths relative to the run)."""
+        lines = [f"{digest}  {rel}" for rel, digest in sorted(self.digests().items())]
+        path = self.root / SUMS_FILE
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        return path
+
+    def digests(self) -> dict[str, str]:
+        found = {}
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and path.name != SUMS_FILE and not path.name.endswith(".tmp"):
+                found[path.relative_to(self.root).as_posix()] = sha256_file(path)
+        return found
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,175 @@
+"""Running a plan into a run directory: case after case, resumable, never losing a result.
+
+The runner decides what happens to each case (skip it, run it N times, stop at the first failed
+run), turns the runs into a Result with its metrics, and writes it atomically before moving on.
+A failing case is a recorded result; only an interruption (Ctrl-C, kill) stops the run, and
+`--resume` continues it.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import kit
+from kit import metrics
+from kit.execute import choose as choose_executor
+from kit.fingerprint import KitInfo
+from kit.protocol import Case, Plan
+from kit.results import Result, RunDir, RunInfo, RunSample, utc_now
+from kit.workloads.harness import WORKLOADS
+
+
+@dataclass
+class Host:
+    """What the runner needs to know of the host to decide what can run here."""
+
+    gpu_names: list[str]
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_names)
+
+
+class Progress:
+    """Callbacks the CLI uses to show progress; the default shows nothing."""
+
+    def case_started(self, case: Case, position: int, total: int) -> None: ...
+
+    def run_started(self, case: Case, index: int, runs: int) -> None: ...
+
+    def case_finished(self, result: Result, position: int, total: int) -> None: ...
+
+
+def default_run_dir(profile: str, root: Path = Path("runs")) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return root / f"{stamp}-{profile}"
+
+
+def skip_reason(case: Case, host: Host) -> str | None:
+    """Why a case cannot be attempted on this host at all, or None."""
+    if case.workload not in WORKLOADS:
+        return f"no '{case.workload}' workload in kit {kit.__version__} yet"
+    if case.device == "cuda" and case.gpus > host.gpu_count:
+        return f"needs {case.gpus} GPUs, this host has {host.gpu_count}"
+    return None
+
+
+def host_summary(host: Host) -> dict:
+    return {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "gpus": host.gpu_names,
+    }
+
+
+def start_run(
+    plan: Plan, selected: list[Case], out: Path, host: Host, identity: KitInfo, argv: list[str], executor: str | None
+) -> RunDir:
+    run = RunDir(out)
+    if run.info_path.exists():
+        raise FileExistsError(f"{out} already holds a run; use --resume {out} or another --out")
+    info = RunInfo(
+        run_id=out.name,
+        kit=identity,
+        profile=plan.profile,
+        plan=plan,
+        selected=[case.id for case in selected],
+        executor=executor or "auto",
+        host=host_summary(host),
+        argv=argv,
+        started_at=utc_now(),
+    )
+    run.write_info(info)
+    return run
+
+
+def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
+    """Status and metrics of a case from its runs; metrics only when every run succeeded."""
+    status, reason, case_metrics, notes = "ok", None, {}, []
+    failed = next((run for run in runs if run.status != "ok"), None)
+    if failed is not None:
+        status, reason = failed.status, failed.reason
+    elif case.workload in metrics.CASE_METRICS:
+        case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+    return Result(
+        case_id=case.id,
+        stage=case.stage,
+        status=status,
+        reason=reason,
+        case=case,
+        metrics=case_metrics,
+        notes=notes,
+        samples=runs,
+        executor=executor,
+        started_at=started_at,
+        finished_at=utc_now(),
+    )
+
+
+def execute_case(run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None) -> Result:
+    started = utc_now()
+    case_dir = run.prepare_case(case)
+    reason = skip_reason(case, host)
+    if reason is not None:
+        result = Result(
+            case_id=case.id, stage=case.stage, status="skipped", reason=reason, case=case,
+            executor="none", started_at=started, finished_at=utc_now(),
+        )  # fmt: skip
+        run.write_result(result)
+        return result
+    executor = choose_executor(case, requested)
+    runs: list[RunSample] = []
+    with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
+        for index in range(1, case.params.runs + 1):
+            progress.run_started(case, index, case.params.runs)
+            runs.append(executor.run_once(case, case_dir, index, log))
+            if runs[-1].status != "ok":
+                break  # a configuration that failed once (OOM, unavailable) fails every time
+    result = result_of(case, runs, executor.NAME, started)
+    run.write_result(result)
+    return result
+
+
+def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[Result]:
+    """Every selected case without a result, in plan order; then the evidence manifest."""
+    progress = progress or Progress()
+    info = run.read_info()
+    requested = None if info.executor == "auto" else info.executor
+    cases = {case.id: case for case in info.plan.cases}
+    pending = [cases[cid] for cid in info.selected if not run.is_finished(cid)]
+    total = len(info.selected)
+    done = total - len(pending)
+    try:
+        for case in pending:
+            done += 1
+            progress.case_started(case, done, total)
+            progress.case_finished(execute_case(run, case, host, progress, requested), done, total)
+    except BaseException:
+        info.status = "interrupted"
+        run.write_info(info)
+        raise
+    info.status, info.finished_at = "finished", utc_now()
+    run.write_info(info)
+    run.write_sums()
+    return run.results()
+
+
+def resume(path: Path) -> RunDir:
+    run = RunDir(path)
+    if not run.info_path.is_file():
+        raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
+    info = run.read_info()
+    info.resumed_at.append(utc_now())
+    info.status = "running"
+    run.write_info(info)
+    return run
+
+
+def current_argv() -> list[str]:
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+

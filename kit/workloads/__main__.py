@@ -1,0 +1,4 @@
+from kit.workloads.harness import main
+
+if __name__ == "__main__":
+    main()

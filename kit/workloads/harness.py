@@ -1,0 +1,181 @@
+"""The one harness that times every step-based workload, in every process of a run.
+
+A workload states only how to build itself and run one step; this module owns seeding, warm-up,
+timing (device-synchronised), peak memory, the capture of OOM and other failures, and the
+writing of the process's sample. Entry point: `python -m kit.workloads --case C --out DIR`,
+started once per process by the executor's launcher (torchrun sets RANK and WORLD_SIZE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from kit.protocol import Case
+from kit.workloads.probe import FRAMEWORKS
+from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
+
+# Workload kind -> module with `build(case) -> StepWorkload`. Kinds absent here have no
+# workload in this kit version; the executor records their cases as skipped.
+WORKLOADS = {"train": "kit.workloads.train"}
+
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+class Unavailable(Exception):
+    """The case cannot run on this host (e.g. FlashAttention without CUDA): a result, not a crash."""
+
+
+class StepWorkload(Protocol):
+    tokens_per_step: int  # tokens this process consumes per step
+    details: dict
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA OOM (torch.OutOfMemoryError is a RuntimeError), host MemoryError, allocator messages."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return "outofmemoryerror" in text or "out of memory" in text
+
+
+def framework_versions() -> dict[str, str]:
+    found = {"python": sys.version.split()[0]}
+    for name in ("torch", "accelerate", *FRAMEWORKS):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def timed_steps(step: Callable[[], None], count: int, synchronize: Callable[[], None]) -> list[float]:
+    """Wall time of each step, with the device drained before and after (no async leakage)."""
+    times = []
+    for _ in range(count):
+        synchronize()
+        start = time.perf_counter()
+        step()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def host_peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class Device:
+    """What the harness needs of the device: its name, a sync, and its peak memory."""
+
+    def __init__(self, kind: str):
+        import torch
+
+        self.kind = kind
+        if kind == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("the case needs CUDA, but torch sees no GPU")
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            self.name = torch.cuda.get_device_name()
+            self.synchronize: Callable[[], None] = torch.cuda.synchronize
+        else:
+            import platform
+
+            self.name = platform.processor() or platform.machine()
+            self.synchronize = lambda: None
+
+    def peak_memory(self) -> PeakMemory:
+        if self.kind == "cuda":
+            import torch
+
+            return PeakMemory(
+                device_allocated_bytes=torch.cuda.max_memory_allocated(),
+                device_reserved_bytes=torch.cuda.max_memory_reserved(),
+                host_rss_bytes=host_peak_rss_bytes(),
+            )
+        return PeakMemory(host_rss_bytes=host_peak_rss_bytes())
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_process(case: Case) -> tuple[RankSample, StepWorkload | None]:
+    """Build the workload, run warm-up and measured steps, and describe what happened."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    started = utc_now()
+    base = dict(rank=rank, world_size=world_size, device=case.device, started_at=started)
+    device = None
+    workload = None
+    try:
+        device = Device(case.device)
+        seed_everything(case.params.seed)
+        workload = importlib.import_module(WORKLOADS[case.workload]).build(case)
+        warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
+        measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
+        sample = RankSample(
+            **base,
+            status="ok",
+            device_name=device.name,
+            warmup_step_s=warmup,
+            step_s=measured,
+            tokens_per_step=workload.tokens_per_step,
+            peak_memory=device.peak_memory(),
+            details=workload.details,
+            versions=framework_versions(),
+            finished_at=utc_now(),
+        )
+        return sample, workload
+    except Unavailable as exc:
+        status, reason = "unavailable", str(exc)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded result
+        traceback.print_exc()
+        status = "oom" if is_out_of_memory(exc) else "error"
+        reason = f"{type(exc).__name__}: {exc}".strip()[:2000]
+    sample = RankSample(
+        **base,
+        status=status,
+        reason=reason,
+        device_name=device.name if device else "unknown",
+        peak_memory=device.peak_memory() if device else None,
+        details=getattr(workload, "details", {}),
+        versions=framework_versions(),
+        finished_at=utc_now(),
+    )
+    return sample, None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kit.workloads")
+    parser.add_argument("--case", type=Path, required=True, help="case.json written by the executor")
+    parser.add_argument("--out", type=Path, required=True, help="folder for this run's rank samples")
+    args = parser.parse_args(argv)
+    case = Case.model_validate_json(args.case.read_text(encoding="utf-8"))
+    sample, workload = run_process(case)
+    atomic_write_model(args.out / f"rank-{sample.rank}.json", sample)
+    print(f"rank {sample.rank}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
+    if sample.status == "ok" and workload is not None:
+        workload.close()
+    # A failed rank exits non-zero so that the launcher tears down ranks waiting on it.
+    sys.exit(EXIT_OK if sample.status in ("ok", "unavailable") else EXIT_FAILED)

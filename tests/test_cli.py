@@ -1,0 +1,45 @@
+"""The CLI as a user meets it: what it refuses, what it shows, what a dry run leaves behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def kit(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_help_lists_the_commands():
+    done = kit("--help")
+    assert done.returncode == 0 and "list" in done.stdout and "run" in done.stdout
+
+
+def test_list_json_is_the_same_from_one_call_to_the_next():
+    first, second = kit("list", "--profile", "paper", "--json"), kit("list", "--profile", "paper", "--json")
+    assert first.returncode == 0 and first.stdout == second.stdout
+    cases = json.loads(first.stdout)["cases"]
+    assert "pretrain.llama2-70b.z3+o.g8" in {c["id"] for c in cases}
+
+
+def test_run_without_a_selection_is_refused():
+    done = kit("run", "--profile", "smoke")
+    assert done.returncode == 2 and "--all" in done.stderr
+
+
+def test_run_of_an_unknown_case_is_refused():
+    done = kit("run", "--profile", "smoke", "--case", "pretrain.tiny-llama.z7.g2")
+    assert done.returncode == 2 and "no case" in done.stderr
+
+
+def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
+    done = kit("run", "--all", "--profile", "smoke", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "pretrain.tiny-llama.z3+o.g2" in done.stderr.replace("\n", "") or "z3+o" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_needs_a_run_directory(tmp_path):
+    done = kit("run", "--resume", str(tmp_path))
+    assert done.returncode == 2 and "not a run directory" in done.stderr

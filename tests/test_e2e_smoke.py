@@ -1,0 +1,72 @@
+"""`kit run --all` as a user runs it, on this CPU machine: killed mid-way, resumed, complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.protocol import build_plan, load_protocol
+from kit.results import RunDir
+
+pytestmark = pytest.mark.e2e
+KIT = [sys.executable, "-m", "kit.cli"]
+
+
+def finished(run: Path) -> list[Path]:
+    return sorted(run.glob("cases/*/result.json"))
+
+
+def processes_mentioning(text: str) -> list[str]:
+    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in listing.splitlines() if text in line and "ps -eo" not in line]
+
+
+def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
+    run = tmp_path / "run"
+    first = subprocess.Popen([*KIT, "run", "--all", "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while len(finished(run)) < 2:
+        assert first.poll() is None, first.stderr.read().decode()
+        assert time.monotonic() < deadline, "no two cases finished in 10 minutes"
+        time.sleep(0.5)
+    os.kill(first.pid, signal.SIGKILL)  # no chance to clean up: the launcher must die with it
+    first.wait()
+    before = {path: path.read_bytes() for path in finished(run)}
+    for _ in range(60):
+        if not processes_mentioning(str(run)):
+            break
+        time.sleep(0.5)
+    assert not processes_mentioning(str(run)), "processes of the killed run are still alive"
+    for path in before:
+        json.loads(path.read_text())  # every result.json that exists is whole
+    assert not list(run.rglob("*.tmp"))
+
+    second = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert all(path.read_bytes() == content for path, content in before.items()), "a finished case was redone"
+
+    info = RunDir(run).read_info()
+    assert info.status == "finished" and info.resumed_at
+    plan = build_plan(load_protocol(), "smoke")
+    assert info.selected == [c.id for c in plan.cases]
+    for case in plan.cases:
+        result = RunDir(run).read_result(case.id)
+        if "f" in case.method.split("+"):
+            assert result.status == "unavailable" and "CUDA" in result.reason
+            continue
+        assert result.status == "ok", f"{case.id}: {result.reason}"
+        tokens = result.metrics["tokens_per_s"]
+        assert tokens.n == case.params.runs == len(result.samples) and tokens.std is not None
+        assert tokens.mean > 0 and all(value > 0 for value in tokens.per_run)
+        for sample in result.samples:
+            assert len(sample.ranks) == case.gpus
+            assert all(len(rank.step_s) == case.params.measured_steps for rank in sample.ranks)
+    check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout

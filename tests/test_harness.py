@@ -1,0 +1,68 @@
+"""The harness turns every way a process can end into a recorded sample."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from kit.workloads import harness
+
+pytest.importorskip("torch")
+
+
+class CountingWorkload:
+    tokens_per_step = 700
+    details = {"kind": "counting"}
+
+    def __init__(self):
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+
+    def close(self):
+        pass
+
+
+def use_workload(monkeypatch, build):
+    module = types.ModuleType("kit_test_workload")
+    module.build = build
+    monkeypatch.setitem(sys.modules, "kit_test_workload", module)
+    monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_workload")
+
+
+def case_of(smoke_plan):
+    return next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
+
+
+def test_warm_up_steps_are_run_but_not_recorded(monkeypatch, smoke_plan):
+    workload = CountingWorkload()
+    use_workload(monkeypatch, lambda case: workload)
+    case = case_of(smoke_plan)
+    sample, _ = harness.run_process(case)
+    assert sample.status == "ok"
+    assert workload.steps == case.params.warmup_steps + case.params.measured_steps
+    assert len(sample.step_s) == case.params.measured_steps and len(sample.warmup_step_s) == case.params.warmup_steps
+    assert sample.tokens_per_step == 700 and sample.peak_memory.host_rss_bytes > 0
+    assert "torch" in sample.versions
+
+
+@pytest.mark.parametrize(
+    "error, status",
+    [
+        (MemoryError("cannot allocate"), "oom"),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
+        (ValueError("shapes do not match"), "error"),
+        (harness.Unavailable("flash-attn is not installed"), "unavailable"),
+    ],
+)
+def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, error, status):
+    def build(case):
+        raise error
+
+    use_workload(monkeypatch, build)
+    sample, workload = harness.run_process(case_of(smoke_plan))
+    assert (sample.status, workload) == (status, None)
+    assert str(error) in sample.reason

@@ -1,0 +1,42 @@
+"""Judging a run from what its processes left behind."""
+
+from __future__ import annotations
+
+from kit.execute.samples import run_sample
+from kit.results import RankSample
+
+
+def rank(r, status, reason=None):
+    return RankSample(rank=r, world_size=2, status=status, reason=reason, device="cpu", device_name="cpu",
+                      started_at="t", finished_at="t")  # fmt: skip
+
+
+def judge(ranks, exit_code=0, timed_out=False, expected=2):
+    return run_sample(index=1, ranks=ranks, expected_ranks=expected, exit_code=exit_code, wall_s=1.0,
+                      timed_out=timed_out, timeout_s=60)  # fmt: skip
+
+
+def test_all_ranks_ok_and_clean_exit_is_ok():
+    assert judge([rank(0, "ok"), rank(1, "ok")]).status == "ok"
+
+
+def test_an_oom_on_one_rank_explains_errors_on_the_others():
+    sample = judge([rank(0, "error", "collective aborted"), rank(1, "oom", "CUDA out of memory")], exit_code=1)
+    assert sample.status == "oom" and sample.reason.startswith("rank 1: CUDA out of memory")
+
+
+def test_unavailable_is_its_own_status():
+    assert judge([rank(0, "unavailable", "no flash-attn"), rank(1, "unavailable", "no flash-attn")]).status == "unavailable"
+
+
+def test_a_rank_that_wrote_nothing_is_an_error():
+    sample = judge([rank(0, "ok")], exit_code=-9)
+    assert sample.status == "error" and "[1]" in sample.reason
+
+
+def test_a_timeout_wins_over_everything():
+    assert judge([rank(0, "ok"), rank(1, "ok")], timed_out=True).status == "timeout"
+
+
+def test_a_failing_launcher_is_an_error_even_if_ranks_look_fine():
+    assert judge([rank(0, "ok"), rank(1, "ok")], exit_code=1).status == "error"
