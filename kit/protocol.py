@@ -86,6 +86,7 @@ class CommParams(Strict):
     warmup_iters: int = Field(ge=0)
     iters: int = Field(gt=0)
     runs: int = Field(gt=0)
+    seed: int
     timeout_s: int = Field(gt=0)
     env: dict[str, str] = {}
 

@@ -66,3 +66,13 @@ def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, err
     sample, workload = harness.run_process(case_of(smoke_plan))
     assert (sample.status, workload) == (status, None)
     assert str(error) in sample.reason
+
+
+def test_a_self_timing_workload_returns_its_details_as_the_sample(monkeypatch, smoke_plan):
+    module = types.ModuleType("kit_test_measure")
+    module.measure = lambda case, device: {"rows": [{"bytes": 8, "time_us": 1.5}]}
+    monkeypatch.setitem(sys.modules, "kit_test_measure", module)
+    monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_measure")
+    sample, workload = harness.run_process(case_of(smoke_plan))
+    assert (sample.status, workload) == ("ok", None)
+    assert sample.details == {"rows": [{"bytes": 8, "time_us": 1.5}]} and sample.step_s == []

@@ -24,8 +24,10 @@ from kit.protocol import Case
 from kit.workloads.probe import FRAMEWORKS
 from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 
-# Workload kind -> module with `build(case) -> StepWorkload`. Kinds absent here have no
-# workload in this kit version; the executor records their cases as skipped.
+# Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
+# harness times its steps; a workload that times itself (a sweep over message sizes, a
+# profiled step) defines `measure(case, device) -> dict`, the typed details of its sample.
+# Kinds absent here have no workload in this kit version; the runner records them as skipped.
 WORKLOADS = {"train": "kit.workloads.train"}
 
 
@@ -131,7 +133,15 @@ def run_process(case: Case) -> tuple[RankSample, StepWorkload | None]:
     try:
         device = Device(case.device)
         seed_everything(case.params.seed)
-        workload = importlib.import_module(WORKLOADS[case.workload]).build(case)
+        module = importlib.import_module(WORKLOADS[case.workload])
+        if hasattr(module, "measure"):
+            details = module.measure(case, device)
+            sample = RankSample(
+                **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(),
+                details=details, versions=framework_versions(), finished_at=utc_now(),
+            )  # fmt: skip
+            return sample, None
+        workload = module.build(case)
         warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
         measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
         sample = RankSample(
@@ -176,6 +186,6 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_model(args.out / f"rank-{sample.rank}.json", sample)
     print(f"rank {sample.rank}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
     if sample.status == "ok" and workload is not None:
-        workload.close()
+        workload.close()  # measure-style workloads close their process group themselves
     # A failed rank exits non-zero so that the launcher tears down ranks waiting on it.
     sys.exit(EXIT_OK if sample.status in ("ok", "unavailable") else EXIT_FAILED)

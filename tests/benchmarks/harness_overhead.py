@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 
+from kit.cache import torch_extensions_dir
 from kit.metrics import tokens_per_second
 from kit.protocol import build_plan, load_protocol
 from kit.workloads import harness, train
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="steps per block")
     parser.add_argument("--blocks", type=int, default=5, help="alternating blocks per variant")
     args = parser.parse_args()
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(torch_extensions_dir()))
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"}.items():
         os.environ.setdefault(key, value)
 
