@@ -37,11 +37,11 @@ def case_of(smoke_plan):
     return next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
 
 
-def test_warm_up_steps_are_run_but_not_recorded(monkeypatch, smoke_plan):
+def test_warm_up_steps_are_run_but_not_recorded(monkeypatch, smoke_plan, tmp_path):
     workload = CountingWorkload()
     use_workload(monkeypatch, lambda case: workload)
     case = case_of(smoke_plan)
-    sample, _ = harness.run_process(case)
+    sample, _ = harness.run_process(case, tmp_path)
     assert sample.status == "ok"
     assert workload.steps == case.params.warmup_steps + case.params.measured_steps
     assert len(sample.step_s) == case.params.measured_steps and len(sample.warmup_step_s) == case.params.warmup_steps
@@ -58,21 +58,21 @@ def test_warm_up_steps_are_run_but_not_recorded(monkeypatch, smoke_plan):
         (harness.Unavailable("flash-attn is not installed"), "unavailable"),
     ],
 )
-def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, error, status):
+def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, error, status, tmp_path):
     def build(case):
         raise error
 
     use_workload(monkeypatch, build)
-    sample, workload = harness.run_process(case_of(smoke_plan))
+    sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
     assert (sample.status, workload) == (status, None)
     assert str(error) in sample.reason
 
 
-def test_a_self_timing_workload_returns_its_details_as_the_sample(monkeypatch, smoke_plan):
+def test_a_self_timing_workload_returns_its_details_as_the_sample(monkeypatch, smoke_plan, tmp_path):
     module = types.ModuleType("kit_test_measure")
-    module.measure = lambda case, device: {"rows": [{"bytes": 8, "time_us": 1.5}]}
+    module.measure = lambda case, device, out_dir: {"rows": [{"bytes": 8, "time_us": 1.5}]}
     monkeypatch.setitem(sys.modules, "kit_test_measure", module)
     monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_measure")
-    sample, workload = harness.run_process(case_of(smoke_plan))
+    sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
     assert (sample.status, workload) == ("ok", None)
     assert sample.details == {"rows": [{"bytes": 8, "time_us": 1.5}]} and sample.step_s == []

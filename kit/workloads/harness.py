@@ -26,7 +26,8 @@ from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 
 # Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
 # harness times its steps; a workload that times itself (a sweep over message sizes, a
-# profiled step) defines `measure(case, device) -> dict`, the typed details of its sample.
+# profiled step, a served burst) defines `measure(case, device, out_dir) -> dict`, the typed
+# details of its sample; bulky raw data (per-request rows, traces) goes into files in out_dir.
 # Kinds absent here have no workload in this kit version; the runner records them as skipped.
 WORKLOADS = {"train": "kit.workloads.train"}
 
@@ -122,7 +123,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_process(case: Case) -> tuple[RankSample, StepWorkload | None]:
+def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | None]:
     """Build the workload, run warm-up and measured steps, and describe what happened."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -135,7 +136,7 @@ def run_process(case: Case) -> tuple[RankSample, StepWorkload | None]:
         seed_everything(case.params.seed)
         module = importlib.import_module(WORKLOADS[case.workload])
         if hasattr(module, "measure"):
-            details = module.measure(case, device)
+            details = module.measure(case, device, out_dir)
             sample = RankSample(
                 **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(),
                 details=details, versions=framework_versions(), finished_at=utc_now(),
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for this run's rank samples")
     args = parser.parse_args(argv)
     case = Case.model_validate_json(args.case.read_text(encoding="utf-8"))
-    sample, workload = run_process(case)
+    sample, workload = run_process(case, args.out)
     atomic_write_model(args.out / f"rank-{sample.rank}.json", sample)
     print(f"rank {sample.rank}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
     if sample.status == "ok" and workload is not None:
