@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import sys
 from pathlib import Path
@@ -44,6 +45,30 @@ def cli() -> None:
     """
 
 
+@cli.command("doctor")
+@click.option("--profile", help="check the host for this profile (default: paper with GPUs, else smoke)")
+@click.option("--json", "as_json", is_flag=True, help="the fingerprint and the checks, as JSON")
+@click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
+def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
+    """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
+    from kit.fingerprint import gpu_names
+
+    plan = load_plan(profile, gpu_names() if profile is None else [])
+    fingerprint, checks = runner.preflight(plan, redact=redact)
+    if as_json:
+        payload = {"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]}
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        from kit.console import checks_table, console
+
+        topology = fingerprint.topology
+        shape = topology.topology_class.label if topology.topology_class else topology.unavailable or "unknown"
+        console.print(f"profile {plan.profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}")
+        console.print(checks_table(checks))
+    if runner.failing(checks):
+        sys.exit(1)
+
+
 @cli.command("list")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
@@ -80,14 +105,15 @@ def _stop_on_sigterm() -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<time>-<profile>)")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
-def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run) -> None:
+@click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force) -> None:
     """Run cases of the protocol into a run directory."""
-    from kit.console import RichProgress, console, plan_table, summary_table
-    from kit.fingerprint import gpu_names, kit_info
+    from kit.console import RichProgress, checks_table, console, plan_table, summary_table
+    from kit.fingerprint import gpu_names
 
     host = runner.Host(gpu_names=gpu_names())
     if resume_dir:
-        if run_all or stages or case_ids or profile or out:
+        if run_all or stages or case_ids or profile or out or force:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
@@ -120,10 +146,22 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run) -> None:
         run_dir = runner.resume(resume_dir)
     else:
         out = out or runner.default_run_dir(plan.profile)
-        try:
-            run_dir = runner.start_run(plan, cases, out, host, kit_info(), runner.current_argv(), executor=None)
-        except FileExistsError as exc:
-            raise UsageFailure(str(exc)) from None
+        if (out / "run.json").exists():
+            raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
+        console.print("checking the environment (kit doctor)...")
+        fingerprint, checks = runner.preflight(plan)
+        failed = runner.failing(checks)
+        if failed and not force:
+            console.print(checks_table(checks))
+            names = ", ".join(check.name for check in failed)
+            console.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
+            sys.exit(1)
+        run_dir = runner.start_run(
+            plan, cases, out, host, runner.current_argv(), executor=None,
+            fingerprint=fingerprint, checks=checks, forced=bool(failed),
+        )  # fmt: skip
+        if failed:
+            console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
     console.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), already_done=len(finished)) as progress:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kit import runner
+from kit.environment import Check
 from kit.protocol import Case
 from kit.results import Result
 
 console = Console(stderr=True)
+CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
 
 
@@ -39,6 +42,26 @@ def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset()) 
     return table
 
 
+def checks_table(checks: list[Check]) -> Table:
+    """`kit doctor`: one row per expectation, with what to do about a violation."""
+    # A reason shared by many skipped checks (no NVML on this host) is said once, not per row.
+    reasons = Counter(check.observed for check in checks if check.status == "skip")
+    shared = [reason for reason, count in reasons.items() if count > 2]
+    caption = "\n".join(f"skipped ({reasons[r]} checks): {r}" for r in shared) or None
+    table = Table(title="Environment checks", title_justify="left", caption=caption, caption_justify="left")
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("observed", max_width=40)
+    table.add_column("expected", max_width=30)
+    table.add_column("what to do", max_width=50)
+    for check in checks:
+        style = CHECK_STYLE[check.status]
+        remedy = check.remedy if check.status in ("fail", "warn") else ""
+        observed = "(see below)" if check.status == "skip" and check.observed in shared else check.observed
+        table.add_row(check.name, f"[{style}]{check.status}[/]", observed, check.expected, remedy)
+    return table
+
+
 def figure(result: Result, name: str, scale: float = 1.0, digits: int = 1) -> str:
     metric = result.metrics.get(name)
     if metric is None:
@@ -50,7 +73,8 @@ def figure(result: Result, name: str, scale: float = 1.0, digits: int = 1) -> st
 def summary_table(results: list[Result]) -> Table:
     table = Table(title="Results", title_justify="left")
     table.add_column("case", no_wrap=True)
-    for column in ("status", "tokens/s (mean ± std)", "peak memory GiB", "runs"):
+    table.add_column("status", no_wrap=True, min_width=11)
+    for column in ("tokens/s (mean ± std)", "peak memory GiB", "runs"):
         table.add_column(column, no_wrap=True)
     table.add_column("reason", max_width=60)
     for result in results:

@@ -21,6 +21,7 @@ import re
 import secrets
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -493,6 +494,17 @@ def read_probe_output(stdout: str) -> ImageProbe:
     if not lines:
         raise ValueError("the image probe printed nothing")
     return ImageProbe.model_validate_json(lines[-1])
+
+
+def probe_this_python() -> ImageProbe | None:
+    """The probe run in this Python, which is the "image" of the local executor; None if it fails."""
+    stdout, problem = _run([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
+    if problem:
+        return None
+    try:
+        return read_probe_output(stdout)
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 Layout:
     RUN_DIR/run.json                      what was asked, by which kit, on which host, when
+    RUN_DIR/fingerprint.json              the environment before the run (after: fingerprint-after.json)
     RUN_DIR/cases/<case-id>/case.json     the fully resolved case the workload ran
     RUN_DIR/cases/<case-id>/result.json   status, metrics and every sample (written last)
     RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
 from kit.protocol import Case, Plan
 
@@ -113,6 +115,9 @@ class RunInfo(BaseModel):
     finished_at: str | None = None
     resumed_at: list[str] = []
     status: Literal["running", "finished", "interrupted"] = "running"
+    checks: list[Check] = []  # the environment checks before the run (fingerprint.json)
+    forced: bool = False  # started with --force despite failing checks
+    findings: list[Finding] = []  # drift between fingerprint.json and fingerprint-after.json
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -143,6 +148,14 @@ class RunDir:
     @property
     def info_path(self) -> Path:
         return self.root / "run.json"
+
+    @property
+    def fingerprint_path(self) -> Path:
+        return self.root / "fingerprint.json"
+
+    @property
+    def fingerprint_after_path(self) -> Path:
+        return self.root / "fingerprint-after.json"
 
     def case_dir(self, case_id: str) -> Path:
         return self.root / "cases" / case_id

@@ -17,9 +17,10 @@ from pathlib import Path
 import kit
 from kit import metrics
 from kit.execute import choose as choose_executor
-from kit.fingerprint import KitInfo
+from kit.environment import Check, drift, evaluate, load_expectations
+from kit.fingerprint import Fingerprint, collect, probe_this_python
 from kit.protocol import Case, Plan
-from kit.results import Result, RunDir, RunInfo, RunSample, utc_now
+from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
 from kit.workloads.harness import WORKLOADS
 
 
@@ -67,15 +68,42 @@ def host_summary(host: Host) -> dict:
     }
 
 
+def expected_gpus(plan: Plan) -> int | None:
+    """The GPU count a GPU profile needs (its largest case); None for a CPU profile."""
+    counts = [case.gpus for case in plan.cases if case.device == "cuda"]
+    return max(counts) if counts else None
+
+
+def preflight(plan: Plan, redact: bool = False) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python) and check it for the plan."""
+    fingerprint = collect(redact=redact, image_probe=probe_this_python())
+    return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
+
+
+def failing(checks: list[Check]) -> list[Check]:
+    return [check for check in checks if check.status == "fail"]
+
+
 def start_run(
-    plan: Plan, selected: list[Case], out: Path, host: Host, identity: KitInfo, argv: list[str], executor: str | None
+    plan: Plan,
+    selected: list[Case],
+    out: Path,
+    host: Host,
+    argv: list[str],
+    executor: str | None,
+    fingerprint: Fingerprint,
+    checks: list[Check],
+    forced: bool,
 ) -> RunDir:
     run = RunDir(out)
     if run.info_path.exists():
         raise FileExistsError(f"{out} already holds a run; use --resume {out} or another --out")
+    atomic_write_model(run.fingerprint_path, fingerprint)
     info = RunInfo(
         run_id=out.name,
-        kit=identity,
+        kit=fingerprint.kit,
+        checks=checks,
+        forced=forced,
         profile=plan.profile,
         plan=plan,
         selected=[case.id for case in selected],
@@ -153,6 +181,10 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
         info.status = "interrupted"
         run.write_info(info)
         raise
+    after = collect()
+    atomic_write_model(run.fingerprint_after_path, after)
+    before = Fingerprint.model_validate_json(run.fingerprint_path.read_text(encoding="utf-8"))
+    info.findings = drift(before, after)
     info.status, info.finished_at = "finished", utc_now()
     run.write_info(info)
     run.write_sums()

@@ -43,3 +43,36 @@ def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
 def test_resume_needs_a_run_directory(tmp_path):
     done = kit("run", "--resume", str(tmp_path))
     assert done.returncode == 2 and "not a run directory" in done.stderr
+
+
+def test_doctor_passes_on_this_host_for_the_profile_it_would_run():
+    done = kit("doctor")
+    assert done.returncode == 0, done.stderr
+    assert "gpu_count_matches_profile" in done.stderr
+
+
+def test_doctor_fails_when_the_profile_needs_gpus_the_host_lacks():
+    done = kit("doctor", "--profile", "paper", "--json")
+    assert done.returncode == 1
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["gpu_count_matches_profile"]["status"] == "fail"
+    assert checks["gpu_count_matches_profile"]["expected"].startswith("8 GPUs")
+
+
+def test_run_refuses_to_start_on_a_failing_check_and_creates_nothing(tmp_path):
+    done = kit("run", "--all", "--profile", "paper", "--out", str(tmp_path / "run"))
+    assert done.returncode == 1
+    assert "refusing to start" in done.stderr and "gpu_count_matches_profile" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_forced_run_records_the_force_both_fingerprints_and_skips_what_cannot_run(tmp_path):
+    run = tmp_path / "run"
+    done = kit("run", "--stage", "pretrain", "--profile", "paper", "--out", str(run), "--force")
+    assert done.returncode == 0, done.stderr[-2000:]
+    info = json.loads((run / "run.json").read_text())
+    assert info["forced"] is True and info["status"] == "finished"
+    assert any(c["name"] == "gpu_count_matches_profile" and c["status"] == "fail" for c in info["checks"])
+    assert (run / "fingerprint.json").is_file() and (run / "fingerprint-after.json").is_file()
+    result = json.loads((run / "cases" / "pretrain.llama2-7b.naive.g8" / "result.json").read_text())
+    assert result["status"] == "skipped" and "needs 8 GPUs" in result["reason"]
