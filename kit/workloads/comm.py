@@ -1,0 +1,307 @@
+"""Communication micro-benchmarks: one collective swept over message sizes (paper, Sec. VI).
+
+Two backends, chosen by the case:
+- `torch`: torch.distributed in the processes the launcher started (gloo on CPU, NCCL on GPU),
+  the framework's own view of the collectives. For each size: one call checked against the
+  expected values, warm-up calls, a barrier, then each timed call on its own (device
+  synchronised before and after); an iteration lasts as long as its slowest rank, and a row
+  reports the median and the spread of those times.
+- `nccl-tests`: NVIDIA's `<collective>_perf` binary on all the case's GPUs from rank 0
+  (`-g <gpus>`), its text output parsed by kit.comm. The binary is looked up in
+  $KIT_NCCL_TESTS_DIR (set by the comm image), then on PATH; without it the case is
+  `unavailable`. Its raw output is kept beside the rank sample.
+Wrong elements (or nccl-tests' "Out of bounds values: N FAILED") make the case an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from kit.comm import (
+    COLLECTIVES,
+    CommRow,
+    CommSweep,
+    Timing,
+    TopologyFacts,
+    algorithm_bandwidth_gbps,
+    buffer_layout,
+    bus_bandwidth_factor,
+    message_sizes,
+    parse_nccl_tests,
+    spread,
+)
+from kit.protocol import Case
+from kit.results import atomic_write_text
+from kit.workloads.harness import Device, Unavailable
+
+NCCL_TESTS_DIR_ENV = "KIT_NCCL_TESTS_DIR"
+# nccl-tests' -d names (src/common.cu, test_typenames) for the kit's dtypes.
+NCCL_TESTS_DTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
+TORCH_TIME_STATISTIC = "median over the timed iterations of each iteration's slowest rank"
+NCCL_TESTS_TIME_STATISTIC = "mean over the timed iterations, averaged over the ranks (nccl-tests' default -a 1)"
+
+
+class CommFailure(RuntimeError):
+    """The collective returned wrong data: the measurement is of something broken."""
+
+
+def measure(case: Case, device: Device, out_dir: Path) -> dict:
+    if case.params.collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {case.params.collective!r}")
+    if case.params.backend == "nccl-tests":
+        return nccl_tests_sweep(case, device, out_dir)
+    return torch_sweep(case, device, out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.distributed
+# ---------------------------------------------------------------------------------------------
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+class _Buffers:
+    """The tensors of one size, filled so that every rank knows what it must receive:
+    rank r contributes the value r + 1."""
+
+    def __init__(self, name: str, count: int, ranks: int, rank: int, dtype, where):
+        import torch
+
+        self.name, self.ranks, self.rank, self.count = name, ranks, rank, count
+        # Input and output lengths, nccl-tests' layout: AllGather gathers n inputs of `count`,
+        # ReduceScatter scatters an input of n x `count`, AlltoAll exchanges n chunks of `count`.
+        lengths = {
+            "all_gather": (count, count * ranks),
+            "reduce_scatter": (count * ranks, count),
+            "alltoall": (count * ranks, count * ranks),
+        }
+        in_length, out_length = lengths.get(name, (count, None))
+        self.input = torch.empty(in_length, dtype=dtype, device=where)
+        self.output = None if out_length is None else torch.empty(out_length, dtype=dtype, device=where)
+
+    def fill(self) -> None:
+        self.input.fill_(self.rank + 1)
+        if self.output is not None:
+            self.output.zero_()
+
+    def call(self) -> None:
+        import torch.distributed as dist
+
+        if self.name == "all_reduce":
+            dist.all_reduce(self.input, op=dist.ReduceOp.SUM)
+        elif self.name == "all_gather":
+            dist.all_gather_into_tensor(self.output, self.input)
+        elif self.name == "reduce_scatter":
+            dist.reduce_scatter_tensor(self.output, self.input, op=dist.ReduceOp.SUM)
+        elif self.name == "reduce":
+            dist.reduce(self.input, dst=0, op=dist.ReduceOp.SUM)
+        elif self.name == "broadcast":
+            dist.broadcast(self.input, src=0)
+        elif self.name == "alltoall":
+            dist.all_to_all_single(self.output, self.input)
+
+    def wrong(self) -> int:
+        """Elements of this rank's result that differ from the expected values (small integers,
+        exact in every dtype the kit uses)."""
+        import torch
+
+        total = self.ranks * (self.ranks + 1) / 2
+        if self.name == "all_reduce":
+            result, expected = self.input, torch.full_like(self.input, total)
+        elif self.name == "reduce":
+            if self.rank != 0:
+                return 0  # only the root's buffer is defined
+            result, expected = self.input, torch.full_like(self.input, total)
+        elif self.name == "broadcast":
+            result, expected = self.input, torch.ones_like(self.input)
+        elif self.name == "reduce_scatter":
+            result, expected = self.output, torch.full_like(self.output, total)
+        else:  # all_gather, alltoall: chunk j comes from rank j
+            result = self.output
+            values = torch.arange(1, self.ranks + 1, dtype=self.output.dtype, device=self.output.device)
+            expected = values.repeat_interleave(self.count)
+        return int((result != expected).sum().item())
+
+
+def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    params = case.params
+    backend = "nccl" if device.kind == "cuda" else "gloo"
+    dist.init_process_group(backend)
+    try:
+        rank, ranks = dist.get_rank(), dist.get_world_size()
+        where = torch.device("cuda", torch.cuda.current_device()) if device.kind == "cuda" else torch.device("cpu")
+        dtype = _torch_dtype(params.dtype)
+        element_bytes = torch.empty((), dtype=dtype).element_size()
+        placement = COLLECTIVES[params.collective].torch_placement
+        rows = []
+        for requested in message_sizes(params.min_bytes, params.max_bytes, params.step_factor):
+            layout = buffer_layout(params.collective, requested, ranks, element_bytes)
+            buffers = _Buffers(params.collective, layout.count, ranks, rank, dtype, where)
+            buffers.fill()
+            buffers.call()
+            device.synchronize()
+            wrong = torch.tensor([buffers.wrong()], dtype=torch.int64, device=where)
+            dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
+            for _ in range(params.warmup_iters):
+                buffers.call()
+            device.synchronize()
+            dist.barrier()
+            times = []
+            for _ in range(params.iters):
+                device.synchronize()
+                start = time.perf_counter()
+                buffers.call()
+                device.synchronize()
+                times.append(time.perf_counter() - start)
+            slowest = torch.tensor(times, dtype=torch.float64, device=where)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            stats = spread(slowest.tolist())
+            timing = Timing(
+                time_us=stats["median"] * 1e6,
+                algbw_gbps=algorithm_bandwidth_gbps(layout.size_bytes, stats["median"]),
+                busbw_gbps=algorithm_bandwidth_gbps(layout.size_bytes, stats["median"])
+                * bus_bandwidth_factor(params.collective, ranks),
+                wrong=int(wrong.item()),
+                time_us_min=stats["min"] * 1e6,
+                time_us_p25=stats["p25"] * 1e6,
+                time_us_p75=stats["p75"] * 1e6,
+                time_us_max=stats["max"] * 1e6,
+            )
+            rows.append(CommRow(
+                size_bytes=layout.size_bytes,
+                count=layout.count,
+                dtype=params.dtype,
+                redop="sum" if params.collective in ("all_reduce", "reduce_scatter", "reduce") else None,
+                root=0 if params.collective in ("reduce", "broadcast") else None,
+                **{"in_place" if placement == "in-place" else "out_of_place": timing},
+            ))  # fmt: skip
+        sweep = CommSweep(
+            collective=params.collective,
+            backend=f"torch-{backend}",
+            ranks=ranks,
+            dtype=params.dtype,
+            warmup_iters=params.warmup_iters,
+            iters=params.iters,
+            time_statistic=TORCH_TIME_STATISTIC,
+            rows=rows,
+            device_names=[device.name],
+            topology=topology_facts(ranks) if device.kind == "cuda" and rank == 0 else None,
+        )
+        if sweep.failure:
+            name = f"failed-sweep-rank-{rank}.json"
+            atomic_write_text(out_dir / name, sweep.model_dump_json(indent=2) + "\n")
+            raise CommFailure(f"{params.collective} returned wrong data: {sweep.failure} (rows in {name})")
+        dist.barrier()
+        return sweep.model_dump(mode="json")
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU links, as the workload sees them
+# ---------------------------------------------------------------------------------------------
+
+
+def _nvidia_smi(*args: str) -> str:
+    done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr or done.stdout).strip()[:300] or f"exit code {done.returncode}")
+    return done.stdout
+
+
+def topology_facts(ranks: int) -> TopologyFacts:
+    """The topology class of the host (kit.fingerprint's reading of `nvidia-smi topo -m`) and
+    the slowest maximum PCIe link of its first `ranks` GPUs; what cannot be read is said."""
+    from kit.fingerprint import classify_topology, parse_topology_matrix
+
+    facts = TopologyFacts()
+    try:
+        topology = classify_topology(parse_topology_matrix(_nvidia_smi("topo", "-m")))
+        facts.interconnect, facts.gpu_count, facts.label = topology.interconnect, topology.gpu_count, topology.label
+    except Exception as exc:  # noqa: BLE001 - recorded, the bound then says it is unknown
+        facts.unavailable = f"nvidia-smi topo -m: {type(exc).__name__}: {exc}"
+        return facts
+    try:
+        query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
+        links = [line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()]
+        links = [(int(gen), int(width)) for gen, width in links[:ranks]]
+        facts.pcie_generation = min(gen for gen, _ in links)
+        facts.pcie_lanes = min(width for _, width in links)
+    except Exception as exc:  # noqa: BLE001
+        facts.unavailable = f"PCIe link query: {type(exc).__name__}: {exc}"
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
+# nccl-tests
+# ---------------------------------------------------------------------------------------------
+
+
+def nccl_tests_binary(collective: str) -> Path:
+    name = COLLECTIVES[collective].nccl_tests_binary
+    configured = os.environ.get(NCCL_TESTS_DIR_ENV)
+    if configured and (Path(configured) / name).is_file():
+        return Path(configured) / name
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    where = f"${NCCL_TESTS_DIR_ENV} ({configured})" if configured else f"${NCCL_TESTS_DIR_ENV} (not set)"
+    raise Unavailable(f"nccl-tests binary {name} not found in {where} nor on PATH; it ships in the comm image")
+
+
+def nccl_tests_command(case: Case, binary: Path) -> list[str]:
+    params = case.params
+    return [
+        str(binary),
+        "-b", str(params.min_bytes), "-e", str(params.max_bytes), "-f", str(params.step_factor),
+        "-g", str(case.gpus), "-w", str(params.warmup_iters), "-n", str(params.iters),
+        "-d", NCCL_TESTS_DTYPES[params.dtype], "-c", "1",
+    ]  # fmt: skip
+
+
+def nccl_tests_sweep(case: Case, device: Device, out_dir: Path) -> dict:
+    """Rank 0 runs the binary over all the case's GPUs; the other ranks only say so."""
+    binary = nccl_tests_binary(case.params.collective)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return {"role": f"idle: rank 0 runs {binary.name} on all {case.gpus} GPUs"}
+    command = nccl_tests_command(case, binary)
+    done = subprocess.run(command, capture_output=True, text=True)
+    raw_name = f"{binary.name}.out.txt"
+    atomic_write_text(out_dir / raw_name, done.stdout + (f"\n--- stderr ---\n{done.stderr}" if done.stderr else ""))
+    if done.returncode != 0:
+        raise RuntimeError(f"{binary.name} exited with {done.returncode}: {done.stderr.strip()[-500:]} (output in {raw_name})")
+    parsed = parse_nccl_tests(done.stdout)
+    if not parsed.rows:
+        raise RuntimeError(f"{binary.name} printed no result rows (output in {raw_name})")
+    if parsed.failure:
+        raise CommFailure(f"{binary.name}: {parsed.failure} (output in {raw_name})")
+    sweep = CommSweep(
+        collective=case.params.collective,
+        backend="nccl-tests",
+        ranks=len(parsed.ranks) or case.gpus,
+        dtype=case.params.dtype,
+        warmup_iters=case.params.warmup_iters,
+        iters=case.params.iters,
+        time_statistic=NCCL_TESTS_TIME_STATISTIC,
+        rows=parsed.rows,
+        device_names=sorted(set(parsed.devices)) or [device.name],
+        topology=topology_facts(case.gpus),
+        out_of_bounds=parsed.out_of_bounds,
+        out_of_bounds_failed=parsed.out_of_bounds_failed,
+        avg_busbw_gbps=parsed.avg_busbw_gbps,
+        command=command,
+        raw_output_file=raw_name,
+        unparsed=parsed.unparsed,
+    )
+    return sweep.model_dump(mode="json")
