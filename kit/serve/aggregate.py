@@ -1,0 +1,227 @@
+"""Serving metrics, defined once: per-request latencies and the aggregates of a burst.
+
+Definitions (the same as vLLM's `benchmark_serving` and NVIDIA AIPerf use, so figures compare):
+- TTFT: from sending the request to the first event carrying generated output.
+- ITL (inter-token latency): the gaps between successive output-carrying events of a request.
+- TPOT: (end-to-end latency - TTFT) / (output tokens - 1), for requests with 2+ output tokens.
+- End-to-end latency: from sending the request to the end of its stream.
+- Duration: from the burst's release (t=0) to the end of the last request, finished or failed.
+- Throughputs over that duration: successful requests/s, their output tokens/s, and their input
+  plus output tokens/s.
+- Percentiles: linear interpolation between closest ranks (Hyndman & Fan type 7, numpy's
+  default), so p50 of [1, 2, 3, 4] is 2.5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation (type 7)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class RequestRecord(BaseModel):
+    """One request of the burst, as requests.jsonl stores it (times in seconds)."""
+
+    index: int
+    input_tokens: int  # counted by the served tokenizer when the prompt was built
+    server_prompt_tokens: int | None = None  # the engine's own count, where it reports one
+    sent_at: float  # since the burst's release
+    ended_at: float | None = None  # since the burst's release: finished, failed or cancelled
+    ttft: float | None = None
+    itl: list[float] = []
+    latency: float | None = None  # end to end, None when the request never ended
+    output_tokens: int = 0
+    output_tokens_source: str = "none"  # "server" (the engine's count) or "events" (counted here)
+    token_events: int = 0
+    status: int | None = None  # HTTP status
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.latency is not None
+
+    @property
+    def tpot(self) -> float | None:
+        if not self.ok or self.ttft is None or self.output_tokens < 2:
+            return None
+        return (self.latency - self.ttft) / (self.output_tokens - 1)
+
+
+class Distribution(BaseModel):
+    mean: float
+    median: float
+    p90: float
+    p99: float
+    min: float
+    max: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Distribution | None":
+        if not values:
+            return None
+        return cls(
+            mean=sum(values) / len(values),
+            median=percentile(values, 50),
+            p90=percentile(values, 90),
+            p99=percentile(values, 99),
+            min=min(values),
+            max=max(values),
+            n=len(values),
+        )
+
+
+class ClientLoad(BaseModel):
+    """What the load generator itself cost, measured during the burst."""
+
+    cpu_s: float  # CPU time of the client's process over the burst
+    wall_s: float
+    events: int  # SSE events parsed
+    dispatch_s: float  # from the release to the last request put on the wire
+    loop_lag_p99_s: float  # how late a 10 ms timer fired in the client's event loop (p99)
+    loop_lag_max_s: float
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cpu_us_per_event(self) -> float:
+        return 1e6 * self.cpu_s / self.events if self.events else 0.0
+
+
+class Saturation(BaseModel):
+    """Whether the client, not the server, may have limited the measurement, and why."""
+
+    client_limited: bool
+    reasons: list[str]
+    cpu_share: float
+    cpu_us_per_event: float
+
+
+# Thresholds of the saturation check. The client is one asyncio thread: at ~1 core it cannot go
+# faster; a late timer means events waited in the client before being time-stamped; a burst
+# that took long to put on the wire was not "all at once".
+CPU_SHARE_LIMIT = 0.9
+LAG_SHARE_OF_ITL = 0.1  # p99 loop lag above 10 % of the median inter-token latency
+LAG_FLOOR_S = 0.005  # ... and above 5 ms, below which timer jitter dominates
+DISPATCH_SHARE_LIMIT = 0.05  # the last request sent later than 5 % of the burst's duration
+
+
+def saturation(load: ClientLoad, median_itl: float | None, duration: float) -> Saturation:
+    reasons = []
+    if load.cpu_share >= CPU_SHARE_LIMIT:
+        reasons.append(f"client used {load.cpu_share:.0%} of a core during the burst")
+    if median_itl and load.loop_lag_p99_s > max(LAG_FLOOR_S, LAG_SHARE_OF_ITL * median_itl):
+        reasons.append(
+            f"client event loop lagged {1e3 * load.loop_lag_p99_s:.1f} ms (p99), "
+            f"more than 10 % of the median inter-token latency ({1e3 * median_itl:.1f} ms)"
+        )
+    if duration > 0 and load.dispatch_s > DISPATCH_SHARE_LIMIT * duration:
+        reasons.append(
+            f"the burst took {load.dispatch_s:.3f} s to send, {load.dispatch_s / duration:.0%} of its duration"
+        )
+    return Saturation(
+        client_limited=bool(reasons), reasons=reasons, cpu_share=load.cpu_share, cpu_us_per_event=load.cpu_us_per_event
+    )
+
+
+class BurstAggregates(BaseModel):
+    """The figures of one burst, every one computed from its RequestRecords."""
+
+    requests: int
+    completed: int
+    errors: int
+    duration_s: float
+    request_throughput: float  # completed requests / s
+    output_throughput: float  # output tokens of completed requests / s
+    total_token_throughput: float  # input + output tokens of completed requests / s
+    input_tokens: int
+    output_tokens: int
+    ttft_s: Distribution | None
+    tpot_s: Distribution | None
+    itl_s: Distribution | None
+    latency_s: Distribution | None
+    error_kinds: dict[str, int] = {}
+
+
+def aggregate(records: Sequence[RequestRecord], duration: float) -> BurstAggregates:
+    done = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    output = sum(r.output_tokens for r in done)
+    inputs = sum(r.input_tokens for r in done)
+    kinds: dict[str, int] = {}
+    for record in failed:
+        kind = (record.error or "unfinished").split(":")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    per_second = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
+    return BurstAggregates(
+        requests=len(records),
+        completed=len(done),
+        errors=len(failed),
+        duration_s=duration,
+        request_throughput=per_second(len(done)),
+        output_throughput=per_second(output),
+        total_token_throughput=per_second(inputs + output),
+        input_tokens=inputs,
+        output_tokens=output,
+        ttft_s=Distribution.of([r.ttft for r in done if r.ttft is not None]),
+        tpot_s=Distribution.of([r.tpot for r in done if r.tpot is not None]),
+        itl_s=Distribution.of([gap for r in done for gap in r.itl]),
+        latency_s=Distribution.of([r.latency for r in done]),
+        error_kinds=kinds,
+    )
+
+
+# Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
+# burst), which `aggregate` computed from the run's requests.jsonl rows.
+SERVE_FIGURES = {
+    "request_throughput": ("requests/s", lambda a: a["request_throughput"]),
+    "output_throughput": ("tokens/s", lambda a: a["output_throughput"]),
+    "total_token_throughput": ("tokens/s", lambda a: a["total_token_throughput"]),
+    "duration_s": ("s", lambda a: a["duration_s"]),
+    **{
+        f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
+        for name in ("ttft", "tpot", "latency")
+        for stat in ("mean", "median", "p90", "p99")
+    },
+}
+
+
+def serve_case_metrics(case, runs) -> tuple[dict, list[str]]:
+    from kit.metrics import summarize
+
+    driver = [next(rank for rank in run.ranks if rank.rank == 0) for run in runs]
+    found, notes = {}, []
+    for name, (unit, pick) in SERVE_FIGURES.items():
+        values = []
+        for rank in driver:
+            try:
+                values.append(float(pick(rank.details["aggregates"])))
+            except (KeyError, TypeError):
+                break
+        found[name] = summarize(values, unit) if len(values) == len(driver) else None
+    for index, rank in enumerate(driver, start=1):
+        verdict = rank.details.get("saturation", {})
+        if verdict.get("client_limited"):
+            notes.append(f"run {index}: the client may have limited throughput: {'; '.join(verdict['reasons'])}")
+        short = rank.details.get("short_outputs")
+        if short:
+            notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
+    engine_note = driver[0].details.get("ignore_eos_note") if driver else None
+    if engine_note:
+        notes.append(engine_note)
+    return found, notes

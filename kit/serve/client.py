@@ -1,0 +1,158 @@
+"""The load generator: the burst as the paper sends it, every request released at t=0.
+
+One asyncio event loop over aiohttp (the HTTP client vLLM's `benchmark_serving` and NVIDIA
+AIPerf use too), one streaming request per prompt, no cap on open connections. Each event is
+time-stamped as the client reads it; the client measures what it costs itself (CPU time, event
+loop lag, how long the burst took to send) so that `aggregate.saturation` can tell when the
+client, not the server, limited the measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from kit.protocol import ServeParams
+from kit.serve.aggregate import ClientLoad, RequestRecord, percentile
+from kit.serve.engines import Engine
+from kit.serve.sse import EventFramer
+
+LAG_TICK_S = 0.01
+READ_CHUNK = 1 << 16
+
+
+class Burst:
+    """One burst against one engine: its records, the client's own load, and its duration."""
+
+    def __init__(self, records: list[RequestRecord], load: ClientLoad, duration: float):
+        self.records, self.load, self.duration = records, load, duration
+
+
+async def _one_request(
+    session, url: str, body: dict, engine: Engine, record: RequestRecord, t0: float, counters: dict
+) -> None:
+    """One streamed request; the hot loop keeps its figures in locals and writes the record once."""
+    framer = EventFramer()
+    parse = engine.parse
+    start = time.perf_counter()
+    record.sent_at = start - t0
+    counters["last_sent"] = max(counters["last_sent"], record.sent_at)
+    first = last = None
+    gaps: list[float] = []
+    token_events = events = 0
+    server_tokens = prompt_tokens = error = None
+    try:
+        async with session.post(url, json=body) as response:
+            record.status = response.status
+            if response.status != 200:
+                error = f"http {response.status}: {(await response.text())[:300]}"
+                return
+            async for chunk in response.content.iter_chunked(READ_CHUNK):
+                now = time.perf_counter()
+                for data in framer.feed(chunk):
+                    events += 1
+                    event = parse(data)
+                    if event.error:
+                        error = f"engine: {event.error}"[:300]
+                    if event.prompt_tokens is not None:
+                        prompt_tokens = event.prompt_tokens
+                    if event.output_tokens is not None:
+                        server_tokens = event.output_tokens
+                    if event.token_events:
+                        token_events += event.token_events
+                        if last is None:
+                            first = now
+                        else:
+                            gaps.append(now - last)
+                        last = now
+            for data in framer.close():
+                events += 1
+                event = parse(data)
+                if event.output_tokens is not None:
+                    server_tokens = event.output_tokens
+        if error is None:
+            record.latency = time.perf_counter() - start
+    except asyncio.CancelledError:
+        error = "timeout: the burst's deadline passed before this request ended"
+        raise
+    except Exception as exc:  # a dead engine shows as a reset or truncated stream
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        record.ended_at = time.perf_counter() - t0
+        record.error, record.server_prompt_tokens = error, prompt_tokens
+        record.ttft = first - start if first is not None else None
+        record.itl, record.token_events = gaps, token_events
+        counters["events"] += events
+        if server_tokens is not None:
+            record.output_tokens, record.output_tokens_source = server_tokens, "server"
+        else:
+            record.output_tokens, record.output_tokens_source = token_events, "events"
+        if counters.get("on_end"):
+            counters["on_end"](record)
+
+
+async def _loop_lag(samples: list[float], stop: asyncio.Event) -> None:
+    """How late a LAG_TICK_S timer fires: the time events wait before the client sees them."""
+    while not stop.is_set():
+        before = time.perf_counter()
+        await asyncio.sleep(LAG_TICK_S)
+        samples.append(max(0.0, time.perf_counter() - before - LAG_TICK_S))
+
+
+async def _burst(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    on_end: Callable[[RequestRecord], None] | None,
+) -> Burst:
+    import aiohttp
+
+    records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
+    requests = [engine.request(prompt, params) for prompt in prompts]  # built before t=0
+    counters = {"events": 0, "last_sent": 0.0, "on_end": on_end}
+    lag: list[float] = []
+    stop = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        monitor = asyncio.create_task(_loop_lag(lag, stop))
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        tasks = [
+            asyncio.create_task(_one_request(session, base_url + path, body, engine, record, t0, counters))
+            for (path, body), record in zip(requests, records)
+        ]
+        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        duration = max((r.ended_at for r in records if r.ended_at is not None), default=0.0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        stop.set()
+        await monitor
+    load = ClientLoad(
+        cpu_s=cpu,
+        wall_s=wall,
+        events=counters["events"],
+        dispatch_s=counters["last_sent"],
+        loop_lag_p99_s=percentile(lag, 99) if lag else 0.0,
+        loop_lag_max_s=max(lag) if lag else 0.0,
+    )
+    return Burst(records, load, duration)
+
+
+def fire_burst(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    on_end: Callable[[RequestRecord], None] | None = None,
+) -> Burst:
+    """Send every prompt at once and read every stream to its end (or until `deadline_s`).
+    `on_end` sees each request as it ends, in the event loop: it must be quick."""
+    return asyncio.run(_burst(base_url, engine, params, prompts, input_tokens, deadline_s, on_end))
