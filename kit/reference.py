@@ -1,0 +1,1096 @@
+"""The paper's published findings as typed relations, and their evaluation on measured runs.
+
+manifests/references/arxiv-2311.03687.yaml states each claim (C1-C27 of PROTOCOL.md) as
+relations between measured quantities (a ratio of two cases' metrics, a scaling efficiency,
+an ordering...) with the published value beside a tolerance. Evaluating a claim on a run gives
+one of four verdicts, always with the measured value next to the published one and the reason:
+
+    consistent      every relation that could be measured holds
+    deviates        a relation is outside its published bound (by how much, which way)
+    not measured    a case or metric the claim needs is not in the run (which ones)
+    not applicable  the claim is about other hardware, needs two platforms, or the run is not
+                    comparable to the reference (smoke); the measured relation is still shown
+
+Everything below the manifest models is a pure function of Results, so tests build runs in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from itertools import product
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from kit.analysis import scaling_efficiency
+from kit.fingerprint import Fingerprint
+from kit.manifest import load_manifest, manifests_dir
+from kit.results import Result, RunInfo
+
+REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
+
+Verdict = Literal["consistent", "deviates", "not measured", "not applicable"]
+VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "not measured", "not applicable")
+
+# `{stage}.{model}.{method}.g{gpus}[.b{batch}]`; comm cases have no model.
+CASE_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)?\.[a-z0-9_+-]+\.g[1-9][0-9]*(\.b[1-9][0-9]*)?$"
+CaseId = Annotated[str, Field(pattern=CASE_ID_PATTERN)]
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+# Units a published value may be written in: each is (dimension, factor to the dimension's base).
+UNITS: dict[str, tuple[str, float]] = {
+    "tokens/s": ("throughput", 1.0),
+    "10^3 tokens/s": ("throughput", 1e3),
+    "GB": ("memory", 1e9),
+    "GiB": ("memory", 2.0**30),
+    "s": ("time", 1.0),
+    "ms": ("time", 1e-3),
+    "us": ("time", 1e-6),
+    "TFLOP/s": ("flops", 1e12),
+    "GB/s": ("bandwidth", 1e9),
+    "fraction": ("fraction", 1.0),
+    "%": ("fraction", 0.01),
+}
+
+
+def _known_unit(unit: str) -> str:
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r} (known: {', '.join(UNITS)})")
+    return unit
+
+
+Unit = Annotated[str, AfterValidator(_known_unit)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Showing numbers
+# ---------------------------------------------------------------------------------------------
+
+
+def format_value(value: float, significant: int = 3, trim: bool = False) -> str:
+    """A number with about `significant` digits and no exponent in the usual range; `trim`
+    drops trailing zeros (for published values, which carry no measurement precision)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= 7 or magnitude < -3:
+        return f"{value:.{significant - 1}e}"
+    text = f"{value:.{max(0, significant - 1 - magnitude)}f}"
+    return text.rstrip("0").rstrip(".") if trim and "." in text else text
+
+
+class Scale(NamedTuple):
+    """How a relation's numbers are shown: fractions as per cent, ratios with x, else a unit."""
+
+    factor: float
+    suffix: str
+    difference_suffix: str
+
+    def show(self, value: float, trim: bool = False) -> str:
+        return f"{format_value(value * self.factor, trim=trim)}{self.suffix}"
+
+    def show_difference(self, value: float, trim: bool = False) -> str:
+        return f"{format_value(abs(value) * self.factor, trim=trim)}{self.difference_suffix}"
+
+
+TIMES = Scale(1.0, " ×", "")
+PERCENT = Scale(100.0, " %", " points")
+
+
+def unit_scale(unit: str | None) -> Scale:
+    if unit in ("fraction", "%"):
+        return PERCENT
+    if unit is None:
+        return Scale(1.0, "", "")
+    return Scale(1.0, f" {unit}", f" {unit}")
+
+
+METRIC_LABELS = {
+    "tokens_per_s": "tokens/s",
+    "step_time_s": "step time",
+    "peak_memory_gib": "peak memory",
+    "achieved_tflops": "achieved TFLOP/s",
+    "mfu": "MFU",
+}
+
+
+def metric_label(metric: str) -> str:
+    """The kit's own metrics in words; metrics of stages still to come keep their names."""
+    return METRIC_LABELS.get(metric, metric)
+
+
+def convert(value: float, from_unit: str, to_unit: str) -> float | None:
+    """`value` in `from_unit` expressed in `to_unit`; None when the two measure different things."""
+    if from_unit == to_unit:
+        return value
+    if from_unit not in UNITS or to_unit not in UNITS:
+        return None
+    (from_dim, from_factor), (to_dim, to_factor) = UNITS[from_unit], UNITS[to_unit]
+    return value * from_factor / to_factor if from_dim == to_dim else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference manifest
+# ---------------------------------------------------------------------------------------------
+
+
+class Strict(BaseModel):
+    """Reference data rejects unknown keys: a misspelt bound must not silently vanish."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlatformSpec(Strict):
+    """How a run's GPUs are recognised as one of the paper's platforms."""
+
+    label: str
+    device_name_contains: tuple[str, ...] = Field(min_length=1)
+    interconnect: Literal["nvlink", "pcie", "any"] = "any"
+
+
+class Published(Strict):
+    """The published value as a bound: value +- tolerance, a range, or a one-sided limit."""
+
+    value: float | None = None
+    tolerance: float | None = Field(default=None, ge=0)
+    between: tuple[float, float] | None = None
+    at_least: float | None = None
+    at_most: float | None = None
+    unit: Unit | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Published:
+        forms = [self.value is not None, self.between is not None, self.at_least is not None, self.at_most is not None]
+        if sum(forms) != 1:
+            raise ValueError("give exactly one of value (with tolerance), between, at_least, at_most")
+        if (self.value is None) != (self.tolerance is None):
+            raise ValueError("value and tolerance go together")
+        if self.between is not None and self.between[0] > self.between[1]:
+            raise ValueError("between: the lower bound comes first")
+        return self
+
+    @property
+    def low(self) -> float:
+        if self.value is not None:
+            return self.value - self.tolerance  # type: ignore[operator]
+        if self.between is not None:
+            return self.between[0]
+        return self.at_least if self.at_least is not None else -math.inf
+
+    @property
+    def high(self) -> float:
+        if self.value is not None:
+            return self.value + self.tolerance  # type: ignore[operator]
+        if self.between is not None:
+            return self.between[1]
+        return self.at_most if self.at_most is not None else math.inf
+
+    def holds(self, measured: float) -> bool:
+        return self.low <= measured <= self.high
+
+    def describe(self, scale: Scale) -> str:
+        if self.value is not None:
+            return f"{scale.show(self.value, trim=True)} ± {scale.show_difference(self.tolerance or 0, trim=True)}"
+        if self.between is not None:
+            return f"{scale.show(self.between[0], trim=True)} to {scale.show(self.between[1], trim=True)}"
+        if self.at_least is not None:
+            return f"at least {scale.show(self.at_least, trim=True)}"
+        return f"at most {scale.show(self.at_most, trim=True)}"  # type: ignore[arg-type]
+
+    def deviation(self, measured: float, scale: Scale) -> str:
+        """How far outside the bound a measured value lies, and in which direction."""
+        above = measured > self.high
+        edge = self.high if above else self.low
+        direction = "above" if above else "below"
+        if self.value is not None:
+            relative = (measured - self.value) / self.value if self.value else math.nan
+            share = f" ({relative:+.0%})".replace("-", "−").replace("%", " %") if math.isfinite(relative) else ""
+            return (
+                f"{scale.show_difference(measured - self.value)} {direction} the published "
+                f"{scale.show(self.value, trim=True)}{share}, outside "
+                f"± {scale.show_difference(self.tolerance or 0, trim=True)}"
+            )
+        return f"{scale.show_difference(measured - edge)} {direction} the published bound {scale.show(edge, trim=True)}"
+
+
+class CaseMetric(Strict):
+    """One metric of one case, on the run of a given platform (default: the claim's)."""
+
+    case: CaseId
+    metric: str = "tokens_per_s"
+    platform: str | None = None
+
+
+def _base_is_one_gpu(case: str) -> None:
+    if not re.search(r"\.g1(\.b\d+)?$", case):
+        raise ValueError(f"the base of a scaling efficiency runs on one GPU (g1), not {case!r}")
+
+
+class ScalingOf(Strict):
+    """throughput(target) / (N x throughput(base)) with N the target's GPUs (paper, Figure 4)."""
+
+    base: CaseId
+    target: CaseId
+    platform: str | None = None
+
+    @model_validator(mode="after")
+    def _base_one_gpu(self) -> ScalingOf:
+        _base_is_one_gpu(self.base)
+        return self
+
+
+Quantity = Union[CaseMetric, ScalingOf]
+
+
+class _Relation(Strict):
+    platform: str | None = None
+
+
+class ValueRelation(_Relation):
+    kind: Literal["value"]
+    measure: CaseMetric
+    published: Published
+
+
+class RatioRelation(_Relation):
+    kind: Literal["ratio"]
+    numerator: Quantity
+    denominator: Quantity
+    published: Published
+
+
+class ScalingEfficiencyRelation(_Relation):
+    kind: Literal["scaling_efficiency"]
+    base: CaseId
+    target: CaseId
+    published: Published
+
+    @model_validator(mode="after")
+    def _base_one_gpu(self) -> ScalingEfficiencyRelation:
+        _base_is_one_gpu(self.base)
+        return self
+
+
+class ShareRelation(_Relation):
+    kind: Literal["share"]
+    case: CaseId
+    part: str
+    whole: str
+    published: Published
+
+
+class PlatformRatioRelation(Strict):
+    kind: Literal["platform_ratio"]
+    numerator_platform: str
+    denominator_platform: str
+    stage: str
+    metric: str
+    cases: tuple[CaseId, ...] | None = None
+    published: Published
+
+
+class OrderingRelation(_Relation):
+    kind: Literal["ordering"]
+    metric: str | None = None
+    direction: Literal["descending", "ascending"]
+    tiers: tuple[tuple[CaseMetric, ...], ...] = Field(min_length=2)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _items_take_the_relation_metric(cls, data: Any) -> Any:
+        """Items may be bare case ids; they measure the relation's metric."""
+        if not isinstance(data, dict) or not isinstance(data.get("tiers"), list):
+            return data
+        metric = data.get("metric")
+
+        def item(entry: Any) -> Any:
+            if isinstance(entry, str):
+                entry = {"case": entry}
+            if isinstance(entry, dict) and "metric" not in entry and metric is not None:
+                entry = {**entry, "metric": metric}
+            return entry
+
+        tiers = [[item(entry) for entry in tier] if isinstance(tier, list) else tier for tier in data["tiers"]]
+        return {**data, "tiers": tiers}
+
+
+Relation = Annotated[
+    Union[
+        ValueRelation, RatioRelation, ScalingEfficiencyRelation, ShareRelation, PlatformRatioRelation, OrderingRelation
+    ],
+    Field(discriminator="kind"),
+]
+
+
+def _substitute(data: Any, values: dict[str, str]) -> Any:
+    if isinstance(data, str):
+        return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), data)
+    if isinstance(data, list):
+        return [_substitute(item, values) for item in data]
+    if isinstance(data, dict):
+        return {key: _substitute(item, values) for key, item in data.items()}
+    return data
+
+
+def _placeholders(data: Any) -> set[str]:
+    if isinstance(data, str):
+        return set(PLACEHOLDER.findall(data))
+    if isinstance(data, list):
+        return set().union(*(_placeholders(item) for item in data)) if data else set()
+    if isinstance(data, dict):
+        return set().union(*(_placeholders(item) for item in data.values())) if data else set()
+    return set()
+
+
+def relation_cases(relation: Relation) -> list[str]:
+    """Every case id a relation reads (a platform ratio without a list reads its whole stage)."""
+    if isinstance(relation, ValueRelation):
+        return [relation.measure.case]
+    if isinstance(relation, RatioRelation):
+        return [case for q in (relation.numerator, relation.denominator) for case in _quantity_cases(q)]
+    if isinstance(relation, ScalingEfficiencyRelation):
+        return [relation.base, relation.target]
+    if isinstance(relation, ShareRelation):
+        return [relation.case]
+    if isinstance(relation, PlatformRatioRelation):
+        return list(relation.cases or ())
+    return [item.case for tier in relation.tiers for item in tier]
+
+
+def _quantity_cases(quantity: Quantity) -> list[str]:
+    return [quantity.case] if isinstance(quantity, CaseMetric) else [quantity.base, quantity.target]
+
+
+def relation_platforms(relation: Relation) -> set[str]:
+    """Platform names a relation names itself (the claim's platforms come on top)."""
+    if isinstance(relation, PlatformRatioRelation):
+        return {relation.numerator_platform, relation.denominator_platform}
+    named = {relation.platform} if relation.platform else set()
+    if isinstance(relation, RatioRelation):
+        named |= {q.platform for q in (relation.numerator, relation.denominator) if q.platform}
+    if isinstance(relation, ValueRelation) and relation.measure.platform:
+        named.add(relation.measure.platform)
+    if isinstance(relation, OrderingRelation):
+        named |= {item.platform for tier in relation.tiers for item in tier if item.platform}
+    return named
+
+
+class Claim(Strict):
+    """One published finding: its statement, where it comes from, and the relations it makes."""
+
+    id: str = Field(pattern=r"^C[0-9]+$")
+    statement: str
+    source: Literal["seed", "2nd-hand", "seed + 2nd-hand"]
+    section: str
+    platforms: Literal["any"] | tuple[str, ...]
+    stages: tuple[str, ...] = Field(min_length=1)
+    relations: tuple[Relation, ...] = Field(min_length=1)
+    for_each: dict[str, tuple[str, ...]] = {}
+    note: str | None = None
+    interpretation: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_for_each(cls, data: Any) -> Any:
+        """A relation that uses {placeholders} stands for one relation per combination of values."""
+        if not isinstance(data, dict) or not isinstance(data.get("relations"), list):
+            return data
+        values = data.get("for_each") or {}
+        if not isinstance(values, dict):
+            return data
+        expanded = []
+        for relation in data["relations"]:
+            used = sorted(_placeholders(relation))
+            unknown = [name for name in used if name not in values]
+            if unknown:
+                raise ValueError(f"placeholder {{{unknown[0]}}} has no for_each values")
+            for combination in product(*(values[name] for name in used)):
+                expanded.append(_substitute(relation, dict(zip(used, combination))))
+        return {**data, "relations": expanded}
+
+    @model_validator(mode="after")
+    def _cases_in_stages(self) -> Claim:
+        for relation in self.relations:
+            stages = {case.split(".")[0] for case in relation_cases(relation)}
+            if isinstance(relation, PlatformRatioRelation):
+                stages.add(relation.stage)
+            stray = sorted(stages - set(self.stages))
+            if stray:
+                raise ValueError(f"relation reads stage {stray[0]!r}, not among the claim's stages")
+        return self
+
+    @property
+    def platform_names(self) -> tuple[str, ...]:
+        return () if self.platforms == "any" else self.platforms
+
+
+class TableValue(Strict):
+    """One number transcribed from a table of the paper, for a case on a platform."""
+
+    table: str
+    platform: str
+    case: CaseId
+    metric: str
+    mean: float
+    std: float | None = Field(default=None, ge=0)
+    unit: Unit
+    tolerance: float | None = Field(default=None, gt=0)
+    note: str | None = None
+
+
+class Reference(Strict):
+    """manifests/references/arxiv-2311.03687.yaml."""
+
+    paper: str
+    title: str
+    platforms: dict[str, PlatformSpec] = Field(min_length=1)
+    claims: tuple[Claim, ...]
+    table_tolerance: float = Field(gt=0)
+    tables: tuple[TableValue, ...] = ()
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> Reference:
+        seen: set[str] = set()
+        for claim in self.claims:
+            if claim.id in seen:
+                raise ValueError(f"claim {claim.id} is listed twice")
+            seen.add(claim.id)
+            named = set(claim.platform_names).union(*(relation_platforms(r) for r in claim.relations))
+            unknown = sorted(named - set(self.platforms))
+            if unknown:
+                raise ValueError(f"claim {claim.id} names unknown platform {unknown[0]!r}")
+        for value in self.tables:
+            if value.platform not in self.platforms:
+                raise ValueError(f"table value for {value.case} names unknown platform {value.platform!r}")
+        return self
+
+
+def reference_path() -> Path:
+    return manifests_dir() / REFERENCE_FILE
+
+
+def load_reference(path: Path | None = None) -> Reference:
+    """The reference claims and table values; a malformed file raises a one-line ManifestError."""
+    return load_manifest(path or reference_path(), Reference)
+
+
+# ---------------------------------------------------------------------------------------------
+# A run as claim evaluation sees it
+# ---------------------------------------------------------------------------------------------
+
+
+class MeasuredRun(BaseModel):
+    """What claim evaluation needs of one run: its results, its hardware, its comparability."""
+
+    label: str
+    profile: str
+    comparable_to_reference: bool
+    gpu_names: tuple[str, ...]
+    cpu_names: tuple[str, ...] = ()
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    results: dict[str, Result]
+
+    @property
+    def devices(self) -> str:
+        if self.gpu_names:
+            return ", ".join(self.gpu_names) + (f" ({self.interconnect})" if self.interconnect else "")
+        return f"CPU only ({', '.join(self.cpu_names) or 'model not recorded'})"
+
+
+INTERCONNECT_OF_TOPOLOGY = {"nvlink-all-pairs": "nvlink", "nvlink-partial": "nvlink", "pcie-only": "pcie"}
+
+
+def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerprint | None = None) -> MeasuredRun:
+    """GPU names from run.json, from every rank sample and from the fingerprint; the interconnect
+    from the fingerprint's topology class (unknown without a fingerprint)."""
+    results = list(results)
+    ranks = [rank for result in results for run in result.samples for rank in run.ranks]
+    gpus = set(info.host.get("gpus") or [])
+    gpus |= {rank.device_name for rank in ranks if rank.device != "cpu"}
+    interconnect = None
+    if fingerprint is not None:
+        gpus |= {gpu.name for gpu in fingerprint.gpus.gpus if gpu.name}
+        topology = fingerprint.topology.topology_class
+        interconnect = INTERCONNECT_OF_TOPOLOGY.get(topology.interconnect) if topology else None
+    return MeasuredRun(
+        label=info.run_id,
+        profile=info.profile,
+        comparable_to_reference=info.plan.comparable_to_reference,
+        gpu_names=tuple(sorted(gpus)),
+        cpu_names=tuple(sorted({rank.device_name for rank in ranks if rank.device == "cpu"})),
+        interconnect=interconnect,
+        results={result.case_id: result for result in results},
+    )
+
+
+def platform_mismatch(spec: PlatformSpec, run: MeasuredRun) -> str | None:
+    """Why a run is not on the platform, or None when it is."""
+    if not run.gpu_names:
+        return f"run {run.label} has {run.devices}"
+    wanted = [needle.casefold() for needle in spec.device_name_contains]
+    strangers = [name for name in run.gpu_names if not any(n in name.casefold() for n in wanted)]
+    if strangers:
+        return f"run {run.label} has {', '.join(run.gpu_names)}"
+    if spec.interconnect != "any":
+        if run.interconnect is None:
+            return f"run {run.label}'s interconnect is not recorded (no fingerprint.json)"
+        if run.interconnect != spec.interconnect:
+            return f"run {run.label}'s GPUs are linked by {run.interconnect}, not {spec.interconnect}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+
+
+class RelationOutcome(BaseModel):
+    """One relation of a claim, evaluated: the measured value beside the published bound.
+
+    `finding` says what the numbers show (within the bound, how far outside it, or what is
+    missing); `caveats` say why they are for information only; `stand_ins` name the cases of a
+    non-comparable run that played the claim's cases."""
+
+    relation: str
+    verdict: Verdict
+    published: str
+    measured: str | None = None
+    measured_value: float | None = None
+    finding: str = ""
+    caveats: list[str] = []
+    stand_ins: dict[str, str] = {}
+    runs: tuple[str, ...] = ()
+
+
+class ClaimOutcome(BaseModel):
+    """A claim's verdict over its relations, with the reason in one line."""
+
+    id: str
+    statement: str
+    source: str
+    section: str
+    platforms: str
+    stages: tuple[str, ...]
+    verdict: Verdict
+    reason: str
+    caveats: list[str] = []
+    relations: list[RelationOutcome]
+    note: str | None = None
+    interpretation: str | None = None
+
+
+class Reading(NamedTuple):
+    """A measured value, or why there is none. `inapplicable`: no run can supply it at all;
+    `caveats`: the value (or its absence) says nothing about the claim, it is information only."""
+
+    value: float | None
+    unit: str | None = None
+    missing: str | None = None
+    inapplicable: str | None = None
+    caveats: tuple[str, ...] = ()
+    stand_in: tuple[str, str] | None = None
+    run: str | None = None
+    case: str | None = None
+    case_used: str | None = None
+    result: Result | None = None
+
+
+class CaseParts(NamedTuple):
+    stage: str
+    model: str | None
+    method: str
+    gpus: int
+    batch: int | None
+
+
+def parse_case_id(case_id: str) -> CaseParts:
+    parts = case_id.split(".")
+    batch = int(parts.pop()[1:]) if re.fullmatch(r"b\d+", parts[-1]) else None
+    gpus = int(parts.pop()[1:])
+    method = parts.pop()
+    return CaseParts(parts[0], parts[1] if len(parts) > 1 else None, method, gpus, batch)
+
+
+def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
+    """The run's case that plays `case_id` in a run not comparable to the reference (smoke):
+    same stage, method and batch; the stage's only model in place of a model the run lacks; its
+    largest GPU count in place of a multi-GPU count it lacks. None when there is no such case."""
+    wanted = parse_case_id(case_id)
+    peers = {cid: parse_case_id(cid) for cid, result in run.results.items() if result.stage == wanted.stage}
+    models = {parts.model for parts in peers.values()}
+    if wanted.model in models:
+        model = wanted.model
+    elif len(models) == 1:
+        model = next(iter(models))
+    else:
+        return None
+    candidates = {
+        parts.gpus: cid
+        for cid, parts in peers.items()
+        if (parts.model, parts.method, parts.batch) == (model, wanted.method, wanted.batch)
+    }
+    if wanted.gpus in candidates:
+        return candidates[wanted.gpus]
+    multi = [gpus for gpus in candidates if gpus > 1]
+    return candidates[max(multi)] if wanted.gpus > 1 and multi else None
+
+
+class ClaimContext:
+    """Finds the run and the case behind each quantity a claim's relations read."""
+
+    def __init__(self, claim: Claim, reference: Reference, runs: Sequence[MeasuredRun]):
+        self.claim, self.reference, self.runs = claim, reference, list(runs)
+
+    def platform_label(self, name: str) -> str:
+        return self.reference.platforms[name].label
+
+    def run_for(self, platforms: Sequence[str], cross_platform: bool) -> tuple[MeasuredRun | None, str | None]:
+        """The first run on one of `platforms` (the reported run when there are none). A
+        single-platform relation falls back to the reported run for information, with the
+        mismatch as its caveat; a cross-platform one needs the real platform."""
+        if not platforms:
+            return self.runs[0], None
+        for run in self.runs:
+            if any(platform_mismatch(self.reference.platforms[name], run) is None for name in platforms):
+                return run, None
+        if cross_platform:
+            return None, " or ".join(platforms)
+        mismatch = platform_mismatch(self.reference.platforms[platforms[0]], self.runs[0])
+        about = " or ".join(self.platform_label(name) for name in platforms)
+        return self.runs[0], f"the claim is about {about}; {mismatch}"
+
+    def gather(self, readings: Sequence[Reading]) -> Evidence:
+        """Caveats, stand-ins and gaps of a relation's readings. Two claim cases played by one run
+        case would compare a case with itself, so that is a gap too."""
+        absent = list(dict.fromkeys(r.inapplicable for r in readings if r.inapplicable))
+        missing = [r.missing for r in readings if r.missing]
+        plays: dict[tuple, set[str]] = {}
+        for r in readings:
+            if r.case_used:
+                plays.setdefault((r.run, r.case_used), set()).add(r.case)  # type: ignore[arg-type]
+        twice = [used for (_, used), cases in plays.items() if len(cases) > 1]
+        if twice and not missing:
+            missing = [f"a distinct case for each of the claim's cases ({twice[0]} would play two)"]
+        return Evidence(
+            caveats=list(dict.fromkeys(c for r in readings for c in r.caveats)),
+            stand_ins=dict(r.stand_in for r in readings if r.stand_in),
+            runs=tuple(dict.fromkeys(r.run for r in readings if r.run)),
+            inapplicable=self.needs(absent) if absent else None,
+            missing=", ".join(dict.fromkeys(missing)) or None,
+        )
+
+    def needs(self, platforms: Sequence[str]) -> str:
+        """Why a cross-platform relation cannot be evaluated: the platforms no run is on."""
+        return f"needs a run on {' and one on '.join(platforms)}, which no run of this report is on"
+
+    def read(self, case: str, metric: str, platforms: Sequence[str], cross_platform: bool) -> Reading:
+        run, platform_caveat = self.run_for(platforms, cross_platform)
+        if run is None:
+            return Reading(None, inapplicable=platform_caveat)
+        caveats = [platform_caveat] if platform_caveat else []
+        if not run.comparable_to_reference:
+            caveats.append(f"run {run.label} (profile {run.profile}) is not comparable to the reference")
+        used, stand_in = case, None
+        if case not in run.results and not run.comparable_to_reference:
+            used = stand_in_case(case, run) or case
+            stand_in = (case, used) if used != case else None
+        found = dict(caveats=tuple(caveats), stand_in=stand_in, run=run.label, case=case, case_used=used)
+        result = run.results.get(used)
+        if result is None:
+            return Reading(None, missing=f"{case} (not in run {run.label})", **found)
+        if result.status != "ok":
+            return Reading(None, missing=f"{used} ({result.status})", **found)
+        metric_value = result.metrics.get(metric)
+        if metric_value is None:
+            return Reading(None, missing=f"{metric} of {used}", **found)
+        return Reading(metric_value.mean, metric_value.unit, result=result, **found)
+
+    def platforms_of(self, relation_platform: str | None, item_platform: str | None = None) -> list[str]:
+        if item_platform:
+            return [item_platform]
+        if relation_platform:
+            return [relation_platform]
+        return list(self.claim.platform_names)
+
+
+class Evidence(NamedTuple):
+    """What a relation's readings add up to before its bound is checked."""
+
+    caveats: list[str]
+    stand_ins: dict[str, str]
+    runs: tuple[str, ...]
+    inapplicable: str | None
+    missing: str | None
+
+
+def outcome(
+    relation: str,
+    published: str,
+    evidence: Evidence,
+    measured: str | None = None,
+    value: float | None = None,
+    holds: bool | None = None,
+    finding: str = "",
+) -> RelationOutcome:
+    """The verdict of one relation: not applicable before not measured before the bound."""
+    common = dict(
+        relation=relation,
+        published=published,
+        caveats=evidence.caveats,
+        stand_ins=evidence.stand_ins,
+        runs=evidence.runs,
+    )
+    if evidence.inapplicable:
+        return RelationOutcome(verdict="not applicable", finding="", **{**common, "caveats": [evidence.inapplicable]})
+    if evidence.missing:
+        verdict: Verdict = "not applicable" if evidence.caveats else "not measured"
+        return RelationOutcome(verdict=verdict, finding=f"missing: {evidence.missing}", **common)
+    verdict = "not applicable" if evidence.caveats else ("consistent" if holds else "deviates")
+    return RelationOutcome(verdict=verdict, measured=measured, measured_value=value, finding=finding, **common)
+
+
+def bounded(
+    relation: str, published: Published, scale: Scale, evidence: Evidence, value: float | None
+) -> RelationOutcome:
+    """A relation whose measured value is checked against a published bound."""
+    shown = published.describe(scale)
+    if value is None and not (evidence.missing or evidence.inapplicable):
+        evidence = evidence._replace(missing="a computable value (a denominator is 0)")
+    if value is None or evidence.missing or evidence.inapplicable:
+        return outcome(relation, shown, evidence)
+    holds = published.holds(value)
+    finding = "within the published bound" if holds else published.deviation(value, scale)
+    return outcome(relation, shown, evidence, scale.show(value), value, holds, finding)
+
+
+def _scaling(
+    context: ClaimContext, base: str, target: str, platforms: list[str], cross: bool
+) -> tuple[float | None, list[Reading]]:
+    readings = [context.read(case, "tokens_per_s", platforms, cross) for case in (base, target)]
+    base_reading, target_reading = readings
+    if base_reading.value is None or target_reading.value is None or not base_reading.value:
+        return None, readings
+    gpus = target_reading.result.case.gpus  # type: ignore[union-attr]
+    return scaling_efficiency(target_reading.value, base_reading.value, gpus), readings
+
+
+def _quantity(
+    context: ClaimContext, quantity: Quantity, relation_platform: str | None, cross: bool
+) -> tuple[float | None, list[Reading], str]:
+    platforms = context.platforms_of(relation_platform, quantity.platform)
+    where = f" on {quantity.platform}" if quantity.platform else ""
+    if isinstance(quantity, ScalingOf):
+        value, readings = _scaling(context, quantity.base, quantity.target, platforms, cross)
+        return value, readings, f"scaling efficiency of {quantity.target}{where}"
+    reading = context.read(quantity.case, quantity.metric, platforms, cross)
+    return reading.value, [reading], f"{metric_label(quantity.metric)} of {quantity.case}{where}"
+
+
+def _evaluate_value(context: ClaimContext, relation: ValueRelation) -> RelationOutcome:
+    measure = relation.measure
+    text = f"{metric_label(measure.metric)} of {measure.case}"
+    platforms = context.platforms_of(relation.platform, measure.platform)
+    reading = context.read(measure.case, measure.metric, platforms, False)
+    evidence = context.gather([reading])
+    value = reading.value
+    if value is not None and relation.published.unit is not None:
+        value = convert(value, reading.unit or "", relation.published.unit)
+        if value is None:
+            evidence = evidence._replace(
+                missing=f"{measure.metric} in {relation.published.unit} (the run has {reading.unit})"
+            )
+    return bounded(text, relation.published, unit_scale(relation.published.unit), evidence, value)
+
+
+def _evaluate_ratio(context: ClaimContext, relation: RatioRelation) -> RelationOutcome:
+    cross = len(relation_platforms(relation) - {relation.platform}) > 1
+    top, top_readings, top_text = _quantity(context, relation.numerator, relation.platform, cross)
+    bottom, bottom_readings, bottom_text = _quantity(context, relation.denominator, relation.platform, cross)
+    evidence = context.gather(top_readings + bottom_readings)
+    ratio = top / bottom if top is not None and bottom else None
+    return bounded(f"{top_text} / {bottom_text}", relation.published, TIMES, evidence, ratio)
+
+
+def _evaluate_scaling(context: ClaimContext, relation: ScalingEfficiencyRelation) -> RelationOutcome:
+    text = f"tokens/s of {relation.target} / (N × tokens/s of {relation.base})"
+    value, readings = _scaling(context, relation.base, relation.target, context.platforms_of(relation.platform), False)
+    return bounded(text, relation.published, PERCENT, context.gather(readings), value)
+
+
+def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationOutcome:
+    text = f"{metric_label(relation.part)} / {metric_label(relation.whole)} of {relation.case}"
+    platforms = context.platforms_of(relation.platform)
+    part, whole = (context.read(relation.case, metric, platforms, False) for metric in (relation.part, relation.whole))
+    share = part.value / whole.value if part.value is not None and whole.value else None
+    return bounded(text, relation.published, PERCENT, context.gather([part, whole]), share)
+
+
+def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelation) -> RelationOutcome:
+    scope = "the listed cases" if relation.cases else f"every {relation.stage} case both runs completed"
+    text = (
+        f"median over {scope} of {metric_label(relation.metric)} on "
+        f"{relation.numerator_platform} / on {relation.denominator_platform}"
+    )
+    published = relation.published.describe(TIMES)
+    top_run, top_gap = context.run_for([relation.numerator_platform], True)
+    bottom_run, bottom_gap = context.run_for([relation.denominator_platform], True)
+    if top_run is None or bottom_run is None:
+        return outcome(
+            text, published, Evidence([], {}, (), context.needs([g for g in (top_gap, bottom_gap) if g]), None)
+        )
+    if top_run is bottom_run:
+        return outcome(text, published, Evidence([], {}, (), f"both platforms resolve to run {top_run.label}", None))
+    cases = list(
+        relation.cases
+        or sorted(
+            cid
+            for cid, result in top_run.results.items()
+            if result.stage == relation.stage
+            and result.status == "ok"
+            and cid in bottom_run.results
+            and bottom_run.results[cid].status == "ok"
+        )
+    )
+    ratios, readings, gaps = [], [], []
+    for case in cases:
+        pair = [
+            context.read(case, relation.metric, [platform], True)
+            for platform in (relation.numerator_platform, relation.denominator_platform)
+        ]
+        readings += pair
+        if pair[0].value is None or not pair[1].value:
+            gaps += [r.missing for r in pair if r.missing]
+            continue
+        ratios.append(pair[0].value / pair[1].value)
+    evidence = context.gather(readings)._replace(
+        missing=None if ratios else (", ".join(gaps) or f"a {relation.stage} case on both")
+    )
+    result = bounded(text, relation.published, TIMES, evidence, statistics.median(ratios) if ratios else None)
+    if ratios:
+        spread = f"{len(ratios)} cases, ratios {format_value(min(ratios))} to {format_value(max(ratios))}"
+        skipped = f"; missing: {', '.join(gaps)}" if gaps else ""
+        result = result.model_copy(update={"finding": f"{result.finding} ({spread}{skipped})"})
+    return result
+
+
+def _evaluate_ordering(context: ClaimContext, relation: OrderingRelation) -> RelationOutcome:
+    items = [item for tier in relation.tiers for item in tier]
+    metrics = {item.metric for item in items}
+    cases = {item.case for item in items}
+    cross = len({item.platform for item in items if item.platform}) > 1
+
+    def label(item: CaseMetric) -> str:
+        parts = [item.case] if len(cases) > 1 else []
+        if len(metrics) > 1:
+            parts.append(metric_label(item.metric))
+        if item.platform:
+            parts.append(f"on {item.platform}")
+        return " ".join(parts)
+
+    sign = " > " if relation.direction == "descending" else " < "
+    published = sign.join(", ".join(label(item) for item in tier) for tier in relation.tiers)
+    subject = metric_label(next(iter(metrics))) if len(metrics) == 1 else "time"
+    of_case = f" of {next(iter(cases))}" if len(cases) == 1 else ""
+    text = f"{subject}{of_case}, " + ("largest first" if relation.direction == "descending" else "smallest first")
+    readings = [
+        [
+            context.read(item.case, item.metric, context.platforms_of(relation.platform, item.platform), cross)
+            for item in tier
+        ]
+        for tier in relation.tiers
+    ]
+    evidence = context.gather([r for tier in readings for r in tier])
+    if evidence.missing or evidence.inapplicable:
+        return outcome(text, published, evidence)
+    shown = sign.join(
+        ", ".join(f"{label(item)} {format_value(r.value)}" for item, r in zip(tier, values))  # type: ignore[arg-type]
+        for tier, values in zip(relation.tiers, readings)
+    )
+    violations = []
+    for upper, lower, upper_items, lower_items in zip(readings, readings[1:], relation.tiers, relation.tiers[1:]):
+        for a, item_a in zip(upper, upper_items):
+            for b, item_b in zip(lower, lower_items):
+                in_order = a.value > b.value if relation.direction == "descending" else a.value < b.value  # type: ignore[operator]
+                if not in_order:
+                    violations.append(
+                        f"{label(item_a)} ({format_value(a.value)}) is not{sign.rstrip()} "  # type: ignore[arg-type]
+                        f"{label(item_b)} ({format_value(b.value)})"
+                    )  # type: ignore[arg-type]
+    finding = "; ".join(violations) or "in the published order"
+    return outcome(text, published, evidence, shown, None, not violations, finding)
+
+
+EVALUATORS: dict[type, Callable[[ClaimContext, Any], RelationOutcome]] = {
+    ValueRelation: _evaluate_value,
+    RatioRelation: _evaluate_ratio,
+    ScalingEfficiencyRelation: _evaluate_scaling,
+    ShareRelation: _evaluate_share,
+    PlatformRatioRelation: _evaluate_platform_ratio,
+    OrderingRelation: _evaluate_ordering,
+}
+
+
+def claim_verdict(relations: Sequence[RelationOutcome]) -> Verdict:
+    """A deviation anywhere decides; else one consistent relation suffices (the others are
+    listed as not measured or not applicable); else the claim is not measured, or not applicable."""
+    verdicts = {relation.verdict for relation in relations}
+    for verdict in ("deviates", "consistent", "not measured"):
+        if verdict in verdicts:
+            return verdict  # type: ignore[return-value]
+    return "not applicable"
+
+
+def _claim_reason(verdict: Verdict, relations: Sequence[RelationOutcome]) -> str:
+    counted = verdict_counts(r.verdict for r in relations)
+    total = len(relations)
+    if verdict == "deviates":
+        return f"{counted['deviates']} of {total} relations outside the published bound"
+    if verdict == "consistent":
+        rest = total - counted["consistent"]
+        return f"{counted['consistent']} of {total} relations hold" + (f"; {rest} not evaluated" if rest else "")
+    if verdict == "not measured":
+        return f"{counted['not measured']} of {total} relations lack a measurement"
+    return "; ".join(_claim_caveats(relations))
+
+
+def _claim_caveats(relations: Sequence[RelationOutcome]) -> list[str]:
+    return list(dict.fromkeys(c for r in relations for c in r.caveats))
+
+
+def _without_repeated_stand_ins(relations: list[RelationOutcome]) -> list[RelationOutcome]:
+    """In a smoke run one tiny model stands in for 7B, 13B and 70B alike; its figure is shown
+    once per claim, not once per model."""
+    shown: set[tuple] = set()
+    kept = []
+    for relation in relations:
+        key = (tuple(sorted(set(relation.stand_ins.values()))), relation.measured, relation.finding)
+        if relation.stand_ins and key in shown:
+            relation = relation.model_copy(
+                update={
+                    "measured": None,
+                    "measured_value": None,
+                    "finding": "the same stand-in cases as an earlier relation of this claim",
+                }
+            )
+        shown.add(key)
+        kept.append(relation)
+    return kept
+
+
+def evaluate_claim(claim: Claim, reference: Reference, runs: Sequence[MeasuredRun]) -> ClaimOutcome:
+    """Evaluate one claim on the runs of a report: the first is the run reported on; the others
+    (compared runs) supply the platforms that cross-platform relations need."""
+    context = ClaimContext(claim, reference, runs)
+    relations = _without_repeated_stand_ins(
+        [EVALUATORS[type(relation)](context, relation) for relation in claim.relations]
+    )
+    verdict = claim_verdict(relations)
+    platforms = ", ".join(reference.platforms[n].label for n in claim.platform_names) or "any"
+    return ClaimOutcome(
+        id=claim.id,
+        statement=claim.statement,
+        source=claim.source,
+        section=claim.section,
+        platforms=platforms,
+        stages=claim.stages,
+        verdict=verdict,
+        reason=_claim_reason(verdict, relations),
+        relations=relations,
+        caveats=_claim_caveats(relations) if verdict == "not applicable" else [],
+        note=claim.note,
+        interpretation=claim.interpretation,
+    )
+
+
+def evaluate_claims(reference: Reference, runs: Sequence[MeasuredRun]) -> list[ClaimOutcome]:
+    if not runs:
+        raise ValueError("claims are evaluated on at least one run")
+    return [evaluate_claim(claim, reference, runs) for claim in reference.claims]
+
+
+def verdict_counts(verdicts: Iterable[Verdict]) -> dict[Verdict, int]:
+    counts = dict.fromkeys(VERDICTS, 0)
+    for verdict in verdicts:
+        counts[verdict] += 1
+    return counts
+
+
+class TableComparison(BaseModel):
+    """A transcribed table value next to the same case measured on the same platform."""
+
+    table: str
+    platform: str
+    case: str
+    metric: str
+    published: str
+    measured: str | None = None
+    ratio: str | None = None
+    verdict: Verdict
+    detail: str
+
+
+def evaluate_tables(reference: Reference, runs: Sequence[MeasuredRun]) -> list[TableComparison]:
+    """Each table value against the run on its platform: measured / published within tolerance."""
+    comparisons = []
+    for entry in reference.tables:
+        spec = reference.platforms[entry.platform]
+        std = f" ± {format_value(entry.std)}" if entry.std is not None else ""
+        row = {
+            "table": entry.table,
+            "platform": spec.label,
+            "case": entry.case,
+            "metric": entry.metric,
+            "published": f"{format_value(entry.mean)}{std} {entry.unit}",
+        }
+        run = next((r for r in runs if platform_mismatch(spec, r) is None), None)
+        if run is None:
+            reasons = "; ".join(platform_mismatch(spec, r) or "" for r in runs)
+            comparisons.append(TableComparison(**row, verdict="not applicable", detail=reasons))
+            continue
+        result = run.results.get(entry.case)
+        metric = result.metrics.get(entry.metric) if result and result.status == "ok" else None
+        if metric is None:
+            why = (
+                "not in the run"
+                if result is None
+                else (result.status if result.status != "ok" else f"no {entry.metric}")
+            )
+            comparisons.append(TableComparison(**row, verdict="not measured", detail=f"{entry.case}: {why}"))
+            continue
+        published = convert(entry.mean, entry.unit, metric.unit)
+        if published is None or published == 0:
+            comparisons.append(
+                TableComparison(
+                    **row, verdict="not measured", detail=f"{entry.unit} does not convert to the measured {metric.unit}"
+                )
+            )
+            continue
+        ratio = metric.mean / published
+        tolerance = entry.tolerance or reference.table_tolerance
+        holds = abs(ratio - 1) <= tolerance
+        detail = (
+            f"within ± {tolerance:.0%}"
+            if holds
+            else f"{abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} the published value, "
+            f"outside ± {tolerance:.0%}"
+        )
+        verdict: Verdict = "consistent" if holds else "deviates"
+        if not run.comparable_to_reference:
+            detail = (
+                f"run {run.label} (profile {run.profile}) is not comparable to the reference; for information: {detail}"
+            )
+            verdict = "not applicable"
+        comparisons.append(
+            TableComparison(
+                **row,
+                measured=f"{format_value(metric.mean)} {metric.unit}",
+                ratio=f"{format_value(ratio)} ×",
+                verdict=verdict,
+                detail=detail,
+            )
+        )
+    return comparisons

@@ -1,0 +1,11 @@
+"""The report: a run directory and the manifests -> a report model -> HTML -> PDF.
+
+`render` refuses a run directory that does not match its SHA256SUMS (`verify`), so a report is
+never rendered from a run that changed after it was written.
+"""
+
+from kit.report.evidence import EvidenceError, newest_run, verify
+from kit.report.load import UnreadableRun
+from kit.report.render import render
+
+__all__ = ["EvidenceError", "UnreadableRun", "newest_run", "render", "verify"]

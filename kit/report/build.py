@@ -1,0 +1,138 @@
+"""Run directory + manifests -> the report model, section by section."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kit import __version__
+from kit.protocol import Protocol, load_protocol
+from kit.reference import (
+    ClaimOutcome,
+    Reference,
+    evaluate_claims,
+    evaluate_tables,
+    load_reference,
+    verdict_counts,
+)
+from kit.report.cells import STATUS_TONES, VERDICT_TONES
+from kit.report.load import LoadedRun, load_run
+from kit.report.model import Count, Cover, Fact, Report, Tone
+from kit.report.sections import (
+    appendix_section,
+    claims_section,
+    comparison_section,
+    environment_section,
+    issues_section,
+    machine,
+    status_counts,
+    summary_section,
+)
+from kit.report.stages import stage_sections
+
+REFERENCE = "reference"
+
+
+def _counts(values: dict[str, int], tones: dict[str, Tone]) -> list[Count]:
+    return [Count(label=label, count=count, tone=tones.get(label, "plain")) for label, count in values.items()]
+
+
+def cover_of(
+    run: LoadedRun, others: Sequence[LoadedRun], outcomes: Sequence[ClaimOutcome] | None, protocol: Protocol
+) -> Cover:
+    """The first page: the verdict in counts, the machine, the date, the profile and the evidence digest."""
+    info = run.info
+    if outcomes is None:
+        claim_counts, claims_summary = [], "Reference not compared (no --compare reference)."
+    else:
+        claim_counts = _counts(verdict_counts(o.verdict for o in outcomes), VERDICT_TONES)  # type: ignore[arg-type]
+        claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
+        if not info.plan.comparable_to_reference:
+            claims_summary += ": none judged, the run is not comparable to the reference"
+    compared = (["the paper's published findings"] if outcomes is not None else []) + [
+        f"run {other.info.run_id}" for other in others
+    ]
+    fingerprint = run.before.fingerprint
+    return Cover(
+        title="LLM runtime benchmark report",
+        subtitle=f"Reproduction of the benchmarks of {protocol.paper}: Dissecting the Runtime Performance of the "
+        "Training, Fine-tuning, and Inference of Large Language Models",
+        facts=[
+            Fact(label="Run", value=info.run_id),
+            Fact(
+                label="Profile",
+                value=f"{info.profile}: {info.plan.description}",
+                tone="plain" if info.plan.comparable_to_reference else "bad",
+            ),
+            Fact(label="Machine", value=machine(run)),
+            Fact(
+                label="CPU",
+                value=(fingerprint.host.cpu.model or "not in the fingerprint") if fingerprint else run.before.missing,
+            ),
+            Fact(label="Operating system", value=str(info.host.get("os") or "not recorded")),
+            Fact(label="Date (UTC)", value=f"{info.started_at} to {info.finished_at or 'not recorded'}"),
+            Fact(label="Kit", value=f"{info.kit.version} (report by kit {__version__})"),
+            Fact(
+                label="Evidence digest",
+                value=f"SHA-256 of SHA256SUMS ({len(run.evidence)} files): {run.evidence_digest}",
+            ),
+            Fact(label="Compared with", value=", ".join(compared) or "nothing"),
+            Fact(label="Rendered (UTC)", value=datetime.now(timezone.utc).isoformat(timespec="seconds")),
+        ],
+        claim_counts=claim_counts,
+        claims_summary=claims_summary,
+        case_counts=_counts(dict(status_counts(run).most_common()), STATUS_TONES),  # type: ignore[arg-type]
+    )
+
+
+def build_report(
+    run_dir: Path,
+    compare: Sequence[str] = (REFERENCE,),
+    redact: bool = False,
+    reference: Reference | None = None,
+    protocol: Protocol | None = None,
+) -> Report:
+    """The report of a (verified) run directory, compared with the reference and/or other runs.
+    The manifests are read from manifests/ unless given."""
+    run = load_run(Path(run_dir), redact)
+    others = [load_run(Path(item), redact) for item in compare if item != REFERENCE]
+    protocol = protocol or load_protocol()
+    runs = [run.measured] + [other.measured for other in others]
+    if REFERENCE in compare:
+        reference = reference or load_reference()
+        outcomes: list[ClaimOutcome] | None = evaluate_claims(reference, runs)
+        table_comparisons = evaluate_tables(reference, runs)
+    else:
+        reference, outcomes, table_comparisons = None, None, []
+    stages = stage_sections(run, protocol)
+    ab_comparisons = [comparison_section(run, other) for other in others]
+    info = run.info
+    banner = footer_warning = None
+    if not info.plan.comparable_to_reference:
+        banner = (
+            f"Not comparable to the reference: profile {info.profile} ({info.plan.description}); "
+            "its numbers say nothing about the paper's hardware."
+        )
+        footer_warning = "NOT COMPARABLE TO THE REFERENCE"
+    sections = [
+        summary_section(run, outcomes, stages, ab_comparisons),
+        environment_section(run),
+        *stages,
+        claims_section(reference, outcomes or [], table_comparisons, run, runs),
+        *(c.section for c in ab_comparisons),
+        issues_section(run, outcomes or []),
+        appendix_section(run, protocol),
+    ]
+    footer = " · ".join(
+        part
+        for part in (f"kit report · run {info.run_id}", f"evidence {run.evidence_digest[:16]}…", footer_warning)
+        if part
+    )
+    return Report(
+        run_id=info.run_id,
+        banner=banner,
+        cover=cover_of(run, others, outcomes, protocol),
+        sections=sections,
+        footer=footer,
+    )

@@ -1,0 +1,65 @@
+"""Measured values as the text of table cells: one rule for digits, units and status words."""
+
+from __future__ import annotations
+
+from kit.reference import Verdict, convert, format_value
+from kit.report.model import Cell, Tone
+from kit.results import Metric, Result
+
+STATUS_TONES: dict[str, Tone] = {
+    "ok": "good",
+    "oom": "warn",
+    "unavailable": "muted",
+    "skipped": "muted",
+    "error": "bad",
+    "timeout": "bad",
+}
+VERDICT_TONES: dict[Verdict, Tone] = {
+    "consistent": "good",
+    "deviates": "bad",
+    "not measured": "warn",
+    "not applicable": "muted",
+}
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 0
+
+
+def mean_std(metric: Metric, unit: str | None = None) -> str:
+    """`mean ± std` in `unit` (default: the metric's), the std with the mean's decimals."""
+    factor = convert(1.0, metric.unit, unit) if unit else 1.0
+    if factor is None:
+        raise ValueError(f"{metric.unit} does not convert to {unit}")
+    mean = format_value(metric.mean * factor)
+    if metric.std is None:
+        return f"{mean} (1 run)"
+    return f"{mean} ± {metric.std * factor:.{_decimals(mean)}f}"
+
+
+def percent(fraction: float) -> str:
+    return f"{format_value(100 * fraction)} %"
+
+
+def method_label(method: str) -> str:
+    """The paper's notation: Naive, Z3+O, QL+Z2."""
+    return "Naive" if method == "naive" else "+".join(token.upper() for token in method.split("+"))
+
+
+def status_cell(result: Result | None, selected: bool, colspan: int = 1) -> Cell:
+    if not selected:
+        return Cell(text="not run", tone="muted", colspan=colspan)
+    if result is None:
+        return Cell(text="no result", tone="bad", colspan=colspan)
+    return Cell(text=result.status, tone=STATUS_TONES.get(result.status, "plain"), colspan=colspan)
+
+
+def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
+    """A metric of a result as `mean ± std` (in `unit`), or the fact that the result lacks it."""
+    metric = result.metrics.get(name)
+    return Cell(text=mean_std(metric, unit)) if metric else Cell(text=f"no {name}", tone="muted")
+
+
+def has_metrics(result: Result | None, *names: str) -> bool:
+    """An ok result that carries every metric named."""
+    return result is not None and result.status == "ok" and all(result.metrics.get(name) for name in names)

@@ -1,0 +1,224 @@
+"""Charts as inline SVG (matplotlib, Agg backend): text stays text, nothing is fetched, and the
+same data always gives the same bytes (fixed hash salt, no date in the metadata)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+from pydantic import BaseModel  # noqa: E402
+
+STYLE = {
+    "font.family": "DejaVu Sans",
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "svg.fonttype": "none",
+}
+PALETTE = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#bf9000", "#2e75b6")
+WIDTH_IN = 6.8
+
+
+class Bar(BaseModel):
+    """One bar: a mean with its standard deviation (None for a single run)."""
+
+    label: str
+    group: str
+    value: float
+    error: float | None = None
+
+
+class ScalingPoint(BaseModel):
+    gpus: int
+    throughput: float
+    error: float | None = None
+    efficiency: float | None = None
+
+
+class ScalingSeries(BaseModel):
+    label: str
+    points: list[ScalingPoint]
+
+
+class SweepPoint(BaseModel):
+    size_bytes: int
+    bus_bandwidth_gb_s: float
+    time_us: float
+
+
+class Sweep(BaseModel):
+    """One collective over message sizes (the mean over its runs at each size)."""
+
+    label: str
+    points: list[SweepPoint]
+
+
+class RatioBar(BaseModel):
+    label: str
+    ratio: float
+    significant: bool | None
+
+
+def _svg(figure, salt: str) -> str:
+    """The figure as an <svg> element to inline in HTML (no XML prolog, no doctype)."""
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.hashsalt": salt}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(figure)
+    text = buffer.getvalue()
+    return _scoped_ids(text[text.index("<svg") :], salt)
+
+
+def _scoped_ids(svg: str, scope: str) -> str:
+    """Matplotlib numbers element ids per figure (figure_1, patch_1...); prefixing them, and
+    every reference to them, lets several charts share one HTML document."""
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{scope}-{m.group(1)}"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{scope}-{m.group(1)})", svg)
+    return re.sub(r'href="#([^"]+)"', lambda m: f'href="#{scope}-{m.group(1)}"', svg)
+
+
+def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
+    """Horizontal bars, one colour per group (model), error bars where there are several runs."""
+    labels = list(dict.fromkeys(bar.label for bar in bars))
+    groups = list(dict.fromkeys(bar.group for bar in bars))
+    height = 0.8 / len(groups)
+    with plt.rc_context(STYLE):
+        figure, axes = plt.subplots(
+            figsize=(WIDTH_IN, 0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5)), layout="constrained"
+        )
+        for index, group in enumerate(groups):
+            mine = [bar for bar in bars if bar.group == group]
+            rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
+            axes.barh(
+                rows,
+                [bar.value for bar in mine],
+                height=height * 0.9,
+                xerr=[bar.error or 0 for bar in mine],
+                color=PALETTE[index % len(PALETTE)],
+                error_kw={"elinewidth": 0.8, "capsize": 2},
+                label=group,
+            )
+        axes.set_yticks(range(len(labels)), labels)
+        axes.invert_yaxis()
+        axes.set_xlabel(unit)
+        axes.grid(axis="x", linewidth=0.3)
+        if len(groups) > 1:
+            axes.legend(frameon=False, loc="lower right")
+        return _svg(figure, salt)
+
+
+def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
+    """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
+    with plt.rc_context(STYLE):
+        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.6), layout="constrained")
+        for index, line in enumerate(series):
+            colour = PALETTE[index % len(PALETTE)]
+            gpus = [p.gpus for p in line.points]
+            left.errorbar(
+                gpus,
+                [p.throughput for p in line.points],
+                yerr=[p.error or 0 for p in line.points],
+                marker="o",
+                color=colour,
+                capsize=2,
+                linewidth=1,
+                label=line.label,
+            )
+            base = next((p.throughput for p in line.points if p.gpus == 1), None)
+            if base is not None:
+                left.plot(
+                    gpus,
+                    [base * n for n in gpus],
+                    linestyle="--",
+                    color=colour,
+                    linewidth=0.8,
+                    label=f"{line.label}: ideal (N × 1 {device_word})",
+                )
+            efficient = [p for p in line.points if p.efficiency is not None]
+            right.plot(
+                [p.gpus for p in efficient],
+                [100 * p.efficiency for p in efficient],  # type: ignore[operator]
+                marker="o",
+                color=colour,
+                linewidth=1,
+                label=line.label,
+            )
+        all_gpus = sorted({p.gpus for line in series for p in line.points})
+        for axes in (left, right):
+            axes.set_xticks(all_gpus)
+            axes.set_xlabel(f"{devices_word} (N)")
+            axes.grid(linewidth=0.3)
+        left.set_ylabel("10^3 tokens/s")
+        left.set_title("Throughput")
+        left.legend(frameon=False, fontsize=6)
+        right.axhline(100, color="grey", linestyle="--", linewidth=0.8)
+        right.set_ylabel("scaling efficiency (%)")
+        right.set_title("Efficiency: T(N) / (N × T(1))")
+        right.set_ylim(
+            bottom=0, top=max(110, *(100 * (p.efficiency or 0) + 10 for line in series for p in line.points))
+        )
+        return _svg(figure, salt)
+
+
+def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
+    """B / A per case around 1, dark where Welch's test finds the difference significant."""
+    with plt.rc_context(STYLE):
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.25 * len(bars)), layout="constrained")
+        colours = [PALETTE[0] if bar.significant else "#9dc3e6" for bar in bars]
+        axes.barh(range(len(bars)), [bar.ratio - 1 for bar in bars], left=1, color=colours)
+        axes.axvline(1, color="black", linewidth=0.8)
+        axes.set_yticks(range(len(bars)), [bar.label for bar in bars])
+        axes.invert_yaxis()
+        axes.set_xlabel(f"B / A, {caption_unit} (dark: significant difference)")
+        axes.grid(axis="x", linewidth=0.3)
+        return _svg(figure, salt)
+
+
+def _bytes_label(size: float, _position: int = 0) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:g} {unit}"
+    return f"{size:g} B"
+
+
+def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
+    """Bus bandwidth and time against message size, both on log axes: small messages are bound
+    by latency (flat time), large ones by bandwidth (flat busbw)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    with plt.rc_context(STYLE):
+        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8), layout="constrained")
+        for index, sweep in enumerate(sweeps):
+            sizes = [p.size_bytes for p in sweep.points]
+            colour = PALETTE[index % len(PALETTE)]
+            left.plot(
+                sizes,
+                [p.bus_bandwidth_gb_s for p in sweep.points],
+                marker=".",
+                color=colour,
+                linewidth=1,
+                label=sweep.label,
+            )
+            right.plot(
+                sizes, [p.time_us for p in sweep.points], marker=".", color=colour, linewidth=1, label=sweep.label
+            )
+        for axes in (left, right):
+            axes.set_xscale("log", base=2)
+            axes.xaxis.set_major_locator(LogLocator(base=4))
+            axes.xaxis.set_major_formatter(FuncFormatter(_bytes_label))
+            axes.tick_params(axis="x", labelrotation=45)
+            axes.set_xlabel("message size")
+            axes.grid(linewidth=0.3)
+        left.set_ylabel("bus bandwidth (GB/s)")
+        left.set_title("Bus bandwidth")
+        left.legend(frameon=False, fontsize=6)
+        right.set_yscale("log")
+        right.set_ylabel("time (µs)")
+        right.set_title("Time per operation")
+        return _svg(figure, salt)

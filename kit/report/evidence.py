@@ -1,0 +1,119 @@
+"""The evidence behind a report: SHA256SUMS re-checked, so that no report is rendered from a run
+directory that changed after the run wrote it."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kit.results import SUMS_FILE, RunDir, sha256_file
+
+SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+class EvidenceError(Exception):
+    """A run directory that does not match its SHA256SUMS; names every file concerned."""
+
+    def __init__(self, run_dir: Path, problems: list[str]):
+        self.run_dir, self.problems = run_dir, problems
+        super().__init__(
+            f"{run_dir} does not match its evidence, so no report is rendered from it: " + "; ".join(problems)
+        )
+
+
+class EvidenceFile(BaseModel):
+    """One line of SHA256SUMS."""
+
+    path: str
+    sha256: str
+    line: str  # as written, so that digests over lines can be reproduced with grep and sha256sum
+
+
+class EvidenceGroup(BaseModel):
+    """A case folder (or a file at the top of the run) and the SHA-256 of its SHA256SUMS lines.
+
+    `grep -F '  cases/<case-id>/' SHA256SUMS | sha256sum` reproduces a folder's digest, so a
+    printed report can pin every file with one line per case instead of one per file."""
+
+    name: str
+    paths: list[str]
+    sha256: str
+
+
+def evidence_groups(files: list[EvidenceFile]) -> list[EvidenceGroup]:
+    """SHA256SUMS grouped by case folder (cases/<case-id>/), other files one by one, in its order."""
+    groups: dict[str, list[EvidenceFile]] = {}
+    for entry in files:
+        parts = entry.path.split("/")
+        key = "/".join(parts[:2]) + "/" if parts[0] == "cases" and len(parts) > 2 else entry.path
+        groups.setdefault(key, []).append(entry)
+    return [
+        EvidenceGroup(
+            name=name,
+            paths=[m.path for m in members],
+            sha256=members[0].sha256
+            if len(members) == 1 and not name.endswith("/")
+            else hashlib.sha256("".join(f"{m.line}\n" for m in members).encode("utf-8")).hexdigest(),
+        )
+        for name, members in groups.items()
+    ]
+
+
+def read_sums(run_dir: Path) -> list[EvidenceFile]:
+    """SHA256SUMS as listed; raises ValueError naming the first malformed line."""
+    lines = (Path(run_dir) / SUMS_FILE).read_text(encoding="utf-8").splitlines()
+    files = []
+    for number, line in enumerate(lines, start=1):
+        match = SUMS_LINE.match(line)
+        if not match:
+            raise ValueError(f"{SUMS_FILE} line {number} is not '<sha256>  <path>': {line[:80]!r}")
+        files.append(EvidenceFile(sha256=match.group(1), path=match.group(2), line=line))
+    return files
+
+
+def evidence_digest(run_dir: Path) -> str:
+    """SHA-256 of SHA256SUMS itself: one digest that pins every file of the run."""
+    return sha256_file(Path(run_dir) / SUMS_FILE)
+
+
+def verify(run_dir: Path) -> list[str]:
+    """Every way the run directory differs from its SHA256SUMS: files changed, missing or added.
+    An empty list means the directory is exactly what the run wrote."""
+    run = RunDir(Path(run_dir))
+    if not run.info_path.is_file():
+        return [f"{run_dir} is not a run directory (no run.json)"]
+    if not (run.root / SUMS_FILE).is_file():
+        try:
+            status = run.read_info().status
+        except ValueError as exc:
+            status = f"unreadable ({exc.__class__.__name__})"
+        return [
+            f"{SUMS_FILE} missing: the run wrote no evidence yet (run.json status: {status}); "
+            f"finish it with `kit run --resume {run_dir}`"
+        ]
+    try:
+        listed = {entry.path: entry.sha256 for entry in read_sums(run.root)}
+    except ValueError as exc:
+        return [str(exc)]
+    found = run.digests()
+    problems = [f"changed: {path}" for path, digest in listed.items() if path in found and found[path] != digest]
+    problems += [f"missing: {path}" for path in listed if path not in found]
+    problems += [f"added: {path} (not in {SUMS_FILE})" for path in found if path not in listed]
+    return problems
+
+
+def newest_run(root: Path = Path("runs")) -> Path:
+    """The run directory under `root` that started last (run.json `started_at`)."""
+    candidates = []
+    for info_path in Path(root).glob("*/run.json"):
+        try:
+            started = RunDir(info_path.parent).read_info().started_at
+        except ValueError:
+            continue
+        candidates.append((started, info_path.parent.name, info_path.parent))
+    if not candidates:
+        raise FileNotFoundError(f"no run directory (with a readable run.json) under {root}")
+    return max(candidates)[2]

@@ -1,0 +1,87 @@
+"""A run directory read once, into typed values, for the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from kit import __version__
+from kit.fingerprint import (
+    Fingerprint,
+    redact_identifiers,
+    redaction_salt,
+    redaction_token,
+)
+from kit.reference import MeasuredRun, measured_run
+from kit.report.evidence import EvidenceFile, evidence_digest, read_sums
+from kit.results import Result, RunDir, RunInfo
+
+
+class LoadedFingerprint(BaseModel):
+    """A fingerprint file of the run: the fingerprint, or why there is none."""
+
+    fingerprint: Fingerprint | None = None
+    missing: str | None = None
+
+
+class LoadedRun(BaseModel):
+    """One run directory as the report sections read it; `measured` is what claims are judged on."""
+
+    path: Path
+    info: RunInfo
+    results: dict[str, Result]
+    before: LoadedFingerprint
+    after: LoadedFingerprint
+    evidence: list[EvidenceFile]
+    evidence_digest: str
+    hostname: str
+    redacted: bool
+    measured: MeasuredRun
+
+
+def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
+    if not path.is_file():
+        return LoadedFingerprint(missing=f"not recorded (no {path.name} in the run directory)")
+    try:
+        fingerprint = Fingerprint.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        return LoadedFingerprint(missing=f"unreadable {path.name}: {str(exc).splitlines()[0]}")
+    if redact and not fingerprint.redacted:
+        fingerprint = redact_identifiers(fingerprint, redaction_salt())
+    return LoadedFingerprint(fingerprint=fingerprint)
+
+
+class UnreadableRun(ValueError):
+    """A run directory whose files this kit cannot read, e.g. written by an incompatible version."""
+
+
+def load_run(path: Path, redact: bool) -> LoadedRun:
+    """Everything a report reads of one run directory (verified beforehand by the caller)."""
+    run_dir = RunDir(path)
+    try:
+        info = run_dir.read_info()
+        results = {result.case_id: result for result in run_dir.results()}
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UnreadableRun(
+            f"{path}: kit {__version__} cannot read this run directory ({exc.title}: {where}: "
+            f"{first['msg']}); render it with the kit version that wrote it"
+        ) from None
+    before = _read_fingerprint(run_dir.fingerprint_path, redact)
+    hostname = str(info.host.get("hostname") or "not recorded")
+    if redact and info.host.get("hostname"):
+        hostname = redaction_token(hostname, redaction_salt())
+    return LoadedRun(
+        path=Path(path),
+        info=info,
+        results=results,
+        before=before,
+        after=_read_fingerprint(run_dir.fingerprint_after_path, redact),
+        evidence=read_sums(run_dir.root),
+        evidence_digest=evidence_digest(run_dir.root),
+        hostname=hostname,
+        redacted=redact,
+        measured=measured_run(info, results.values(), before.fingerprint),
+    )

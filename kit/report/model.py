@@ -1,0 +1,92 @@
+"""The report as data: every number, word and chart a template prints, already computed and
+formatted (kit/report/build.py fills it in). Templates lay it out and compute nothing."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+Tone = Literal["plain", "muted", "good", "bad", "warn", "mono", "strong"]
+
+
+class Cell(BaseModel):
+    """One table cell; `detail` is a smaller second line (the source of a claim, a test's t and df)."""
+
+    text: str
+    detail: str | None = None
+    tone: Tone = "plain"
+    colspan: int = 1
+
+
+class Row(BaseModel):
+    cells: list[Cell]
+    heading: bool = False
+
+
+class HeaderGroup(BaseModel):
+    label: str
+    span: int
+
+
+class Table(BaseModel):
+    """A table as printed; `widths` (per cent of the page, one per column) fix the layout."""
+
+    caption: str
+    header: list[str]
+    groups: list[HeaderGroup] = []
+    rows: list[Row]
+    notes: list[str] = []
+    widths: list[int] = []
+    dense: bool = False
+    # "screen": in the HTML only, for a listing too long to print (a summary of it prints instead).
+    media: Literal["all", "screen"] = "all"
+
+
+class Chart(BaseModel):
+    title: str
+    svg: str
+    caption: str
+
+
+class Section(BaseModel):
+    """A section of the report; `not_run` says why it has no measurements, so none is left blank."""
+
+    anchor: str
+    title: str
+    paragraphs: list[str] = []
+    not_run: str | None = None
+    tables: list[Table] = []
+    charts: list[Chart] = []
+    subsections: list[Section] = []
+
+
+class Fact(BaseModel):
+    label: str
+    value: str
+    tone: Tone = "plain"
+
+
+class Count(BaseModel):
+    label: str
+    count: int
+    tone: Tone
+
+
+class Cover(BaseModel):
+    title: str
+    subtitle: str
+    facts: list[Fact]
+    claim_counts: list[Count]
+    claims_summary: str
+    case_counts: list[Count]
+
+
+class Report(BaseModel):
+    """One rendered report: the cover, the sections in order, and the text of every page's margins."""
+
+    run_id: str
+    banner: str | None
+    footer: str
+    cover: Cover
+    sections: list[Section]

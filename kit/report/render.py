@@ -1,0 +1,112 @@
+"""Report model -> one self-contained HTML file (Jinja2, inline CSS and SVG) -> PDF (WeasyPrint)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from kit.report.build import REFERENCE, build_report
+from kit.report.evidence import EvidenceError, verify
+from kit.report.model import Report
+from kit.results import REPORT_FILES
+
+FORMATS = ("html", "pdf")
+TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
+TEMPLATE = "report.html.j2"
+STYLESHEET = "style.css"
+
+
+def templates_dir() -> Path:
+    """$KIT_REPORT_TEMPLATES, else report_templates/ beside the package (source checkout)."""
+    configured = os.environ.get(TEMPLATES_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parent.parent.parent / "report_templates"
+
+
+def render_html(report: Report, medium: Literal["screen", "print"] = "screen") -> str:
+    """The whole report as one HTML document: the stylesheet and every chart are inline. For
+    `print` (the PDF's source), tables meant for the screen only are left out."""
+    folder = templates_dir()
+    environment = Environment(
+        loader=FileSystemLoader(folder),
+        autoescape=select_autoescape(["j2", "html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    css = (folder / STYLESHEET).read_text(encoding="utf-8")
+    return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium)
+
+
+def write_pdf(html: str, target: Path) -> None:
+    """Print the HTML with WeasyPrint; any attempt to fetch a resource is an error, because a
+    report that needs the network is not self-contained."""
+    from weasyprint import HTML
+    from weasyprint.urls import FatalURLFetchingError, URLFetcher
+
+    class NoFetching(URLFetcher):
+        def fetch(self, url, headers=None):
+            raise FatalURLFetchingError(f"the report is self-contained; refused to fetch {url}")
+
+    HTML(string=html, url_fetcher=NoFetching()).write_pdf(target)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def render(
+    run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False
+) -> list[Path]:
+    """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
+    report.html and report.pdf are the only files the evidence leaves out) as `report.html` / `.pdf`.
+
+    `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
+    Every run directory involved is verified against its SHA256SUMS first; EvidenceError names
+    each file that changed, is missing or was added. Returns the files written.
+    """
+    wanted = list(dict.fromkeys(formats))
+    unknown = [name for name in wanted if name not in FORMATS]
+    if unknown or not wanted:
+        raise ValueError(f"report formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
+    run_dirs = [Path(run_dir)] + [Path(item) for item in compare if item != REFERENCE]
+    for folder in run_dirs[1:]:
+        if not (folder / "run.json").is_file():
+            raise ValueError(f"--compare takes '{REFERENCE}' or a run directory; {folder} has no run.json")
+    for folder in run_dirs:
+        problems = verify(folder)
+        if problems:
+            raise EvidenceError(folder, problems)
+        if _inside(Path(out_dir), folder) and Path(out_dir).resolve() != Path(run_dir).resolve():
+            raise ValueError(
+                f"the report cannot be written inside the run directory {folder}: "
+                "it would change the evidence it reports"
+            )
+    report = build_report(Path(run_dir), list(compare), redact)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if "html" in wanted:
+        html = render_html(report, "screen")
+        written.append(_replace(out_dir / REPORT_FILES[0], lambda part: part.write_text(html, "utf-8")))
+    if "pdf" in wanted:
+        printed = render_html(report, "print")
+        written.append(_replace(out_dir / REPORT_FILES[1], lambda part: write_pdf(printed, part)))
+    return written
+
+
+def _replace(path: Path, write: Callable[[Path], object]) -> Path:
+    """Write beside `path`, then rename: a reader never sees half a report (the file's mode
+    follows the umask, as any file a user writes)."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path

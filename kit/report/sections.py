@@ -1,0 +1,947 @@
+"""The sections around the stages: environment, reference claims, A/B comparisons, deviations,
+the executive summary and the appendix."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from kit.environment import comparable, drift, evaluate, load_expectations
+from kit.fingerprint import Fingerprint
+from kit.protocol import Case, Protocol
+from kit.reference import (
+    ClaimOutcome,
+    MeasuredRun,
+    Reference,
+    TableComparison,
+    format_value,
+    metric_label,
+    reference_path,
+    verdict_counts,
+)
+from kit.report import charts
+from kit.report.cells import (
+    STATUS_TONES,
+    VERDICT_TONES,
+    has_metrics,
+    mean_std,
+    method_label,
+    status_cell,
+)
+from kit.report.evidence import evidence_groups
+from kit.report.load import LoadedRun
+from kit.report.model import Cell, Chart, Row, Section, Table
+from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
+
+AB_METRICS = ("tokens_per_s", "peak_memory_gib")
+
+
+def machine(run: LoadedRun) -> str:
+    return f"{run.hostname}: {run.measured.devices}"
+
+
+def _facts_table(caption: str, facts: Sequence[tuple[str, str]]) -> Table:
+    return Table(
+        caption=caption,
+        header=["", ""],
+        widths=[25, 75],
+        rows=[Row(cells=[Cell(text=key, tone="strong"), Cell(text=value)]) for key, value in facts],
+    )
+
+
+def _sentence(text: str | None) -> str:
+    return (text or "not recorded")[:1].upper() + (text or "not recorded")[1:]
+
+
+def _gib(n_bytes: int | None) -> str:
+    return f"{n_bytes / 2**30:.0f} GiB" if n_bytes else "not recorded"
+
+
+def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str, str]]:
+    """The facts of a fingerprint a reviewer compares machines by."""
+    host, inventory = fingerprint.host, fingerprint.gpus
+    cpu = host.cpu
+    names = Counter(gpu.name or "unknown model" for gpu in inventory.gpus)
+    gpus = (
+        ", ".join(f"{count} × {name}" for name, count in names.items())
+        or f"none ({inventory.unavailable or 'not listed'})"
+    )
+    topology = fingerprint.topology
+    runtime = fingerprint.container_runtime
+    return [
+        (
+            "Collected (UTC)",
+            f"{fingerprint.collected_at:%Y-%m-%d %H:%M:%S}"
+            + (" (identifiers redacted)" if fingerprint.redacted else ""),
+        ),
+        ("Host name", hostname),
+        ("Operating system, kernel", f"{host.os or 'not recorded'}, {host.kernel or 'not recorded'}"),
+        (
+            "CPU",
+            f"{cpu.model or 'not recorded'}; {cpu.sockets or '?'} sockets, {cpu.physical_cores or '?'} cores, "
+            f"{cpu.logical_cpus or '?'} logical CPUs; governor {cpu.frequency_governor or 'not recorded'}",
+        ),
+        ("Host memory, NUMA nodes", f"{_gib(host.memory_bytes)}, {host.numa_nodes or 'not recorded'}"),
+        ("GPUs", gpus),
+        (
+            "Driver, CUDA (driver)",
+            f"{inventory.driver_version or 'not recorded'}, {inventory.cuda_driver_version or 'not recorded'}",
+        ),
+        (
+            "GPU topology",
+            topology.topology_class.label
+            if topology.topology_class
+            else f"not recorded ({topology.unavailable or 'no matrix'})",
+        ),
+        (
+            "RDMA ports",
+            ", ".join(
+                f"{p.device}/{p.port} {p.state or '?'} {p.rate or ''}".strip() for p in fingerprint.network.rdma_ports
+            )
+            or f"none ({fingerprint.network.unavailable or 'none listed'})",
+        ),
+        (
+            "Container runtime",
+            f"docker {runtime.docker_server_version or 'not found'}; NVIDIA toolkit "
+            f"{runtime.nvidia_container_toolkit or 'not found'}",
+        ),
+    ]
+
+
+def environment_section(run: LoadedRun) -> Section:
+    """run.json's host, the framework versions, and the fingerprints before and after the run."""
+    info = run.info
+    commit = info.kit.git_commit or f"not recorded ({info.kit.unreadable.get('git_commit', 'no reason given')})"
+    recorded = Section(
+        anchor="run-host",
+        title="The run as run.json records it",
+        tables=[
+            _facts_table(
+                "Host and kit",
+                [
+                    ("Host name", run.hostname + (" (redacted)" if run.hostname.startswith("redacted-") else "")),
+                    ("Operating system", str(info.host.get("os") or "not recorded")),
+                    ("Python (host)", str(info.host.get("python") or "not recorded")),
+                    ("Devices", run.measured.devices),
+                    ("Executor", info.executor),
+                    ("Command", " ".join(info.argv)),
+                    ("Kit", f"{info.kit.version}, commit {commit}"),
+                    ("Workload sources (SHA-256)", info.kit.workload_sources_sha256),
+                ],
+            )
+        ],
+    )
+    versions: dict[str, Counter] = {}
+    for result in run.results.values():
+        for sample in result.samples:
+            for rank in sample.ranks:
+                for package, version in rank.versions.items():
+                    versions.setdefault(package, Counter())[version] += 1
+    if versions:
+        recorded.tables.append(
+            Table(
+                caption="Framework versions the workloads reported (every process of every run)",
+                header=["Package", "Version"],
+                widths=[30, 70],
+                rows=[
+                    Row(
+                        cells=[
+                            Cell(text=package),
+                            Cell(text=", ".join(sorted(found)), tone="plain" if len(found) == 1 else "warn"),
+                        ]
+                    )
+                    for package, found in sorted(versions.items())
+                ],
+                notes=[
+                    "Marked: more than one version of the package in this run, so its cases did not all run the "
+                    "same software."
+                ]
+                if any(len(found) > 1 for found in versions.values())
+                else [],
+            )
+        )
+    before = Section(anchor="fingerprint-before", title="Fingerprint before the run")
+    fingerprint = run.before.fingerprint
+    if fingerprint is None:
+        before.not_run = (
+            f"{_sentence(run.before.missing)}: host checks and the comparability of this run with others cannot "
+            "be established from it."
+        )
+    else:
+        before.tables.append(_facts_table("The host as fingerprinted", fingerprint_facts(fingerprint, run.hostname)))
+        expected = max((case.gpus for case in info.plan.cases), default=None) if info.plan.device == "cuda" else None
+        checks, origin = (
+            (info.checks, "as the run recorded them before it started")
+            if info.checks
+            else (evaluate(fingerprint, load_expectations(), expected), "evaluated now on fingerprint.json")
+        )
+        tones = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
+        before.tables.append(
+            Table(
+                caption=f"Host checks, {origin}",
+                header=["Check", "Result", "Observed", "Expected"],
+                widths=[22, 8, 40, 30],
+                rows=[
+                    Row(
+                        cells=[
+                            Cell(text=c.name),
+                            Cell(text=c.status, tone=tones[c.status]),  # type: ignore[arg-type]
+                            Cell(text=c.observed),
+                            Cell(text=c.expected),
+                        ]
+                    )
+                    for c in checks
+                ],
+            )
+        )
+        if info.forced:
+            before.paragraphs.append("The run was started with --force despite failing checks.")
+    after = Section(anchor="fingerprint-after", title="Fingerprint after the run")
+    if run.after.fingerprint is None:
+        after.not_run = f"{_sentence(run.after.missing)}: drift during the run is not checked."
+    elif fingerprint is None:
+        after.not_run = "Recorded, but without the fingerprint before the run there is nothing to compare it with."
+    else:
+        # The findings run.json recorded name GPUs by UUID; a redacted report recomputes them from
+        # the redacted fingerprints (drift is a pure function of the two).
+        findings = drift(fingerprint, run.after.fingerprint) if run.redacted or not info.findings else info.findings
+        if findings:
+            after.tables.append(
+                Table(
+                    caption="What changed between the fingerprints before and after the run",
+                    header=["Finding", "Severity", "GPU", "Detail"],
+                    widths=[22, 10, 20, 48],
+                    rows=[
+                        Row(
+                            cells=[
+                                Cell(text=f.kind),
+                                Cell(text=f.severity, tone="bad" if f.severity == "fail" else "warn"),
+                                Cell(text=f.gpu or "host"),
+                                Cell(text=f.detail),
+                            ]
+                        )
+                        for f in findings
+                    ],
+                )
+            )
+        else:
+            after.paragraphs.append(
+                "No driver, GPU, ECC, clock-limit or process change from the fingerprint before it."
+            )
+    return Section(
+        anchor="environment", title="Environment and fingerprint checks", subsections=[recorded, before, after]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference claims
+# ---------------------------------------------------------------------------------------------
+
+
+def claims_table(outcomes: Sequence[ClaimOutcome]) -> Table:
+    """One heading row per claim (verdict and why), then one row per relation it makes."""
+    rows = []
+    for claim in outcomes:
+        meta = f"{claim.section}, {claim.source}; platform: {claim.platforms}."
+        extra = [
+            text
+            for text in (
+                claim.interpretation and f"Kit's reading: {claim.interpretation}",
+                claim.note and f"Note: {claim.note}",
+            )
+            if text
+        ]
+        rows.append(
+            Row(
+                heading=True,
+                cells=[
+                    Cell(text=claim.id, tone="strong"),
+                    Cell(text=claim.statement, detail=" ".join([meta, *extra]), colspan=3),
+                    Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict]),
+                    Cell(text=claim.reason),
+                ],
+            )
+        )
+        for relation in claim.relations:
+            stand_ins = [f"{used} stands in for {case}" for case, used in relation.stand_ins.items()]
+            own = [caveat for caveat in relation.caveats if caveat not in claim.caveats]
+            finding = relation.finding or "—"
+            if relation.caveats and relation.finding:
+                finding = f"for information: {relation.finding}"
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=""),
+                        Cell(text=relation.relation),
+                        Cell(text=relation.published),
+                        Cell(text=relation.measured or "—", tone="plain" if relation.measured else "muted"),
+                        Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict]),
+                        Cell(text=finding, detail="; ".join(own + stand_ins) or None),
+                    ]
+                )
+            )
+    return Table(
+        caption="The paper's published findings against this run",
+        header=["Claim", "Relation", "Published", "Measured", "Verdict", "Why"],
+        widths=[5, 29, 11, 11, 11, 33],
+        rows=rows,
+        notes=[
+            "Tolerances are the kit's choice: the paper states none.",
+            "A verdict is not applicable when the claim is about other hardware, needs two platforms, or the "
+            "run is not comparable to the reference; what the run measured is still shown, for information. "
+            "In a run not comparable to the reference, a case of the same stage and method stands in for a "
+            "case the run lacks, and is named.",
+        ],
+    )
+
+
+def tables_table(comparisons: Sequence[TableComparison]) -> Table:
+    return Table(
+        caption="Values transcribed from the paper's tables, case by case",
+        header=["Table", "Platform", "Case", "Metric", "Published", "Measured", "Ratio", "Verdict", "Why"],
+        widths=[6, 12, 16, 9, 11, 11, 7, 9, 19],
+        rows=[
+            Row(
+                cells=[
+                    Cell(text=c.table),
+                    Cell(text=c.platform),
+                    Cell(text=c.case, tone="mono"),
+                    Cell(text=metric_label(c.metric)),
+                    Cell(text=c.published),
+                    Cell(text=c.measured or "—"),
+                    Cell(text=c.ratio or "—"),
+                    Cell(text=c.verdict, tone=VERDICT_TONES[c.verdict]),
+                    Cell(text=c.detail),
+                ]
+            )
+            for c in comparisons
+        ],
+    )
+
+
+def claims_section(
+    reference: Reference | None,
+    outcomes: Sequence[ClaimOutcome],
+    comparisons: Sequence[TableComparison],
+    run: LoadedRun,
+    runs: Sequence[MeasuredRun],
+) -> Section:
+    section = Section(anchor="claims", title="Reference claims (arXiv:2311.03687)")
+    if reference is None:
+        section.not_run = (
+            "Not requested: this report compares no reference. Render it with "
+            "`--compare reference` to judge the run against the paper's published findings."
+        )
+        return section
+    counts = verdict_counts(outcome.verdict for outcome in outcomes)
+    section.paragraphs.append(
+        f"{reference.title}. {len(outcomes)} published findings (PROTOCOL.md), from "
+        f"{reference_path().name}: " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items()) + "."
+    )
+    section.paragraphs.append(
+        "Runs this report judges the claims on: "
+        + "; ".join(f"{measured.label} (profile {measured.profile}) on {measured.devices}" for measured in runs)
+        + "."
+    )
+    if not run.measured.comparable_to_reference:
+        section.paragraphs.append(
+            f"Profile {run.info.profile} is not comparable to the reference (comparable_to_reference: false), "
+            "so no claim is judged on it: each is not applicable, with what this run measured beside it for "
+            "information."
+        )
+    section.tables.append(claims_table(outcomes))
+    if comparisons:
+        section.tables.append(tables_table(comparisons))
+    else:
+        section.paragraphs.append(
+            f"Table values: none transcribed yet in {reference_path().name} (its tables list is empty); the paper's "
+            "full tables are not published here. A transcribed value is compared case by case once added there."
+        )
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# A/B
+# ---------------------------------------------------------------------------------------------
+
+
+def _p_value(test: WelchTest) -> tuple[Cell, Cell]:
+    if test.p_value is None:
+        return Cell(text="—", detail=test.reason, tone="muted"), Cell(text="not testable", tone="muted")
+    significant = "yes" if test.significant else "no"
+    return (
+        Cell(text=f"{test.p_value:.3g}", detail=f"t = {test.t:.2f}, df = {test.df:.1f}"),
+        Cell(text=significant, tone="strong" if test.significant else "plain"),
+    )
+
+
+class Comparison(BaseModel):
+    """An A/B section and the sentence the executive summary gives it."""
+
+    section: Section
+    summary: str
+
+
+def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
+    """Every case both runs have: A and B side by side, B / A, and Welch's test on per-run values."""
+    a, b = run, other
+    section = Section(
+        anchor=f"ab-{b.info.run_id}",
+        title=f"A/B: this run against {b.info.run_id}",
+        paragraphs=[
+            f"A = {a.info.run_id} (profile {a.info.profile}, {machine(a)}). "
+            f"B = {b.info.run_id} (profile {b.info.profile}, {machine(b)}), evidence digest {b.evidence_digest}."
+        ],
+    )
+    common = [cid for cid in a.info.selected if cid in a.results and cid in b.results]
+    stages = list(dict.fromkeys(a.results[cid].stage for cid in common))
+    fa, fb = a.before.fingerprint, b.before.fingerprint
+    if fa is None or fb is None:
+        sides = "; ".join(
+            f"{name}: {loaded.missing}"
+            for name, loaded in (("A", a.before), ("B", b.before))
+            if loaded.fingerprint is None
+        )
+        section.paragraphs.append(f"Comparability of the environments: fingerprints not recorded ({sides}).")
+        environments = "fingerprints not recorded, so the environments' comparability is unknown"
+    else:
+        rules = load_expectations().comparability
+        rows = []
+        for stage in stages:
+            if stage not in rules.stages:
+                rows.append(
+                    Row(
+                        cells=[
+                            Cell(text=stage),
+                            Cell(text="unknown", tone="warn"),
+                            Cell(text=f"environment.yaml has no comparability rules for stage {stage}"),
+                        ]
+                    )
+                )
+                continue
+            verdict = comparable(fa, fb, stage, rules)
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=stage),
+                        Cell(text="yes" if verdict.comparable else "no", tone="good" if verdict.comparable else "bad"),
+                        Cell(text="; ".join(verdict.reasons) or "every aspect equal"),
+                    ]
+                )
+            )
+        section.tables.append(
+            Table(
+                caption="May the two runs' numbers be compared? (fingerprints, per stage)",
+                header=["Stage", "Comparable", "Why not"],
+                widths=[15, 12, 73],
+                rows=rows,
+            )
+        )
+        differing = [row.cells[0].text for row in rows if row.cells[1].text != "yes"]
+        environments = (
+            f"environments not comparable for {', '.join(differing)}"
+            if differing
+            else "environments comparable for every common stage"
+        )
+    rows, bars, tested = [], [], []
+    for cid in common:
+        left, right = a.results[cid], b.results[cid]
+        if left.status != "ok" or right.status != "ok":
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=cid, tone="mono"),
+                        Cell(text="status"),
+                        status_cell(left, True),
+                        status_cell(right, True),
+                        Cell(text="—", tone="muted"),
+                        Cell(text="—", tone="muted"),
+                        Cell(text="no comparison", tone="muted"),
+                    ]
+                )
+            )
+            continue
+        names = [n for n in AB_METRICS if left.metrics.get(n) and right.metrics.get(n)] or [
+            n for n in left.metrics if left.metrics.get(n) and right.metrics.get(n)
+        ]
+        for name in names:
+            ma, mb = left.metrics[name], right.metrics[name]
+            test = welch_t_test(ma.per_run, mb.per_run)
+            ratio = mb.mean / ma.mean if ma.mean else None
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=cid, tone="mono"),
+                        Cell(text=metric_label(name)),
+                        Cell(text=mean_std(ma)),
+                        Cell(text=mean_std(mb)),
+                        Cell(text=f"{format_value(ratio)} ×" if ratio is not None else "—"),
+                        *_p_value(test),
+                    ]
+                )
+            )
+            if name == "tokens_per_s" and ratio is not None:
+                bars.append(charts.RatioBar(label=cid, ratio=ratio, significant=test.significant))
+                tested.append(test.significant)
+    only_a = [cid for cid in a.results if cid not in b.results]
+    only_b = [cid for cid in b.results if cid not in a.results]
+    notes = [
+        f"Welch's t-test on the per-run values, two-sided, α = {SIGNIFICANCE_LEVEL}; units as in the run "
+        "(tokens/s, GiB)."
+    ]
+    if only_a:
+        notes.append(f"Only in A: {', '.join(only_a)}.")
+    if only_b:
+        notes.append(f"Only in B: {', '.join(only_b)}.")
+    if rows:
+        section.tables.append(
+            Table(
+                caption=f"Cases of both runs ({len(common)})",
+                header=["Case", "Metric", "A", "B", "B / A", "p", "Significant"],
+                widths=[26, 10, 14, 14, 8, 17, 11],
+                rows=rows,
+                notes=notes,
+            )
+        )
+    else:
+        section.paragraphs.append("The two runs have no case in common. " + " ".join(notes[1:]))
+    if bars:
+        section.charts.append(
+            Chart(
+                title="Throughput B / A",
+                svg=charts.ratio_chart(f"ab-{b.info.run_id}", bars, "tokens/s"),
+                caption=f"Ratio of mean throughputs; dark bars: Welch's test p < {SIGNIFICANCE_LEVEL}.",
+            )
+        )
+    summary = (
+        f"Against run {b.info.run_id}: {len(common)} cases in common; throughput differs significantly "
+        f"(Welch, α = {SIGNIFICANCE_LEVEL}) in {sum(1 for t in tested if t)} of the {len(tested)} measured in "
+        f"both; {environments}."
+    )
+    return Comparison(section=section, summary=summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# Deviations, summary, appendix
+# ---------------------------------------------------------------------------------------------
+
+
+def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
+    section = Section(anchor="deviations", title="Deviations, failures and waivers")
+    selected = run.info.selected
+    failures = [run.results[cid] for cid in selected if cid in run.results and run.results[cid].status != "ok"]
+    unfinished = [cid for cid in selected if cid not in run.results]
+    rows = [
+        Row(
+            cells=[
+                Cell(text=r.case_id, tone="mono"),
+                Cell(text=r.status, tone=STATUS_TONES.get(r.status, "plain")),
+                Cell(text=r.reason or "no reason recorded"),
+            ]
+        )
+        for r in failures
+    ]
+    rows += [
+        Row(
+            cells=[
+                Cell(text=cid, tone="mono"),
+                Cell(text="no result", tone="bad"),
+                Cell(text="the run ended before this case finished"),
+            ]
+        )
+        for cid in unfinished
+    ]
+    if rows:
+        section.tables.append(
+            Table(
+                caption="Cases that ended without a measurement",
+                header=["Case", "Status", "Reason"],
+                widths=[30, 11, 59],
+                rows=rows,
+                notes=[
+                    "Each was recorded as it happened; the run went on. "
+                    "The case's log.txt (see the raw-data index) has the details."
+                ],
+            )
+        )
+    else:
+        section.paragraphs.append("Every selected case finished with a measurement.")
+    deviating = [o for o in outcomes if o.verdict == "deviates"]
+    if deviating:
+        section.tables.append(
+            Table(
+                caption="Claims the run deviates from",
+                header=["Claim", "Deviation"],
+                widths=[10, 90],
+                rows=[
+                    Row(
+                        cells=[
+                            Cell(text=o.id, tone="strong"),
+                            Cell(text="; ".join(r.finding for r in o.relations if r.verdict == "deviates")),
+                        ]
+                    )
+                    for o in deviating
+                ],
+            )
+        )
+    notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
+    if notes:
+        section.tables.append(
+            Table(
+                caption="Notes the results carry",
+                header=["Case", "Note"],
+                widths=[32, 68],
+                rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text=note)]) for cid, note in notes],
+            )
+        )
+    unselected = [case.id for case in run.info.plan.cases if case.id not in selected]
+    if unselected:
+        section.subsections.append(
+            Section(
+                anchor="not-selected",
+                title="Not selected for this run",
+                paragraphs=[
+                    f"{len(unselected)} of the {len(run.info.plan.cases)} cases of the {run.info.profile} profile: "
+                    f"{', '.join(unselected)}."
+                ],
+            )
+        )
+    section.subsections.append(
+        Section(
+            anchor="waivers",
+            title="Waivers",
+            paragraphs=["None recorded. Every failure and deviation above stands as measured."],
+        )
+    )
+    return section
+
+
+def status_counts(run: LoadedRun) -> Counter:
+    statuses = Counter(run.results[cid].status if cid in run.results else "no result" for cid in run.info.selected)
+    return statuses
+
+
+def summary_section(
+    run: LoadedRun,
+    outcomes: Sequence[ClaimOutcome] | None,
+    stages: Sequence[Section],
+    comparisons: Sequence[Comparison],
+) -> Section:
+    """The executive summary in words, every figure taken from the data above it."""
+    info, measured = run.info, run.measured
+    paragraphs = [
+        f"Run {info.run_id} measured {len(info.selected)} of the {len(info.plan.cases)} cases of the {info.profile} "
+        f"profile ({info.plan.description}) on {machine(run)}, from {info.started_at} to "
+        f"{info.finished_at or 'an unrecorded end'} (UTC), with kit {info.kit.version}."
+    ]
+    statuses = status_counts(run)
+    words = {
+        "ok": "finished with a measurement",
+        "oom": "out of memory (a result, shown as -)",
+        "unavailable": "unavailable on this host",
+        "skipped": "skipped",
+        "error": "failed with an error",
+        "timeout": "timed out",
+        "no result": "without a result",
+    }
+    parts = [f"{words.get(status, status)}: {count}" for status, count in statuses.most_common()]
+    paragraphs.append("Cases " + "; ".join(parts) + ".")
+    reasons = Counter(
+        r.reason for r in run.results.values() if r.status in ("unavailable", "skipped", "error") and r.reason
+    )
+    if reasons:
+        paragraphs.append(
+            "Why cases ended without a measurement: "
+            + "; ".join(f"{reason} ({count}×)" if count > 1 else reason for reason, count in reasons.most_common())
+            + "."
+        )
+    for stage, words_for in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
+        done = [
+            r for r in run.results.values() if r.stage == stage and has_metrics(r, "tokens_per_s", "peak_memory_gib")
+        ]
+        if done:
+            best = max(done, key=lambda r: r.metrics["tokens_per_s"].mean)
+            light = min(done, key=lambda r: r.metrics["peak_memory_gib"].mean)
+            paragraphs.append(
+                f"Highest {words_for} throughput: {method_label(best.case.method)} on {best.case.model}, "
+                f"{mean_std(best.metrics['tokens_per_s'], '10^3 tokens/s')} × 10^3 tokens/s; lowest peak memory: "
+                f"{method_label(light.case.method)}, {mean_std(light.metrics['peak_memory_gib'])} GiB."
+            )
+    if outcomes is not None:
+        counts = verdict_counts(o.verdict for o in outcomes)
+        text = (
+            f"Against the {len(outcomes)} published findings of the paper: "
+            + ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+            + "."
+        )
+        if not measured.comparable_to_reference:
+            text += (
+                f" This run is not comparable to the reference (profile {info.profile}), so no claim is judged; "
+                "the measured relations are shown for information only."
+            )
+        deviating = [o.id for o in outcomes if o.verdict == "deviates"]
+        if deviating:
+            text += f" Deviating: {', '.join(deviating)} (see Deviations and failures)."
+        paragraphs.append(text)
+    else:
+        paragraphs.append("The paper's published findings were not compared (no `--compare reference`).")
+    idle = [s.title for s in stages if s.not_run]
+    if idle:
+        paragraphs.append(f"Sections without measurements, each saying why: {', '.join(idle)}.")
+    paragraphs += [comparison.summary for comparison in comparisons]
+    return Section(anchor="summary", title="Executive summary", paragraphs=paragraphs)
+
+
+def _json(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, profile: str) -> Table:
+    """Every parameter of a stage's cases, with where its value comes from."""
+    dumps = [case.params.model_dump(exclude={"kind"}) for case in cases]
+    unpublished = set(cases[0].unpublished)
+    defaults = protocol.stages[stage].params if stage in protocol.stages else {}
+    rows = []
+    for name in dumps[0]:
+        values: dict[str, list[str]] = {}
+        for case, dump in zip(cases, dumps):
+            values.setdefault(_json(dump[name]), []).append(case.method)
+        if len(values) == 1:
+            value = next(iter(values))
+        else:
+            value = "; ".join(f"{v}: {', '.join(dict.fromkeys(methods))}" for v, methods in values.items())
+        if name in unpublished:
+            origin, tone = "kit's choice (not published)", "warn"
+        elif len(values) > 1:
+            origin, tone = "set by the method", "plain"
+        elif name in defaults and _json(defaults[name]) != value:
+            origin, tone = f"profile {profile} (protocol: {_json(defaults[name])})", "warn"
+        elif name in defaults:
+            origin, tone = "paper", "plain"
+        elif value == _json(type(cases[0].params).model_fields[name].default):
+            origin, tone = "kit default", "plain"
+        else:
+            origin, tone = "set by the method", "plain"
+        rows.append(Row(cells=[Cell(text=name, tone="mono"), Cell(text=value), Cell(text=origin, tone=tone)]))  # type: ignore[arg-type]
+    return Table(
+        caption=f"Parameters of stage {stage} ({len(cases)} cases)",
+        header=["Parameter", "Value", "Origin"],
+        widths=[18, 54, 28],
+        rows=rows,
+    )
+
+
+LISTED_PER_STAGE = 5  # more cases of one stage than this are named by count, not one by one
+
+
+def _case_list(cases: Sequence[str], run: LoadedRun) -> str:
+    """The cases (of run.results), stage by stage; a stage whose every case is among them, and
+    that has more than LISTED_PER_STAGE, is named by count, so 115 training cases fit a line."""
+    by_stage: dict[str, list[str]] = {}
+    for cid in cases:
+        by_stage.setdefault(run.results[cid].stage, []).append(cid)
+    parts = []
+    for stage, members in by_stage.items():
+        every = [cid for cid, result in run.results.items() if result.stage == stage]
+        if len(members) > LISTED_PER_STAGE and set(members) == set(every):
+            parts.append(f"every {stage} case ({len(members)})")
+        else:
+            parts.append(", ".join(members))
+    return "; ".join(parts)
+
+
+def image_section(run: LoadedRun) -> Section:
+    """The images the cases ran in: run.json's record, and the digest each run's container had."""
+    info = run.info
+    section = Section(anchor="images", title="Image digests")
+    recorded = dict((info.model_extra or {}).get("images") or {})
+    seen: dict[str, dict[str, list[str]]] = {}
+    for result in run.results.values():
+        for sample in result.samples:
+            if sample.container is not None:
+                digest = (sample.container.repo_digests or [sample.container.image_digest])[0]
+                cases = seen.setdefault(sample.container.image, {}).setdefault(digest, [])
+                if result.case_id not in cases:
+                    cases.append(result.case_id)
+    if not recorded and not seen:
+        used = ", ".join(dict.fromkeys(case.image for case in info.plan.cases if case.id in info.selected))
+        where = (
+            ": the local executor ran the workloads in the host's Python, not in pinned images"
+            if info.executor == "local"
+            else ""
+        )
+        section.not_run = f"Not recorded{where}. Images the selected cases name: {used or 'none'}."
+        return section
+    rows = []
+    for image in dict.fromkeys([*recorded, *seen]):
+        runs = seen.get(image, {})
+        digests = list(dict.fromkeys([*([recorded[image]] if image in recorded else []), *runs]))
+        for digest in digests:
+            cases = runs.get(digest, [])
+            agrees = len(digests) == 1
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=str(image)),
+                        Cell(text=str(digest), tone="mono" if agrees else "bad"),
+                        Cell(
+                            text=_case_list(cases, run) or "no run recorded a container of it",
+                            tone="plain" if cases else "muted",
+                        ),
+                    ]
+                )
+            )
+    section.tables.append(
+        Table(
+            caption="Images the cases ran in (run.json, and each run's container)",
+            header=["Image", "Digest", "Cases"],
+            widths=[20, 45, 35],
+            rows=rows,
+            notes=[
+                "Marked: one image reference with more than one digest in this run, so its cases did not all run "
+                "the same image."
+            ]
+            if any(row.cells[1].tone == "bad" for row in rows)
+            else [],
+        )
+    )
+    return section
+
+
+def appendix_section(run: LoadedRun, protocol: Protocol) -> Section:
+    info = run.info
+    method = Section(
+        anchor="method",
+        title="Method",
+        paragraphs=[
+            "Throughput (kit.metrics): tokens of one global step divided by the mean step time, summed over all "
+            "processes; a step of a multi-process run lasts as long as its slowest rank, and warm-up steps are not "
+            "timed. Each case runs several independent times (each with its own processes); the tables give the "
+            "mean and the sample standard deviation (n − 1) over those runs, and every run's value is in the "
+            "raw data.",
+            "A configuration that runs out of memory is a result (shown as -), not a failure of the run. "
+            "FlashAttention without CUDA is unavailable and is never replaced by another attention kernel.",
+            "Scaling efficiency = T(N) / (N × T(1)) (kit.analysis), from the mean throughputs.",
+            "Reference claims: each published finding is a relation between measured quantities, evaluated against "
+            "the published value with a tolerance of the kit's choice; verdicts are consistent, deviates, not "
+            "measured (naming the missing cases) or not applicable (other hardware, two platforms needed, or a run "
+            "not comparable to the reference).",
+            f"A/B comparisons: Welch's t-test on the per-run values, two-sided, α = {SIGNIFICANCE_LEVEL}; the p-value "
+            "comes from scipy where installed, else from the kit's continued fraction of the incomplete beta function.",
+        ],
+    )
+    models = {case.model: case.shape for case in info.plan.cases if case.model and case.shape}
+    if models:
+        method.tables.append(
+            Table(
+                caption="Models",
+                header=["Model", "hidden", "layers", "heads", "KV heads", "MLP", "vocabulary", "source"],
+                rows=[
+                    Row(
+                        cells=[
+                            Cell(text=name, tone="strong"),
+                            *(
+                                Cell(text=str(v))
+                                for v in (
+                                    shape.hidden_size,
+                                    shape.num_layers,
+                                    shape.num_heads,
+                                    shape.num_kv_heads,
+                                    shape.intermediate_size,
+                                    shape.vocab_size,
+                                )
+                            ),
+                            Cell(text=shape.source),
+                        ]
+                    )
+                    for name, shape in models.items()
+                ],
+            )
+        )
+    parameters = Section(
+        anchor="parameters",
+        title="Protocol parameters",
+        paragraphs=[
+            "Every parameter of every stage of the run's plan. \"kit's choice\": the paper does not publish the "
+            'value. "profile": the profile overrides the protocol\'s value. "paper": the protocol\'s value, from '
+            "the paper."
+        ],
+    )
+    by_stage: dict[str, list[Case]] = {}
+    for case in info.plan.cases:
+        by_stage.setdefault(case.stage, []).append(case)
+    readings: dict[tuple[str, str], list[str]] = {}
+    for stage, cases in by_stage.items():
+        parameters.tables.append(parameters_table(stage, cases, protocol, info.profile))
+        for key, text in cases[0].interpretation.items():
+            readings.setdefault((key, text), []).append(stage)
+    if readings:
+        parameters.tables.append(
+            Table(
+                caption="How the kit reads what the paper leaves open",
+                header=["Topic", "Stages", "Interpretation"],
+                widths=[10, 18, 72],
+                rows=[
+                    Row(cells=[Cell(text=key, tone="strong"), Cell(text=", ".join(stages)), Cell(text=text)])
+                    for (key, text), stages in readings.items()
+                ],
+            )
+        )
+    images = image_section(run)
+    sizes = {f.path: (run.path / f.path).stat().st_size for f in run.evidence}
+    groups = evidence_groups(run.evidence)
+    raw = Section(
+        anchor="raw-data",
+        title="Raw-data index",
+        paragraphs=[
+            f"Every file of the run directory as SHA256SUMS lists it ({len(run.evidence)} files). The SHA-256 of "
+            f"SHA256SUMS itself, the evidence digest on the cover, is {run.evidence_digest}. `sha256sum --check "
+            "SHA256SUMS` in the run directory re-checks them.",
+            f"By case folder ({len(groups)} entries): the SHA-256 of the folder's lines in SHA256SUMS, which "
+            "`grep -F '  cases/<case-id>/' SHA256SUMS | sha256sum` reproduces; a file outside the case folders has "
+            "its own SHA-256. The HTML report also lists every file with its digest; the printed report leaves that "
+            "list out for length.",
+        ],
+    )
+    raw.tables.append(
+        Table(
+            caption="Raw data, file by file",
+            header=["File", "Bytes", "SHA-256"],
+            dense=True,
+            widths=[45, 6, 49],
+            media="screen",
+            rows=[
+                Row(
+                    cells=[
+                        Cell(text=f.path, tone="mono"),
+                        Cell(text=str(sizes[f.path])),
+                        Cell(text=f.sha256, tone="mono"),
+                    ]
+                )
+                for f in run.evidence
+            ],
+        )
+    )
+    raw.tables.append(
+        Table(
+            caption="Raw data by case folder",
+            header=["Case folder or file", "Files", "Bytes", "SHA-256 (of its SHA256SUMS lines, for a folder)"],
+            dense=True,
+            widths=[38, 5, 8, 49],
+            rows=[
+                Row(
+                    cells=[
+                        Cell(text=group.name, tone="mono"),
+                        Cell(text=str(len(group.paths))),
+                        Cell(text=str(sum(sizes[path] for path in group.paths))),
+                        Cell(text=group.sha256, tone="mono"),
+                    ]
+                )
+                for group in groups
+            ],
+        )
+    )
+    return Section(anchor="appendix", title="Appendix", subsections=[method, parameters, images, raw])

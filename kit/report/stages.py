@@ -1,0 +1,416 @@
+"""The sections of the stages: the paper's table layout for training, scaling efficiency, the
+collectives' sweeps; and for a stage without measurements, the reason in its place."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+
+from kit.analysis import scaling_efficiency
+from kit.comm import COLLECTIVES, sweep_of
+from kit.protocol import Case, Protocol
+from kit.reference import metric_label
+from kit.report import charts
+from kit.report.cells import (
+    has_metrics,
+    mean_std,
+    method_label,
+    metric_cell,
+    percent,
+    status_cell,
+)
+from kit.report.load import LoadedRun
+from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table
+from kit.results import Metric, Result
+
+TRAIN_MATRIX_STAGES = ("pretrain", "finetune")
+STAGE_TITLES = {
+    "pretrain": "Pre-training",
+    "scaling": "Data-parallel scaling",
+    "profile": "Module breakdown of a pre-training step",
+    "finetune": "Fine-tuning",
+    "serve": "Serving throughput and latency",
+    "comm": "Communication bandwidth",
+}
+# What each stage's section shows once it runs; said in its place while it does not.
+STAGE_PURPOSE = {
+    "profile": "time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
+    "serve": "generated tokens/s, requests/s and the per-request latency distribution of each engine under a "
+    "burst (paper Sec. V)",
+    "comm": "bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe (paper Sec. VI)",
+}
+
+
+def stage_not_run(stage: str, run: LoadedRun, protocol: Protocol) -> str | None:
+    """Why a stage has nothing to show, or None when it has results."""
+    info = run.info
+    planned = [case for case in info.plan.cases if case.stage == stage]
+    purpose = STAGE_PURPOSE.get(stage)
+    shows = f" Once run, this section shows {purpose}." if purpose else ""
+    if not planned:
+        where = (
+            f"the {info.profile} profile has no {stage} stage"
+            if stage in protocol.stages
+            else f"the protocol has no {stage} stage"
+        )
+        return f"Not run: {where}.{shows}"
+    selected = [case for case in planned if case.id in info.selected]
+    if not selected:
+        which = f"the {stage} case" if len(planned) == 1 else f"none of the {len(planned)} {stage} cases"
+        verb = "was not" if len(planned) == 1 else "was"
+        return f"Not run: {which} of the profile {verb} selected for this run.{shows}"
+    results = [run.results[case.id] for case in selected if case.id in run.results]
+    if not results:
+        return f"No result: the run ended before any {stage} case finished.{shows}"
+    if all(result.status != "ok" for result in results):
+        reasons = Counter(f"{result.status}: {result.reason or 'no reason recorded'}" for result in results)
+        listed = "; ".join(f"{reason} ({count} cases)" if count > 1 else reason for reason, count in reasons.items())
+        return f"No measurement: every {stage} case ended without one ({listed}).{shows}"
+    return None
+
+
+def _memory_source(results: Iterable[Result]) -> str:
+    kinds = set()
+    for result in results:
+        for sample in result.samples:
+            for rank in sample.ranks:
+                if rank.peak_memory is not None:
+                    kinds.add("device" if rank.peak_memory.device_allocated_bytes is not None else "host")
+    if kinds == {"host"}:
+        return (
+            "Peak memory is the host's peak resident set size of the largest process: this run had "
+            "no device allocator (CPU), so it is not GPU memory."
+        )
+    if kinds == {"device"}:
+        return "Peak memory is the GPU allocator's peak (max allocated), the largest over the processes of a run."
+    return "Peak memory is the GPU allocator's peak where a GPU was used, else the host's peak resident set size."
+
+
+def _runs_note(results: Iterable[Result]) -> str:
+    counts = sorted({len(result.samples) for result in results if result.status == "ok"})
+    if counts == [1]:
+        return "One run per case: the value of that run, without a standard deviation."
+    runs = " or ".join(str(count) for count in counts) or "the"
+    return f"Mean ± sample standard deviation over {runs} independent runs."
+
+
+def train_matrix(stage: str, run: LoadedRun) -> Section:
+    """The paper's table layout: configurations x models, throughput and peak memory."""
+    title = STAGE_TITLES[stage]
+    section = Section(anchor=stage, title=title)
+    cases = [case for case in run.info.plan.cases if case.stage == stage]
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(
+            (case.gpus, getattr(case.params, "micro_batch", None), getattr(case.params, "seq_len", None)), []
+        ).append(case)
+    stage_results = [run.results[c.id] for c in cases if c.id in run.results]
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
+    for (gpus, batch, seq_len), members in groups.items():
+        models = list(dict.fromkeys(case.model for case in members))
+        methods = list(dict.fromkeys(case.method for case in members))
+        by_key = {(case.model, case.method): case for case in members}
+        rows = []
+        for method in methods:
+            cells = [Cell(text=method_label(method), tone="strong")]
+            for model in models:
+                case = by_key.get((model, method))
+                if case is None:
+                    cells.append(Cell(text="not in the protocol", tone="muted", colspan=2))
+                    continue
+                result = run.results.get(case.id)
+                if result is not None and result.status == "ok":
+                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s"))
+                    cells.append(metric_cell(result, "peak_memory_gib"))
+                elif result is not None and result.status == "oom":
+                    cells += [Cell(text="-", tone="warn"), Cell(text="-", tone="warn")]
+                else:
+                    cells.append(status_cell(result, case.id in run.info.selected, colspan=2))
+            rows.append(Row(cells=cells))
+        section.tables.append(
+            Table(
+                caption=f"{title}: {gpus} {device}, micro-batch {batch}, sequence {seq_len} tokens",
+                header=["Method"] + ["10^3 tokens/s", "peak memory (GiB)"] * len(models),
+                widths=[16] + [round(84 / (2 * len(models)))] * (2 * len(models)),
+                groups=[HeaderGroup(label="", span=1)] + [HeaderGroup(label=model or "", span=2) for model in models],
+                rows=rows,
+                notes=[
+                    _runs_note(stage_results) + " Throughput is summed over all processes.",
+                    _memory_source(stage_results),
+                    "- : out of memory (OOM), a result as in the paper. unavailable, skipped, error, timeout: "
+                    "see Deviations and failures. not run: in the profile, not selected for this run.",
+                ],
+            )
+        )
+    bars = [
+        charts.Bar(
+            label=method_label(result.case.method),
+            group=result.case.model or "",
+            value=result.metrics["tokens_per_s"].mean / 1e3,
+            error=(result.metrics["tokens_per_s"].std or 0) / 1e3,
+        )
+        for result in stage_results
+        if has_metrics(result, "tokens_per_s")
+    ]
+    if bars:
+        section.charts.append(
+            Chart(
+                title=f"{title} throughput by method",
+                svg=charts.bar_chart(f"{stage}-throughput", bars, "10^3 tokens/s"),
+                caption="Mean throughput over the runs of each case; error bars: one standard deviation.",
+            )
+        )
+    return section
+
+
+def scaling_section(run: LoadedRun) -> Section:
+    """Scaling efficiency 1 -> N from the scaling stage (paper Figure 4)."""
+    section = Section(anchor="scaling", title=STAGE_TITLES["scaling"])
+    cases = [case for case in run.info.plan.cases if case.stage == "scaling"]
+    device_word, devices_word = ("GPU", "GPUs") if run.info.plan.device == "cuda" else ("process", "processes")
+    series_of: dict[tuple, list[Case]] = {}
+    for case in cases:
+        series_of.setdefault((case.model, case.method, getattr(case.params, "micro_batch", None)), []).append(case)
+    lines = []
+    for (model, method, batch), members in series_of.items():
+        members.sort(key=lambda case: case.gpus)
+        ok = {
+            case.gpus: run.results[case.id] for case in members if has_metrics(run.results.get(case.id), "tokens_per_s")
+        }
+        base = ok.get(1)
+        points, rows = [], []
+        for case in members:
+            result = ok.get(case.gpus)
+            if result is None:
+                cell = status_cell(run.results.get(case.id), case.id in run.info.selected, colspan=4)
+                rows.append(Row(cells=[Cell(text=str(case.gpus)), cell]))
+                continue
+            throughput = result.metrics["tokens_per_s"]
+            efficiency = (
+                scaling_efficiency(throughput.mean, base.metrics["tokens_per_s"].mean, case.gpus) if base else None
+            )
+            points.append(
+                charts.ScalingPoint(
+                    gpus=case.gpus,
+                    throughput=throughput.mean / 1e3,
+                    error=(throughput.std or 0) / 1e3,
+                    efficiency=efficiency,
+                )
+            )
+            per_device = Metric(
+                mean=throughput.mean / case.gpus,
+                std=None if throughput.std is None else throughput.std / case.gpus,
+                n=throughput.n,
+                unit=throughput.unit,
+                per_run=[v / case.gpus for v in throughput.per_run],
+            )
+            efficiency_text = (
+                "no 1-" + device_word + " baseline"
+                if efficiency is None
+                else percent(efficiency) + (" (baseline)" if case.gpus == 1 else "")
+            )
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=str(case.gpus)),
+                        Cell(text=mean_std(throughput, "10^3 tokens/s")),
+                        Cell(text=mean_std(per_device, "10^3 tokens/s")),
+                        Cell(text=efficiency_text),
+                        metric_cell(result, "peak_memory_gib"),
+                    ]
+                )
+            )
+        label = f"{model} {method_label(method)}, micro-batch {batch}"
+        lines.append(charts.ScalingSeries(label=label, points=points))
+        section.tables.append(
+            Table(
+                caption=f"Scaling of {label}",
+                header=[devices_word, "10^3 tokens/s", f"per {device_word}", "efficiency vs 1", "peak memory (GiB)"],
+                rows=rows,
+                notes=[
+                    _runs_note(run.results[c.id] for c in members if c.id in run.results),
+                    "Scaling efficiency = T(N) / (N × T(1)) from the mean throughputs (paper, Figure 4).",
+                ],
+            )
+        )
+    if run.info.plan.device == "cpu":
+        section.paragraphs.append(
+            "This run is on CPU: each of a case's N \"GPUs\" is a process sharing the host's cores, so the "
+            "efficiency below describes this host's CPU, not any GPU or interconnect."
+        )
+    if any(line.points for line in lines):
+        section.charts.append(
+            Chart(
+                title="Scaling 1 → N",
+                svg=charts.scaling_chart("scaling", [line for line in lines if line.points], device_word, devices_word),
+                caption="Left: measured throughput (error bars: one standard deviation) and the ideal N × T(1). "
+                "Right: scaling efficiency; 100 % is linear scaling.",
+            )
+        )
+    return section
+
+
+def _mean_sweep(result: Result) -> charts.Sweep:
+    """The mean over a comm case's runs at each message size (rank 0's rows, as kit.comm reads them)."""
+    by_size: dict[int, list[tuple[float, float]]] = {}
+    for sample in result.samples:
+        for row in sweep_of(sample).rows:
+            by_size.setdefault(row.size_bytes, []).append((row.timing.busbw_gbps, row.timing.time_us))
+    return charts.Sweep(
+        label=_collective_label(result.case.method),
+        points=[
+            charts.SweepPoint(
+                size_bytes=size,
+                bus_bandwidth_gb_s=statistics.fmean(b for b, _ in values),
+                time_us=statistics.fmean(t for _, t in values),
+            )
+            for size, values in sorted(by_size.items())
+        ],
+    )
+
+
+def _collective_label(method: str) -> str:
+    known = COLLECTIVES.get(method)
+    return known.label if known else method
+
+
+def comm_section(run: LoadedRun) -> Section:
+    """Each collective's bus bandwidth (nccl-tests' definition, kit.comm) and its sweep over sizes."""
+    section = Section(anchor="comm", title=STAGE_TITLES["comm"])
+    rows, sweeps, unreadable = [], [], []
+    for case in (case for case in run.info.plan.cases if case.stage == "comm"):
+        result = run.results.get(case.id)
+        label = Cell(text=_collective_label(case.method), detail=case.id, tone="strong")
+        if result is None or result.status != "ok":
+            rows.append(
+                Row(
+                    cells=[
+                        label,
+                        Cell(text=str(case.gpus)),
+                        status_cell(result, case.id in run.info.selected, colspan=4),
+                    ]
+                )
+            )
+            continue
+        rows.append(
+            Row(
+                cells=[
+                    label,
+                    Cell(text=str(case.gpus)),
+                    metric_cell(result, "bus_bandwidth_gb_s"),
+                    metric_cell(result, "bus_bandwidth_at_largest_gb_s"),
+                    metric_cell(result, "algorithm_bandwidth_gb_s"),
+                    metric_cell(result, "time_at_smallest_us"),
+                ]
+            )
+        )
+        try:
+            sweeps.append(_mean_sweep(result))
+        except ValueError as exc:
+            unreadable.append(f"{case.id}: {str(exc).splitlines()[0]}")
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
+    section.tables.append(
+        Table(
+            caption="Collectives: peak bus bandwidth over the sizes, and at the largest size",
+            header=[
+                "Collective",
+                device,
+                "peak busbw (GB/s)",
+                "busbw, largest (GB/s)",
+                "peak algbw (GB/s)",
+                "time, smallest (µs)",
+            ],
+            widths=[22, 10, 17, 17, 17, 17],
+            rows=rows,
+            notes=[
+                _runs_note(run.results[c.id] for c in run.info.plan.cases if c.id in run.results and c.stage == "comm"),
+                "Bus bandwidth as nccl-tests defines it: algorithm bandwidth × the collective's factor, comparable "
+                "with the link rate whatever the number of ranks. The bound each case was held against is in its "
+                "notes (Deviations and failures).",
+            ]
+            + ([f"Sweeps that could not be read: {'; '.join(unreadable)}."] if unreadable else []),
+        )
+    )
+    if run.info.plan.device == "cpu":
+        section.paragraphs.append(
+            "This run is on CPU: the processes exchange data through host memory (gloo), so "
+            "these bandwidths say nothing about NVLink or PCIe."
+        )
+    if sweeps:
+        section.charts.append(
+            Chart(
+                title="Bus bandwidth and time over message sizes",
+                svg=charts.sweep_chart("comm", sweeps),
+                caption="Mean over the runs at each size. Small messages are bound by latency (time flat), large ones "
+                "by bandwidth (bus bandwidth flat).",
+            )
+        )
+    return section
+
+
+def generic_stage(stage: str, run: LoadedRun) -> Section:
+    """Every metric of every case, for stages without a dedicated layout."""
+    section = Section(anchor=stage, title=STAGE_TITLES.get(stage, stage))
+    rows = []
+    for case in (case for case in run.info.plan.cases if case.stage == stage):
+        result = run.results.get(case.id)
+        if result is None or result.status != "ok":
+            rows.append(
+                Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected, 3)])
+            )
+            continue
+        recorded = {name: metric for name, metric in result.metrics.items() if metric is not None}
+        if not recorded:
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=case.id, tone="mono"),
+                        Cell(
+                            text="ok, with no metric in result.json: its measurements are in the raw samples (see the "
+                            "raw-data index)",
+                            tone="muted",
+                            colspan=3,
+                        ),
+                    ]
+                )
+            )
+        for name, metric in recorded.items():
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=case.id, tone="mono"),
+                        Cell(text=metric_label(name)),
+                        Cell(text=mean_std(metric)),
+                        Cell(text=metric.unit),
+                    ]
+                )
+            )
+    section.tables.append(
+        Table(
+            caption=f"{section.title}: every measured metric",
+            header=["Case", "Metric", "Mean ± std", "Unit"],
+            widths=[35, 25, 25, 15],
+            rows=rows,
+        )
+    )
+    return section
+
+
+def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
+    planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
+    order = list(STAGE_TITLES) + [stage for stage in planned if stage not in STAGE_TITLES]
+    sections = []
+    for stage in order:
+        reason = stage_not_run(stage, run, protocol)
+        if reason is not None:
+            sections.append(Section(anchor=stage, title=STAGE_TITLES.get(stage, stage), not_run=reason))
+        elif stage in TRAIN_MATRIX_STAGES:
+            sections.append(train_matrix(stage, run))
+        elif stage == "scaling":
+            sections.append(scaling_section(run))
+        elif stage == "comm":
+            sections.append(comm_section(run))
+        else:
+            sections.append(generic_stage(stage, run))
+    return sections

@@ -1,0 +1,96 @@
+"""How long does `kit report` take on a paper-size run?
+
+Writes a synthetic run of every case of the `paper` profile (tests/paper_size_run.py: 8 x A800,
+3 runs of 8 processes per training case, some OOM, errors and unavailable cases; its numbers are
+synthetic) into a temporary folder, then times `kit.report.render` into the run directory, as
+`kit report RUN --compare reference` does: HTML alone, PDF alone, and both (the command's
+default). Each is repeated; the median is the figure, with the spread and the load beside it,
+since a shared machine makes single timings noisy. The CPU time of the rendering process is
+printed too: rendering is single-threaded, so on an idle machine it is what the wall time would be.
+
+    python tests/benchmarks/render_report.py [--repeat 3] [--keep DIR] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from paper_size_run import write_paper_size_run  # noqa: E402
+
+from kit.report import render  # noqa: E402
+from kit.results import RunDir  # noqa: E402
+
+VARIANTS = {"html": ["html"], "pdf": ["pdf"], "html+pdf": ["html", "pdf"]}
+LIMIT_S = 15.0  # the issue's acceptance figure for HTML and PDF of a paper-size run
+
+
+def timed(run_dir: Path, formats: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one render into the run directory."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    render(run_dir, ["reference"], formats, run_dir)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def pages(pdf: Path) -> str:
+    try:
+        import pypdfium2
+    except ImportError:
+        return "unknown (pypdfium2 not installed)"
+    return str(len(pypdfium2.PdfDocument(pdf)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="renders per variant (default 3)")
+    parser.add_argument("--keep", type=Path, help="write the run here and keep it (default: a temporary folder)")
+    parser.add_argument("--profile", action="store_true", help="also print where one HTML+PDF render spends its time")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kit-render-bench-") as scratch:
+        run_dir = args.keep or Path(scratch) / "paper-size-run"
+        start = time.perf_counter()
+        write_paper_size_run(run_dir)
+        written_s = time.perf_counter() - start
+        run = RunDir(run_dir)
+        info = run.read_info()
+        files = len(run.digests())
+        print(f"paper-size run: {len(info.selected)} cases, {files} files, written in {written_s:.1f} s ({run_dir})")
+        print(f"machine: {os.cpu_count()} CPUs, load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+        results: dict[str, list[tuple[float, float]]] = {}
+        for _ in range(args.repeat):  # interleaved, so that a burst of load hits every variant alike
+            for name, formats in VARIANTS.items():
+                results.setdefault(name, []).append(timed(run_dir, formats))
+        for name, pairs in results.items():
+            walls, cpus = [wall for wall, _ in pairs], [cpu for _, cpu in pairs]
+            print(
+                f"render {name:9s} wall median {statistics.median(walls):6.2f} s "
+                f"(min {min(walls):.2f}, max {max(walls):.2f}, n={len(walls)}); "
+                f"CPU median {statistics.median(cpus):.2f} s"
+            )
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(
+            f"report.pdf: {pages(run_dir / 'report.pdf')} pages; "
+            f"report.html: {(run_dir / 'report.html').stat().st_size} bytes"
+        )
+        both = statistics.median(wall for wall, _ in results["html+pdf"])
+        print(f"HTML and PDF: median {both:.2f} s, {'within' if both <= LIMIT_S else 'ABOVE'} the {LIMIT_S:g} s target")
+
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(render, run_dir, ["reference"], ["html", "pdf"], run_dir)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,956 @@
+"""Synthetic run directories of realistic size and shape, for testing the report at scale.
+
+`write_paper_size_run` writes what `kit run --all` on a server with 8 x NVIDIA A800-SXM4-80GB
+would leave behind for every case of the real `paper` plan: run.json (with the host checks of
+its fingerprint), fingerprint.json and fingerprint-after.json, and for each case case.json,
+log.txt, one rank sample per process of each run (runs/<k>/rank-<r>.json, holding the details
+each workload writes: DeepSpeed settings, nccl-tests sweeps, module breakdowns, served bursts),
+the raw files beside them (nccl-tests output, profiler traces, requests.jsonl), and result.json
+from `kit.runner.result_of`, so every metric comes from `kit.metrics.CASE_METRICS` with its real
+name and unit. Then SHA256SUMS. `write_run` does the same for any plan (the smoke plan on CPU).
+
+THE NUMBERS ARE SYNTHETIC. A seeded generator draws them around a crude performance model so
+that they are plausible in size and never physically impossible, but no machine measured them.
+They exist to render reports of realistic size and variety (OOM where kit.predictions says a
+case cannot fit, errors, unavailable engines); they are not evidence about any hardware.
+Given the same plan and seed, the bytes written are the same.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from kit.analysis import lora_parameter_count, model_flops_per_token, parameter_count
+from kit.breakdown import (
+    BLOCKS,
+    PHASE_RANGES,
+    PHASES,
+    Breakdown,
+    ModuleTime,
+    PhaseTime,
+    trace_activity,
+)
+from kit.comm import (
+    COLLECTIVES,
+    CommSweep,
+    TopologyFacts,
+    bus_bandwidth_factor,
+    message_sizes,
+    parse_nccl_tests,
+)
+from kit.environment import evaluate, load_expectations
+from kit.execute.samples import run_sample
+from kit.fingerprint import (
+    ContainerRuntime,
+    CpuInfo,
+    Fingerprint,
+    Gpu,
+    GpuInventory,
+    HostInfo,
+    ImageProbe,
+    KitInfo,
+    NetworkInfo,
+    Topology,
+    TopologyClass,
+)
+from kit.hardware import load_hardware, peak_tflops
+from kit.images import load_lock
+from kit.predictions import (
+    device_memory_bytes,
+    predicted_oom,
+    predicted_training_memory,
+)
+from kit.protocol import Case, Plan, build_plan, load_protocol
+from kit.results import (
+    ContainerRun,
+    PeakMemory,
+    RankSample,
+    RunDir,
+    RunInfo,
+    RunSample,
+    atomic_write_model,
+    atomic_write_text,
+)
+from kit.runner import result_of
+from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
+from kit.workloads.comm import (
+    NCCL_TESTS_DTYPES,
+    NCCL_TESTS_TIME_STATISTIC,
+    nccl_tests_command,
+)
+from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
+from kit.workloads.zero_config import deepspeed_config
+
+A800 = "NVIDIA A800-SXM4-80GB"
+CPU_DEVICE = "x86_64"
+GIB = 2**30
+HOSTNAME = "synthetic-a800-node"  # says on every report's cover that no real host measured it
+KIT = KitInfo(version="0.1.0", git_commit="0" * 40, workload_sources_sha256="5e" * 32)
+STARTED = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+
+# Cases that fail, and how. Every kind of failure a real paper run records: a collective that
+# times out in the second run, a container the kernel OOM-kills before any rank writes its
+# sample, nccl-tests reporting wrong elements, an engine that drops requests mid-burst.
+ERROR_CASES = {
+    "finetune.llama2-13b.ql+z3+o.g8": "nccl-timeout",
+    "pretrain.llama2-7b.z3+o+r+f.g8": "host-oom-kill",
+    "comm.alltoall.g8": "wrong-elements",
+    "serve.llama2-70b.tgi.g8": "failed-requests",
+}
+# The engine whose image is not on the host: its cases run locally, where it is not installed.
+UNAVAILABLE_ENGINES = ("lightllm",)
+
+# The crude performance model: model-FLOPs utilisation of a plain data-parallel step per model,
+# each method's factor on it, and data-parallel efficiency per process count.
+BASE_MFU = {"llama2-7b": 0.42, "llama2-13b": 0.40, "llama2-70b": 0.36}
+METHOD_FACTOR = {"naive": 1.0, "z2": 0.96, "z3": 0.84, "o": 0.38, "q": 0.55, "r": 0.77, "f": 1.12, "l": 1.5, "ql": 0.8}
+PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
+CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
+DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.061}
+ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07, "transformers-cpu": 40.0}
+COMM_PEAK_BUSBW = {
+    "all_reduce": 152.0,
+    "all_gather": 141.0,
+    "reduce_scatter": 143.0,
+    "reduce": 118.0,
+    "broadcast": 121.0,
+    "alltoall": 96.0,
+}
+COMM_LATENCY_US = {
+    "all_reduce": 24.0,
+    "all_gather": 16.0,
+    "reduce_scatter": 17.0,
+    "reduce": 21.0,
+    "broadcast": 19.0,
+    "alltoall": 31.0,
+}
+
+
+class Clock:
+    """Deterministic wall clock of the synthetic run."""
+
+    def __init__(self, start: datetime = STARTED):
+        self.now = start
+
+    def stamp(self) -> str:
+        return self.now.isoformat(timespec="seconds")
+
+    def advance(self, seconds: float) -> str:
+        self.now += timedelta(seconds=seconds)
+        return self.stamp()
+
+
+class Host:
+    """What every sample of one run shares: the device, the images and the clock."""
+
+    def __init__(self, plan: Plan, gpu_name: str, seed: int, speed: float):
+        self.cuda = plan.device == "cuda"
+        self.device_name = gpu_name if self.cuda else CPU_DEVICE
+        self.spec = load_hardware().lookup(gpu_name) if self.cuda else None
+        self.lock = load_lock()
+        self.seed, self.speed = seed, speed
+        self.clock = Clock()
+
+    def rng(self, case: Case) -> random.Random:
+        return random.Random(f"{self.seed}:{case.id}")
+
+    def versions(self, case: Case) -> dict[str, str]:
+        locked = self.lock.images.get(case.image)
+        return {"python": "3.11.7", **(dict(locked.versions) if locked else {})}
+
+    def container(self, case: Case, index: int, exit_code: int, oom_killed: bool = False) -> ContainerRun | None:
+        locked = self.lock.images.get(case.image)
+        if not self.cuda or locked is None:
+            return None
+        repo = locked.reference.rsplit(":", 1)[0]
+        return ContainerRun(
+            image=locked.reference,
+            image_digest="sha256:" + hashlib.sha256(locked.reference.encode()).hexdigest(),
+            repo_digests=[f"{repo}@{locked.digest}"] if locked.digest else [],
+            container_id=hashlib.sha256(f"{case.id}:{index}".encode()).hexdigest(),
+            exit_code=exit_code,
+            oom_killed=oom_killed,
+            ulimits={"memlock": -1, "stack": 67108864},
+        )
+
+    def rank(self, case: Case, rank: int, **fields) -> RankSample:
+        started = self.clock.stamp()
+        return RankSample(
+            rank=rank,
+            world_size=case.gpus,
+            device=case.device,
+            device_name=self.device_name,
+            started_at=started,
+            finished_at=self.clock.stamp(),
+            **{"status": "ok", "versions": self.versions(case), **fields},
+        )
+
+
+def write_ranks(folder: Path, index: int, ranks: list[RankSample]) -> Path:
+    out = folder / "runs" / str(index)
+    out.mkdir(parents=True, exist_ok=True)
+    for sample in ranks:
+        atomic_write_model(out / f"rank-{sample.rank}.json", sample)
+    return out
+
+
+def finish_run(
+    host: Host, case: Case, index: int, ranks: list[RankSample], wall_s: float, exit_code: int, oom_killed: bool = False
+) -> RunSample:
+    """The RunSample the executor makes of what the run left behind (kit.execute.samples)."""
+    host.clock.advance(wall_s)
+    sample = run_sample(
+        index=index,
+        ranks=ranks,
+        expected_ranks=case.gpus,
+        exit_code=exit_code,
+        wall_s=wall_s,
+        timed_out=False,
+        timeout_s=case.params.timeout_s,
+    )
+    return sample.model_copy(update={"container": host.container(case, index, exit_code, oom_killed)})
+
+
+# --- Training (pretrain, finetune, scaling) -----------------------------------------------------
+
+
+def _method_factor(case: Case) -> float:
+    factor = 1.0
+    for token in case.method.split("+"):
+        factor *= METHOD_FACTOR.get(token, 1.0)
+    return factor
+
+
+def train_step_s(case: Case, host: Host) -> float:
+    """Mean time of one global step under the crude model (every process runs one micro-batch)."""
+    params = case.params
+    flops = model_flops_per_token(case.shape, params.seq_len)
+    if host.cuda:
+        per_process = BASE_MFU.get(case.model, 0.38) * peak_tflops(host.spec, params.dtype) * 1e12
+    else:
+        per_process = 0.3 * CPU_FLOPS
+    per_process *= _method_factor(case) * PARALLEL_EFFICIENCY.get(case.gpus, 0.85) * host.speed
+    return params.micro_batch * params.seq_len * flops / per_process
+
+
+def train_peak_bytes(case: Case, host: Host, rng: random.Random) -> PeakMemory:
+    prediction = predicted_training_memory(case).memory
+    params = case.params
+    total = parameter_count(case.shape)
+    if not host.cuda:
+        return PeakMemory(host_rss_bytes=int((0.35 * GIB + 18 * total) * rng.uniform(0.97, 1.03)))
+    if prediction is not None:
+        allocated = max(prediction.weights * 1.05, prediction.total * rng.uniform(0.86, 0.95))
+        offloaded = prediction.offloaded_to_host
+    else:  # 4-bit pre-training: packed weights, 8-bit states of the rest, activations
+        allocated = total * 0.6 + 6 * GIB
+        offloaded = 0.0
+    allocated = min(allocated, 0.97 * device_memory_bytes(host.spec))
+    return PeakMemory(
+        device_allocated_bytes=int(allocated),
+        device_reserved_bytes=int(allocated * 1.06),
+        host_rss_bytes=int(11 * GIB + offloaded * (1.0 if params.zero_stage == 3 else 1.0 / case.gpus)),
+    )
+
+
+def train_details(case: Case, rank: int) -> dict:
+    params = case.params
+    client = params.optimizer_impl == "torch" or (params.quantization != "none" and params.peft == "none")
+    if params.quantization != "none" and params.peft == "none":
+        optimizer = "AdamW8bit"
+    else:
+        optimizer = "DeepSpeedCPUAdam" if params.offload else "FusedAdam"
+    full = params.quantization == "none" and params.peft == "none"
+    trainable = (
+        parameter_count(case.shape)
+        if params.peft == "none"
+        else lora_parameter_count(case.shape, params.lora_rank, params.lora_targets)
+    )
+    checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
+    return {
+        "world_size": case.gpus,
+        "zero_stage": params.zero_stage,
+        "weights": "random initialisation"
+        if full
+        else f"synthetic checkpoint {case.model}-seed{params.seed} (sha256 {checkpoint})",
+        "optimizer": optimizer,
+        "trainable_parameters": trainable,
+        "attention": params.attention,
+        "recompute": params.recompute,
+        "quantized_linear_layers": 7 * case.shape.num_layers if params.quantization != "none" else 0,
+        "deepspeed_config": deepspeed_config(params, client_optimizer=client),
+        "local_rank": rank,
+    }
+
+
+def oom_reason(rank: int, rng: random.Random) -> str:
+    return (
+        f"OutOfMemoryError: CUDA out of memory. Tried to allocate {rng.uniform(0.5, 4):.2f} GiB. GPU {rank} has a "
+        f"total capacity of 79.15 GiB of which {rng.randint(180, 900)} MiB is free. Including non-PyTorch memory, "
+        f"this process has {rng.uniform(77.5, 78.6):.2f} GiB memory in use."
+    )
+
+
+def train_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    params = case.params
+    failure = ERROR_CASES.get(case.id)
+    if host.cuda and predicted_oom(case, host.spec):
+        ranks = [
+            host.rank(
+                case,
+                r,
+                status="oom",
+                reason=oom_reason(r, rng),
+                details=train_details(case, r),
+                peak_memory=PeakMemory(
+                    device_allocated_bytes=int(77.8 * GIB),
+                    device_reserved_bytes=int(78.9 * GIB),
+                    host_rss_bytes=int(11 * GIB),
+                ),
+            )
+            for r in range(case.gpus)
+        ]
+        write_ranks(folder, 1, ranks)
+        return [finish_run(host, case, 1, ranks, rng.uniform(60, 240), exit_code=1)]
+    if failure == "host-oom-kill":  # the kernel killed the container: no process wrote a sample
+        (folder / "runs" / "1").mkdir(parents=True, exist_ok=True)
+        return [finish_run(host, case, 1, [], rng.uniform(300, 900), exit_code=137, oom_killed=True)]
+    if not host.cuda and params.attention == "flash_attention_2":
+        reason = "FlashAttention-2 needs a CUDA GPU; this case runs on CPU (SDPA is not substituted)"
+        ranks = [
+            host.rank(case, r, status="unavailable", reason=reason, peak_memory=PeakMemory(host_rss_bytes=300 * 2**20))
+            for r in range(case.gpus)
+        ]
+        write_ranks(folder, 1, ranks)
+        return [finish_run(host, case, 1, ranks, 4.0, exit_code=0)]
+    step = train_step_s(case, host)
+    runs = []
+    for index in range(1, params.runs + 1):
+        run_factor = rng.gauss(1.0, 0.012)
+        if failure == "nccl-timeout" and index == 2:
+            reason = (
+                "RuntimeError: NCCL communicator was aborted on rank 5. Original reason for failure was: [Rank 5] "
+                "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2418, OpType=ALLREDUCE, "
+                "NumelIn=131072000, NumelOut=131072000, Timeout(ms)=1800000) ran for 1800093 milliseconds before "
+                "timing out."
+            )
+            ranks = [
+                host.rank(
+                    case,
+                    r,
+                    status="error" if r == 5 else "ok",
+                    reason=reason if r == 5 else None,
+                    details=train_details(case, r),
+                )
+                for r in range(case.gpus)
+            ]
+            write_ranks(folder, index, ranks)
+            runs.append(finish_run(host, case, index, ranks, 1900.0, exit_code=1))
+            break
+        memory = train_peak_bytes(case, host, rng)
+        ranks = []
+        for r in range(case.gpus):
+            warmup = [
+                step * run_factor * (6.0 if i == 0 else rng.uniform(1.0, 1.05)) for i in range(params.warmup_steps)
+            ]
+            measured = [step * run_factor * (1 + abs(rng.gauss(0.0, 0.01))) for _ in range(params.measured_steps)]
+            rank_memory = memory.model_copy(
+                update={
+                    "device_allocated_bytes": None
+                    if memory.device_allocated_bytes is None
+                    else int(memory.device_allocated_bytes * rng.uniform(0.995, 1.0)),
+                }
+            )
+            ranks.append(
+                host.rank(
+                    case,
+                    r,
+                    warmup_step_s=warmup,
+                    step_s=measured,
+                    tokens_per_step=params.micro_batch * params.seq_len,
+                    peak_memory=rank_memory,
+                    details=train_details(case, r),
+                )
+            )
+        write_ranks(folder, index, ranks)
+        wall = 40 + step * (params.warmup_steps + params.measured_steps)
+        runs.append(finish_run(host, case, index, ranks, wall, exit_code=0))
+    return runs
+
+
+# --- Communication ------------------------------------------------------------------------------
+
+
+def nccl_tests_output(case: Case, host: Host, rng: random.Random, wrong_from: int | None) -> str:
+    """The text an nccl-tests `*_perf` binary prints for the case's sweep."""
+    params, name = case.params, case.params.collective
+    collective = COLLECTIVES[name]
+    element = {"float32": 4, "float16": 2, "bfloat16": 2}[params.dtype]
+    factor = bus_bandwidth_factor(name, case.gpus)
+    redop = "sum" if name in ("all_reduce", "reduce_scatter", "reduce") else "none"
+    root = 0 if name in ("reduce", "broadcast") else -1
+    lines = [
+        f"# nThread 1 nGpus {case.gpus} minBytes {params.min_bytes} maxBytes {params.max_bytes} step: "
+        f"{params.step_factor}(factor) warmup iters: {params.warmup_iters} iters: {params.iters} agg iters: 1 "
+        "validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+        *(
+            f"#  Rank {r:2d} Group  0 Pid  41{r:03d} on {HOSTNAME} device  {r} [0x{16 * r + 7:02x}] {host.device_name}"
+            for r in range(case.gpus)
+        ),
+        "#",
+        "#" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
+        "#       size         count      type   redop    root " + "    time   algbw   busbw #wrong" * 2,
+        "#        (B)    (elements)                              " + " (us)  (GB/s)  (GB/s)       " * 2,
+    ]
+    total_busbw = 0.0
+    sizes = message_sizes(params.min_bytes, params.max_bytes, params.step_factor)
+    for size in sizes:
+        count = size // element // (case.gpus if collective.split_over_ranks else 1)
+        cells = []
+        for _ in ("out-of-place", "in-place"):
+            algbw_peak = COMM_PEAK_BUSBW[name] / factor * host.speed
+            time_us = (COMM_LATENCY_US[name] + size / (algbw_peak * 1e3)) * rng.uniform(0.98, 1.04)
+            algbw = size / time_us / 1e3
+            wrong = rng.randint(1000, 90000) if wrong_from is not None and size >= wrong_from else 0
+            cells.append(f"{time_us:8.2f} {algbw:7.2f} {algbw * factor:7.2f} {wrong:6d}")
+            total_busbw += algbw * factor
+        lines.append(
+            f"{size:12d} {count:13d} {NCCL_TESTS_DTYPES[params.dtype]:>9} {redop:>7} {root:7d} {'  '.join(cells)}"
+        )
+    failed = wrong_from is not None
+    lines += [
+        f"# Out of bounds values : {3 if failed else 0} {'FAILED' if failed else 'OK'}",
+        f"# Avg bus bandwidth    : {total_busbw / (2 * len(sizes)):.4f} ",
+        "#",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def comm_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    """Rank 0 runs the nccl-tests binary on all GPUs; its parsed rows are the sweep."""
+    params = case.params
+    if params.backend != "nccl-tests":
+        raise NotImplementedError(f"{case.id}: only nccl-tests sweeps are written here, not {params.backend} ones")
+    binary = Path("/opt/nccl-tests/build") / COLLECTIVES[params.collective].nccl_tests_binary
+    runs = []
+    for index in range(1, params.runs + 1):
+        out = folder / "runs" / str(index)
+        out.mkdir(parents=True, exist_ok=True)
+        wrong_from = 64 * 2**20 if ERROR_CASES.get(case.id) == "wrong-elements" else None
+        text = nccl_tests_output(case, host, rng, wrong_from)
+        raw_name = f"{binary.name}.out.txt"
+        atomic_write_text(out / raw_name, text)
+        parsed = parse_nccl_tests(text)
+        idle = {"role": f"idle: rank 0 runs {binary.name} on all {case.gpus} GPUs"}
+        ranks = [
+            host.rank(case, r, details=idle, peak_memory=PeakMemory(host_rss_bytes=310 * 2**20))
+            for r in range(1, case.gpus)
+        ]
+        if parsed.failure:
+            reason = f"CommFailure: {binary.name}: {parsed.failure} (output in {raw_name})"
+            lead = host.rank(case, 0, status="error", reason=reason, peak_memory=PeakMemory(host_rss_bytes=330 * 2**20))
+        else:
+            sweep = CommSweep(
+                collective=params.collective,
+                backend="nccl-tests",
+                ranks=len(parsed.ranks) or case.gpus,
+                dtype=params.dtype,
+                warmup_iters=params.warmup_iters,
+                iters=params.iters,
+                time_statistic=NCCL_TESTS_TIME_STATISTIC,
+                rows=parsed.rows,
+                device_names=sorted(set(parsed.devices)),
+                topology=TopologyFacts(
+                    interconnect="nvlink-all-pairs",
+                    gpu_count=8,
+                    label="8 GPUs, all pairs NVLink (NV8)",
+                    pcie_generation=4,
+                    pcie_lanes=16,
+                ),
+                out_of_bounds=parsed.out_of_bounds,
+                out_of_bounds_failed=parsed.out_of_bounds_failed,
+                avg_busbw_gbps=parsed.avg_busbw_gbps,
+                command=nccl_tests_command(case, binary),
+                raw_output_file=raw_name,
+                unparsed=parsed.unparsed,
+            )
+            lead = host.rank(
+                case, 0, details=sweep.model_dump(mode="json"), peak_memory=PeakMemory(host_rss_bytes=330 * 2**20)
+            )
+        ranks = [lead, *ranks]
+        write_ranks(folder, index, ranks)
+        runs.append(finish_run(host, case, index, ranks, rng.uniform(70, 110), exit_code=1 if parsed.failure else 0))
+        if parsed.failure:
+            break
+    return runs
+
+
+# --- Module breakdown (profile) -----------------------------------------------------------------
+
+# Share of the forward pass each part takes (the matmuls dominate); backward is twice forward.
+PART_SHARE = {
+    "Embedding": 0.004,
+    "RMSNorm": 0.03,
+    "q_proj": 0.09,
+    "k_proj": 0.09,
+    "v_proj": 0.09,
+    "RoPE": 0.03,
+    "Attention": 0.1,
+    "o_proj": 0.09,
+    "gate_proj": 0.13,
+    "up_proj": 0.13,
+    "SiLU": 0.02,
+    "down_proj": 0.13,
+    "LM head": 0.04,
+    "Loss": 0.01,
+}
+COVERED = 0.94  # share of an instrumented phase inside some part
+
+
+def chrome_trace(phases: dict[str, tuple[float, float]], busy_share: float) -> dict:
+    """A minimal profiler trace: the phase ranges and kernels covering `busy_share` of each."""
+    events = []
+    for phase, (start_us, length_us) in phases.items():
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": PHASE_RANGES[phase], "ts": start_us, "dur": length_us}
+        )
+        slices = 40
+        for k in range(slices):
+            width = length_us / slices
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"kernel_{phase}_{k}",
+                    "ts": start_us + k * width,
+                    "dur": width * busy_share,
+                }
+            )
+    return {"traceEvents": events}
+
+
+def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    params = case.params
+    tokens = params.micro_batch * params.seq_len
+    flops = model_flops_per_token(case.shape, params.seq_len) * tokens
+    peak = peak_tflops(host.spec, params.dtype) * 1e12 if host.cuda else CPU_FLOPS
+    compute_ms = 1e3 * flops / (0.45 * peak * host.speed) * (0.9 if params.attention == "flash_attention_2" else 1.0)
+    forward_ms, backward_ms = compute_ms / 3, 2 * compute_ms / 3
+    recompute_ms = forward_ms * 0.96 if params.recompute else 0.0
+    optimizer_ms = 1e3 * 16 * parameter_count(case.shape) / (1.6e12 if host.cuda else 2e10)
+    runs = []
+    for index in range(1, params.runs + 1):
+        walls = {"forward": forward_ms, "backward": backward_ms + recompute_ms, "optimizer": optimizer_ms}
+        plain = {
+            name: [value * rng.uniform(0.99, 1.02) for _ in range(params.measured_steps)]
+            for name, value in walls.items()
+        }
+        instrumented = {name: sum(values) / len(values) * 1.03 for name, values in plain.items()}
+        starts, cursor = {}, 1_000_000.0
+        for name in PHASES:
+            starts[name] = (cursor, 1e3 * instrumented[name] * 1.01)
+            cursor += starts[name][1] + 50
+        out = folder / "runs" / str(index)
+        out.mkdir(parents=True, exist_ok=True)
+        trace = chrome_trace(starts, busy_share=0.93 if host.cuda else 0.88)
+        trace_name = "profile-trace-rank0.json.gz"
+        with (out / trace_name).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+            handle.write(json.dumps(trace).encode())
+        activity = trace_activity(trace, case.device)
+        scale = sum(PART_SHARE.values())
+        modules = [
+            ModuleTime(
+                name=part,
+                forward_ms=COVERED * instrumented["forward"] * share / scale,
+                backward_ms=COVERED * (instrumented["backward"] - recompute_ms) * share / scale,
+                recompute_ms=recompute_ms * COVERED * share / scale
+                if part not in ("Embedding", "LM head", "Loss")
+                else 0.0,
+                calls=1
+                if part in ("Embedding", "LM head", "Loss")
+                else case.shape.num_layers * (2 if part == "RMSNorm" else 1),
+            )
+            for part, share in PART_SHARE.items()
+        ]
+        sums = {
+            "forward": sum(m.forward_ms for m in modules),
+            "backward": sum(m.backward_ms + m.recompute_ms for m in modules),
+            "optimizer": 0.0,
+        }
+        phases = [
+            PhaseTime(
+                name=name,
+                wall_ms=sum(plain[name]) / len(plain[name]),
+                wall_ms_per_step=plain[name],
+                instrumented_wall_ms=instrumented[name],
+                parts_ms=sums[name],
+                covered_ms=sums[name],
+                recompute_ms=recompute_ms if name == "backward" else 0.0,
+                activity=activity.get(name),
+            )
+            for name in PHASES
+        ]
+        layers = 0.93 * (instrumented["forward"] + instrumented["backward"])
+        blocks = [
+            ModuleTime(
+                name="Decoder layers",
+                forward_ms=0.93 * instrumented["forward"],
+                backward_ms=0.93 * (instrumented["backward"] - recompute_ms),
+                recompute_ms=0.93 * recompute_ms,
+                calls=case.shape.num_layers,
+            ),
+            ModuleTime(
+                name="Self-attention",
+                forward_ms=0.42 * layers / 3,
+                backward_ms=0.84 * layers / 3,
+                calls=case.shape.num_layers,
+            ),
+            ModuleTime(
+                name="MLP", forward_ms=0.45 * layers / 3, backward_ms=0.9 * layers / 3, calls=case.shape.num_layers
+            ),
+        ]
+        step_per_step = [sum(plain[name][k] for name in PHASES) for k in range(params.measured_steps)]
+        instrumented_step = sum(instrumented.values())
+        breakdown = Breakdown(
+            device=case.device,
+            timer=TIMERS[case.device],
+            micro_batch=params.micro_batch,
+            seq_len=params.seq_len,
+            attention=params.attention,
+            recompute=params.recompute,
+            optimizer="torch.optim.AdamW (fused, lr 1e-05, weight decay 0, bf16 states, no master copy), "
+            "gradient clipping 1.0",
+            measured_steps=params.measured_steps,
+            step_ms=sum(step_per_step) / len(step_per_step),
+            step_ms_per_step=step_per_step,
+            instrumented_step_ms=instrumented_step,
+            instrumented_step_ms_per_step=[
+                instrumented_step * rng.uniform(0.99, 1.01) for _ in range(params.measured_steps)
+            ],
+            phases=phases,
+            modules=modules,
+            blocks=[b for b in blocks if b.name in BLOCKS],
+            blocks_step_ms=instrumented_step * 1.01,
+            unmatched_marks=0,
+            trace_file=trace_name,
+            activity_method=ACTIVITY_METHODS[case.device],
+            method=list(METHOD)
+            + ([RECOMPUTE_METHOD] if params.recompute else [])
+            + [
+                f"model: random initialisation, {parameter_count(case.shape)} parameters, {params.dtype}, "
+                f"attention {params.attention}"
+            ],
+        )
+        prediction = predicted_training_memory(case).memory
+        memory = (
+            PeakMemory(
+                device_allocated_bytes=int(prediction.total * rng.uniform(0.9, 0.96)),
+                device_reserved_bytes=int(prediction.total),
+                host_rss_bytes=int(9 * GIB),
+            )
+            if host.cuda and prediction
+            else PeakMemory(host_rss_bytes=int(0.6 * GIB))
+        )
+        ranks = [host.rank(case, 0, details=breakdown.model_dump(mode="json"), peak_memory=memory)]
+        write_ranks(folder, index, ranks)
+        runs.append(finish_run(host, case, index, ranks, rng.uniform(120, 300), exit_code=0))
+    return runs
+
+
+# --- Serving ------------------------------------------------------------------------------------
+
+
+def burst_records(case: Case, host: Host, rng: random.Random, failed_from: int | None) -> list[RequestRecord]:
+    """One burst: every prompt sent at t ~ 0, prefills queued, decode steps shared by the batch."""
+    params = case.params
+    step = DECODE_STEP_S.get(case.model, 0.02) * ENGINE_FACTOR.get(params.engine, 1.0) / host.speed
+    prefill = step * 0.8
+    records = []
+    for index in range(params.prompts):
+        sent = index * 2.0e-5
+        queue = (index // 64) * prefill * 6
+        ttft = prefill + queue + rng.uniform(0, prefill)
+        if failed_from is not None and index >= failed_from:
+            records.append(
+                RequestRecord(
+                    index=index,
+                    input_tokens=params.input_tokens,
+                    sent_at=sent,
+                    status=503,
+                    error="HTTP 503: Model is overloaded",
+                )
+            )
+            continue
+        itl = [step * rng.uniform(0.9, 1.25) for _ in range(params.max_output_tokens - 1)]
+        records.append(
+            RequestRecord(
+                index=index,
+                input_tokens=params.input_tokens,
+                server_prompt_tokens=params.input_tokens if params.engine == "vllm" else None,
+                sent_at=sent,
+                ttft=ttft,
+                itl=itl,
+                latency=ttft + sum(itl),
+                output_tokens=params.max_output_tokens,
+                output_tokens_source="server",
+                token_events=params.max_output_tokens,
+                status=200,
+            )
+        )
+    return records
+
+
+def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    params = case.params
+    locked = host.lock.images.get(case.image)
+    idle = {"role": "idle: rank 0 drives the engine, which shards itself over the case's GPUs"}
+    memory = PeakMemory(host_rss_bytes=420 * 2**20)
+    if params.engine in UNAVAILABLE_ENGINES:
+        reason = f"{params.engine} is not installed in this environment (it runs in the {case.image} image)"
+        here = {"python": "3.11.7"}  # the host's Python, where the engine is missing
+        ranks = [host.rank(case, 0, status="unavailable", reason=reason, peak_memory=memory, versions=here)]
+        ranks += [host.rank(case, r, details=idle, peak_memory=memory, versions=here) for r in range(1, case.gpus)]
+        write_ranks(folder, 1, ranks)
+        return [finish_run(host, case, 1, ranks, 9.0, exit_code=0).model_copy(update={"container": None})]
+    runs = []
+    for index in range(1, params.runs + 1):
+        out = folder / "runs" / str(index)
+        out.mkdir(parents=True, exist_ok=True)
+        failed_from = params.prompts - 12 if ERROR_CASES.get(case.id) == "failed-requests" else None
+        records = burst_records(case, host, rng, failed_from)
+        atomic_write_text(out / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
+        duration = max(r.sent_at + (r.latency or 0.0) for r in records)
+        totals = aggregate(records, duration)
+        load = ClientLoad(
+            cpu_s=0.21 * duration,
+            wall_s=duration,
+            events=sum(r.token_events for r in records),
+            dispatch_s=0.031,
+            loop_lag_p99_s=0.0016,
+            loop_lag_max_s=0.0094,
+        )
+        engine = {
+            "name": params.engine,
+            "label": {"vllm": "vLLM", "tgi": "TGI"}.get(params.engine, params.engine),
+            "argv": [
+                f"{params.engine}-server",
+                "--model",
+                "/cache/kit/checkpoints/" + case.model,
+                "--tensor-parallel-size",
+                str(case.gpus),
+            ],
+            "port": 40000 + index,
+            "pid": 7000 + index,
+            "ready_s": rng.uniform(60, 240),
+            "version": next(iter(locked.versions.values())) if locked and locked.versions else None,
+            "stop": {"stopped_by": "SIGTERM", "exit_code": 0},
+        }
+        atomic_write_text(
+            out / "engine.json",
+            json.dumps({k: engine[k] for k in ("name", "label", "argv", "port", "pid")}, indent=2) + "\n",
+        )
+        atomic_write_text(out / "engine.log", f"INFO: serving {case.model} on {case.gpus} GPUs\nINFO: ready\n")
+        checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
+        details = {
+            "engine": engine,
+            "model": {
+                "kind": "synthetic",
+                "path": f"/cache/kit/checkpoints/{case.model}-seed{params.seed}",
+                "sha256": checkpoint,
+                "files": {"config.json": checkpoint},
+            },
+            "prompts": {
+                "count": params.prompts,
+                "input_tokens": params.input_tokens,
+                "counted_by": "served tokenizer",
+                "server_count_mismatches": [],
+            },
+            "ignore_eos": params.ignore_eos,
+            "ignore_eos_note": None,
+            "files": {"requests": "requests.jsonl", "engine_log": "engine.log"},
+            "warmup": {
+                "requests": params.warmup_requests,
+                "duration_s": 4 * DECODE_STEP_S.get(case.model, 0.02) * 256,
+                "errors": [],
+            },
+            "aggregates": totals.model_dump(),
+            "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
+            "saturation": saturation(load, totals.itl_s.median if totals.itl_s else None, duration).model_dump(),
+            "short_outputs": 0,
+        }
+        if totals.errors:
+            first = next(r.error for r in records if not r.ok)
+            reason = (
+                f"{totals.errors} of {totals.requests} requests failed (first: {first}); {totals.completed} of "
+                f"{totals.requests} requests finished and are kept in requests.jsonl; engine log: engine.log"
+            )
+            lead = host.rank(case, 0, status="error", reason=reason, details=details, peak_memory=memory)
+        else:
+            lead = host.rank(case, 0, details=details, peak_memory=memory)
+        ranks = [lead] + [host.rank(case, r, details=idle, peak_memory=memory) for r in range(1, case.gpus)]
+        write_ranks(folder, index, ranks)
+        runs.append(
+            finish_run(host, case, index, ranks, duration + engine["ready_s"] + 30, exit_code=1 if totals.errors else 0)
+        )
+        if totals.errors:
+            break
+    return runs
+
+
+WORKLOAD_RUNS = {"train": train_runs, "comm": comm_runs, "profile": profile_runs, "serve": serve_runs}
+
+
+# --- The run directory --------------------------------------------------------------------------
+
+
+def synthetic_fingerprint(plan: Plan, gpu_name: str, collected: datetime) -> Fingerprint:
+    gpus = (
+        [
+            Gpu(
+                index=i,
+                name=gpu_name,
+                uuid=f"GPU-5e7a{i:04d}-0000-0000-0000-00000000000{i}",
+                memory_bytes=80 * 10**9,
+                persistence_mode=True,
+                ecc_enabled=True,
+                ecc_uncorrected_aggregate=0,
+                mig_enabled=False,
+                pcie_gen_max=4,
+                pcie_width_max=16,
+            )
+            for i in range(8)
+        ]
+        if plan.device == "cuda"
+        else []
+    )
+    topology = (
+        Topology(
+            topology_class=TopologyClass(
+                gpu_count=8, interconnect="nvlink-all-pairs", nvlink_bonds=[8], label="8 GPUs, all pairs NVLink (NV8)"
+            )
+        )
+        if gpus
+        else Topology(unavailable="no NVIDIA GPU")
+    )
+    return Fingerprint(
+        collected_at=collected,
+        host=HostInfo(
+            hostname=HOSTNAME if gpus else "synthetic-cpu-host",
+            os="Ubuntu 22.04.4 LTS",
+            kernel="5.15.0-105-generic",
+            architecture="x86_64",
+            cpu=CpuInfo(
+                model="Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz" if gpus else "AMD EPYC 7B13",
+                sockets=2 if gpus else 1,
+                physical_cores=64 if gpus else 2,
+                logical_cpus=128 if gpus else 2,
+                frequency_governor="performance",
+            ),
+            numa_nodes=2 if gpus else 1,
+            memory_bytes=(2048 if gpus else 8) * GIB,
+        ),
+        gpus=GpuInventory(driver_version="550.54.15", cuda_driver_version="12.4", gpus=gpus)
+        if gpus
+        else GpuInventory(unavailable="NVML: no NVIDIA driver"),
+        topology=topology,
+        network=NetworkInfo(unavailable="no RDMA device"),
+        container_runtime=ContainerRuntime(
+            docker_client_version="26.1.3",
+            docker_server_version="26.1.3",
+            runtimes=["nvidia", "runc"],
+            default_runtime="runc",
+            nvidia_container_toolkit="1.15.0",
+        ),
+        image=ImageProbe(python="3.11.7", torch="2.13.0+cu130" if gpus else "2.13.0+cpu"),
+        kit=KIT,
+    )
+
+
+def write_run(
+    root: Path,
+    plan: Plan,
+    *,
+    seed: int = 0,
+    speed: float = 1.0,
+    gpu_name: str = A800,
+    cases: list[str] | None = None,
+    fingerprint: bool = True,
+) -> Path:
+    """A finished synthetic run of `plan` (all its cases, or `cases`) in `root`.
+
+    `speed` scales every throughput (1.25: each step takes 1 / 1.25 of the time), which makes two
+    runs of one plan an A/B pair with a known answer; `seed` draws their run-to-run noise."""
+    root = Path(root)
+    host = Host(plan, gpu_name, seed, speed)
+    selected = [case for case in plan.cases if cases is None or case.id in cases]
+    before = synthetic_fingerprint(plan, gpu_name, host.clock.now)
+    checks = evaluate(before, load_expectations(), 8 if plan.device == "cuda" else None)
+    run = RunDir(root)
+    if fingerprint:
+        atomic_write_model(run.fingerprint_path, before)
+    info = RunInfo(
+        run_id=root.name,
+        kit=KIT,
+        checks=checks,
+        profile=plan.profile,
+        plan=plan,
+        selected=[case.id for case in selected],
+        executor="auto",
+        host={
+            "hostname": before.host.hostname,
+            "os": "Linux-5.15.0-105-generic-x86_64-with-glibc2.35",
+            "python": "3.11.7",
+            "gpus": [gpu.name for gpu in before.gpus.gpus],
+        },
+        argv=["kit", "run", "--all", "--profile", plan.profile],
+        started_at=host.clock.stamp(),
+        synthetic="written by tests/paper_size_run.py: numbers drawn by a seeded generator, measured on no machine",
+    )
+    run.write_info(info)
+    images: dict[str, str] = {}
+    for case in selected:
+        started = host.clock.stamp()
+        folder = run.prepare_case(case)
+        rng = host.rng(case)
+        runs = WORKLOAD_RUNS[case.workload](case, folder, host, rng)
+        executor = "docker" if any(sample.container for sample in runs) else "local"
+        log = [
+            f"=== run {s.index}: torchrun --nproc-per-node {case.gpus} -m kit.workloads --case case.json\n"
+            f"=== run {s.index}: exit code {s.exit_code} after {s.wall_s:.1f} s\n"
+            for s in runs
+        ]
+        atomic_write_text(folder / "log.txt", "".join(log))
+        result = result_of(case, runs, executor, started).model_copy(update={"finished_at": host.clock.stamp()})
+        run.write_result(result)
+        for sample in runs:
+            if sample.container is not None:
+                images[sample.container.image] = (sample.container.repo_digests or [sample.container.image_digest])[0]
+        host.clock.advance(5)
+    if fingerprint:
+        after = before.model_copy(update={"collected_at": host.clock.now})
+        atomic_write_model(run.fingerprint_after_path, after)
+    info.images = images
+    info.status, info.finished_at = "finished", host.clock.stamp()
+    run.write_info(info)
+    run.write_sums()
+    return root
+
+
+def write_paper_size_run(root: Path, seed: int = 0) -> Path:
+    """Every case of the `paper` profile, on 8 x A800 (see the module's docstring: synthetic)."""
+    return write_run(root, build_plan(load_protocol(), "paper"), seed=seed)
+
+
+if __name__ == "__main__":
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "paper-size-run")
+    write_paper_size_run(target)
+    print(target)

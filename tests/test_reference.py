@@ -1,0 +1,389 @@
+"""kit.reference: the paper's claims as typed relations, and their verdicts on measured runs.
+
+Runs are built in memory from the protocol's own cases (paper and smoke profiles), with metric
+means chosen per test; GPU names are the ones NVML reports for the paper's platforms.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kit.fingerprint import (
+    ContainerRuntime,
+    Fingerprint,
+    Gpu,
+    GpuInventory,
+    HostInfo,
+    KitInfo,
+    NetworkInfo,
+    Topology,
+    TopologyClass,
+)
+from kit.manifest import ManifestError
+from kit.reference import (
+    Claim,
+    MeasuredRun,
+    Reference,
+    evaluate_claim,
+    evaluate_claims,
+    evaluate_tables,
+    load_reference,
+    measured_run,
+    parse_case_id,
+    reference_path,
+    stand_in_case,
+)
+from kit.results import Metric, PeakMemory, RankSample, Result, RunInfo, RunSample
+
+A800 = "NVIDIA A800-SXM4-80GB"
+RTX4090 = "NVIDIA GeForce RTX 4090"
+RTX3090 = "NVIDIA GeForce RTX 3090"
+
+
+@pytest.fixture(scope="module")
+def reference() -> Reference:
+    return load_reference()
+
+
+def claim(reference: Reference, claim_id: str) -> Claim:
+    return next(c for c in reference.claims if c.id == claim_id)
+
+
+def metric(mean: float, unit: str = "tokens/s", std: float | None = None) -> Metric:
+    return Metric(mean=mean, std=std, n=3, unit=unit, per_run=[mean] * 3)
+
+
+def result(plan, case_id: str, status: str = "ok", **means: float) -> Result:
+    case = next(c for c in plan.cases if c.id == case_id)
+    units = {"tokens_per_s": "tokens/s", "peak_memory_gib": "GiB"}
+    return Result(
+        case_id=case_id,
+        stage=case.stage,
+        status=status,
+        case=case,
+        reason=None if status == "ok" else f"{status} in this test",
+        metrics={name: metric(value, units.get(name, "s")) for name, value in means.items()},
+        executor="local",
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:01:00+00:00",
+    )
+
+
+def run_on(
+    gpu: str | None, results: list[Result], comparable: bool = True, interconnect=None, label: str = "run-a"
+) -> MeasuredRun:
+    return MeasuredRun(
+        label=label,
+        profile="paper" if comparable else "smoke",
+        comparable_to_reference=comparable,
+        gpu_names=(gpu,) if gpu else (),
+        cpu_names=() if gpu else ("x86_64",),
+        interconnect=interconnect,
+        results={r.case_id: r for r in results},
+    )
+
+
+# --- The manifest -----------------------------------------------------------------------------
+
+
+def test_the_reference_holds_the_27_published_claims_in_order(reference):
+    assert [c.id for c in reference.claims] == [f"C{n}" for n in range(1, 28)]
+    assert reference.tables == ()
+    assert {c.source for c in reference.claims} <= {"seed", "2nd-hand", "seed + 2nd-hand"}
+    assert claim(reference, "C25").source == "seed + 2nd-hand"
+
+
+def test_for_each_expands_a_relation_once_per_model(reference):
+    numerators = [r.numerator.case for r in claim(reference, "C16").relations]
+    assert numerators == ["finetune.llama2-7b.l.g8", "finetune.llama2-13b.l.g8", "finetune.llama2-70b.l.g8"]
+
+
+def test_case_ids_parse_into_their_axes():
+    assert parse_case_id("scaling.llama2-7b.q.g8.b2") == ("scaling", "llama2-7b", "q", 8, 2)
+    assert parse_case_id("comm.all_gather.g8") == ("comm", None, "all_gather", 8, None)
+    assert parse_case_id("pretrain.llama2-70b.z3+o+r+f.g8") == ("pretrain", "llama2-70b", "z3+o+r+f", 8, None)
+
+
+@pytest.mark.parametrize(
+    "old, new, key, reason",
+    [
+        (
+            "published: {value: 0.908, tolerance: 0.03}",
+            "published: {value: 0.908}",
+            "published",
+            "value and tolerance go together",
+        ),
+        ("platforms: [RTX4090]\n", "platforms: [RTX4091]\n", "claim C2", "unknown platform 'RTX4091'"),
+        ('case: "finetune.{model}.l.g8"', 'case: "finetune.{modell}.l.g8"', "claims.15", "placeholder {modell}"),
+        ("base: scaling.llama2-7b.q.g1.b2", "base: scaling.llama2-7b.q.g2.b2", "claims.0", "one GPU"),
+        (
+            'statement: "LoRA throughput is about twice QLoRA throughput"',
+            'statement: "LoRA throughput is about twice QLoRA throughput"\n    colour: red',
+            "colour",
+            "Extra inputs",
+        ),
+    ],
+)
+def test_a_malformed_reference_is_one_line_naming_file_key_and_reason(tmp_path, old, new, key, reason):
+    text = reference_path().read_text()
+    assert old in text
+    broken = tmp_path / "reference.yaml"
+    broken.write_text(text.replace(old, new, 1))
+    with pytest.raises(ManifestError) as caught:
+        load_reference(broken)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(str(broken))
+    assert key in message and reason in message
+
+
+# --- Platforms --------------------------------------------------------------------------------
+
+
+def fingerprint(gpu: str, interconnect: str) -> Fingerprint:
+    return Fingerprint(
+        collected_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        host=HostInfo(hostname="h"),
+        gpus=GpuInventory(gpus=[Gpu(index=i, name=gpu) for i in range(8)]),
+        topology=Topology(topology_class=TopologyClass(gpu_count=8, interconnect=interconnect, label="8 GPUs")),
+        network=NetworkInfo(),
+        container_runtime=ContainerRuntime(),
+        kit=KitInfo(version="0.1.0", workload_sources_sha256="0" * 64),
+    )
+
+
+def test_a_runs_platform_comes_from_rank_samples_and_the_fingerprints_topology(paper_plan):
+    sample = RankSample(
+        rank=0,
+        world_size=8,
+        status="ok",
+        device="cuda",
+        device_name=RTX3090,
+        peak_memory=PeakMemory(host_rss_bytes=1),
+        started_at="t",
+        finished_at="t",
+    )
+    done = result(paper_plan, "pretrain.llama2-7b.q.g8", tokens_per_s=1000).model_copy(
+        update={"samples": [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[sample])]}
+    )
+    info = RunInfo(
+        run_id="r",
+        kit=KitInfo(version="0.1.0", workload_sources_sha256="0" * 64),
+        profile="paper",
+        plan=paper_plan,
+        selected=[done.case_id],
+        executor="local",
+        host={"gpus": []},
+        argv=[],
+        started_at="t",
+    )
+    without = measured_run(info, [done])
+    assert without.gpu_names == (RTX3090,) and without.interconnect is None
+    assert measured_run(info, [done], fingerprint(RTX3090, "pcie-only")).interconnect == "pcie"
+
+
+# --- Verdicts ---------------------------------------------------------------------------------
+
+
+def test_a_ratio_within_its_tolerance_is_consistent_and_unmeasured_models_are_named(reference, paper_plan):
+    run = run_on(
+        A800,
+        [
+            result(paper_plan, "finetune.llama2-7b.l.g8", tokens_per_s=2100),
+            result(paper_plan, "finetune.llama2-7b.ql.g8", tokens_per_s=1000),
+        ],
+    )
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [run])
+    assert outcome.verdict == "consistent"
+    assert outcome.reason == "1 of 3 relations hold; 2 not evaluated"
+    seven, thirteen, _ = outcome.relations
+    assert (seven.measured, seven.published) == ("2.10 ×", "2 × ± 0.3")
+    assert thirteen.verdict == "not measured"
+    assert "finetune.llama2-13b.l.g8 (not in run run-a)" in thirteen.finding
+
+
+def test_a_ratio_outside_its_tolerance_deviates_by_how_much_and_which_way(reference, paper_plan):
+    run = run_on(
+        A800,
+        [
+            result(paper_plan, "finetune.llama2-7b.l.g8", tokens_per_s=1200),
+            result(paper_plan, "finetune.llama2-7b.ql.g8", tokens_per_s=1000),
+        ],
+    )
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [run])
+    assert outcome.verdict == "deviates"
+    assert outcome.relations[0].finding == "0.800 below the published 2 × (−40 %), outside ± 0.3"
+
+
+def test_a_zero_denominator_is_not_measured_rather_than_a_deviation(reference, paper_plan):
+    run = run_on(
+        A800,
+        [
+            result(paper_plan, "finetune.llama2-7b.l.g8", tokens_per_s=100),
+            result(paper_plan, "finetune.llama2-7b.ql.g8", tokens_per_s=0),
+        ],
+    )
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [run])
+    assert outcome.relations[0].verdict == "not measured"
+    assert outcome.relations[0].finding == "missing: a computable value (a denominator is 0)"
+
+
+def test_an_out_of_memory_case_leaves_the_claim_not_measured_and_says_so(reference, paper_plan):
+    run = run_on(
+        A800,
+        [
+            result(paper_plan, "finetune.llama2-7b.l.g8", status="oom"),
+            result(paper_plan, "finetune.llama2-7b.ql.g8", tokens_per_s=1000),
+        ],
+    )
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [run])
+    assert outcome.verdict == "not measured"
+    assert "finetune.llama2-7b.l.g8 (oom)" in outcome.relations[0].finding
+
+
+def scaling_run(gpu: str, one: float, eight: float, plan) -> MeasuredRun:
+    return run_on(
+        gpu,
+        [
+            result(plan, "scaling.llama2-7b.q.g1.b2", tokens_per_s=one),
+            result(plan, "scaling.llama2-7b.q.g8.b2", tokens_per_s=eight),
+        ],
+    )
+
+
+def test_scaling_efficiency_is_judged_on_the_platform_the_claim_is_about(reference, paper_plan):
+    rtx = scaling_run(RTX4090, 1000, 8 * 1000 * 0.91, paper_plan)
+    judged = evaluate_claim(claim(reference, "C2"), reference, [rtx])
+    assert judged.verdict == "consistent" and judged.relations[0].measured == "91.0 %"
+    elsewhere = evaluate_claim(claim(reference, "C1"), reference, [rtx])
+    assert elsewhere.verdict == "not applicable"
+    assert elsewhere.reason.startswith("the claim is about 8 × A800-80G, NVLink; run run-a has NVIDIA GeForce RTX 4090")
+    assert elsewhere.relations[0].measured == "91.0 %"
+
+
+def test_a_run_not_comparable_to_the_reference_shows_stand_ins_for_information(reference, smoke_plan):
+    smoke = run_on(
+        None,
+        [
+            result(smoke_plan, "finetune.tiny-llama.l.g2", tokens_per_s=900),
+            result(smoke_plan, "finetune.tiny-llama.ql.g2", tokens_per_s=1000),
+        ],
+        comparable=False,
+    )
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [smoke])
+    assert outcome.verdict == "not applicable"
+    assert outcome.reason == "run run-a (profile smoke) is not comparable to the reference"
+    first, second, _ = outcome.relations
+    assert first.measured == "0.900 ×" and first.finding.startswith("1.10 below the published 2 × (−55 %)")
+    assert first.stand_ins == {
+        "finetune.llama2-7b.l.g8": "finetune.tiny-llama.l.g2",
+        "finetune.llama2-7b.ql.g8": "finetune.tiny-llama.ql.g2",
+    }
+    assert second.measured is None and "same stand-in cases" in second.finding
+
+
+def test_one_stand_in_never_plays_both_sides_of_a_comparison(reference, smoke_plan):
+    smoke = run_on(None, [result(smoke_plan, "finetune.tiny-llama.l.g2", tokens_per_s=900)], comparable=False)
+    outcome = evaluate_claim(claim(reference, "C20"), reference, [smoke])
+    assert outcome.verdict == "not applicable"
+    assert "finetune.tiny-llama.l.g2 would play two" in outcome.relations[0].finding
+
+
+def test_stand_ins_take_the_largest_multi_process_count_and_keep_one_gpu(smoke_plan):
+    smoke = run_on(
+        None,
+        [result(smoke_plan, c, tokens_per_s=1) for c in ("scaling.tiny-llama.q.g1.b2", "scaling.tiny-llama.q.g2.b2")],
+        comparable=False,
+    )
+    assert stand_in_case("scaling.llama2-7b.q.g8.b2", smoke) == "scaling.tiny-llama.q.g2.b2"
+    assert stand_in_case("scaling.llama2-7b.q.g1.b2", smoke) == "scaling.tiny-llama.q.g1.b2"
+    assert stand_in_case("scaling.llama2-7b.q.g8", smoke) is None
+
+
+def test_cross_platform_claims_need_a_run_on_each_platform(reference, paper_plan):
+    cases = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.r.g8"]
+    a800 = run_on(A800, [result(paper_plan, c, tokens_per_s=50_000) for c in cases], label="a800")
+    rtx = run_on(
+        RTX4090, [result(paper_plan, c, tokens_per_s=v) for c, v in zip(cases, (800, 1000, 1200))], label="rtx"
+    )
+    alone = evaluate_claim(claim(reference, "C5"), reference, [a800])
+    assert alone.verdict == "not applicable" and alone.reason.startswith(
+        "needs a run on RTX4090, which no run of this report is on"
+    )
+    both = evaluate_claim(claim(reference, "C5"), reference, [a800, rtx])
+    assert both.verdict == "consistent"
+    assert both.relations[0].measured == "50.0 ×"
+    assert "3 cases, ratios 41.7 to 62.5" in both.relations[0].finding
+
+
+def test_nvlink_and_pcie_runs_of_one_gpu_model_are_different_platforms(reference, paper_plan):
+    def comm(label, interconnect, bandwidth):
+        return run_on(
+            RTX3090,
+            [
+                result(paper_plan, f"comm.{c}.g8", bus_bandwidth_gb_s=bandwidth)
+                for c in ("all_gather", "reduce_scatter")
+            ],
+            interconnect=interconnect,
+            label=label,
+        )
+
+    outcome = evaluate_claim(claim(reference, "C27"), reference, [comm("nv", "nvlink", 90), comm("pcie", "pcie", 12)])
+    assert outcome.verdict == "consistent"
+    assert outcome.relations[0].measured == "on RTX3090 90.0 > on RTX3090-PCIe 12.0"
+    unknown = evaluate_claim(claim(reference, "C27"), reference, [comm("nv", None, 90)])
+    assert unknown.verdict == "not applicable"
+
+
+def test_an_ordering_names_every_pair_out_of_order(reference, paper_plan):
+    engines = {"tgi": 900, "vllm": 1000, "lightllm": 500}
+    run = run_on(
+        RTX4090, [result(paper_plan, f"serve.llama2-7b.{e}.g8", generated_tokens_per_s=v) for e, v in engines.items()]
+    )
+    outcome = evaluate_claim(claim(reference, "C22"), reference, [run])
+    assert outcome.verdict == "deviates"
+    seven = outcome.relations[0]
+    assert seven.finding == "serve.llama2-7b.tgi.g8 (900) is not > serve.llama2-7b.vllm.g8 (1000)"
+    assert outcome.relations[-1].verdict == "not applicable"  # the A800 ordering, on an RTX4090 run
+
+
+def test_a_share_of_a_step_is_judged_in_per_cent(reference, paper_plan):
+    run = run_on(A800, [result(paper_plan, "profile.llama2-7b.base.g1", optimizer_s=0.35, step_s=1.0)])
+    outcome = evaluate_claim(claim(reference, "C10"), reference, [run])
+    assert outcome.verdict == "consistent"
+    assert (outcome.relations[0].measured, outcome.relations[0].published) == ("35.0 %", "37 % ± 5 points")
+
+
+def test_the_claims_of_stages_that_did_not_run_are_not_measured(reference, paper_plan):
+    outcomes = evaluate_claims(reference, [run_on(A800, [])])
+    by_id = {o.id: o for o in outcomes}
+    assert by_id["C10"].verdict == "not measured"
+    assert "profile.llama2-7b.base.g1 (not in run run-a)" in by_id["C10"].relations[0].finding
+    assert by_id["C2"].verdict == "not applicable"
+
+
+def test_a_transcribed_table_value_is_compared_in_the_runs_unit(reference, paper_plan, tmp_path):
+    data = yaml.safe_load(reference_path().read_text())
+    data["tables"] = [
+        {
+            "table": "III",
+            "platform": "A800",
+            "case": "pretrain.llama2-7b.z3.g8",
+            "metric": "tokens_per_s",
+            "mean": 10.0,
+            "std": 0.1,
+            "unit": "10^3 tokens/s",
+        }
+    ]
+    path = tmp_path / "reference.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with_table = load_reference(Path(path))
+    run = run_on(A800, [result(paper_plan, "pretrain.llama2-7b.z3.g8", tokens_per_s=8_000)])
+    [row] = evaluate_tables(with_table, [run])
+    assert (row.verdict, row.ratio) == ("deviates", "0.800 ×")
+    assert row.detail == "20% below the published value, outside ± 10%"
+    [elsewhere] = evaluate_tables(with_table, [run_on(RTX4090, [])])
+    assert elsewhere.verdict == "not applicable"

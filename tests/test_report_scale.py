@@ -1,0 +1,355 @@
+"""`kit report` for real, at the size of a paper run, through the CLI as a user runs it.
+
+The run directory is tests/paper_size_run.py's: every case of the `paper` plan on 8 x A800,
+written the way `kit run` writes one, with synthetic numbers (some OOM, errors, unavailable
+cases). The PDF is read back as text (pdftotext from poppler-utils, else pypdfium2), its pages
+are rasterised to check that nothing is printed past the margins, and the HTML is opened in
+headless Chromium. Set KIT_REPORT_PAGES=DIR to keep the page images for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from paper_size_run import write_paper_size_run, write_run
+
+from kit.protocol import build_plan, load_protocol
+from kit.report import verify
+from kit.results import RankSample, RunDir
+
+KIT = [sys.executable, "-m", "kit.cli"]
+A4_WIDTH_MM, SIDE_MARGIN_MM = 210.0, 14.0  # report_templates/style.css, @page
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def kit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*KIT, *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def significant(value: float) -> int:
+    """Decimals that show `value` to three significant digits."""
+    return max(0, 2 - math.floor(math.log10(abs(value))))
+
+
+def mean_std_text(values: list[float], scale: float = 1.0) -> str:
+    """How a table prints a metric over the runs: the mean to three significant digits, the
+    sample standard deviation to as many decimals."""
+    values = [value * scale for value in values]
+    mean, std = statistics.fmean(values), statistics.stdev(values)
+    return f"{mean:.{significant(mean)}f} ± {std:.{significant(mean)}f}"
+
+
+def method_label(method: str) -> str:
+    return "Naive" if method == "naive" else method.upper()
+
+
+def pdf_pages(pdf: Path) -> list[str]:
+    """The text of each page, laid out as printed (pdftotext -layout), else as pdfium reads it."""
+    if shutil.which("pdftotext"):
+        text = subprocess.run(
+            ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+        ).stdout
+        return text.split("\f")[:-1]
+    pdfium = pytest.importorskip("pypdfium2", reason="neither pdftotext (poppler-utils) nor pypdfium2 is installed")
+    document = pdfium.PdfDocument(pdf)
+    return [document[i].get_textpage().get_text_range() for i in range(len(document))]
+
+
+def needs_layout_text() -> None:
+    if not shutil.which("pdftotext"):
+        pytest.skip("row-by-row checks need pdftotext's layout mode (apt-get install poppler-utils)")
+
+
+def between(text: str, start: str, end: str) -> str:
+    first = text.index(start)
+    return text[first : text.index(end, first)]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A folder with runs/<paper-size run>, as `kit run --all` leaves it."""
+    root = tmp_path_factory.mktemp("workspace")
+    write_paper_size_run(root / "runs" / "20260302T080000Z-paper")
+    return root
+
+
+@pytest.fixture(scope="module")
+def paper_run(workspace) -> Path:
+    return workspace / "runs" / "20260302T080000Z-paper"
+
+
+@pytest.fixture(scope="module")
+def results(paper_run):
+    return {result.case_id: result for result in RunDir(paper_run).results()}
+
+
+@pytest.fixture(scope="module")
+def readme_command(workspace, paper_run) -> subprocess.CompletedProcess:
+    """The second half of the README's main command: `kit report --compare reference`."""
+    return kit("report", "--compare", "reference", cwd=workspace)
+
+
+@pytest.fixture(scope="module")
+def pages(readme_command, paper_run) -> list[str]:
+    assert readme_command.returncode == 0, readme_command.stdout + readme_command.stderr
+    return pdf_pages(paper_run / "report.pdf")
+
+
+@pytest.fixture(scope="module")
+def text(pages) -> str:
+    return "\n".join(pages)
+
+
+# --- The run and the README's command -----------------------------------------------------------
+
+
+def test_the_paper_size_run_has_every_case_of_the_paper_plan_and_every_outcome(paper_run, results):
+    plan = build_plan(load_protocol(), "paper")
+    assert list(results) == [case.id for case in plan.cases]
+    statuses = Counter(result.status for result in results.values())
+    assert statuses["ok"] > 90 and statuses["oom"] > 10 and statuses["error"] >= 3 and statuses["unavailable"] >= 1
+    assert {result.stage for result in results.values()} == {
+        "pretrain",
+        "finetune",
+        "scaling",
+        "profile",
+        "serve",
+        "comm",
+    }
+    assert verify(paper_run) == []
+
+
+def test_the_readme_command_writes_both_files_into_the_newest_run(readme_command, paper_run):
+    assert readme_command.returncode == 0, readme_command.stdout + readme_command.stderr
+    assert (paper_run / "report.html").stat().st_size > 0 and (paper_run / "report.pdf").stat().st_size > 0
+    assert verify(paper_run) == []  # the report beside the evidence leaves it intact
+
+
+# --- The PDF's text -----------------------------------------------------------------------------
+
+
+def test_every_pretraining_row_prints_the_result_files_numbers_in_model_order(pages, results, paper_run):
+    needs_layout_text()
+    table = between("\n".join(pages), "Pre-training: 8 GPUs", "Mean ± sample standard deviation")
+    plan = RunDir(paper_run).read_info().plan
+    cases = [case for case in plan.cases if case.stage == "pretrain"]
+    models = list(dict.fromkeys(case.model for case in cases))
+    for method in dict.fromkeys(case.method for case in cases):
+        expected = [method_label(method)]
+        for model in models:
+            result = results[f"pretrain.{model}.{method}.g8"]
+            if result.status == "ok":
+                expected += [
+                    mean_std_text(result.metrics["tokens_per_s"].per_run, 1e-3),
+                    mean_std_text(result.metrics["peak_memory_gib"].per_run),
+                ]
+            else:
+                expected += ["-", "-"] if result.status == "oom" else [result.status]
+        rows = [line for line in table.splitlines() if line.split()[:1] == [method_label(method)]]
+        assert [re.split(r"\s{2,}", row.strip()) for row in rows] == [expected], method
+
+
+def test_a_printed_throughput_traces_back_to_the_rank_samples(text, paper_run):
+    """tokens/s of a run = tokens of all ranks per step / mean step time, a step lasting as long
+    as its slowest rank; the table prints mean ± std of the runs in 10^3 tokens/s."""
+    case = paper_run / "cases" / "pretrain.llama2-13b.z3.g8"
+    per_run = []
+    for run in sorted((case / "runs").iterdir()):
+        ranks = [RankSample.model_validate_json(path.read_text()) for path in run.glob("rank-*.json")]
+        assert len(ranks) == 8 and all(rank.device_name == "NVIDIA A800-SXM4-80GB" for rank in ranks)
+        steps = [max(times) for times in zip(*(rank.step_s for rank in ranks))]
+        per_run.append(sum(rank.tokens_per_step for rank in ranks) / statistics.fmean(steps))
+    assert len(per_run) == 3
+    assert mean_std_text(per_run, 1e-3) in text
+
+
+def test_the_summary_counts_the_outcomes_of_the_result_files(text, results):
+    statuses = Counter(result.status for result in results.values())
+    summary = flat(text)
+    assert f"measured {len(results)} of the {len(results)} cases of the paper profile" in summary
+    assert f"finished with a measurement: {statuses['ok']}" in summary
+    assert f"out of memory (a result, shown as -): {statuses['oom']}" in summary
+    assert f"failed with an error: {statuses['error']}" in summary
+
+
+def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(text, results):
+    needs_layout_text()
+    failures = between(text, "Cases that ended without a measurement", "Each was recorded as it happened")
+    ended = {cid: result for cid, result in results.items() if result.status != "ok"}
+    assert {"oom", "error", "unavailable"} <= {result.status for result in ended.values()}
+    for cid, result in ended.items():
+        first_words = re.escape(" ".join(result.reason.split()[:3]))
+        assert re.search(rf"^\s*{re.escape(cid)}\s+{result.status}\s+{first_words}", failures, re.M), cid
+
+
+def test_a_table_longer_than_a_page_repeats_its_header_on_every_page(pages, paper_run):
+    needs_layout_text()
+    plan = RunDir(paper_run).read_info().plan
+    labels = {method_label(case.method) for case in plan.cases if case.stage == "pretrain"}
+    row = re.compile(rf"^\s*({'|'.join(map(re.escape, labels))})\s{{2,}}(\d|-|error|unavailable)", re.M)
+    holding = [page for page in pages if row.search(page)]
+    assert len(holding) >= 2, "the paper's pre-training table is expected to span pages"
+    for page in holding:
+        assert "10^3 tokens/s" in page and "peak memory" in page
+
+
+def test_the_image_table_names_a_stage_run_wholly_in_one_image_by_its_count(paper_run, pages, results):
+    html = (paper_run / "report.html").read_text()
+    images = html[html.index('<section id="images"') :]
+    for stage in ("pretrain", "finetune"):
+        assert f"every {stage} case ({sum(1 for r in results.values() if r.stage == stage)})" in images
+    assert "serve.llama2-7b.vllm.g8, serve.llama2-13b.vllm.g8, serve.llama2-70b.vllm.g8" in images
+
+
+# --- The pages as images ------------------------------------------------------------------------
+
+
+def page_images(pdf: Path, folder: Path, dpi: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    if shutil.which("pdftoppm"):
+        subprocess.run(["pdftoppm", "-r", str(dpi), "-png", str(pdf), str(folder / "page")], check=True)
+    else:
+        pdfium = pytest.importorskip("pypdfium2", reason="neither pdftoppm (poppler-utils) nor pypdfium2 is installed")
+        document = pdfium.PdfDocument(pdf)
+        for index in range(len(document)):
+            document[index].render(scale=dpi / 72).to_pil().save(folder / f"page-{index + 1:03d}.png")
+    return sorted(folder.glob("page-*.png"))
+
+
+def test_no_page_prints_past_its_side_margins(paper_run, pages, tmp_path):
+    image_module = pytest.importorskip("PIL.Image")
+    from PIL import ImageOps
+
+    keep = os.environ.get("KIT_REPORT_PAGES")
+    dpi = 40
+    images = page_images(paper_run / "report.pdf", Path(keep) if keep else tmp_path / "pages", dpi)
+    assert len(images) == len(pages) > 30
+    margin_px = SIDE_MARGIN_MM / 25.4 * dpi
+    for path in images:
+        with image_module.open(path) as image:
+            ink = ImageOps.invert(image.convert("L")).point(lambda level: 255 if level > 24 else 0).getbbox()
+            width = image.width
+        assert ink is not None, f"{path.name} is blank"
+        left, _, right, _ = ink
+        assert left >= margin_px - 2 and right <= width - margin_px + 2, (
+            f"{path.name}: ink from {left} to {right} px of {width}"
+        )
+
+
+# --- The HTML in a browser ----------------------------------------------------------------------
+
+
+def console_messages(html: Path, profile: Path) -> tuple[str, list[str]]:
+    """The DOM Chromium built from the file, and every console message it logged (any level:
+    the report has no script, so any message is a fault: a resource it failed to load, a parse error)."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", html.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")
+def test_the_html_opens_in_chromium_without_console_messages(paper_run, results, readme_command, tmp_path):
+    control = tmp_path / "control.html"
+    control.write_text('<!DOCTYPE html><p>control</p><script>console.error("seen"); missing();</script>')
+    _, seen = console_messages(control, tmp_path / "profile-control")
+    assert any('"seen"' in line for line in seen) and any("Uncaught" in line for line in seen), "the check sees nothing"
+
+    dom, messages = console_messages(paper_run / "report.html", tmp_path / "profile")
+    assert messages == []
+    assert "LLM runtime benchmark report" in dom
+    z3 = results["pretrain.llama2-13b.z3.g8"].metrics["tokens_per_s"].per_run
+    assert mean_std_text(z3, 1e-3) in dom
+
+
+# --- Evidence -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tampered(paper_run, tmp_path) -> tuple[Path, str]:
+    """A copy of the run with one figure of one result.json changed after the run."""
+    copy = Path(shutil.copytree(paper_run, tmp_path / "copy", ignore=shutil.ignore_patterns("report.*")))
+    relative = "cases/pretrain.llama2-7b.z2.g8/result.json"
+    result = json.loads((copy / relative).read_text())
+    result["metrics"]["tokens_per_s"]["mean"] *= 1.1
+    (copy / relative).write_text(json.dumps(result, indent=2) + "\n")
+    return copy, relative
+
+
+def test_report_refuses_a_tampered_result_and_names_it(tampered):
+    copy, relative = tampered
+    done = kit("report", str(copy), "--compare", "reference")
+    assert done.returncode == 1
+    assert f"changed: {relative}" in flat(done.stdout + done.stderr)
+    assert not (copy / "report.html").exists() and not (copy / "report.pdf").exists()
+
+
+def test_verify_fails_on_a_tampered_result_and_names_it(tampered):
+    copy, relative = tampered
+    done = kit("report", "--verify", str(copy))
+    assert done.returncode == 1
+    assert f"changed: {relative}" in flat(done.stdout + done.stderr)
+
+
+# --- A/B ----------------------------------------------------------------------------------------
+
+
+def cells_of_rows(html: str, anchor: str) -> list[list[str]]:
+    """The cells of every row of a section's tables, each cell's own text (its detail line left out)."""
+    start = html.index(f'<section id="{anchor}"')
+    section = html[start : html.index("</section>", start)]
+    rows = []
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", section, re.S):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        rows.append(
+            [re.sub(r"<[^>]+>", "", re.sub(r'<span class="detail">.*?</span>', "", cell)).strip() for cell in cells]
+        )
+    return rows
+
+
+def test_two_smoke_runs_compared_show_the_ratio_and_welchs_test_per_case(tmp_path):
+    ttest_ind = pytest.importorskip("scipy.stats").ttest_ind
+    plan = build_plan(load_protocol(), "smoke")
+    training = [case.id for case in plan.cases if case.workload == "train"]
+    a = write_run(tmp_path / "a", plan, cases=training, seed=1)
+    b = write_run(tmp_path / "b", plan, cases=training, seed=2, speed=1.25)  # every step 1/1.25 of A's
+    done = kit("report", str(a), "--compare", str(b), "--format", "html", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "A/B: this run against b" in html
+    rows = {(row[0], row[1]): row[2:] for row in cells_of_rows(html, "ab-b") if len(row) == 7}
+    ra, rb = RunDir(a), RunDir(b)
+    compared = 0
+    for cid in training:
+        left, right = ra.read_result(cid), rb.read_result(cid)
+        if left.status != "ok":
+            assert rows[(cid, "status")][4] == "no comparison"
+            continue
+        va, vb = left.metrics["tokens_per_s"].per_run, right.metrics["tokens_per_s"].per_run
+        ratio = statistics.fmean(vb) / statistics.fmean(va)
+        p_value = ttest_ind(vb, va, equal_var=False).pvalue
+        shown_a, shown_b, shown_ratio, shown_p, significant_text = rows[(cid, "tokens/s")]
+        assert (shown_a, shown_b) == (mean_std_text(va), mean_std_text(vb))
+        assert shown_ratio == f"{ratio:.{significant(ratio)}f} ×" and 1.2 < ratio < 1.3
+        assert shown_p == f"{p_value:.3g}"
+        assert significant_text == ("yes" if p_value < 0.05 else "no")
+        compared += 1
+    assert compared >= 10
