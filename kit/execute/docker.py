@@ -1,0 +1,410 @@
+"""The docker executor: runs a case's independent runs in its pinned image, one container each.
+
+The image stays as published: the kit's code is mounted read-only, the case folder is mounted for
+the results, and the container is removed whatever happens (success, failure, timeout, Ctrl-C).
+If `kit` itself is killed, a watchdog process removes the container at once; every container
+also carries labels naming its run and its owner process, so the next `kit` start removes any
+container whose owner is gone (`remove_leftovers`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kit import images
+from kit.cache import cache_dir
+from kit.execute.local import _die_with_parent, read_rank_samples
+from kit.execute.samples import run_sample
+from kit.fingerprint import gpu_names
+from kit.protocol import Case
+from kit.results import ContainerRun, RunSample
+
+NAME = "docker"
+KILL_GRACE_S = 10
+# Where things are inside the container.
+SOURCE_MOUNT = "/opt/kit/src/kit"
+CASE_MOUNT = "/kit/case"
+CACHE_MOUNT = "/kit/cache"
+# NVIDIA's recommendation for PyTorch in containers: the host's IPC namespace (or a large /dev/shm),
+# unlimited locked memory, a 64 MiB stack.
+SHM_SIZE = "16g"
+ULIMITS = {"memlock": (-1, -1), "stack": (67108864, 67108864)}
+RLIMIT_TYPES = {"memlock": 8, "stack": 3}  # Linux RLIMIT_* numbers, as runc names a refused one
+# A token for gated models is passed on when the user set one, under these names, and never
+# written to the case, the log or the result.
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+LABEL_RUN = "kit.run-id"
+LABEL_RUN_DIR = "kit.run-dir"  # the run id is a folder name; the folder itself is unique
+LABEL_CASE = "kit.case"
+LABEL_INDEX = "kit.run-index"
+LABEL_OWNER_PID = "kit.owner-pid"
+LABEL_OWNER_START = "kit.owner-start"
+LABEL_OWNER_HOST = "kit.owner-host"
+
+
+class ImageMissing(RuntimeError):
+    """The case's image is not in the lock, or not present in the local engine."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Which image, and can this host run it
+# ---------------------------------------------------------------------------------------------
+
+
+def image_reference(case: Case) -> str:
+    """The repo:tag the case runs in, as the lock names it."""
+    found = images.image_for_case(case.image)
+    if found is None:
+        raise ImageMissing(f"the lock ({images.lock_path()}) has no image {case.image!r}")
+    return found[1].reference
+
+
+def unavailable_reason(case: Case) -> str | None:
+    """Why this case cannot run in docker here (no engine, image not in the lock or not local)."""
+    try:
+        reference = image_reference(case)
+        images.engine()
+    except (ImageMissing, images.EngineUnavailable) as exc:
+        return str(exc)
+    if images.local_image(reference) is None:
+        hint = "pull" if (images.image_for_case(case.image)[1].build is None) else "build"
+        return f"image {reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The container's settings: pure functions of the case, so they can be read and tested
+# ---------------------------------------------------------------------------------------------
+
+
+def container_command(case: Case, index: int) -> list[str]:
+    """The same launcher as the local executor, with paths inside the container."""
+    return [
+        "python", "-m", "torch.distributed.run",
+        "--standalone", "--nproc-per-node", str(case.gpus),
+        "-m", "kit.workloads", "--case", f"{CASE_MOUNT}/case.json", "--out", f"{CASE_MOUNT}/runs/{index}",
+    ]  # fmt: skip
+
+
+def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
+    """The case's variables (NCCL_* and the like) over the kit's; a token only when the user set one."""
+    host_environment = os.environ if host_environment is None else host_environment
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "KIT_CACHE": CACHE_MOUNT,
+        "TORCH_EXTENSIONS_DIR": f"{CACHE_MOUNT}/torch_extensions",
+        "HOME": f"{CACHE_MOUNT}/home",
+        "USER": "kit",  # getpass.getuser() needs one when the uid has no passwd entry
+    }
+    if case.device == "cpu":
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // case.gpus))
+    env.update(case.params.env)
+    for name in TOKEN_VARIABLES:
+        if host_environment.get(name):
+            env[name] = host_environment[name]
+    return env
+
+
+def gpu_request(case: Case, host_gpus: int):
+    """All GPUs when the case uses them all, else the case's count; none for a CPU case."""
+    if case.device != "cuda":
+        return []
+    import docker
+
+    count = -1 if case.gpus >= host_gpus else case.gpus
+    return [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+
+
+def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
+    """The kit's source (read-only), the case folder, and a cache of this image's built ops."""
+    cache = cache_dir() / "containers" / image_name
+    (cache / "home").mkdir(parents=True, exist_ok=True)
+    return {
+        str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
+        str(case_dir.resolve()): {"bind": CASE_MOUNT, "mode": "rw"},
+        str(cache.resolve()): {"bind": CACHE_MOUNT, "mode": "rw"},
+    }
+
+
+def process_start_ticks(pid: int) -> str | None:
+    """When a process started (clock ticks since boot): a pid plus this names one process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_labels(case: Case, run_dir: Path, index: int) -> dict[str, str]:
+    return {
+        LABEL_RUN: run_dir.name,
+        LABEL_RUN_DIR: str(run_dir),
+        LABEL_CASE: case.id,
+        LABEL_INDEX: str(index),
+        LABEL_OWNER_PID: str(os.getpid()),
+        LABEL_OWNER_START: process_start_ticks(os.getpid()) or "",
+        LABEL_OWNER_HOST: platform.node(),
+    }
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the kit process that started a container still runs (on this host)."""
+    if labels.get(LABEL_OWNER_HOST) != platform.node():
+        return True  # another host's container on a shared engine: not ours to judge
+    try:
+        pid = int(labels.get(LABEL_OWNER_PID, ""))
+    except ValueError:
+        return False
+    started = process_start_ticks(pid)
+    return started is not None and started == labels.get(LABEL_OWNER_START)
+
+
+def remove_leftovers(say=None) -> list[str]:
+    """Remove the containers of kit processes that no longer exist; the names of those removed.
+
+    Called when `kit` starts. Cheap when there is no engine: nothing is imported or contacted
+    unless a docker socket may exist.
+    """
+    if not images.engine_socket_may_exist():
+        return []
+    try:
+        client = images.engine()
+        found = client.containers.list(all=True, filters={"label": LABEL_RUN})
+    except Exception:
+        return []
+    removed = []
+    for container in found:
+        labels = container.labels or {}
+        if owner_alive(labels):
+            continue
+        try:
+            container.remove(force=True)
+        except Exception:
+            continue
+        removed.append(container.name)
+        if say:
+            say(
+                f"removed container {container.name} left by kit pid {labels.get(LABEL_OWNER_PID)} "
+                f"(run {labels.get(LABEL_RUN)}, case {labels.get(LABEL_CASE)}, run {labels.get(LABEL_INDEX)})"
+            )
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+
+class _LogPump(threading.Thread):
+    """Copies the container's output into the case log as it comes."""
+
+    def __init__(self, container, log):
+        super().__init__(daemon=True)
+        self.container, self.log = container, log
+
+    def run(self) -> None:
+        try:
+            for chunk in self.container.logs(stream=True, follow=True):
+                self.log.write(chunk.decode("utf-8", errors="replace"))
+                self.log.flush()
+        except Exception:  # the container was removed under us (Ctrl-C): the log ends there
+            pass
+
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _watchdog_child_setup() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    _die_with_parent()
+
+
+def _start_watchdog(container_id: str) -> subprocess.Popen | None:
+    """A process that removes the container if `kit` dies (the kernel signals it, PDEATHSIG).
+
+    Ctrl-C is held back while forking: CPython drops an exception raised in its at-fork
+    handlers (seen with 3.11), so a Ctrl-C landing there would be lost and the run go on.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kit.execute.docker", "watch", container_id],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_watchdog_child_setup,
+        )  # fmt: skip
+    except OSError:
+        return None  # the labels and the next start's cleanup remain
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl-C is raised here
+
+
+def _create_and_start(client, settings: dict, log):
+    """Create and start the container; where the engine may not raise a limit, without that one.
+
+    An engine whose own hard memlock limit is low (a sandboxed dockerd) refuses memlock=unlimited
+    at start; the run then goes on with the engine's default, and the result says so.
+    """
+    import docker
+
+    ulimits = dict(settings["ulimits"])
+    while True:
+        container = client.containers.create(**{
+            **settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]})
+        try:
+            container.start()
+            return container, ulimits
+        except BaseException as exc:
+            _remove(container)
+            if not isinstance(exc, docker.errors.APIError):
+                raise
+            refused = next((name for name in ulimits if f"rlimit type {RLIMIT_TYPES[name]}:" in str(exc)), None)
+            if refused is None:
+                raise
+            log.write(f"=== the engine refused ulimit {refused}={ulimits.pop(refused)}; running with its default\n")
+            log.flush()
+
+
+def _remove(container) -> None:
+    try:
+        container.remove(force=True)
+    except Exception:
+        pass
+
+
+def _state(container) -> dict:
+    try:
+        container.reload()
+        return container.attrs.get("State") or {}
+    except Exception:
+        return {}
+
+
+def run_dir_of(case_dir: Path) -> Path:
+    """cases/<case-id> sits in the run directory (whose name is the run id)."""
+    return case_dir.resolve().parent.parent
+
+
+def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
+    """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
+    import requests
+
+    out_dir = case_dir / "runs" / str(index)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def failed(reason: str) -> RunSample:
+        log.write(f"=== run {index}: {reason}\n")
+        log.flush()
+        return RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])
+
+    reason = unavailable_reason(case)
+    if reason is not None:
+        return failed(reason)
+    client = images.engine()
+    reference = image_reference(case)
+    image = client.images.get(reference)
+    command = container_command(case, index)
+    environment = container_environment(case)
+    settings = dict(
+        image=image.id,
+        command=command,
+        environment=environment,
+        volumes=mounts(case_dir, case.image),
+        working_dir=CASE_MOUNT,
+        user=f"{os.getuid()}:{os.getgid()}",
+        ipc_mode="host",
+        shm_size=SHM_SIZE,
+        ulimits=dict(ULIMITS),
+        device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+        init=True,
+        labels=owner_labels(case, run_dir_of(case_dir), index),
+        detach=True,
+    )
+    visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
+    log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
+    log.flush()
+    container, ulimits = _create_and_start(client, settings, log)
+    watchdog, timed_out = None, False
+    try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
+        watchdog = _start_watchdog(container.id)
+        pump = _LogPump(container, log)
+        pump.start()
+        try:
+            exit_code = container.wait(timeout=case.params.timeout_s)["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            timed_out = True
+            container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
+            exit_code = None
+        pump.join(timeout=KILL_GRACE_S)
+        state = _state(container)
+        if exit_code is None:
+            exit_code = state.get("ExitCode")
+    finally:
+        _remove(container)
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait()
+    wall_s = time.monotonic() - started
+    oom_killed = bool(state.get("OOMKilled"))
+    log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
+              f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
+    log.flush()
+    sample = run_sample(
+        index=index,
+        ranks=read_rank_samples(out_dir),
+        expected_ranks=case.gpus,
+        exit_code=exit_code,
+        wall_s=wall_s,
+        timed_out=timed_out,
+        timeout_s=case.params.timeout_s,
+    )
+    if oom_killed and sample.status == "error":
+        sample = sample.model_copy(update={"status": "oom", "reason": "the container was killed by the kernel's OOM killer (host memory)"})
+    repo_digests = list(image.attrs.get("RepoDigests") or [])
+    return sample.model_copy(update={"container": ContainerRun(
+        image=reference,
+        image_digest=image.id,
+        repo_digests=repo_digests,
+        container_id=container.id,
+        exit_code=exit_code,
+        oom_killed=oom_killed,
+        ulimits={name: soft for name, (soft, _) in ulimits.items()},
+    )})  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`
+# ---------------------------------------------------------------------------------------------
+
+
+def watch(container_id: str) -> None:
+    """Wait for SIGTERM (sent by the kernel when kit dies) and remove the container then."""
+
+    def remove_and_exit(signum, frame):
+        try:
+            images.engine().containers.get(container_id).remove(force=True)
+        except Exception:
+            pass
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, remove_and_exit)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is kit's to handle
+    if os.getppid() == 1:  # kit died before the handler was in place
+        remove_and_exit(signal.SIGTERM, None)
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "watch":
+        watch(sys.argv[2])
+    else:
+        sys.exit("usage: python -m kit.execute.docker watch CONTAINER_ID")

@@ -1,0 +1,235 @@
+"""The docker executor on a real engine: smoke cases run in the smoke image, as a user runs them.
+
+`python -m kit.cli run --executor docker ...` runs a pre-training and a fine-tuning case in
+containers; a case over its timeout is killed and recorded; a killed `kit` leaves no container
+once `kit` starts again. The container settings are checked as pure functions first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from docker_engine import containers_of_run, smoke_image_or_skip
+
+from kit.execute import choose, describe_choice, docker, local
+from kit.results import RunDir
+
+KIT = [sys.executable, "-m", "kit.cli"]
+PRETRAIN = "pretrain.tiny-llama.naive.g2"
+FINETUNE = "finetune.tiny-llama.l.g2"
+
+
+def kit(*args, timeout=1200, env=None):
+    return subprocess.run([*KIT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def case_of(plan, case_id):
+    return next(case for case in plan.cases if case.id == case_id)
+
+
+# --- settings, as functions of the case -------------------------------------------------------
+
+
+def test_the_container_runs_the_same_launcher_with_paths_inside(smoke_plan):
+    command = docker.container_command(case_of(smoke_plan, PRETRAIN), 2)
+    assert command[:4] == ["python", "-m", "torch.distributed.run", "--standalone"]
+    assert command[command.index("--nproc-per-node") + 1] == "2"
+    assert command[-4:] == ["--case", "/kit/case/case.json", "--out", "/kit/case/runs/2"]
+
+
+def test_the_environment_carries_the_cases_variables_and_a_token_only_when_set(smoke_plan):
+    case = case_of(smoke_plan, PRETRAIN).model_copy(deep=True)
+    case = case.model_copy(update={"params": case.params.model_copy(update={"env": {"NCCL_DEBUG": "INFO"}})})
+    assert docker.container_environment(case, {})["NCCL_DEBUG"] == "INFO"
+    assert "HF_TOKEN" not in docker.container_environment(case, {})
+    assert docker.container_environment(case, {"HF_TOKEN": "t0k"})["HF_TOKEN"] == "t0k"
+
+
+def test_gpus_are_requested_by_count_or_all(paper_plan, smoke_plan):
+    case = next(c for c in paper_plan.cases if c.gpus == 8)
+    assert docker.gpu_request(case, host_gpus=8)[0]["Count"] == -1
+    assert docker.gpu_request(case, host_gpus=16)[0]["Count"] == 8
+    assert docker.gpu_request(case_of(smoke_plan, PRETRAIN), host_gpus=0) == []
+
+
+def test_a_container_whose_owner_process_is_gone_is_a_leftover():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine = {docker.LABEL_OWNER_PID: str(os.getpid()), docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid()),
+            docker.LABEL_OWNER_HOST: platform.node()}
+    assert docker.owner_alive(mine)
+    assert not docker.owner_alive({**mine, docker.LABEL_OWNER_PID: str(dead.pid)})
+    assert not docker.owner_alive({**mine, docker.LABEL_OWNER_START: "1"})  # the pid was reused
+    assert docker.owner_alive({**mine, docker.LABEL_OWNER_PID: str(dead.pid), docker.LABEL_OWNER_HOST: "elsewhere"})
+
+
+# --- choice of executor -----------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_by_default_a_case_runs_in_docker_when_its_image_is_here(smoke_plan):
+    smoke_image_or_skip()
+    case = case_of(smoke_plan, PRETRAIN)
+    assert choose(case) is docker and choose(case, "local") is local
+    assert describe_choice([case]).startswith("executor: docker")
+
+
+@pytest.mark.docker
+def test_by_default_a_case_whose_image_is_missing_runs_locally(paper_plan):
+    smoke_image_or_skip()
+    case = next(c for c in paper_plan.cases if c.image == "serve-tgi")  # never present in CI
+    assert choose(case) is local
+    assert "executor: local" in describe_choice([case]) and "not present locally" in describe_choice([case])
+
+
+# --- real runs ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def docker_run(tmp_path_factory):
+    """One `kit run --executor docker` of a smoke pre-training and a smoke fine-tuning case."""
+    smoke_image_or_skip()
+    run = tmp_path_factory.mktemp("docker-run") / "run"
+    done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--case", FINETUNE, "--out", str(run))
+    return run, done
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("case_id", [PRETRAIN, FINETUNE], ids=["pretraining", "finetuning"])
+def test_a_smoke_case_runs_in_the_smoke_container(docker_run, case_id):
+    run, done = docker_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "executor: docker (as asked)" in done.stderr
+    result = RunDir(run).read_result(case_id)
+    assert result.status == "ok", result.reason
+    assert result.executor == "docker"
+    for sample in result.samples:
+        container = sample.container
+        assert container is not None and container.image == "kit/smoke:0.1.0"
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", container.image_digest)
+        assert re.fullmatch(r"[0-9a-f]{64}", container.container_id)
+        assert container.exit_code == 0 and container.oom_killed is False
+        assert {rank.versions["torch"] for rank in sample.ranks} == {"2.13.0+cpu"}
+    log = (run / "cases" / case_id / "log.txt").read_text()
+    assert f"docker image kit/smoke:0.1.0 ({result.samples[0].container.image_digest})" in log
+    assert "rank 0: ok" in log  # the workload's own output, streamed from the container
+
+
+@pytest.mark.docker
+def test_the_run_records_its_images_and_leaves_no_container(docker_run):
+    run, done = docker_run
+    info = json.loads((run / "run.json").read_text())
+    assert info["executor"] == "docker"
+    assert list(info["images"]) == ["kit/smoke:0.1.0"] and info["images"]["kit/smoke:0.1.0"].startswith("sha256:")
+    assert containers_of_run(run) == []
+
+
+@pytest.mark.docker
+def test_a_case_over_its_timeout_is_killed_and_recorded_as_timeout(tmp_path, manifests_copy):
+    smoke_image_or_skip()
+    protocol = manifests_copy / "protocol.yaml"
+    data = yaml.safe_load(protocol.read_text())
+    stage = data["profiles"]["smoke"]["stages"]["pretrain"]
+    stage["params"] = {**stage["params"], "timeout_s": 3}
+    protocol.write_text(yaml.safe_dump(data))
+    run = tmp_path / "run"
+    started = time.monotonic()
+    done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = RunDir(run).read_result(PRETRAIN)
+    assert result.status == "timeout" and "timeout of 3 s" in result.reason
+    assert len(result.samples) == 1  # a configuration that timed out once is not run again
+    assert result.samples[0].container is not None and result.samples[0].wall_s < 3 + docker.KILL_GRACE_S + 30
+    assert containers_of_run(run) == []
+    assert time.monotonic() - started < 300
+
+
+def start_kit_and_wait_for_its_container(run: Path) -> subprocess.Popen:
+    # SIGINT back to its default: a shell's background job (a CI runner's, say) starts with it ignored.
+    process = subprocess.Popen([*KIT, "run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not [c for c in containers_of_run(run) if c.status == "running"]:
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no container started in 5 minutes"
+        time.sleep(0.5)
+    return process
+
+
+@pytest.mark.docker
+def test_ctrl_c_removes_the_running_container_and_marks_the_run_interrupted(tmp_path):
+    smoke_image_or_skip()
+    run = tmp_path / "run"
+    process = start_kit_and_wait_for_its_container(run)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130, process.stderr.read().decode()[-3000:]
+    assert containers_of_run(run) == []
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.docker
+def test_killing_kit_mid_case_leaves_no_container_after_the_next_start(tmp_path):
+    smoke_image_or_skip()
+    run = tmp_path / "run"
+    first = start_kit_and_wait_for_its_container(run)
+    os.kill(first.pid, signal.SIGKILL)  # no chance to clean up
+    first.wait()
+    nxt = kit("images", "list")  # any next start of kit
+    assert nxt.returncode == 0, nxt.stderr
+    for _ in range(20):  # the removal is synchronous in the next start; allow the engine a moment
+        if not containers_of_run(run):
+            break
+        time.sleep(0.5)
+    assert containers_of_run(run) == []
+
+
+@pytest.mark.docker
+def test_the_next_start_removes_leftovers_of_dead_owners_and_keeps_live_ones(tmp_path):
+    client, smoke = smoke_image_or_skip()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    run = tmp_path / "leftover-test"
+    common = {docker.LABEL_RUN: run.name, docker.LABEL_RUN_DIR: str(run.resolve()), docker.LABEL_CASE: PRETRAIN,
+              docker.LABEL_INDEX: "1", docker.LABEL_OWNER_HOST: platform.node()}  # fmt: skip
+    orphan = client.containers.create(smoke.id, ["sleep", "300"], labels={
+        **common, docker.LABEL_OWNER_PID: str(dead.pid), docker.LABEL_OWNER_START: "1"})
+    alive = client.containers.create(smoke.id, ["sleep", "300"], labels={
+        **common, docker.LABEL_OWNER_PID: str(os.getpid()), docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid())})
+    try:
+        orphan.start()
+        done = kit("list", "--profile", "smoke")
+        assert done.returncode == 0, done.stderr
+        # Any kit start on this host removes it (another kit may have been first): the message
+        # is in whichever one did.
+        assert f"removed container {orphan.name}" in done.stderr or not done.stderr
+        assert [c.id for c in containers_of_run(run)] == [alive.id]
+    finally:
+        for container in (orphan, alive):
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
+
+
+def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_copy, smoke_plan):
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["smoke"]["reference"] = "kit-test/never-built:1"
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    case_dir = tmp_path / "run" / "cases" / PRETRAIN
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        sample = docker.run_once(case_of(smoke_plan, PRETRAIN), case_dir, 1, log)
+    assert sample.status == "error"
+    assert "kit-test/never-built:1" in sample.reason or "docker engine" in sample.reason
+    assert Path(case_dir / "log.txt").read_text().strip()
