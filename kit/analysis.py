@@ -381,6 +381,7 @@ def training_memory_per_gpu(
     lora_rank: int = 64,
     lora_targets: tuple[str, ...] = DECODER_LINEARS,
     qlora_bits: int = 4,
+    activation_bytes: float = 2,
 ) -> TrainingMemory:
     """Persistent model states per GPU after Rajbhandari et al. 2020 ("ZeRO", sec. 3.1 and 5):
     2Ψ weights + 2Ψ gradients + KΨ optimizer states, stage 1 partitioning the optimizer states
@@ -388,7 +389,8 @@ def training_memory_per_gpu(
     the optimizer moves the optimizer states and gradients to host memory, as ZeRO-Offload does
     (Ren et al. 2021, "ZeRO-Offload"); offloading the parameters (stage 3 only) moves the weights.
     With LoRA/QLoRA only the adapters have gradients and optimizer states; the frozen base stays
-    in `weight_bytes` (LoRA) or is quantised (QLoRA). Activations are not partitioned by ZeRO.
+    in `weight_bytes` (LoRA) or is quantised (QLoRA). Activations are not partitioned by ZeRO;
+    `activation_bytes` is the size of one activation element (2 in 16-bit training).
     Not modelled: ZeRO-3 gather buffers, communication buckets and allocator fragmentation.
     """
     if zero_stage not in (0, 1, 2, 3):
@@ -430,7 +432,7 @@ def training_memory_per_gpu(
         gradients=gradients,
         optimizer_states=optimizer_states,
         activations=training_activation_bytes(
-            shape, micro_batch, seq_len, recompute, flash_attention
+            shape, micro_batch, seq_len, recompute, flash_attention, activation_bytes
         ),
         offloaded_to_host=offloaded,
     )

@@ -42,7 +42,12 @@ def cli() -> None:
     kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
     kit run --all                 run every case; results go to runs/<time>-<profile>/
     kit run --resume RUN_DIR      finish an interrupted run
+    kit images verify             the pinned images: lock vs this host
     """
+    from kit.execute.docker import remove_leftovers
+
+    # Containers of a kit that was killed (kill -9, a lost session) go before anything else runs.
+    remove_leftovers(say=lambda line: click.echo(line, err=True))
 
 
 @cli.command("doctor")
@@ -106,19 +111,24 @@ def _stop_on_sigterm() -> None:
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
 @click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
-def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force) -> None:
+@click.option("--executor", type=click.Choice(["docker", "local"]),
+              help="where cases run (default: docker when an engine answers and the image is here, else local)")
+@click.option("--skip-predicted-oom", is_flag=True,
+              help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom) -> None:
     """Run cases of the protocol into a run directory."""
     from kit.console import RichProgress, checks_table, console, plan_table, summary_table
     from kit.fingerprint import gpu_names
 
     host = runner.Host(gpu_names=gpu_names())
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force:
+        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
             raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
         info = run_dir.read_info()
+        executor = None if info.executor == "auto" else info.executor
         cases = [c for c in info.plan.cases if c.id in set(info.selected)]
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
@@ -138,8 +148,12 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force) -> 
     if dry_run:
         console.print(plan_table(title, cases, finished or set()))
         return
-    if importlib.util.find_spec("torch") is None:
+    from kit.execute import describe_choice, needs_local_frameworks
+
+    pending = [case for case in cases if case.id not in finished]
+    if needs_local_frameworks(pending, executor) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
+    console.print(describe_choice(pending, executor))
 
     _stop_on_sigterm()
     if resume_dir:
@@ -157,8 +171,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force) -> 
             console.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
             sys.exit(1)
         run_dir = runner.start_run(
-            plan, cases, out, host, runner.current_argv(), executor=None,
-            fingerprint=fingerprint, checks=checks, forced=bool(failed),
+            plan, cases, out, host, runner.current_argv(), executor=executor,
+            fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
@@ -171,6 +185,123 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force) -> 
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+
+
+@cli.group("images")
+def images_group() -> None:
+    """The pinned images (manifests/images.lock.yaml): list, build, pull, verify."""
+
+
+@images_group.command("list")
+def images_list() -> None:
+    """Each image of the lock: pinned reference, versions, and whether it is present here."""
+    from rich.console import Console
+
+    from kit import images
+    from kit.console import images_table
+
+    Console().print(images_table(images.load_lock(), images.local_summary()))
+
+
+@images_group.command("build")
+@click.argument("names", nargs=-1)
+@click.option("--base", help="build on this base image instead of the pinned one (e.g. a local debootstrap image)")
+@click.option("--force", is_flag=True, help="rebuild even if an image of the same context and base is present")
+def images_build(names, base, force) -> None:
+    """Build images the kit builds itself (default: all of them)."""
+    from kit import images
+
+    lock = images.load_lock()
+    names = names or tuple(name for name, image in lock.images.items() if image.build is not None)
+    try:
+        for name in names:
+            images.build(name, lock, base=base, force=force, say=lambda line: click.echo(line, err=True))
+    except (KeyError, ValueError) as exc:
+        raise UsageFailure(str(exc).strip("'\"")) from None
+    except (images.EngineUnavailable, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@images_group.command("pull")
+@click.argument("names", nargs=-1)
+def images_pull(names) -> None:
+    """Pull images by their pinned digest (default: every image the kit does not build)."""
+    from kit import images
+
+    lock = images.load_lock()
+    names = names or tuple(name for name, image in lock.images.items() if image.build is None)
+    failures = []
+    for name in names:
+        try:
+            images.pull(name, lock, say=lambda line: click.echo(line, err=True))
+        except KeyError as exc:
+            raise UsageFailure(str(exc).strip("'\"")) from None
+        except (images.EngineUnavailable, images.PullFailed) as exc:
+            failures.append(str(exc))
+            click.echo(f"error: {exc}", err=True)
+    if failures:
+        sys.exit(1)
+
+
+@images_group.command("verify")
+@click.argument("names", nargs=-1)
+@click.option("--no-probe", is_flag=True, help="skip reading the versions inside the images")
+@click.option("--json", "as_json", is_flag=True, help="the comparison as JSON")
+def images_verify(names, no_probe, as_json) -> None:
+    """Compare local images with the lock and name every difference (exit 1 if one differs)."""
+    from rich.console import Console
+
+    from kit import images
+    from kit.console import verify_table
+
+    try:
+        states = images.verify(list(names) or None, probe=not no_probe)
+    except KeyError as exc:
+        raise UsageFailure(str(exc).strip("'\"")) from None
+    except images.EngineUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps([state.model_dump() for state in states], indent=2))
+    else:
+        Console().print(verify_table(states))
+    if any(state.status == "differs" for state in states):
+        sys.exit(1)
+
+
+@cli.command("report")
+@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
+@click.option("--format", "formats", default="html,pdf", show_default=True, help="html, pdf or both")
+@click.option("--out", type=click.Path(path_type=Path), help="folder for report.html and report.pdf (default: the run directory)")
+@click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
+@click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
+def report(run_dir, compare, formats, out, redact, verify_only) -> None:
+    """Render a run as HTML and PDF, compared with the paper and/or another run (default: newest run)."""
+    from kit import report as reporting
+    from kit.console import console
+
+    if run_dir is None:
+        try:
+            run_dir = reporting.newest_run()
+        except (FileNotFoundError, ValueError) as exc:
+            raise UsageFailure(str(exc)) from None
+    if verify_only:
+        problems = reporting.verify(run_dir)
+        for problem in problems:
+            console.print(f"[red]{problem}[/]")
+        console.print(f"{run_dir}: " + ("[red]does not match its SHA256SUMS[/]" if problems else "[green]every file matches SHA256SUMS[/]"))
+        sys.exit(1 if problems else 0)
+    wanted = [name.strip() for name in formats.split(",") if name.strip()]
+    console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
+    try:
+        written = reporting.render(run_dir, list(compare), wanted, out or run_dir, redact)
+    except reporting.EvidenceError as exc:
+        console.print(f"[red]{exc}[/]")
+        sys.exit(1)
+    except (ValueError, reporting.UnreadableRun) as exc:
+        raise UsageFailure(str(exc)) from None
+    for path in written:
+        console.print(f"wrote {path}")
 
 
 def main() -> None:

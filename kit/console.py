@@ -11,6 +11,7 @@ from rich.table import Table
 
 from kit import runner
 from kit.environment import Check
+from kit.metrics import HEADLINE_METRIC
 from kit.protocol import Case
 from kit.results import Result
 
@@ -62,19 +63,25 @@ def checks_table(checks: list[Check]) -> Table:
     return table
 
 
-def figure(result: Result, name: str, scale: float = 1.0, digits: int = 1) -> str:
+def figure(result: Result, name: str, digits: int = 1, unit: bool = False) -> str:
     metric = result.metrics.get(name)
     if metric is None:
         return "-"
-    text = f"{metric.mean * scale:.{digits}f}"
-    return text + (f" ± {metric.std * scale:.{digits}f}" if metric.std is not None else "")
+    text = f"{metric.mean:.{digits}f}" + (f" ± {metric.std:.{digits}f}" if metric.std is not None else "")
+    return f"{text} {metric.unit}" if unit else text
+
+
+def headline(result: Result) -> str:
+    """The figure that says most about a case of this kind (tokens/s, busbw, ...), with its unit."""
+    name = HEADLINE_METRIC.get(result.case.workload)
+    return figure(result, name, digits=2 if result.case.workload == "comm" else 1, unit=True) if name else "-"
 
 
 def summary_table(results: list[Result]) -> Table:
     table = Table(title="Results", title_justify="left")
     table.add_column("case", no_wrap=True)
     table.add_column("status", no_wrap=True, min_width=11)
-    for column in ("tokens/s (mean ± std)", "peak memory GiB", "runs"):
+    for column in ("headline (mean ± std)", "peak memory GiB", "runs"):
         table.add_column(column, no_wrap=True)
     table.add_column("reason", max_width=60)
     for result in results:
@@ -82,7 +89,7 @@ def summary_table(results: list[Result]) -> Table:
         table.add_row(
             result.case_id,
             f"[{style}]{result.status}[/]",
-            figure(result, "tokens_per_s"),
+            headline(result),
             figure(result, "peak_memory_gib", digits=2),
             str(len(result.samples)),
             (result.reason or "")[:90],
@@ -121,7 +128,48 @@ class RichProgress(runner.Progress):
 
     def case_finished(self, result: Result, position: int, total: int) -> None:
         style = STATUS_STYLE.get(result.status, "")
-        tokens = figure(result, "tokens_per_s")
-        detail = f"{tokens} tokens/s" if result.status == "ok" else (result.reason or "")[:100]
+        detail = headline(result) if result.status == "ok" else (result.reason or "")[:100]
         self.bar.console.print(f"[{style}]{result.status:>11}[/]  {result.case_id}  {detail}")
         self.bar.update(self.task, completed=position)
+
+
+VERIFY_STYLE = {"ok": "green", "differs": "red", "missing": "yellow", "unpinned": "yellow"}
+
+
+def images_table(lock, local) -> Table:
+    """`kit images list`: the lock's pinned references and what this host holds."""
+    title = "Images (manifests/images.lock.yaml)" + (f" - engine: {local.engine}" if local.engine else "")
+    table = Table(title=title, title_justify="left")
+    table.add_column("image", no_wrap=True)
+    table.add_column("pinned reference", overflow="fold")
+    table.add_column("versions", overflow="fold")
+    table.add_column("here", overflow="fold")
+    for name, image in lock.images.items():
+        if image.digest:
+            pinned = image.pinned_reference
+        else:
+            pinned = f"{image.reference} " + ("(built here)" if image.build else "[yellow](unpinned)[/]")
+        if image.build:
+            pinned += f"\nbuilt from {image.build.context} on {image.build.base}"
+            current = local.current_context_sha256.get(name)
+            if current != image.context_sha256:
+                pinned += f"\n[red]context changed: {current} (lock {image.context_sha256})[/]"
+        versions = ", ".join(f"{key} {value}" for key, value in image.versions.items())
+        here = "unknown" if local.engine else (local.present.get(name) or "[yellow]missing[/]")
+        table.add_row(name, pinned, versions, here[:19] if here.startswith("sha256:") else here)
+    return table
+
+
+def verify_table(states) -> Table:
+    """`kit images verify`: per image the status and each difference, lock against local."""
+    table = Table(title="Lock vs local images", title_justify="left")
+    table.add_column("image", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("what differs (lock -> local)", overflow="fold")
+    for state in states:
+        lines = [f"{d.field}: {d.lock} -> {d.local}" for d in state.differences] + state.notes
+        if state.image_id and state.status in ("ok", "unpinned"):
+            lines.insert(0, f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""))
+        style = VERIFY_STYLE[state.status]
+        table.add_row(state.name, f"[{style}]{state.status}[/]", "\n".join(lines) or "")
+    return table

@@ -12,9 +12,13 @@ import statistics
 from collections.abc import Sequence
 
 from kit.analysis import achieved_tflops, mfu, model_flops_per_token
+from kit.breakdown import profile_case_metrics
+from kit.comm import comm_case_metrics
 from kit.hardware import HardwareTable, load_hardware, peak_tflops
+from kit.predictions import model_notes
 from kit.protocol import Case
 from kit.results import Metric, RankSample, RunSample
+from kit.serve.aggregate import serve_case_metrics
 
 GIB = 1024**3
 
@@ -90,7 +94,11 @@ def train_case_metrics(
     """Throughput, step time and memory of every training case; achieved TFLOPS where the FLOPs
     model applies; MFU where the device's peak is known too. Each omission says why."""
     found: dict[str, Metric | None] = dict(train_metrics(runs))
-    notes: list[str] = []
+    # The analytical model beside the measurement: predicted memory, the step's lower bound, flags.
+    notes: list[str] = model_notes(
+        case, [rank.device_name for run in runs for rank in run.ranks],
+        found["step_time_s"].per_run, found["peak_memory_gib"].per_run, hardware,
+    )  # fmt: skip
     if not full_training(case):
         notes.append("achieved TFLOPS and MFU: not computed, the FLOPs model covers full training only")
         return found, notes
@@ -115,4 +123,15 @@ def train_case_metrics(
 
 # Workload kind -> how its case metrics are computed from the runs; a kind without an entry
 # records its samples and no metrics.
-CASE_METRICS = {"train": train_case_metrics}
+# Comm: busbw and time as nccl-tests defines them, kit/comm.py.
+# Profile: phase, part and idle figures of one dissected step, kit/breakdown.py.
+CASE_METRICS = {"train": train_case_metrics, "comm": comm_case_metrics, "profile": profile_case_metrics,
+                "serve": serve_case_metrics}  # fmt: skip
+
+# The one figure per workload kind that a run summary shows first.
+HEADLINE_METRIC = {
+    "train": "tokens_per_s",
+    "profile": "tokens_per_s",
+    "comm": "bus_bandwidth_gb_s",
+    "serve": "output_throughput",
+}

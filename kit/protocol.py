@@ -31,34 +31,52 @@ class ModelSpec(LlamaShape):
     source: str
 
 
-class TrainParams(Strict):
-    """Every knob of a pre-training or fine-tuning case."""
+class CaseParams(Strict):
+    """What every case has: its independent runs, a seed, a time limit, its environment."""
 
-    kind: Literal["train"] = "train"
+    runs: int = Field(gt=0)
+    seed: int
+    timeout_s: int = Field(gt=0)
+    env: dict[str, str] = {}
+
+
+class StepParams(CaseParams):
+    """Training steps of a Llama on random tokens: shape, precision, steps timed and not."""
+
     seq_len: int = Field(gt=0)
     micro_batch: int = Field(gt=0)
     dtype: Literal["bf16", "fp16", "fp32"]
     warmup_steps: int = Field(ge=0)
     measured_steps: int = Field(gt=0)
-    runs: int = Field(gt=0)
-    seed: int
+    recompute: bool = False
+    # "eager" (matmul-softmax-matmul) is "FlashAttention off": on a GPU, SDPA dispatches bf16
+    # attention to a flash kernel of its own (see the stages' interpretation).
+    attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
+
+
+class TrainParams(StepParams):
+    """Every knob of a pre-training or fine-tuning case."""
+
+    kind: Literal["train"] = "train"
     optimizer: Literal["adamw"]
     optimizer_impl: Literal["deepspeed", "torch"]
     learning_rate: float = Field(gt=0)
     zero_stage: Literal[0, 2, 3] = 0
     offload: bool = False
     quantization: Literal["none", "nf4-double"] = "none"
-    recompute: bool = False
-    attention: Literal["sdpa", "flash_attention_2"] = "sdpa"
     peft: Literal["none", "lora", "qlora"] = "none"
     lora_rank: int = Field(default=64, gt=0)
     lora_alpha: int = Field(default=16, gt=0)
     lora_targets: tuple[str, ...] = ()
-    timeout_s: int = Field(gt=0)
-    env: dict[str, str] = {}
 
 
-class ServeParams(Strict):
+class ProfileParams(StepParams):
+    """One pre-training step broken down by phase and module (the paper's Tables V-VIII)."""
+
+    kind: Literal["profile"] = "profile"
+
+
+class ServeParams(CaseParams):
     """Serving under the paper's burst: N prompts of L tokens, all released at t=0."""
 
     kind: Literal["serve"] = "serve"
@@ -68,44 +86,25 @@ class ServeParams(Strict):
     max_output_tokens: int = Field(gt=0)
     arrival: Literal["burst"]
     dtype: Literal["bf16", "fp16", "fp32"]
-    runs: int = Field(gt=0)
-    seed: int
-    timeout_s: int = Field(gt=0)
-    env: dict[str, str] = {}
+    ignore_eos: bool = True  # every request generates max_output_tokens, where the engine allows
+    max_batch_requests: int | None = Field(default=None, gt=0)  # None: the engine's own default
+    warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
+    ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
+    model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
 
 
-class CommParams(Strict):
+class CommParams(CaseParams):
     """A collective swept over message sizes, nccl-tests style."""
 
     kind: Literal["comm"] = "comm"
     collective: str = ""
     backend: Literal["nccl-tests", "torch"]
+    dtype: Literal["float32", "float16", "bfloat16"]  # nccl-tests -d float / half / bfloat16
     min_bytes: int = Field(gt=0)
     max_bytes: int = Field(gt=0)
     step_factor: int = Field(gt=1)
     warmup_iters: int = Field(ge=0)
     iters: int = Field(gt=0)
-    runs: int = Field(gt=0)
-    seed: int
-    timeout_s: int = Field(gt=0)
-    env: dict[str, str] = {}
-
-
-class ProfileParams(Strict):
-    """One pre-training step broken down by phase and module (the paper's Tables V-VIII)."""
-
-    kind: Literal["profile"] = "profile"
-    seq_len: int = Field(gt=0)
-    micro_batch: int = Field(gt=0)
-    dtype: Literal["bf16", "fp16", "fp32"]
-    warmup_steps: int = Field(ge=0)
-    measured_steps: int = Field(gt=0)
-    runs: int = Field(gt=0)
-    seed: int
-    recompute: bool = False
-    attention: Literal["sdpa", "flash_attention_2"] = "sdpa"
-    timeout_s: int = Field(gt=0)
-    env: dict[str, str] = {}
 
 
 Params = Annotated[
@@ -124,6 +123,7 @@ class Option(Strict):
 
     label: str
     params: dict[str, Any] = {}
+    image: str | None = None  # an option that needs its own image (a serving engine) names it
     requires_any: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
 
@@ -159,6 +159,8 @@ class Profile(Strict):
     device: Literal["cuda", "cpu"]
     comparable_to_reference: bool
     stages: dict[str, ProfileStage]
+    # A stage's image -> the image this profile runs it in (the CPU profile runs all in `smoke`).
+    images: dict[str, str] = {}
 
 
 class Protocol(Strict):
@@ -257,6 +259,13 @@ def _method_params(method: str, options: dict[str, Option]) -> dict[str, Any]:
     return merged
 
 
+def _case_image(stage: Stage, profile: Profile, method: str, options: dict[str, Option]) -> str:
+    """The stage's image, or the one an option of the method names; then the profile's override."""
+    named = [options[token].image for token in method_tokens(method) if options[token].image]
+    image = named[0] if named else stage.image
+    return profile.images.get(image, image)
+
+
 def _stage_cases(
     protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path
 ) -> list[Case]:
@@ -288,7 +297,7 @@ def _stage_cases(
                         id=case_id(stage_name, model, method, gpus, getattr(params, "micro_batch", None)),
                         stage=stage_name,
                         workload=stage.workload,
-                        image=stage.image,
+                        image=_case_image(stage, profile, method, options),
                         model=model,
                         shape=protocol.models[model] if model else None,
                         method=method,

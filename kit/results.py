@@ -8,6 +8,7 @@ Layout:
     RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
     RUN_DIR/cases/<case-id>/runs/<k>/rank-<r>.json   raw samples of each process of run k
     RUN_DIR/SHA256SUMS                    evidence: the digest of every other file
+    RUN_DIR/report.html, report.pdf       rendered from the above by `kit report` (not evidence)
 A case is finished exactly when its result.json exists, which is what `--resume` relies on.
 """
 
@@ -30,6 +31,9 @@ from kit.protocol import Case, Plan
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
 SUMS_FILE = "SHA256SUMS"
+# Rendered from the run, never measured: they may be (re)written beside it without changing
+# the evidence, which covers everything else.
+REPORT_FILES = ("report.html", "report.pdf")
 
 
 def utc_now() -> str:
@@ -63,6 +67,18 @@ class RankSample(BaseModel):
     finished_at: str
 
 
+class ContainerRun(BaseModel):
+    """The container a run happened in (docker executor): which image exactly, and how it ended."""
+
+    image: str  # the reference the lock names (repo:tag)
+    image_digest: str  # the image's content digest (its ID, sha256 of its configuration)
+    repo_digests: list[str] = []  # registry digests, for a pulled image
+    container_id: str
+    exit_code: int | None
+    oom_killed: bool
+    ulimits: dict[str, int] = {}  # as applied (an engine may refuse memlock=unlimited; -1 is unlimited)
+
+
 class RunSample(BaseModel):
     """One independent run (its own processes) of a case."""
 
@@ -72,6 +88,7 @@ class RunSample(BaseModel):
     exit_code: int | None
     wall_s: float
     ranks: list[RankSample]
+    container: ContainerRun | None = None  # set by the docker executor
 
 
 class Metric(BaseModel):
@@ -118,6 +135,7 @@ class RunInfo(BaseModel):
     checks: list[Check] = []  # the environment checks before the run (fingerprint.json)
     forced: bool = False  # started with --force despite failing checks
     findings: list[Finding] = []  # drift between fingerprint.json and fingerprint-after.json
+    skip_predicted_oom: bool = False  # --skip-predicted-oom: GPU cases the memory model says cannot fit are skipped
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -200,8 +218,10 @@ class RunDir:
     def digests(self) -> dict[str, str]:
         found = {}
         for path in sorted(self.root.rglob("*")):
-            if path.is_file() and path.name != SUMS_FILE and not path.name.endswith(".tmp"):
-                found[path.relative_to(self.root).as_posix()] = sha256_file(path)
+            rel = path.relative_to(self.root).as_posix()
+            if not path.is_file() or rel in (SUMS_FILE, *REPORT_FILES) or path.name.startswith("."):
+                continue
+            found[rel] = sha256_file(path)
         return found
 
 

@@ -19,6 +19,8 @@ from kit import metrics
 from kit.execute import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.fingerprint import Fingerprint, collect, probe_this_python
+from kit.hardware import load_hardware
+from kit.predictions import host_gpu_spec, predicted_oom
 from kit.protocol import Case, Plan
 from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
 from kit.workloads.harness import WORKLOADS
@@ -50,12 +52,15 @@ def default_run_dir(profile: str, root: Path = Path("runs")) -> Path:
     return root / f"{stamp}-{profile}"
 
 
-def skip_reason(case: Case, host: Host) -> str | None:
-    """Why a case cannot be attempted on this host at all, or None."""
+def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str | None:
+    """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
+    GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted."""
     if case.workload not in WORKLOADS:
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
     if case.device == "cuda" and case.gpus > host.gpu_count:
         return f"needs {case.gpus} GPUs, this host has {host.gpu_count}"
+    if skip_predicted_oom and case.device == "cuda":
+        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()))
     return None
 
 
@@ -94,6 +99,7 @@ def start_run(
     fingerprint: Fingerprint,
     checks: list[Check],
     forced: bool,
+    skip_predicted_oom: bool = False,
 ) -> RunDir:
     run = RunDir(out)
     if run.info_path.exists():
@@ -111,6 +117,7 @@ def start_run(
         host=host_summary(host),
         argv=argv,
         started_at=utc_now(),
+        skip_predicted_oom=skip_predicted_oom,
     )
     run.write_info(info)
     return run
@@ -139,10 +146,12 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
     )
 
 
-def execute_case(run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None) -> Result:
+def execute_case(
+    run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None, skip_predicted_oom: bool = False
+) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
-    reason = skip_reason(case, host)
+    reason = skip_reason(case, host, skip_predicted_oom)
     if reason is not None:
         result = Result(
             case_id=case.id, stage=case.stage, status="skipped", reason=reason, case=case,
@@ -163,6 +172,19 @@ def execute_case(run: RunDir, case: Case, host: Host, progress: Progress, reques
     return result
 
 
+def record_images(info: RunInfo, result: Result) -> bool:
+    """Add the images a case ran in to run.json's `images` (reference -> digest); True if new."""
+    images = dict((info.model_extra or {}).get("images") or {})
+    before = dict(images)
+    for sample in result.samples:
+        if sample.container is not None:
+            images[sample.container.image] = (sample.container.repo_digests or [sample.container.image_digest])[0]
+    if images == before:
+        return False
+    info.images = images
+    return True
+
+
 def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[Result]:
     """Every selected case without a result, in plan order; then the evidence manifest."""
     progress = progress or Progress()
@@ -176,7 +198,10 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
         for case in pending:
             done += 1
             progress.case_started(case, done, total)
-            progress.case_finished(execute_case(run, case, host, progress, requested), done, total)
+            result = execute_case(run, case, host, progress, requested, info.skip_predicted_oom)
+            progress.case_finished(result, done, total)
+            if record_images(info, result):
+                run.write_info(info)
     except BaseException:
         info.status = "interrupted"
         run.write_info(info)

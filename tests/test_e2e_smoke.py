@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.metrics import HEADLINE_METRIC
 from kit.protocol import build_plan, load_protocol
 from kit.results import RunDir
 
@@ -54,6 +55,8 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
 
     info = RunDir(run).read_info()
     assert info.status == "finished" and info.resumed_at
+    assert (run / "fingerprint.json").is_file() and (run / "fingerprint-after.json").is_file()
+    assert info.checks and not info.forced
     plan = build_plan(load_protocol(), "smoke")
     assert info.selected == [c.id for c in plan.cases]
     for case in plan.cases:
@@ -62,11 +65,20 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
             assert result.status == "unavailable" and "CUDA" in result.reason
             continue
         assert result.status == "ok", f"{case.id}: {result.reason}"
-        tokens = result.metrics["tokens_per_s"]
-        assert tokens.n == case.params.runs == len(result.samples) and tokens.std is not None
-        assert tokens.mean > 0 and all(value > 0 for value in tokens.per_run)
+        # Each kind's headline figure over its runs; the details of comm, profile and serve
+        # results are checked in test_comm.py, test_breakdown.py and test_serve.py.
+        figure = result.metrics[HEADLINE_METRIC[case.workload]]
+        assert figure.n == case.params.runs == len(result.samples)
+        assert figure.mean > 0 and all(value > 0 for value in figure.per_run)
+        if case.workload != "train":
+            continue
+        assert figure.std is not None
         for sample in result.samples:
             assert len(sample.ranks) == case.gpus
             assert all(len(rank.step_s) == case.params.measured_steps for rank in sample.ranks)
     check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+    # The report of the real run, rendered beside it (tests/test_report_scale.py reads one back).
+    report = subprocess.run([*KIT, "report", str(run), "--compare", "reference"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (run / "report.html").stat().st_size and (run / "report.pdf").stat().st_size

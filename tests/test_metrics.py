@@ -57,7 +57,7 @@ def test_mfu_divides_by_the_summed_peak_of_a_known_gpu(paper_plan):
     assert found["peak_memory_gib"].mean == pytest.approx(40.0)
     tflops = found["achieved_tflops"].mean
     assert found["mfu"].mean == pytest.approx(tflops / (8 * 989.4), rel=1e-3)
-    assert not notes
+    assert not [note for note in notes if "not computed" in note or "impossible" in note]
 
 
 def test_an_unknown_gpu_gets_no_mfu(paper_plan):

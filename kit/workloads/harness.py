@@ -29,7 +29,8 @@ from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 # profiled step, a served burst) defines `measure(case, device, out_dir) -> dict`, the typed
 # details of its sample; bulky raw data (per-request rows, traces) goes into files in out_dir.
 # Kinds absent here have no workload in this kit version; the runner records them as skipped.
-WORKLOADS = {"train": "kit.workloads.train"}
+WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile",
+             "serve": "kit.workloads.serve"}  # fmt: skip
 
 
 EXIT_OK = 0
@@ -38,6 +39,15 @@ EXIT_FAILED = 1
 
 class Unavailable(Exception):
     """The case cannot run on this host (e.g. FlashAttention without CUDA): a result, not a crash."""
+
+
+class MeasureFailed(Exception):
+    """A self-timing workload failed part-way (an engine died mid-burst): an `error` result that
+    keeps what was measured before the failure as its details."""
+
+    def __init__(self, reason: str, details: dict):
+        super().__init__(reason)
+        self.details = details
 
 
 class StepWorkload(Protocol):
@@ -131,6 +141,7 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
     base = dict(rank=rank, world_size=world_size, device=case.device, started_at=started)
     device = None
     workload = None
+    partial = None
     try:
         device = Device(case.device)
         seed_everything(case.params.seed)
@@ -160,6 +171,8 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
         return sample, workload
     except Unavailable as exc:
         status, reason = "unavailable", str(exc)
+    except MeasureFailed as exc:
+        status, reason, partial = "error", str(exc)[:2000], exc.details
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded result
         traceback.print_exc()
         status = "oom" if is_out_of_memory(exc) else "error"
@@ -170,7 +183,7 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
         reason=reason,
         device_name=device.name if device else "unknown",
         peak_memory=device.peak_memory() if device else None,
-        details=getattr(workload, "details", {}),
+        details=partial if partial is not None else getattr(workload, "details", {}),
         versions=framework_versions(),
         finished_at=utc_now(),
     )

@@ -20,6 +20,10 @@ from kit.protocol import ModelSpec
 from kit.results import sha256_file
 
 MARKER = "kit-checkpoint.json"
+TOKENIZER_FILE = "tokenizer.json"
+# Llama-2's special token ids (tokenizer_config.json of the meta-llama/Llama-2-*-hf models),
+# which LlamaConfig's defaults (bos 1, eos 2) expect.
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 
 
 def llama_config(shape: ModelSpec):
@@ -51,8 +55,8 @@ def synthetic_checkpoint(name: str, shape: ModelSpec, seed: int, root: Path | No
     target = root / checkpoint_key(name, shape, seed)
     with (root / f"{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / MARKER).is_file():
-            _write_checkpoint(target, shape, seed)
+        if not (target / MARKER).is_file() or not (target / TOKENIZER_FILE).is_file():
+            _write_checkpoint(target, shape, seed)  # also upgrades a cached one made without a tokenizer
     return target
 
 
@@ -64,11 +68,62 @@ def _write_checkpoint(target: Path, shape: ModelSpec, seed: int) -> None:
     model = LlamaForCausalLM._from_config(llama_config(shape), dtype=torch.bfloat16)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     model.save_pretrained(staging)
+    local_tokenizer(shape.vocab_size, seed).save_pretrained(staging)
     files = {p.name: sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()}
     (staging / MARKER).write_text(json.dumps({"shape": shape.model_dump(), "seed": seed, "sha256": files}, indent=2))
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
+
+
+def training_text(seed: int, words: int) -> list[str]:
+    """Lines of made-up words (syllables drawn with a Zipf-like skew), made here from the seed:
+    enough distinct words for a BPE of Llama-2's 32000 entries, and nothing downloaded."""
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    onsets = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "t", "v", "w", "z",
+              "br", "ch", "dr", "fl", "gr", "pl", "sh", "st", "th", "tr"]  # fmt: skip
+    syllables = [o + v + c for o in onsets for v in "aeiouy" for c in ("", "n", "r", "s", "t", "l")]
+    rng.shuffle(syllables)
+    weights = list(itertools.accumulate(1.0 / (rank + 1) ** 0.8 for rank in range(len(syllables))))
+    lengths = rng.choices((1, 2, 3, 4), (2, 3, 2, 1), k=words)
+    picks = iter(rng.choices(syllables, cum_weights=weights, k=sum(lengths)))
+    made = ["".join(next(picks) for _ in range(n)) for n in lengths]
+    lines, start = [], 0
+    while start < words:
+        end = start + rng.randint(8, 24)
+        lines.append(" ".join(made[start:end]).capitalize() + rng.choice(".,!?;"))
+        start = end
+    return lines
+
+
+def local_tokenizer(vocab_size: int, seed: int):
+    """A byte-level BPE tokenizer with exactly `vocab_size` entries, trained on `training_text`:
+    the served tokenizer of a synthetic checkpoint. It adds <s> in front of every text, as
+    Llama-2's tokenizer does, so prompt lengths are counted as the model receives them."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(training_text(seed, words=max(40_000, 5 * vocab_size)), trainer)
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise RuntimeError(f"the local BPE reached {tokenizer.get_vocab_size()} entries, not {vocab_size}")
+    bos = SPECIAL_TOKENS[1]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.token_to_id(bos))]
+    )
+    unk, bos, eos = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token=unk, bos_token=bos, eos_token=eos)
 
 
 def checkpoint_digest(path: Path) -> str:

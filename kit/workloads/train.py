@@ -88,10 +88,11 @@ def _load_model(case: Case, dtype, device: str, details: dict):
     return LlamaForCausalLM.from_pretrained(path, **kwargs)
 
 
-def _enable_recompute(model) -> None:
-    """Full activation recomputation of every decoder layer (the paper's R)."""
+def _enable_recompute(model, **checkpoint_options) -> None:
+    """Full activation recomputation of every decoder layer (the paper's R). Extra options go to
+    torch.utils.checkpoint (the profile workload passes a `context_fn` that marks recomputation)."""
     model.config.use_cache = False
-    options = {"use_reentrant": False}
+    options = {"use_reentrant": False, **checkpoint_options}
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
     else:

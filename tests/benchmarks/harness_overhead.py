@@ -40,7 +40,7 @@ def plain_pytorch_step(case):
     from transformers import LlamaForCausalLM
 
     params = case.params
-    model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=torch.bfloat16, attn_implementation=params.attention)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=0.0)
     batches = random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, train.BATCH_POOL, params.seed)
     index = 0
