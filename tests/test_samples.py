@@ -40,3 +40,12 @@ def test_a_timeout_wins_over_everything():
 
 def test_a_failing_launcher_is_an_error_even_if_ranks_look_fine():
     assert judge([rank(0, "ok"), rank(1, "ok")], exit_code=1).status == "error"
+
+
+def test_a_served_engine_is_driven_by_one_process_whatever_its_gpus(paper_plan):
+    from kit.execute import processes
+
+    serve = next(c for c in paper_plan.cases if c.stage == "serve")
+    train = next(c for c in paper_plan.cases if c.stage == "pretrain")
+    assert (serve.gpus, processes(serve)) == (8, 1)
+    assert processes(train) == train.gpus == 8

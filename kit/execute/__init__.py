@@ -14,6 +14,12 @@ from kit.protocol import Case
 EXECUTORS = ("docker", "local")
 
 
+def processes(case: Case) -> int:
+    """Workload processes a run starts: one per GPU (rank), except for serving, where the engine
+    brings its own processes and one driver fires the burst at it."""
+    return 1 if case.workload == "serve" else case.gpus
+
+
 def choose(case: Case, requested: str | None = None) -> ModuleType:
     """The executor module for a case: the one asked for, else the best available here.
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from kit import images
 from kit.cache import cache_dir
 from kit.execute.local import _die_with_parent, read_rank_samples
+from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import gpu_names
 from kit.protocol import Case
@@ -89,7 +90,7 @@ def container_command(case: Case, index: int) -> list[str]:
     """The same launcher as the local executor, with paths inside the container."""
     return [
         "python", "-m", "torch.distributed.run",
-        "--standalone", "--nproc-per-node", str(case.gpus),
+        "--standalone", "--nproc-per-node", str(processes(case)),
         "-m", "kit.workloads", "--case", f"{CASE_MOUNT}/case.json", "--out", f"{CASE_MOUNT}/runs/{index}",
     ]  # fmt: skip
 
@@ -105,7 +106,7 @@ def container_environment(case: Case, host_environment: dict[str, str] | None = 
         "USER": "kit",  # getpass.getuser() needs one when the uid has no passwd entry
     }
     if case.device == "cpu":
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // case.gpus))
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes(case)))
     env.update(case.params.env)
     for name in TOKEN_VARIABLES:
         if host_environment.get(name):
@@ -360,7 +361,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     sample = run_sample(
         index=index,
         ranks=read_rank_samples(out_dir),
-        expected_ranks=case.gpus,
+        expected_ranks=processes(case),
         exit_code=exit_code,
         wall_s=wall_s,
         timed_out=timed_out,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from kit.cache import torch_extensions_dir
+from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.protocol import Case
 from kit.results import RankSample, RunSample
@@ -28,7 +29,7 @@ def launcher_command(case: Case, case_file: Path, out_dir: Path) -> list[str]:
     """torchrun, even for one process: the workload always finds RANK/WORLD_SIZE set the same way."""
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--standalone", "--nproc-per-node", str(case.gpus),
+        "--standalone", "--nproc-per-node", str(processes(case)),
         "-m", "kit.workloads", "--case", str(case_file), "--out", str(out_dir),
     ]  # fmt: skip
 
@@ -39,7 +40,7 @@ def process_environment(case: Case) -> dict[str, str]:
     env.setdefault("TORCH_EXTENSIONS_DIR", str(torch_extensions_dir()))
     env["PYTHONUNBUFFERED"] = "1"
     if case.device == "cpu":
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // case.gpus))
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes(case)))
     env.update(case.params.env)
     return env
 
@@ -102,7 +103,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     return run_sample(
         index=index,
         ranks=read_rank_samples(out_dir),
-        expected_ranks=case.gpus,
+        expected_ranks=processes(case),
         exit_code=process.returncode,
         wall_s=wall_s,
         timed_out=timed_out,
