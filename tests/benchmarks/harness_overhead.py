@@ -76,12 +76,17 @@ def main() -> None:
         workload.step()
         pytorch_step()
 
-    figures: dict[str, list[float]] = {"harness": [], "bare-ds": [], "bare-pt": []}
-    for _ in range(args.blocks):
-        times = harness.timed_steps(workload.step, args.steps, lambda: None)
-        figures["harness"].append(tokens_per_second(tokens, times))
-        figures["bare-ds"].append(bare_loop_tokens_per_s(workload.step, args.steps, tokens))
-        figures["bare-pt"].append(bare_loop_tokens_per_s(pytorch_step, args.steps, tokens))
+    measure = {
+        "harness": lambda: tokens_per_second(tokens, harness.timed_steps(workload.step, args.steps, lambda: None)),
+        "bare-ds": lambda: bare_loop_tokens_per_s(workload.step, args.steps, tokens),
+        "bare-pt": lambda: bare_loop_tokens_per_s(pytorch_step, args.steps, tokens),
+    }
+    names = list(measure)
+    figures: dict[str, list[float]] = {name: [] for name in names}
+    for block in range(args.blocks):
+        # Rotate the order each round, so that no variant always follows the same one.
+        for name in names[block % 3:] + names[: block % 3]:
+            figures[name].append(measure[name]())
     workload.close()
 
     print(f"case {case.id} on 1 process, {args.blocks} alternating blocks of {args.steps} steps, {tokens} tokens/step")
