@@ -12,6 +12,8 @@ vLLM `python -m vllm.entrypoints.openai.api_server`, TGI `text-generation-launch
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import importlib.metadata
 import importlib.util
 import json
@@ -39,7 +41,7 @@ class StreamEvent:
     error: str | None = None
 
 
-class Engine:
+class Engine(ABC):
     """One serving engine. Subclasses state only what is specific to them."""
 
     name: ClassVar[str]
@@ -48,20 +50,24 @@ class Engine:
     version_path: ClassVar[str | None] = None  # an endpoint that reports the engine's version
     ignore_eos_note: ClassVar[str | None] = None  # why EOS cannot be ignored, where it cannot
 
+    @abstractmethod
     def command(self, case: Case, model_dir: str, port: int) -> list[str]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def missing(self) -> str | None:
         """Why this engine cannot be started from this environment, or None."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         """Path and JSON body of one streamed, greedy completion of `prompt`."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def parse(self, data: str) -> StreamEvent:
         """One SSE event's data -> what it says."""
-        raise NotImplementedError
+        ...
 
     def installed_version(self) -> str | None:
         return None
