@@ -1,11 +1,26 @@
-"""Where the kit keeps what is expensive to make and safe to reuse (built ops, checkpoints)."""
+"""Where the kit keeps what is expensive to make and safe to reuse (built ops, checkpoints, wheels).
+
+Every entry is made the same way, so that no process ever uses a half-made one: under an
+exclusive lock (concurrent makers, two ranks or two runs, wait for the first), into a staging
+folder beside its final place, checked, renamed into place, and only then given its marker
+(the digest and size of every file). An entry is used only when its marker is there and every
+file it lists is too, with its size; anything else is made again.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE_ENV = "KIT_CACHE"
+MARKER = "kit-cache-entry.json"
 
 
 def cache_dir() -> Path:
@@ -16,3 +31,106 @@ def cache_dir() -> Path:
 def torch_extensions_dir() -> Path:
     """DeepSpeed JIT-builds its ops on first use (about a minute each on CPU); keep them."""
     return cache_dir() / "torch_extensions"
+
+
+class CacheEntryInvalid(Exception):
+    """A cache entry that is not whole (no marker, a missing or resized file, a failed check)."""
+
+
+@contextmanager
+def exclusive(lock_path: Path, what: str, say: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_path`; say once who holds it if we have to wait.
+
+    flock locks go with the process: a holder that dies (kill -9) releases it at once.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            say(f"waiting for {what}: {holder} is making it")
+            started = time.monotonic()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            say(f"{what}: ready after {time.monotonic() - started:.0f} s of waiting")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+
+
+def file_digests(folder: Path) -> dict[str, dict]:
+    """Every file under `folder` (but the marker): its SHA-256 and size."""
+    from kit.results import sha256_file
+
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel != MARKER:
+            found[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return found
+
+
+def read_marker(entry: Path) -> dict:
+    """The marker of a whole entry; CacheEntryInvalid says what is wrong with any other."""
+    try:
+        marker = json.loads((entry / MARKER).read_text(encoding="utf-8"))
+        files = marker["files"]
+    except FileNotFoundError:
+        raise CacheEntryInvalid(f"{entry} has no {MARKER}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CacheEntryInvalid(f"{entry / MARKER} is unreadable ({exc})") from None
+    for rel, facts in files.items():
+        path = entry / rel
+        if not path.is_file():
+            raise CacheEntryInvalid(f"{entry} lacks {rel}, which its marker lists")
+        if path.stat().st_size != facts["bytes"]:
+            raise CacheEntryInvalid(f"{path} has {path.stat().st_size} bytes, its marker says {facts['bytes']}")
+    return marker
+
+
+def entry_digest(marker: dict) -> str:
+    """One digest for an entry: SHA-256 over its files' digests, in name order."""
+    import hashlib
+
+    listing = {rel: facts["sha256"] for rel, facts in marker["files"].items()}
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_entry(target: Path, make: Callable[[Path], dict], what: str, say: Callable[[str], None] = print) -> dict:
+    """The marker of the whole entry at `target`, made first if it is absent or broken.
+
+    `make(staging)` writes the entry's files into an empty folder, checks that they are usable
+    (it raises if not) and returns facts for the marker.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(target.with_name(target.name + ".lock"), what, say):
+        try:
+            return read_marker(target)
+        except CacheEntryInvalid as exc:
+            if target.exists():
+                say(f"{what}: rebuilding a broken cache entry ({exc})")
+        for stale in target.parent.glob(f".{target.name}.*"):  # a maker killed part-way
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            started = time.monotonic()
+            facts = make(staging)
+            marker = {**facts, "files": file_digests(staging), "made_in_s": round(time.monotonic() - started, 1)}
+            if target.exists():
+                shutil.rmtree(target)
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        from kit.results import atomic_write_text
+
+        atomic_write_text(target / MARKER, json.dumps(marker, indent=2) + "\n")  # last: the entry is whole
+        say(f"{what}: made in {marker['made_in_s']} s ({target})")
+        return marker

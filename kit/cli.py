@@ -185,6 +185,12 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+    counts = runner.status_counts(results)
+    failed = sum(counts.get(status, 0) for status in runner.FAILED_STATUSES)
+    cases = f"{len(results)} case" + ("" if len(results) == 1 else "s")
+    console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
+    if failed:
+        sys.exit(1)
 
 
 @cli.group("images")

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kit.cache import cache_dir
+from kit.cache import cache_dir, exclusive
 from kit.manifest import ManifestError, load_manifest, manifests_dir
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -185,6 +185,17 @@ def wheel_cache(name: str) -> Path:
     return cache_dir() / "wheels" / name
 
 
+def whole_wheel(path: Path) -> bool:
+    """A wheel is a zip whose central directory (written last) reads back."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def host_ca_bundle() -> Path:
     """The CA bundle this host's pip trusts (behind an intercepting proxy, only it works)."""
     for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), *CA_BUNDLES):
@@ -242,7 +253,10 @@ def build_context(name: str, image: LockedImage, root: Path | None = None) -> It
         cached = wheel_cache(name)
         if cached.is_dir():
             for wheel in cached.glob("*.whl"):
-                shutil.copy2(wheel, wheels / wheel.name)
+                if whole_wheel(wheel):
+                    shutil.copy2(wheel, wheels / wheel.name)
+                else:  # cut short by a crash or a full disk: fetched again below or in the build
+                    wheel.unlink()
         if spec.host_wheels:
             pins = constraint_pins(root / spec.constraints)
             for distribution in spec.host_wheels:
@@ -359,7 +373,8 @@ def build(
     client = engine()
     import docker
 
-    with build_context(name, image, root) as context:
+    with exclusive(wheel_cache(name).with_name(f"{name}.build.lock"), f"the build of {name}", say), \
+            build_context(name, image, root) as context:  # fmt: skip
         say(f"{name}: building {image.reference} on {base}")
         buildargs = {"BASE": base, "CONTEXT_SHA256": context_hash}
         try:

@@ -216,6 +216,18 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     return run.results()
 
 
+# Statuses that say the kit could not measure what the case asked for; anything else (ok, oom,
+# unavailable, skipped, each with its reason) is an answer.
+FAILED_STATUSES = ("error", "timeout")
+
+
+def status_counts(results: list[Result]) -> dict[str, int]:
+    """How many cases ended in each status, most telling first."""
+    order = ("ok", "oom", "unavailable", "skipped", *FAILED_STATUSES)
+    counts = {status: sum(1 for r in results if r.status == status) for status in order}
+    return {status: count for status, count in counts.items() if count}
+
+
 def resume(path: Path) -> RunDir:
     run = RunDir(path)
     if not run.info_path.is_file():

@@ -76,3 +76,21 @@ def test_forced_run_records_the_force_both_fingerprints_and_skips_what_cannot_ru
     assert (run / "fingerprint.json").is_file() and (run / "fingerprint-after.json").is_file()
     result = json.loads((run / "cases" / "pretrain.llama2-7b.naive.g8" / "result.json").read_text())
     assert result["status"] == "skipped" and "needs 8 GPUs" in result["reason"]
+
+
+def test_run_exits_non_zero_and_counts_statuses_when_a_case_fails(tmp_path, manifests_copy):
+    protocol = manifests_copy / "protocol.yaml"
+    text = protocol.read_text()
+    comm_params = "iters: 10, runs: 1, timeout_s: 300}"
+    assert comm_params in text
+    protocol.write_text(text.replace(comm_params, "iters: 10, runs: 1, timeout_s: 1}"))  # a run cannot finish
+    done = kit("run", "--profile", "smoke", "--case", "comm.all_reduce.g2", "--case", "profile.tiny-llama.f.g1",
+               "--out", str(tmp_path / "run"))  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "2 cases: 1 unavailable, 1 timeout"
+
+
+def test_run_exits_zero_when_every_case_is_an_answer(tmp_path):
+    done = kit("run", "--profile", "smoke", "--case", "profile.tiny-llama.f.g1", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "1 case: 1 unavailable"

@@ -261,8 +261,9 @@ def test_synthetic_checkpoint_has_a_local_tokenizer_of_the_models_vocabulary(tin
     tokenizer = served_tokenizer(str(tiny_checkpoint))
     assert len(tokenizer) == load_protocol().models["tiny-llama"].vocab_size
     assert tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id == 1 and tokenizer.eos_token_id == 2
-    listed = json.loads((tiny_checkpoint / "kit-checkpoint.json").read_text())["sha256"]
-    assert "tokenizer.json" in listed
+    from kit.workloads.synthetic import checkpoint_files
+
+    assert {"tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors"} <= set(checkpoint_files(tiny_checkpoint))
 
 
 @pytest.mark.parametrize("length", [2, 17, 128, 512])

@@ -39,10 +39,10 @@ def model_directory(case: Case) -> tuple[str, dict]:
         files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
         digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
         return str(path), {"kind": "user-given", "path": str(path), "sha256": digest, "files": files}
-    from kit.workloads.synthetic import MARKER, checkpoint_digest, synthetic_checkpoint
+    from kit.workloads.synthetic import checkpoint_digest, checkpoint_files, synthetic_checkpoint
 
     path = synthetic_checkpoint(case.model, case.shape, params.seed)
-    files = json.loads((path / MARKER).read_text())["sha256"]
+    files = checkpoint_files(path)
     return str(path), {"kind": "synthetic", "path": str(path), "sha256": checkpoint_digest(path), "files": files}
 
 

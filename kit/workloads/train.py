@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from kit.protocol import Case, TrainParams
+from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
 from kit.workloads.harness import Unavailable
 from kit.workloads.synthetic import checkpoint_digest, llama_config, random_batches, synthetic_checkpoint
 from kit.workloads.zero_config import deepspeed_config
@@ -138,14 +139,15 @@ def build(case: Case) -> TrainStep:
     import torch
     import torch.distributed as dist
 
-    deepspeed.init_distributed()  # NCCL on GPUs; DeepSpeed's CPU accelerator picks gloo
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    dtype = getattr(torch, DTYPES[params.dtype])
-    details: dict = {"world_size": world_size, "zero_stage": params.zero_stage}
-
     needs_client_optimizer = params.optimizer_impl == "torch" or (
         params.quantization != "none" and params.peft == "none"
     )
+    ops = prepare_ops(needed_ops(params, case.device, needs_client_optimizer))
+    deepspeed.init_distributed()  # NCCL on GPUs; DeepSpeed's CPU accelerator picks gloo
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    dtype = getattr(torch, DTYPES[params.dtype])
+    details: dict = {"world_size": world_size, "zero_stage": params.zero_stage, "deepspeed_ops": ops}
+
     config = deepspeed_config(params, client_optimizer=needs_client_optimizer)
     keep_alive = None
     if params.zero_stage == 3:
