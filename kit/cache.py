@@ -77,6 +77,14 @@ def file_digests(folder: Path) -> dict[str, dict]:
     return found
 
 
+def readable_by_all(folder: Path) -> None:
+    """Every user may read an entry (a staging folder is made 0700): an engine's image may run
+    as its own user and get the entry mounted read-only."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+
+
 def read_marker(entry: Path) -> dict:
     """The marker of a whole entry; CacheEntryInvalid says what is wrong with any other."""
     try:
@@ -103,11 +111,15 @@ def entry_digest(marker: dict) -> str:
     return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
 
 
-def ensure_entry(target: Path, make: Callable[[Path], dict], what: str, say: Callable[[str], None] = print) -> dict:
+def ensure_entry(
+    target: Path, make: Callable[[Path], dict], what: str, say: Callable[[str], None] = print, in_place: bool = False
+) -> dict:
     """The marker of the whole entry at `target`, made first if it is absent or broken.
 
-    `make(staging)` writes the entry's files into an empty folder, checks that they are usable
-    (it raises if not) and returns facts for the marker.
+    `make(folder)` writes the entry's files into an empty folder, checks that they are usable
+    (it raises if not) and returns facts for the marker. An entry that cannot move once made (a
+    virtual environment: its scripts name their own path) is made `in_place`, in its final
+    folder, under the same lock and with the marker still written last.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(target.with_name(target.name + ".lock"), what, say):
@@ -118,19 +130,24 @@ def ensure_entry(target: Path, make: Callable[[Path], dict], what: str, say: Cal
                 say(f"{what}: rebuilding a broken cache entry ({exc})")
         for stale in target.parent.glob(f".{target.name}.*"):  # a maker killed part-way
             shutil.rmtree(stale, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        if target.exists():
+            shutil.rmtree(target)
+        if in_place:
+            target.mkdir()
+        staging = target if in_place else Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             started = time.monotonic()
             facts = make(staging)
+            readable_by_all(staging)
             marker = {**facts, "files": file_digests(staging), "made_in_s": round(time.monotonic() - started, 1)}
-            if target.exists():
-                shutil.rmtree(target)
-            os.rename(staging, target)
+            if not in_place:
+                os.rename(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         from kit.results import atomic_write_text
 
         atomic_write_text(target / MARKER, json.dumps(marker, indent=2) + "\n")  # last: the entry is whole
+        (target / MARKER).chmod(0o644)
         say(f"{what}: made in {marker['made_in_s']} s ({target})")
         return marker

@@ -70,6 +70,7 @@ class LockedImage(Strict):
     digest_source: str | None = None
     note: str | None = None
     versions: dict[str, str] = {}
+    devices: tuple[Literal["cuda", "cpu"], ...] = ("cuda", "cpu")  # what its software runs on
     build: BuildSpec | None = None
     context_sha256: str | None = None
 
@@ -99,9 +100,32 @@ class LockedImage(Strict):
         return self.reference.rsplit(":", 1)[0]
 
 
+class LockedEnvironment(Strict):
+    """An engine's Python environment for a host where its image cannot run (a CPU host): what
+    pip installs into a virtual environment the kit makes, and what it must take out again."""
+
+    engine: str = Field(description="the engine (kit.serve.engines) this environment runs")
+    device: Literal["cpu", "cuda"]
+    requirement: str = Field(description="what pip installs, pinned: name==version")
+    source: str = Field(description="where the distribution comes from, and what it is")
+    remove: tuple[str, ...] = Field(default=(), description="distributions uninstalled after the install")
+    remove_reason: str | None = None
+    provides: str | None = Field(default=None, description="name==version of dist-info the engine's command looks itself up by")
+    entrypoint: tuple[str, ...] = Field(description="the command in the environment's bin/ that starts the engine")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> "LockedEnvironment":
+        if "==" not in self.requirement:
+            raise ValueError(f"requirement {self.requirement!r} is not pinned as name==version")
+        if self.remove and not self.remove_reason:
+            raise ValueError("removing distributions needs remove_reason")
+        return self
+
+
 class ImagesLock(Strict):
     schema_version: Literal[1]
     images: dict[str, LockedImage]
+    environments: dict[str, LockedEnvironment] = {}
 
 
 def lock_path() -> Path:

@@ -55,7 +55,7 @@ def default_run_dir(profile: str, root: Path = Path("runs")) -> Path:
 def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str | None:
     """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
     GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted."""
-    if case.workload not in WORKLOADS:
+    if case.workload not in (*WORKLOADS, "serve"):
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
     if case.device == "cuda" and case.gpus > host.gpu_count:
         return f"needs {case.gpus} GPUs, this host has {host.gpu_count}"

@@ -112,7 +112,7 @@ METHOD_FACTOR = {"naive": 1.0, "z2": 0.96, "z3": 0.84, "o": 0.38, "q": 0.55, "r"
 PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
 CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
 DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.061}
-ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07, "transformers-cpu": 40.0}
+ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07}
 COMM_PEAK_BUSBW = {
     "all_reduce": 152.0,
     "all_gather": 141.0,

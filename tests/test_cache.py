@@ -108,10 +108,11 @@ def test_two_ranks_against_one_cold_checkpoint_get_one_whole_loadable_checkpoint
 
 def test_a_checkpoint_left_with_a_marker_and_no_weights_is_rebuilt(tmp_path):
     pytest.importorskip("torch")
-    from kit.workloads.synthetic import checkpoint_key, synthetic_checkpoint
+    from kit.model_files import model_key
+    from kit.workloads.synthetic import synthetic_checkpoint
 
     shape = load_protocol().models["tiny-llama"]
-    broken = tmp_path / checkpoint_key("tiny-llama", shape, 1234)
+    broken = tmp_path / model_key("tiny-llama", shape, 1234)
     broken.mkdir(parents=True)
     # What a 2-rank case left on users' machines: the old marker and a tokenizer, no config, no weights.
     (broken / "kit-checkpoint.json").write_text(json.dumps({"seed": 1234, "sha256": {}}))

@@ -44,8 +44,13 @@ def test_every_image_a_protocol_case_names_is_in_the_lock():
             assert case.image in lock.images, f"{case.id} runs in {case.image!r}, which the lock lacks"
 
 
-def test_the_smoke_profile_runs_every_case_in_the_smoke_image(smoke_plan):
-    assert {case.image for case in smoke_plan.cases} == {"smoke"}
+def test_the_smoke_profile_runs_the_kit_in_the_smoke_image_and_serves_with_vllm(smoke_plan):
+    """Serving runs the engine as published: vLLM's image (GPU only), else its CPU environment."""
+    assert {case.image for case in smoke_plan.cases if case.stage != "serve"} == {"smoke"}
+    assert {case.image for case in smoke_plan.cases if case.stage == "serve"} == {"serve-vllm"}
+    lock = load_lock()
+    assert lock.images["serve-vllm"].devices == ("cuda",)
+    assert {(env.engine, env.device) for env in lock.environments.values()} == {("vllm", "cpu")}
 
 
 def test_the_lock_hashes_match_the_build_contexts_in_the_tree():

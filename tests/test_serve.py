@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import yaml
 
 from kit.protocol import load_protocol
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, percentile, saturation
-from kit.serve.burst import burst_prompts, served_tokenizer, token_count
+from kit.model_files import load_tokenizer
+from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.engines import ENGINES, engine_for
 from kit.serve.sse import EventFramer, parse_stream
@@ -36,56 +38,73 @@ def smoke_serve_case(smoke_plan):
     return next(c for c in smoke_plan.cases if c.stage == "serve")
 
 
+def smoke_params():
+    from kit.protocol import build_plan
+
+    return smoke_serve_case(build_plan(load_protocol(), "smoke")).params
+
+
 def option(argv, flag):
     return argv[argv.index(flag) + 1]
 
 
-# --- command lines -----------------------------------------------------------------------------
+# --- command lines: only each engine's documented arguments ------------------------------------
 
 
-def test_vllm_command_shards_over_the_case_gpus_in_bf16(paper_plan):
+def test_vllm_arguments_follow_its_serve_command_and_make_random_weights(paper_plan):
     case = paper_case(paper_plan, "serve.llama2-70b.vllm.g8")
-    argv = engine_for(case.params).command(case, "/models/llama2-70b", 8123)
-    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    assert option(argv, "--model") == "/models/llama2-70b" and option(argv, "--port") == "8123"
+    engine = engine_for(case.params)
+    argv = engine.arguments(case, "/models/llama2-70b", "0.0.0.0", 8000)
+    assert engine.entrypoint == ("vllm", "serve") and engine.command == ()  # the image's ENTRYPOINT starts it
+    assert argv[0] == "/models/llama2-70b"  # `vllm serve MODEL`
     assert option(argv, "--tensor-parallel-size") == "8" and option(argv, "--dtype") == "bfloat16"
     assert option(argv, "--max-model-len") == str(512 + case.params.max_output_tokens)
-    assert option(argv, "--host") == "127.0.0.1"
+    assert option(argv, "--load-format") == "dummy" and engine.makes_random_weights
+    assert option(argv, "--host") == "0.0.0.0" and option(argv, "--port") == "8000"
+    assert "--enforce-eager" not in argv and engine.environment(case) == {}  # CUDA graphs stay on a GPU
 
 
-def test_tgi_command_admits_the_whole_burst(paper_plan):
+def test_vllm_on_a_cpu_differs_only_by_its_device_settings(paper_plan, smoke_plan):
+    gpu, cpu = paper_case(paper_plan, "serve.llama2-7b.vllm.g8"), smoke_serve_case(smoke_plan)
+    engine = engine_for(cpu.params)
+    assert cpu.params.engine == "vllm" and cpu.device == "cpu"
+    gpu_flags = set(engine.arguments(gpu, "/m", "h", 1)[1::2])
+    cpu_flags = set(engine.arguments(cpu, "/m", "h", 1)[1::2])
+    assert cpu_flags - gpu_flags == {"--enforce-eager"} and engine.environment(cpu) == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def test_tgi_arguments_admit_the_whole_burst_and_name_the_host(paper_plan):
     case = paper_case(paper_plan, "serve.llama2-13b.tgi.g8")
-    argv = engine_for(case.params).command(case, "/models/llama2-13b", 3000)
-    assert argv[0] == "text-generation-launcher" and option(argv, "--model-id") == "/models/llama2-13b"
+    engine = engine_for(case.params)
+    argv = engine.arguments(case, "/models/llama2-13b", "0.0.0.0", 80)
+    assert engine.command == () and option(argv, "--model-id") == "/models/llama2-13b"
     assert option(argv, "--num-shard") == "8" and option(argv, "--dtype") == "bfloat16"
     assert option(argv, "--max-input-tokens") == "512"
     assert option(argv, "--max-total-tokens") == str(512 + case.params.max_output_tokens)
     assert option(argv, "--max-concurrent-requests") == "1000"  # TGI's default (128) would refuse 872
+    assert option(argv, "--hostname") == "0.0.0.0"  # else it reads docker's HOSTNAME (the container id)
+    assert not engine.makes_random_weights and engine.container_port == 80
 
 
-def test_lightllm_command_uses_its_own_flags(paper_plan):
+def test_lightllm_is_started_by_its_documented_command_on_all_interfaces(paper_plan):
     case = paper_case(paper_plan, "serve.llama2-7b.lightllm.g8")
-    argv = engine_for(case.params).command(case, "/models/llama2-7b", 8080)
-    assert argv[1:3] == ["-m", "lightllm.server.api_server"] and option(argv, "--model_dir") == "/models/llama2-7b"
+    engine = engine_for(case.params)
+    argv = engine.arguments(case, "/models/llama2-7b", "0.0.0.0", 8000)
+    assert engine.command == ("python", "-m", "lightllm.server.api_server") and option(argv, "--model_dir") == "/models/llama2-7b"
     assert option(argv, "--tp") == "8" and option(argv, "--data_type") == "bf16"
     assert option(argv, "--max_req_total_len") == str(512 + case.params.max_output_tokens)
-
-
-def test_cpu_engine_sizes_its_cache_for_the_whole_burst(smoke_plan):
-    case = smoke_serve_case(smoke_plan)
-    argv = engine_for(case.params).command(case, "/tmp/m", 9000)
-    assert "--continuous-batching" in argv and option(argv, "--device") == "cpu"
-    per_request_blocks = -(-(case.params.input_tokens + case.params.max_output_tokens) // 32)
-    assert int(option(argv, "--cb-num-blocks")) == case.params.prompts * per_request_blocks
+    assert option(argv, "--host") == "0.0.0.0"  # its default, 127.0.0.1, is unreachable through a published port
+    assert engine.health_path == "/readiness"  # /health runs a generation on every call
 
 
 def test_requests_ask_every_engine_for_the_same_greedy_length(paper_plan):
-    for name in ("vllm", "tgi", "lightllm"):
+    greedy = {"vllm": {"temperature": 0.0}, "tgi": {"do_sample": False}, "lightllm": {"top_k": 1}}
+    for name, setting in greedy.items():
         case = paper_case(paper_plan, f"serve.llama2-7b.{name}.g8")
         _, body = engine_for(case.params).request("hello", case.params)
         asked = body["parameters"] if "parameters" in body else body
         assert asked.get("max_tokens", asked.get("max_new_tokens")) == case.params.max_output_tokens
-        assert asked.get("temperature") == 0.0 or asked.get("do_sample") is False
+        assert setting.items() <= asked.items()
     vllm = paper_case(paper_plan, "serve.llama2-7b.vllm.g8")
     _, body = engine_for(vllm.params).request("hello", vllm.params)
     assert body["ignore_eos"] is True and body["stream"] and body["stream_options"]["include_usage"]
@@ -100,27 +119,44 @@ def events_of(name, fixture):
 
 
 def test_every_fixture_names_its_source():
-    for sse in FIXTURES.glob("*.sse"):
-        assert sse.with_suffix(".source").is_file(), sse.name
+    for fixture in FIXTURES.glob("*.sse"):
+        assert fixture.with_suffix(".source").is_file(), fixture.name
 
 
-def test_vllm_stream_takes_the_output_count_from_usage():
-    events = events_of("vllm", "vllm-completions-stream.sse")
-    assert sum(e.token_events for e in events) == 1
-    assert [e.output_tokens for e in events if e.output_tokens] == [292]
-    assert [e.prompt_tokens for e in events if e.prompt_tokens] == [27] and events[-1].finished
+def test_vllm_recorded_stream_has_one_token_event_per_generated_token():
+    """vLLM 0.32's real stream: 32 chunks with choices (5 of them with empty text), then usage."""
+    raw = (FIXTURES / "vllm-0.32-completions-stream.sse").read_bytes()
+    assert raw.count(b'"text":""') > 1  # chunks that complete no character still stand for a token
+    events = events_of("vllm", "vllm-0.32-completions-stream.sse")
+    assert sum(e.token_events for e in events) == 32
+    assert [e.output_tokens for e in events if e.output_tokens] == [32]
+    assert [e.prompt_tokens for e in events if e.prompt_tokens] == [8] and events[-1].finished
+
+
+def test_a_vllm_chunk_that_carries_several_tokens_counts_each_by_its_ids():
+    """With `return_token_ids`, vLLM lists each chunk's ids (0.30 completion/serving.py); a chunk
+    of the engine running ahead of the reader carries several: one event, three tokens."""
+    engine = ENGINES["vllm"]
+    recorded = parse_stream((FIXTURES / "vllm-0.32-completions-stream.sse").read_bytes())[0]
+    three = recorded.replace('"token_ids":null', '"token_ids":[11,12,13]')
+    first = recorded.replace('"prompt_token_ids":null', '"prompt_token_ids":[1,5,6,7]').replace('"token_ids":null', '"token_ids":[9]')
+    assert (engine.parse(three).token_events, engine.parse(three).tokens) == (1, 3)
+    assert engine.parse(first).tokens == 1  # the prompt's ids, sent with the first chunk, are not output
+    assert engine.parse(recorded).tokens == 1  # no ids asked for: one token per chunk
+    assert engine.request("p", smoke_params())[1]["return_token_ids"] is True
 
 
 def test_tgi_stream_counts_token_events():
     events = events_of("tgi", "tgi-generate-stream.sse")
     assert sum(e.token_events for e in events) == 5 and all(e.output_tokens is None for e in events)
+    assert not any(e.finished for e in events)  # the comment shows the stream's first five events only
 
 
 def test_tgi_final_event_carries_the_generated_token_count():
-    # The shape TGI pull request #36 defines for the last event of a stream.
+    # StreamResponse and StreamDetails as TGI v3.3.6 serialises them (router/src/lib.rs).
     event = ENGINES["tgi"].parse(
-        '{"token":{"id":278,"text":" the","logprob":0.0,"special":false},"generated_text":"a the",'
-        '"details":{"finish_reason":"length","generated_tokens":5,"seed":null}}'
+        '{"index":5,"token":{"id":278,"text":" the","logprob":0.0,"special":false},"generated_text":"a the",'
+        '"details":{"finish_reason":"length","generated_tokens":5,"seed":null,"input_length":4}}'
     )
     assert (event.token_events, event.output_tokens, event.finished) == (1, 5, True)
 
@@ -131,63 +167,86 @@ def test_lightllm_stream_reports_running_counts():
     assert events[-1].output_tokens == 3 and events[-1].prompt_tokens == 4 and events[-1].finished
 
 
-def test_transformers_serve_stream_without_done_terminator():
-    events = events_of("transformers-cpu", "transformers-serve-completions-stream.sse")
-    assert sum(e.token_events for e in events) == 6
-    assert events[-1].output_tokens == 6 and events[-1].prompt_tokens == 7 and events[-1].finished
-
-
 def test_event_framing_does_not_depend_on_how_bytes_arrive():
-    raw = (FIXTURES / "lightllm-generate-stream.sse").read_bytes()
+    raw = (FIXTURES / "vllm-0.32-completions-stream.sse").read_bytes()
     framer = EventFramer()
     one_by_one = [data for i in range(len(raw)) for data in framer.feed(raw[i : i + 1])] + framer.close()
-    assert one_by_one == parse_stream(raw) and len(one_by_one) == 3
+    assert one_by_one == parse_stream(raw) and len(one_by_one) == 34
     assert parse_stream(b"data: a\r\n\r\ndata:b\r\rdata: c") == ["a", "b", "c"]
+    assert parse_stream(b": keep-alive\n\ndata: x\n\n") == ["x"]  # comments carry nothing
 
 
 class ReplayHandler(BaseHTTPRequestHandler):
-    """Answers every POST with one fixture's bytes, event by event, then closes (HTTP/1.0)."""
+    """Answers every POST with one fixture's bytes, event by event, then closes (HTTP/1.0);
+    `cut` bytes are left off the end, as a connection that drops mid-stream leaves them."""
 
     fixture = b""
+    cut = 0
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        for event in self.fixture.split(b"\n\n"):
-            if event:
-                self.wfile.write(event + b"\n\n")
-                self.wfile.flush()
-                time.sleep(0.005)
+        for piece in re.split(rb"(?<=\n\n)", self.fixture[: len(self.fixture) - self.cut]):
+            self.wfile.write(piece)
+            self.wfile.flush()
+            time.sleep(0.005)
 
     def log_message(self, *args):
         pass
 
 
-@pytest.mark.parametrize(
-    "name, fixture, tokens, source",
-    [
-        ("vllm", "vllm-completions-stream.sse", 292, "server"),
-        ("tgi", "tgi-generate-stream.sse", 5, "events"),
-        ("lightllm", "lightllm-generate-stream.sse", 3, "server"),
-        ("transformers-cpu", "transformers-serve-completions-stream.sse", 6, "server"),
-    ],
-)
-def test_client_reads_each_engines_real_stream(smoke_plan, name, fixture, tokens, source):
-    handler = type("Replay", (ReplayHandler,), {"fixture": (FIXTURES / fixture).read_bytes()})
+def replay(smoke_plan, name, raw: bytes, cut: int = 0):
+    handler = type("Replay", (ReplayHandler,), {"fixture": raw, "cut": cut})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         params = smoke_serve_case(smoke_plan).params
-        burst = fire_burst(f"http://127.0.0.1:{server.server_port}", ENGINES[name], params, ["p"] * 4, [7] * 4, 30)
+        return fire_burst(f"http://127.0.0.1:{server.server_port}", ENGINES[name], params, ["p"] * 4, [8] * 4, 30)
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(
+    "name, fixture, tokens, source",
+    [("vllm", "vllm-0.32-completions-stream.sse", 32, "server"), ("lightllm", "lightllm-generate-stream.sse", 3, "server")],
+)
+def test_client_reads_each_engines_real_stream(smoke_plan, name, fixture, tokens, source):
+    burst = replay(smoke_plan, name, (FIXTURES / fixture).read_bytes())
     assert all(r.ok for r in burst.records), [r.error for r in burst.records]
-    assert {(r.output_tokens, r.output_tokens_source) for r in burst.records} == {(tokens, source)}
+    assert {(r.output_tokens, r.output_tokens_source, r.streamed_tokens) for r in burst.records} == {(tokens, source, tokens)}
     record = burst.records[0]
     assert 0 < record.ttft <= record.latency and len(record.itl) == record.token_events - 1
     assert burst.load.events > 0 and burst.load.cpu_s > 0
+
+
+def test_a_last_event_without_its_blank_line_still_counts(smoke_plan):
+    raw = (FIXTURES / "lightllm-generate-stream.sse").read_bytes().rstrip(b"\n")
+    burst = replay(smoke_plan, "lightllm", raw)
+    assert all(r.ok and r.streamed_tokens == 3 and r.output_tokens == 3 for r in burst.records), [r.error for r in burst.records]
+
+
+def test_a_stream_cut_in_the_middle_of_an_event_is_that_requests_error(smoke_plan):
+    burst = replay(smoke_plan, "lightllm", (FIXTURES / "lightllm-generate-stream.sse").read_bytes(), cut=40)
+    assert all(not r.ok and "in the middle of an event" in r.error for r in burst.records)
+
+
+def test_a_stream_that_stops_before_the_engine_finished_is_an_error_not_a_short_count(smoke_plan):
+    burst = replay(smoke_plan, "tgi", (FIXTURES / "tgi-generate-stream.sse").read_bytes())
+    assert all(not r.ok and "before the engine finished" in r.error for r in burst.records)
+    assert {r.streamed_tokens for r in burst.records} == {5}
+
+
+def test_server_counters_are_read_from_the_engines_real_metrics_page():
+    from kit.serve.prometheus import counter_total
+
+    text = (FIXTURES / "vllm-0.32-metrics-after-52-requests.prom").read_text()
+    engine = ENGINES["vllm"]
+    assert counter_total(text, engine.generated_tokens.metric_names()[0]) == 1640
+    finished = engine.finished_requests
+    assert counter_total(text, finished.metric_names()[0], dict(finished.exclude)) == 52
+    assert counter_total(text, "vllm:no_such_counter_total") is None
 
 
 # --- metric definitions --------------------------------------------------------------------------
@@ -228,7 +287,7 @@ def load(cpu=0.2, wall=10.0, lag=0.001, dispatch=0.01):
 
 
 def test_saturation_check_passes_an_idle_client():
-    verdict = saturation(load(), median_itl=0.05, duration=10.0)
+    verdict = saturation(load(), median_tpot=0.05, duration=10.0)
     assert not verdict.client_limited and verdict.cpu_us_per_event == pytest.approx(200)
 
 
@@ -241,47 +300,59 @@ def test_saturation_check_passes_an_idle_client():
     ],
 )
 def test_saturation_check_flags_a_client_that_limited_the_run(client, words):
-    verdict = saturation(client, median_itl=0.05, duration=10.0)
+    verdict = saturation(client, median_tpot=0.05, duration=10.0)
     assert verdict.client_limited and words in verdict.reasons[0]
+
+
+def test_a_lagging_client_is_flagged_even_when_events_arrive_together():
+    """Events read together are microseconds apart: a median ITL near zero must not switch the
+    lag test off (1000 x 512 burst: p99 lag 3.4 s, median ITL 0.000 ms, said 'not limited')."""
+    verdict = saturation(load(lag=3.4), median_tpot=0.08, duration=60.0)
+    assert verdict.client_limited and "lagged" in verdict.reasons[0]
+    assert saturation(load(lag=3.4), median_tpot=None, duration=60.0).client_limited
 
 
 # --- prompts of exactly L tokens -----------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint():
-    pytest.importorskip("torch")
-    from kit.workloads.synthetic import synthetic_checkpoint
+def served_model(tmp_path_factory):
+    from kit.model_files import weightless_model
 
-    protocol = load_protocol()
-    return synthetic_checkpoint("tiny-llama", protocol.models["tiny-llama"], 1234)
+    return weightless_model("tiny-llama", load_protocol().models["tiny-llama"], 1234, root=tmp_path_factory.mktemp("models"))
 
 
-def test_synthetic_checkpoint_has_a_local_tokenizer_of_the_models_vocabulary(tiny_checkpoint):
-    tokenizer = served_tokenizer(str(tiny_checkpoint))
-    assert len(tokenizer) == load_protocol().models["tiny-llama"].vocab_size
-    assert tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id == 1 and tokenizer.eos_token_id == 2
-    from kit.workloads.synthetic import checkpoint_files
+def test_the_served_model_has_a_local_tokenizer_of_the_models_vocabulary(served_model):
+    tokenizer = load_tokenizer(served_model)
+    assert tokenizer.get_vocab_size() == load_protocol().models["tiny-llama"].vocab_size
+    assert tokenizer.encode("x").ids[0] == tokenizer.token_to_id("<s>") == 1 and tokenizer.token_to_id("</s>") == 2
 
-    assert {"tokenizer.json", "tokenizer_config.json", "config.json", "model.safetensors"} <= set(checkpoint_files(tiny_checkpoint))
+
+def test_transformers_reads_the_served_tokenizer_as_the_host_counts_it(served_model):
+    """Engines load it with their own transformers; it must count as the kit's `tokenizers` does."""
+    from transformers import AutoTokenizer
+
+    theirs, ours = AutoTokenizer.from_pretrained(served_model), load_tokenizer(served_model)
+    text = " zutdyn mun ch digol pane thyr"
+    assert theirs(text)["input_ids"] == ours.encode(text).ids
 
 
 @pytest.mark.parametrize("length", [2, 17, 128, 512])
-def test_every_prompt_has_exactly_the_configured_token_count(tiny_checkpoint, length):
-    tokenizer = served_tokenizer(str(tiny_checkpoint))
+def test_every_prompt_has_exactly_the_configured_token_count(served_model, length):
+    tokenizer = load_tokenizer(served_model)
     prompts = burst_prompts(tokenizer, 50, length, seed=7)
     assert {token_count(tokenizer, p) for p in prompts} == {length}
-    assert {len(tokenizer(p)["input_ids"]) for p in prompts} == {length}
+    assert {len(tokenizer.encode(p).ids) for p in prompts} == {length}
     assert len(set(prompts)) == 50 and burst_prompts(tokenizer, 50, length, seed=7) == prompts
 
 
-def test_gpu_engines_are_unavailable_on_a_cpu_case_with_the_reason(paper_plan):
+def test_an_engine_not_installed_here_is_unavailable_with_how_to_run_it_in_its_image(paper_plan):
+    from kit.serve.local_engines import local_command
     from kit.workloads.harness import Unavailable
-    from kit.workloads.serve import check_available
 
-    case = paper_case(paper_plan, "serve.llama2-7b.vllm.g8").model_copy(update={"device": "cpu"})
-    with pytest.raises(Unavailable, match="CUDA"):
-        check_available(case, engine_for(case.params))
+    case = paper_case(paper_plan, "serve.llama2-7b.tgi.g8")
+    with pytest.raises(Unavailable, match="kit images pull serve-tgi"):
+        local_command(engine_for(case.params), case, print)
 
 
 # --- the stage, for real, on this CPU ----------------------------------------------------------
@@ -297,10 +368,11 @@ def request_rows(case_dir: Path) -> list[RequestRecord]:
 
 
 @pytest.mark.e2e
-def test_kit_run_stage_serve_writes_rows_and_aggregates(tmp_path):
-    pytest.importorskip("fastapi")
+def test_kit_run_stage_serve_runs_the_real_vllm_and_writes_rows_and_aggregates(tmp_path):
+    """The smoke profile's serve case: the real vLLM (its CPU build), started as its image starts
+    it, the same engine specification as the paper's cases; first use makes its environment."""
     run = tmp_path / "run"
-    done = subprocess.run([*SERVE_STAGE, str(run)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*SERVE_STAGE, str(run)], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     case_dir = run_dir_case(run)
     result = json.loads((case_dir / "result.json").read_text())
@@ -309,92 +381,105 @@ def test_kit_run_stage_serve_writes_rows_and_aggregates(tmp_path):
     rows = request_rows(case_dir)
     assert len(rows) == params["prompts"] and all(r.ok for r in rows)
     assert {r.input_tokens for r in rows} == {r.server_prompt_tokens for r in rows} == {params["input_tokens"]}
-    assert {r.output_tokens for r in rows} == {params["max_output_tokens"]}
+    # vLLM may put several tokens in one chunk when it runs ahead of the reader: the client counts
+    # them from the ids each chunk lists, and its count equals the engine's, request by request.
+    assert {r.output_tokens for r in rows} == {r.streamed_tokens for r in rows} == {params["max_output_tokens"]}
+    assert all(0 < r.token_events <= r.streamed_tokens for r in rows)
     details = result["samples"][0]["ranks"][0]["details"]
     recomputed = aggregate(rows, details["aggregates"]["duration_s"]).model_dump()
     assert recomputed == details["aggregates"]  # every aggregate traces to the rows
     assert result["metrics"]["output_throughput"]["mean"] == pytest.approx(details["aggregates"]["output_throughput"])
-    assert details["engine"]["version"] and details["engine"]["stop"]["stopped_by"] == "SIGTERM"
-    assert details["model"]["kind"] == "synthetic" and "saturation" in details
+    engine = details["engine"]
+    assert engine["name"] == "vllm" and engine["version"].startswith("0.32") and engine["argv"][1:3] == ["serve", details["model"]["path"]]
+    assert engine["stop"] == {"stopped_by": "SIGTERM", "exit_code": 0}
+    assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE"} & set(engine["environment"])
+    assert details["model"]["kind"].startswith("config and tokenizer") and "model.safetensors" not in details["model"]["files"]
+    tokens = details["tokens"]
+    assert tokens["equal"] and tokens["server_counters"]["generated_tokens"] == len(rows) * params["max_output_tokens"]
+    assert tokens["server_counters"]["finished_requests"] == len(rows)
     sums = (run / "SHA256SUMS").read_text()
     assert "runs/1/requests.jsonl" in sums and "runs/1/engine.log" in sums
 
 
 @pytest.mark.e2e
-def test_an_engine_killed_mid_burst_is_an_error_that_keeps_the_finished_requests(tmp_path, manifests_copy):
-    pytest.importorskip("fastapi")
+def test_an_engine_killed_mid_burst_is_an_error_that_keeps_every_request_row(tmp_path, manifests_copy):
     protocol_file = manifests_copy / "protocol.yaml"
     data = yaml.safe_load(protocol_file.read_text())
-    # 48 prompts of 256 tokens: 4 prefills a scheduler step, so requests finish one after another
-    data["profiles"]["smoke"]["stages"]["serve"]["params"].update(prompts=48, input_tokens=256)
+    # A burst long enough to be killed in: 48 requests of 800 tokens (the tiny Llama holds 1024).
+    data["profiles"]["smoke"]["stages"]["serve"]["params"].update(prompts=48, max_output_tokens=800)
     protocol_file.write_text(yaml.safe_dump(data, sort_keys=False))
     run = tmp_path / "run"
     kit = subprocess.Popen([*SERVE_STAGE, str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    log = None
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         assert kit.poll() is None, kit.stderr.read().decode()[-3000:]
         found = list(run.glob("cases/serve.*/log.txt"))
-        log = found[0] if found else None
-        if log and "serve: first request finished" in log.read_text():
+        if found and "burst of 48 requests released" in found[0].read_text():
             break
         time.sleep(0.05)
     else:
-        pytest.fail("no request of the burst finished in time")
-    engine = json.loads((log.parent / "runs/1/engine.json").read_text())
+        pytest.fail("the burst was not released in time")
+    time.sleep(1.0)
+    engine = json.loads((found[0].parent / "runs/1/engine.json").read_text())
     os.kill(engine["pid"], signal.SIGKILL)
-    assert kit.wait(timeout=240) == 0, kit.stderr.read().decode()[-3000:]
+    assert kit.wait(timeout=300) == 1, kit.stderr.read().decode()[-3000:]  # a case ended `error`
 
     case_dir = run_dir_case(run)
     result = json.loads((case_dir / "result.json").read_text())
-    assert result["status"] == "error" and "during the burst" in result["reason"]
-    assert "engine.log" in result["reason"]
-    assert "Finished server process" not in (case_dir / "runs/1/engine.log").read_text()  # it did not stop cleanly
+    assert result["status"] == "error" and "engine.log" in result["reason"]
+    assert "during the burst" in result["reason"] or "requests failed" in result["reason"]
     details = result["samples"][0]["ranks"][0]["details"]
     rows = request_rows(case_dir)
-    finished = [r for r in rows if r.ok]
-    assert len(rows) == 48 and 0 < len(finished) < 48
-    assert details["aggregates"]["completed"] == len(finished) and details["engine"]["log_tail"]
+    assert len(rows) == 48 and all(r.ok or r.error for r in rows)
+    assert details["aggregates"]["completed"] == sum(r.ok for r in rows) < 48 and details["engine"]["log_tail"]
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
 
 
 def test_prompts_are_exact_with_a_sentencepiece_style_tokenizer_too():
     """Llama-2's own tokenizer marks word starts with "▁" (Metaspace) rather than byte-level
     "Ġ"; a user-given model brings one like it. Built here locally, the same way."""
-    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    from kit.workloads.synthetic import training_text
+    from kit.model_files import training_text
 
-    raw = Tokenizer(models.BPE(unk_token="<unk>"))
-    raw.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    raw.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
     trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"])
-    raw.train_from_iterator(training_text(3, words=40_000), trainer)
-    raw.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    tokenizer.train_from_iterator(training_text(3, words=40_000), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     prompts = burst_prompts(tokenizer, 20, 96, seed=3)
-    assert {len(tokenizer(p)["input_ids"]) for p in prompts} == {96}
+    assert {len(tokenizer.encode(p).ids) for p in prompts} == {96}
 
 
 def test_an_engine_that_exits_before_it_is_ready_fails_with_its_code(tmp_path):
     from kit.serve.process import EngineFailed, EngineProcess, free_port, log_tail
+    from kit.serve.session import wait_ready
 
     log = tmp_path / "engine.log"
     server = EngineProcess([sys.executable, "-c", "print('cannot load weights'); raise SystemExit(3)"], log, free_port())
     with pytest.raises(EngineFailed, match="code 3"):
-        server.wait_ready("/health", timeout_s=60)
+        wait_ready(server, "/health", timeout_s=60)
     server.stop()
     assert "cannot load weights" in log_tail(log)
 
 
 def test_an_engine_that_never_answers_is_given_up_after_the_ready_timeout(tmp_path):
     from kit.serve.process import EngineFailed, EngineProcess, free_port
+    from kit.serve.session import wait_ready
 
     server = EngineProcess([sys.executable, "-c", "import time; time.sleep(600)"], tmp_path / "log", free_port())
     started = time.monotonic()
     with pytest.raises(EngineFailed, match="not ready after 2"):
-        server.wait_ready("/health", timeout_s=2)
+        wait_ready(server, "/health", timeout_s=2)
     outcome = server.stop(grace_s=5)
     assert time.monotonic() - started < 30 and outcome["stopped_by"] == "SIGTERM" and outcome["exit_code"] is not None
+
+
+def test_an_engine_process_gets_no_launcher_variables(monkeypatch):
+    from kit.serve.session import clean_environment
+
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_RANK"):
+        monkeypatch.setenv(name, "1")
+    env = clean_environment({"VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VLLM_CPU_KVCACHE_SPACE"} and env["VLLM_CPU_KVCACHE_SPACE"] == "1"

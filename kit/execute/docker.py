@@ -20,12 +20,13 @@ from pathlib import Path
 
 from kit import images
 from kit.cache import cache_dir
-from kit.execute.local import _die_with_parent, read_rank_samples
+from kit.execute.local import read_rank_samples
 from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import gpu_names
 from kit.protocol import Case
 from kit.results import ContainerRun, RunSample
+from kit.serve.process import die_with_parent
 
 NAME = "docker"
 KILL_GRACE_S = 10
@@ -75,6 +76,8 @@ def unavailable_reason(case: Case) -> str | None:
         images.engine()
     except (ImageMissing, images.EngineUnavailable) as exc:
         return str(exc)
+    if case.device not in images.image_for_case(case.image)[1].devices:
+        return f"image {reference} ({case.image}) runs on {', '.join(images.image_for_case(case.image)[1].devices)}, not {case.device}"
     if images.local_image(reference) is None:
         hint = "pull" if (images.image_for_case(case.image)[1].build is None) else "build"
         return f"image {reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
@@ -225,7 +228,7 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 def _watchdog_child_setup() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    _die_with_parent()
+    die_with_parent()
 
 
 def _start_watchdog(container_id: str) -> subprocess.Popen | None:
@@ -293,8 +296,129 @@ def run_dir_of(case_dir: Path) -> Path:
     return case_dir.resolve().parent.parent
 
 
+# ---------------------------------------------------------------------------------------------
+# Serving: the engine's image as published, the kit's client on the host
+# ---------------------------------------------------------------------------------------------
+
+# The kit's own images, which make a serve case's synthetic checkpoint (never an engine's image).
+KIT_IMAGES = {"cuda": "train", "cpu": "smoke"}
+MODELS_MOUNT = "/models"
+STOP_GRACE_S = 30
+
+
+class EngineContainer:
+    """A started engine container: its port published on the host's loopback only."""
+
+    def __init__(self, container, host_port: int, log_path: Path):
+        self.container, self.base_url = container, f"http://127.0.0.1:{host_port}"
+        self._log = log_path.open("a", encoding="utf-8")
+        self._pump = _LogPump(container, self._log)
+        self._pump.start()
+        self._watchdog = _start_watchdog(container.id)
+
+    def exit_code(self) -> int | None:
+        state = _state(self.container)
+        return None if state.get("Running") else state.get("ExitCode", -1)
+
+    def stop(self) -> dict:
+        """docker stop (SIGTERM, SIGKILL after the grace period), then the container goes."""
+        code = self.exit_code()
+        outcome = {"stopped_by": "itself"} if code is not None else {"stopped_by": f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)"}
+        try:
+            if code is None:
+                self.container.stop(timeout=STOP_GRACE_S)
+            state = _state(self.container)
+            outcome.update(exit_code=state.get("ExitCode"), oom_killed=bool(state.get("OOMKilled")))
+        finally:
+            self._pump.join(timeout=KILL_GRACE_S)
+            _remove(self.container)
+            self._log.close()
+            if self._watchdog is not None:
+                self._watchdog.kill()
+                self._watchdog.wait()
+        return outcome
+
+
+class ContainerPlacement:
+    """A serve case's engine in its pinned image, unchanged: its ENTRYPOINT and USER, only the
+    engine's documented arguments and variables added, GPUs by device request, /dev/shm as its
+    docs ask, its port published on 127.0.0.1 only, the model folder mounted read-only. No kit
+    code runs in it; the checkpoint, where one is needed, is made by the kit's own image."""
+
+    name = NAME
+
+    def __init__(self, case_dir: Path, index: int):
+        self.case_dir, self.index = case_dir, index
+
+    def _labels(self, case: Case) -> dict[str, str]:
+        return owner_labels(case, run_dir_of(self.case_dir), self.index)
+
+    def checkpoint(self, case: Case, say) -> Path:
+        from kit.serve.checkpoints import checkpoint_path, make_checkpoint
+
+        kit_image = KIT_IMAGES[case.device]
+        reference = images.load_lock().images[kit_image].reference
+        if images.local_image(reference) is None:
+            raise RuntimeError(f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}")
+        host_folder = checkpoint_path(case).parent
+        host_folder.mkdir(parents=True, exist_ok=True)
+
+        def run(arguments: list[str]) -> tuple[int, str]:
+            container = images.engine().containers.run(
+                reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
+                user=f"{os.getuid()}:{os.getgid()}", labels=self._labels(case),
+                environment={"KIT_CACHE": CACHE_MOUNT, "HF_HOME": "/tmp/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+                volumes={str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
+                         str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"}},
+            )  # fmt: skip
+            try:
+                code = container.wait()["StatusCode"]
+                output = container.logs().decode("utf-8", errors="replace")
+                say(output)
+                return code, output
+            finally:
+                _remove(container)
+
+        return make_checkpoint(case, run, say)
+
+    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say):
+        from kit.serve.process import free_port
+
+        reference = image_reference(case)
+        image = images.local_image(reference)
+        if image is None:
+            hint = "pull" if images.image_for_case(case.image)[1].build is None else "build"
+            raise RuntimeError(f"image {reference} ({case.image}) is not present: kit images {hint} {case.image}")
+        inside = f"{MODELS_MOUNT}/{model_dir.name}"
+        command = [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)]
+        environment = {**engine.environment(case), **case.params.env}
+        host_port = free_port()
+        container = images.engine().containers.run(
+            image.id, command or None, detach=True, environment=environment,
+            ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},
+            volumes={str(model_dir.resolve()): {"bind": inside, "mode": "ro"}},
+            shm_size=engine.shm_size,
+            device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+            labels=self._labels(case),
+        )  # fmt: skip
+        say(f"engine container {container.id[:12]} of {reference} ({image.id}), published on 127.0.0.1:{host_port}")
+        handle = EngineContainer(container, host_port, out_dir / "engine.log")
+        config = image.attrs.get("Config") or {}
+        return handle, {
+            "image": reference, "image_digest": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or []),
+            "entrypoint": config.get("Entrypoint"), "user": config.get("User") or "root (the image sets none)",
+            "command": command, "environment": environment, "container_id": container.id,
+            "port": {"container": engine.container_port, "host": f"127.0.0.1:{host_port}"},
+            "version": images.load_lock().images[case.image].versions.get(engine.name),
+        }  # fmt: skip
+
+
 def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
+    if case.workload == "serve":
+        from kit.serve.session import run_once as serve_run_once
+
+        return serve_run_once(case, case_dir, index, log, ContainerPlacement(case_dir, index))
     import requests
 
     out_dir = case_dir / "runs" / str(index)

@@ -7,7 +7,7 @@ whole group and nothing is left behind; if `kit` itself is killed, the kernel te
 
 from __future__ import annotations
 
-import ctypes
+import importlib.util
 import os
 import signal
 import subprocess
@@ -20,6 +20,12 @@ from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.protocol import Case
 from kit.results import RankSample, RunSample
+from kit.serve.checkpoints import make_checkpoint
+from kit.serve.local_engines import local_command
+from kit.serve.process import HOST, EngineProcess, die_with_parent, free_port
+from kit.serve.session import clean_environment
+from kit.serve.session import run_once as serve_run_once
+from kit.workloads.harness import Unavailable
 
 NAME = "local"
 KILL_GRACE_S = 10
@@ -45,12 +51,6 @@ def process_environment(case: Case) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the parent (kit) dies, whatever the cause."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def kill_group(process: subprocess.Popen) -> None:
     """SIGTERM the process group, then SIGKILL whatever is still there after a grace period."""
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
@@ -72,8 +72,39 @@ def read_rank_samples(out_dir: Path) -> list[RankSample]:
     ]
 
 
+class LocalPlacement:
+    """A serve case's engine as a process of this host; its checkpoint made by this Python."""
+
+    name = NAME
+
+    def checkpoint(self, case: Case, say) -> Path:
+        if importlib.util.find_spec("torch") is None:
+            raise Unavailable("a synthetic checkpoint is made with torch, which this Python lacks: "
+                              "pip install -e '.[local]', or --executor docker")  # fmt: skip
+
+        def run(arguments: list[str]) -> tuple[int, str]:
+            done = subprocess.run([sys.executable, "-m", *arguments], capture_output=True, text=True)
+            say(done.stdout + done.stderr)
+            return done.returncode, done.stderr or done.stdout
+
+        return make_checkpoint(case, run, say)
+
+    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say):
+        command, version, bin_dir = local_command(engine, case, say)
+        port = free_port()
+        argv = [*command, *engine.arguments(case, str(model_dir), HOST, port)]
+        devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(case.gpus)))} if case.device == "cuda" else {}
+        env = clean_environment(devices, engine.environment(case), case.params.env)
+        env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        handle = EngineProcess(argv, out_dir / "engine.log", port, env)
+        return handle, {"argv": argv, "port": port, "pid": handle.pid, "version": version,
+                        "environment": sorted(env)}  # fmt: skip
+
+
 def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
+    if case.workload == "serve":
+        return serve_run_once(case, case_dir, index, log, LocalPlacement())
     out_dir = case_dir / "runs" / str(index)
     out_dir.mkdir(parents=True, exist_ok=True)
     command = launcher_command(case, case_dir / "case.json", out_dir)
@@ -86,7 +117,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         stderr=subprocess.STDOUT,
         env=process_environment(case),
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     timed_out = False
     try:

@@ -1,8 +1,14 @@
 """Serving metrics, defined once: per-request latencies and the aggregates of a burst.
 
-Definitions (the same as vLLM's `benchmark_serving` and NVIDIA AIPerf use, so figures compare):
-- TTFT: from sending the request to the first event carrying generated output.
-- ITL (inter-token latency): the gaps between successive output-carrying events of a request.
+Definitions (those of vLLM's `vllm bench serve`, vllm/benchmarks/lib/endpoint_request_func.py,
+so figures compare):
+- A token event: one streamed event that stands for one generated token (vLLM: every chunk with
+  choices, some of which decode to empty text; TGI and LightLLM: every event with a token).
+- TTFT: from sending the request to the first token event.
+- ITL (inter-token latency): the gaps between successive token events of a request, each event
+  time-stamped as it is read; events the client reads together are microseconds apart, so a
+  median ITL near zero says the events arrived in bursts (a busy client, or an engine that
+  flushes several tokens at once), which the saturation check reads against TPOT.
 - TPOT: (end-to-end latency - TTFT) / (output tokens - 1), for requests with 2+ output tokens.
 - End-to-end latency: from sending the request to the end of its stream.
 - Duration: from the burst's release (t=0) to the end of the last request, finished or failed.
@@ -44,8 +50,9 @@ class RequestRecord(BaseModel):
     itl: list[float] = []
     latency: float | None = None  # end to end, None when the request never ended
     output_tokens: int = 0
-    output_tokens_source: str = "none"  # "server" (the engine's count) or "events" (counted here)
-    token_events: int = 0
+    output_tokens_source: str = "none"  # "server" (the engine's count) or "client" (streamed_tokens)
+    token_events: int = 0  # events that carried output (TTFT and ITL are timed by them)
+    streamed_tokens: int = 0  # generated tokens the client counted in the stream
     status: int | None = None  # HTTP status
     error: str | None = None
 
@@ -116,19 +123,22 @@ class Saturation(BaseModel):
 # faster; a late timer means events waited in the client before being time-stamped; a burst
 # that took long to put on the wire was not "all at once".
 CPU_SHARE_LIMIT = 0.9
-LAG_SHARE_OF_ITL = 0.1  # p99 loop lag above 10 % of the median inter-token latency
+LAG_SHARE_OF_TPOT = 0.1  # p99 loop lag above 10 % of the median time per output token
 LAG_FLOOR_S = 0.005  # ... and above 5 ms, below which timer jitter dominates
 DISPATCH_SHARE_LIMIT = 0.05  # the last request sent later than 5 % of the burst's duration
 
 
-def saturation(load: ClientLoad, median_itl: float | None, duration: float) -> Saturation:
+def saturation(load: ClientLoad, median_tpot: float | None, duration: float) -> Saturation:
+    """TPOT, not ITL, is the yardstick for the loop's lag: a lagging client reads events in
+    bursts, which shrinks the gaps it sees (median ITL near zero) but not a request's span."""
     reasons = []
     if load.cpu_share >= CPU_SHARE_LIMIT:
         reasons.append(f"client used {load.cpu_share:.0%} of a core during the burst")
-    if median_itl and load.loop_lag_p99_s > max(LAG_FLOOR_S, LAG_SHARE_OF_ITL * median_itl):
+    yardstick = LAG_SHARE_OF_TPOT * median_tpot if median_tpot else 0.0
+    if load.loop_lag_p99_s > max(LAG_FLOOR_S, yardstick):
         reasons.append(
-            f"client event loop lagged {1e3 * load.loop_lag_p99_s:.1f} ms (p99), "
-            f"more than 10 % of the median inter-token latency ({1e3 * median_itl:.1f} ms)"
+            f"client event loop lagged {1e3 * load.loop_lag_p99_s:.1f} ms (p99), more than 5 ms and 10 % of "
+            f"the median time per output token ({1e3 * (median_tpot or 0):.1f} ms)"
         )
     if duration > 0 and load.dispatch_s > DISPATCH_SHARE_LIMIT * duration:
         reasons.append(
@@ -221,6 +231,19 @@ def serve_case_metrics(case, runs) -> tuple[dict, list[str]]:
         short = rank.details.get("short_outputs")
         if short:
             notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
+    bounds = [rank.details.get("bounds") or {} for rank in driver]
+    if driver and all("max_output_tokens_per_s" in bound for bound in bounds):
+        found["output_throughput_bound"] = summarize([bound["max_output_tokens_per_s"] for bound in bounds], "tokens/s")
+    elif driver:
+        notes.append(f"output throughput bound: {bounds[0].get('unavailable', 'not computed')}")
+    for index, rank in enumerate(driver, start=1):
+        tokens = rank.details.get("tokens") or {}
+        counters = tokens.get("server_counters") or {}
+        if counters.get("unavailable"):
+            notes.append(f"run {index}: the engine's own token count is unknown: {counters['unavailable']}")
+        elif tokens and not tokens.get("equal"):
+            notes.append(f"run {index}: the client counted {tokens['client_counted']} tokens, the engine "
+                         f"{counters.get('generated_tokens')}: the rows do not match the engine's count")  # fmt: skip
     engine_note = driver[0].details.get("ignore_eos_note") if driver else None
     if engine_note:
         notes.append(engine_note)

@@ -1,7 +1,8 @@
 """The paper's burst: N synthetic prompts of exactly L tokens, as the served tokenizer counts them.
 
 "Exactly" is checked, not assumed: a prompt is built from words that are one token each, then
-re-encoded with the tokenizer the engine loads (special tokens included, since the model
+re-encoded with the tokenizer the engine loads (its tokenizer.json, read with the `tokenizers`
+library on the host; special tokens included, since the model
 receives them: Llama-2's tokenizer puts <s> in front) and trimmed or extended word by word until
 the count is L. Prompts differ from one another (drawn from the seed), so no engine can serve
 one from another's cached prefix.
@@ -10,42 +11,27 @@ one from another's cached prefix.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Protocol
 
 ADJUST_LIMIT = 64  # word edits per prompt before giving up: convergence takes one or two
 
 
-class Tokenizer(Protocol):
-    def __call__(self, text, add_special_tokens: bool = True) -> dict: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-def served_tokenizer(model_dir: str):
-    """The tokenizer the engines load from the model directory (tokenizer.json and its config)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_dir)
-
-
 def token_count(tokenizer, text: str) -> int:
-    """Tokens the model receives for `text`, special tokens included."""
-    return len(tokenizer(text)["input_ids"])
+    """Tokens the model receives for `text` (a `tokenizers.Tokenizer`), special tokens included."""
+    return len(tokenizer.encode(text).ids)
 
 
 def single_token_words(tokenizer, limit: int = 4000) -> list[str]:
     """Words (a leading space and letters) that add exactly one token after other text, the way
     they are used in a prompt (tested after an anchor word, which byte-level BPE and
     SentencePiece tokenizers both handle: neither merges tokens across a space)."""
-    anchor = len(tokenizer("a", add_special_tokens=False)["input_ids"])
+    anchor = len(tokenizer.encode("a", add_special_tokens=False).ids)
     words = []
     for token_id in sorted(tokenizer.get_vocab().values()):
         text = tokenizer.decode([token_id]).strip()
         if not (text.isascii() and text.isalpha()):
             continue
         word = " " + text
-        if len(tokenizer("a" + word, add_special_tokens=False)["input_ids"]) == anchor + 1:
+        if len(tokenizer.encode("a" + word, add_special_tokens=False).ids) == anchor + 1:
             words.append(word)
             if len(words) >= limit:
                 break

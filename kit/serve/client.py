@@ -4,7 +4,8 @@ One asyncio event loop over aiohttp (the HTTP client vLLM's `benchmark_serving` 
 AIPerf use too), one streaming request per prompt, no cap on open connections. Each event is
 time-stamped as the client reads it; the client measures what it costs itself (CPU time, event
 loop lag, how long the burst took to send) so that `aggregate.saturation` can tell when the
-client, not the server, limited the measurement.
+client, not the server, limited the measurement. Its CPU time is that of the thread running the
+event loop, so other threads of the process (a container's log copier) are not counted.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from collections.abc import Callable, Sequence
 
 from kit.protocol import ServeParams
 from kit.serve.aggregate import ClientLoad, RequestRecord, percentile
-from kit.serve.engines import Engine
+from kit.serve.engines import ONE_TOKEN, Engine, StreamEvent
 from kit.serve.sse import EventFramer
 
 LAG_TICK_S = 0.01
-READ_CHUNK = 1 << 16
 
 
 class Burst:
@@ -32,62 +32,87 @@ class Burst:
 async def _one_request(
     session, url: str, body: dict, engine: Engine, record: RequestRecord, t0: float, counters: dict
 ) -> None:
-    """One streamed request; the hot loop keeps its figures in locals and writes the record once."""
+    """One streamed request; the hot loop keeps its figures in locals and writes the record once.
+
+    Each event is time-stamped as it is read, as vLLM's `vllm bench serve` does. A stream must
+    end with the event that says the engine finished the request; one that stops before it, or
+    in the middle of an event, is that request's error, never a short count.
+    """
     framer = EventFramer()
-    parse = engine.parse
-    start = time.perf_counter()
+    parse, perf = engine.parse, time.perf_counter
+    start = perf()
     record.sent_at = start - t0
     counters["last_sent"] = max(counters["last_sent"], record.sent_at)
     first = last = None
     gaps: list[float] = []
-    token_events = events = 0
+    token_events = events = streamed = 0
     server_tokens = prompt_tokens = error = None
+    finished = False
+
+    def take(event: StreamEvent, now: float) -> None:
+        nonlocal first, last, token_events, streamed, server_tokens, prompt_tokens, error, finished
+        if event.error and error is None:
+            error = f"engine: {event.error}"[:300]
+        if event.prompt_tokens is not None:
+            prompt_tokens = event.prompt_tokens
+        if event.output_tokens is not None:
+            server_tokens = event.output_tokens
+        streamed += event.tokens
+        if event.token_events:
+            token_events += event.token_events
+            if last is None:
+                first = now
+            else:
+                gaps.append(now - last)
+            last = now
+        finished = finished or event.finished
+
     try:
         async with session.post(url, json=body) as response:
             record.status = response.status
             if response.status != 200:
                 error = f"http {response.status}: {(await response.text())[:300]}"
                 return
-            async for chunk in response.content.iter_chunked(READ_CHUNK):
-                now = time.perf_counter()
+            async for chunk in response.content.iter_any():
                 for data in framer.feed(chunk):
+                    now = perf()
                     events += 1
                     event = parse(data)
-                    if event.error:
-                        error = f"engine: {event.error}"[:300]
-                    if event.prompt_tokens is not None:
-                        prompt_tokens = event.prompt_tokens
-                    if event.output_tokens is not None:
-                        server_tokens = event.output_tokens
-                    if event.token_events:
-                        token_events += event.token_events
+                    if event is ONE_TOKEN:  # the common event, handled inline
+                        token_events += 1
+                        streamed += 1
                         if last is None:
                             first = now
                         else:
                             gaps.append(now - last)
                         last = now
+                    else:
+                        take(event, now)
             for data in framer.close():
                 events += 1
-                event = parse(data)
-                if event.output_tokens is not None:
-                    server_tokens = event.output_tokens
+                try:
+                    take(parse(data), perf())
+                except ValueError:
+                    error = f"the stream ended in the middle of an event: {data[:120]!r}"
+        if error is None and not finished:
+            error = f"the stream ended before the engine finished the request ({streamed} tokens)"
         if error is None:
-            record.latency = time.perf_counter() - start
+            record.latency = perf() - start
     except asyncio.CancelledError:
         error = "timeout: the burst's deadline passed before this request ended"
         raise
     except Exception as exc:  # a dead engine shows as a reset or truncated stream
         error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
-        record.ended_at = time.perf_counter() - t0
+        record.ended_at = perf() - t0
         record.error, record.server_prompt_tokens = error, prompt_tokens
         record.ttft = first - start if first is not None else None
-        record.itl, record.token_events = gaps, token_events
+        record.itl, record.token_events, record.streamed_tokens = gaps, token_events, streamed
         counters["events"] += events
         if server_tokens is not None:
             record.output_tokens, record.output_tokens_source = server_tokens, "server"
         else:
-            record.output_tokens, record.output_tokens_source = token_events, "events"
+            record.output_tokens, record.output_tokens_source = streamed, "client"
         if counters.get("on_end"):
             counters["on_end"](record)
 
@@ -120,7 +145,7 @@ async def _burst(
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=None)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         monitor = asyncio.create_task(_loop_lag(lag, stop))
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        cpu0, t0 = time.thread_time(), time.perf_counter()
         tasks = [
             asyncio.create_task(_one_request(session, base_url + path, body, engine, record, t0, counters))
             for (path, body), record in zip(requests, records)
@@ -130,7 +155,7 @@ async def _burst(
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         duration = max((r.ended_at for r in records if r.ended_at is not None), default=0.0)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
         stop.set()
         await monitor
     load = ClientLoad(

@@ -1,30 +1,28 @@
-"""The serving engines: how each is launched from a case, how to ask it for a streamed
-completion, and how to read its stream. One small class per engine, nothing else.
+"""The serving engines as their publishers ship them: one small class per engine.
 
-Every engine is asked the same thing: greedy decoding of `max_output_tokens` tokens, EOS ignored
-where the engine allows it, streamed token by token. Each states what it could not honour
-(`ignore_eos_note`), and the per-request rows record how many tokens really came back.
+Each states only what is specific to it, for the version its image is pinned to in
+manifests/images.lock.yaml: what the published image's ENTRYPOINT starts, the port it listens
+on, the documented arguments and variables the kit adds (nothing else), its health, version and
+metrics routes, how to ask it for a streamed greedy completion of `max_output_tokens` tokens,
+and how to read its stream. Every fact carries its source; the engines' own code and Dockerfiles
+at the pinned tags were read for them (vLLM: the 0.30.0 wheel and docker/Dockerfile; TGI: tag
+v3.3.6, Dockerfile, launcher/src/main.rs, router/src/server.rs; LightLLM: tag v1.0.1, Dockerfile,
+lightllm/server/api_cli.py, api_http.py, api_lightllm.py).
 
-Command lines follow each engine's own launcher (versions as pinned by the serve images):
-vLLM `python -m vllm.entrypoints.openai.api_server`, TGI `text-generation-launcher`, LightLLM
-`python -m lightllm.server.api_server`; on CPU, `transformers serve --continuous-batching`.
+Every engine is asked the same thing: greedy decoding, EOS ignored where the engine allows it,
+streamed token by token. Each says what it cannot honour (`ignore_eos_note`), and the rows record
+how many tokens really came back.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
-import importlib.metadata
-import importlib.util
 import json
-import shutil
-import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kit.protocol import Case, ServeParams
 
-HOST = "127.0.0.1"  # engines listen on loopback only: the load generator runs beside them
 SERVED_NAME = "kit-model"
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -32,13 +30,40 @@ DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 @dataclass(frozen=True)
 class StreamEvent:
     """What one event of a stream says. `token_events` is 1 when the event carries generated
-    output; `output_tokens` and `prompt_tokens` are the server's own counts when it sends them."""
+    output (what TTFT and ITL are timed by); `tokens` is how many generated tokens it carries, as
+    the client counts them (an engine may put several in one event when it runs ahead of the
+    reader); `output_tokens` and `prompt_tokens` are the engine's own counts where it sends them;
+    `finished` marks the event after which the engine has nothing more to say."""
 
     token_events: int = 0
+    tokens: int = 0
     output_tokens: int | None = None
     prompt_tokens: int | None = None
     finished: bool = False
     error: str | None = None
+
+
+ONE_TOKEN = StreamEvent(token_events=1, tokens=1)
+_SEVERAL = {n: StreamEvent(token_events=1, tokens=n) for n in range(2, 65)}
+
+
+def _several(n: int) -> StreamEvent:
+    return ONE_TOKEN if n == 1 else _SEVERAL.get(n) or StreamEvent(token_events=1, tokens=n)
+
+
+@dataclass(frozen=True)
+class Counter:
+    """An engine's Prometheus figure: a counter, or a histogram whose `_sum` counts the same."""
+
+    name: str
+    kind: Literal["counter", "histogram_sum"] = "counter"
+    exclude: tuple[tuple[str, tuple[str, ...]], ...] = ()  # label -> values left out
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The names it may be exposed under (client libraries differ on the `_total` suffix)."""
+        if self.kind == "histogram_sum":
+            return (f"{self.name}_sum",)
+        return (self.name, f"{self.name}_total") if not self.name.endswith("_total") else (self.name,)
 
 
 class Engine(ABC):
@@ -46,48 +71,36 @@ class Engine(ABC):
 
     name: ClassVar[str]
     label: ClassVar[str]
+    image: ClassVar[str]  # its entry in manifests/images.lock.yaml
+    # What the published image starts: its ENTRYPOINT, or, for an image without a server
+    # entrypoint, the documented command the kit passes. Run the same way outside the image.
+    entrypoint: ClassVar[tuple[str, ...]]
+    command: ClassVar[tuple[str, ...]] = ()  # passed as the container's command before the arguments
+    container_port: ClassVar[int]  # where the server listens inside its image
+    shm_size: ClassVar[str]  # /dev/shm for the container (the engine's docs; never ipc=host)
     health_path: ClassVar[str] = "/health"
-    version_path: ClassVar[str | None] = None  # an endpoint that reports the engine's version
+    version_path: ClassVar[str | None] = None  # a route whose JSON `version` field names the version
+    generated_tokens: ClassVar[Counter]
+    finished_requests: ClassVar[Counter]
+    makes_random_weights: ClassVar[bool] = False  # needs only config and tokenizer, no checkpoint
     ignore_eos_note: ClassVar[str | None] = None  # why EOS cannot be ignored, where it cannot
 
     @abstractmethod
-    def command(self, case: Case, model_dir: str, port: int) -> list[str]:
-        ...
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
+        """The documented arguments after the entrypoint (or command)."""
 
-    @abstractmethod
-    def missing(self) -> str | None:
-        """Why this engine cannot be started from this environment, or None."""
-        ...
+    def environment(self, case: Case) -> dict[str, str]:
+        """Documented variables the engine is started with (besides the case's own)."""
+        return {}
 
     @abstractmethod
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         """Path and JSON body of one streamed, greedy completion of `prompt`."""
-        ...
 
     @abstractmethod
     def parse(self, data: str) -> StreamEvent:
-        """One SSE event's data -> what it says."""
-        ...
-
-    def installed_version(self) -> str | None:
-        return None
-
-    def version_from(self, payload: dict) -> str | None:
-        value = payload.get("version")
-        return str(value) if value is not None else None
-
-
-def _module_missing(module: str, image: str) -> str | None:
-    if importlib.util.find_spec(module.split(".")[0]) is None:
-        return f"{module} is not installed in this environment (it runs in the {image} image)"
-    return None
-
-
-def _distribution_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        """One SSE event's data -> what it says. Raises ValueError for data that is not a whole
+        event (a stream cut in the middle of one)."""
 
 
 def _max_model_len(params: ServeParams) -> int:
@@ -95,33 +108,53 @@ def _max_model_len(params: ServeParams) -> int:
 
 
 class VllmEngine(Engine):
-    """vLLM's OpenAI-compatible server, /v1/completions (vLLM answers `ignore_eos` and
-    `stream_options.include_usage`, so the last chunk carries the token counts)."""
+    """vLLM's OpenAI-compatible server, streamed /v1/completions.
+
+    Image: ENTRYPOINT ["vllm", "serve"], USER root, only `python3` (vLLM docker/Dockerfile);
+    listens on 8000 (cli_args.py). `--load-format dummy` initialises random weights itself
+    (config/load.py), so it gets config and tokenizer only. Greedy is `temperature: 0`, not the
+    default (which comes from generation_config.json); `ignore_eos` and
+    `stream_options.include_usage` make every request generate `max_tokens` and end with a
+    usage chunk (`choices: []`) and `data: [DONE]` (completion/serving.py). One chunk per
+    generated token, some with empty text (a token that completes no character), or several
+    when the engine runs ahead of the reader: every chunk with choices is a token event, as
+    vLLM's own `vllm bench serve` times them, and `return_token_ids` makes each chunk list the
+    ids it carries, so the client counts tokens itself (completion/protocol.py, serving.py).
+    On a CPU (the vLLM CPU build): the KV cache size and eager mode, per vLLM's CPU installation
+    docs (VLLM_CPU_KVCACHE_SPACE, in GiB; --enforce-eager skips minutes of graph compilation).
+    """
 
     name = "vllm"
     label = "vLLM"
+    image = "serve-vllm"
+    entrypoint = ("vllm", "serve")
+    container_port = 8000
+    shm_size = "16g"  # the docs say --ipc=host or a --shm-size, with no figure: the kit's choice
     version_path = "/version"
+    generated_tokens = Counter("vllm:generation_tokens_total")
+    finished_requests = Counter("vllm:request_success_total", exclude=(("finished_reason", ("abort", "error")),))
+    makes_random_weights = True
+    cpu_kv_cache_gib = 1
 
-    def command(self, case: Case, model_dir: str, port: int) -> list[str]:
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params: ServeParams = case.params
         argv = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model_dir, "--served-model-name", SERVED_NAME,
-            "--host", HOST, "--port", str(port),
+            model_dir, "--served-model-name", SERVED_NAME,
+            "--host", host, "--port", str(port),
             "--tensor-parallel-size", str(case.gpus),
             "--dtype", DTYPE_NAMES[params.dtype],
             "--max-model-len", str(_max_model_len(params)),
             "--seed", str(params.seed),
+            "--load-format", "dummy",
         ]  # fmt: skip
         if params.max_batch_requests is not None:
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
+        if case.device == "cpu":
+            argv.append("--enforce-eager")
         return argv
 
-    def missing(self) -> str | None:
-        return _module_missing("vllm", "serve-vllm")
-
-    def installed_version(self) -> str | None:
-        return _distribution_version("vllm")
+    def environment(self, case: Case) -> dict[str, str]:
+        return {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib)} if case.device == "cpu" else {}
 
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         return "/v1/completions", {
@@ -132,43 +165,76 @@ class VllmEngine(Engine):
             "ignore_eos": params.ignore_eos,
             "stream": True,
             "stream_options": {"include_usage": True},
+            "return_token_ids": True,
         }
 
     def parse(self, data: str) -> StreamEvent:
-        return _openai_completion_event(data)
+        if '"finish_reason":null' in data and '"usage"' not in data and '"error"' not in data:
+            # The common chunk: its tokens are the ids listed last ("prompt_token_ids" never
+            # matches: `_` precedes its "token_ids"); without ids, one token per chunk.
+            start = data.rfind('"token_ids":[')
+            if start < 0:
+                return ONE_TOKEN
+            start += 13
+            end = data.index("]", start)
+            return _several(data.count(",", start, end) + 1) if end > start else StreamEvent(token_events=1)
+        if data == "[DONE]":
+            return StreamEvent(finished=True)
+        event = json.loads(data)
+        if "error" in event or event.get("object") == "error":
+            return StreamEvent(error=str(event.get("error") or event.get("message")))
+        usage = event.get("usage") or {}
+        choices = event.get("choices") or []
+        ids = [token for choice in choices for token in (choice.get("token_ids") or [])]
+        return StreamEvent(
+            token_events=1 if choices else 0,
+            tokens=len(ids) if any(choice.get("token_ids") is not None for choice in choices) else len(choices),
+            output_tokens=usage.get("completion_tokens"),
+            prompt_tokens=usage.get("prompt_tokens"),
+        )
 
 
 class TgiEngine(Engine):
-    """Text Generation Inference, its own /generate_stream (one event per token; the last one
-    carries `details.generated_tokens`)."""
+    """Text Generation Inference, its own /generate_stream.
+
+    Image: ENTRYPOINT ["/tgi-entrypoint.sh"], which runs `text-generation-launcher $@`; USER
+    root; ENV PORT=80, so it listens on 80 (Dockerfile, launcher/src/main.rs). Docker sets
+    HOSTNAME to the container id, which the launcher would read as --hostname: the kit passes
+    it. No dummy weights: it loads a checkpoint. It refuses requests beyond
+    --max-concurrent-requests (default 128) as "overloaded": the burst must be admitted whole.
+    Events are `data:{json}` with no terminator, one per generated token; `details: true` makes
+    the last carry `generated_tokens` (router/src/server.rs, lib.rs). It has no way to ignore
+    EOS over HTTP (validation.rs). Greedy is its default (do_sample false, no temperature).
+    """
 
     name = "tgi"
     label = "Text Generation Inference"
+    image = "serve-tgi"
+    entrypoint = ("text-generation-launcher",)
+    container_port = 80
+    shm_size = "1g"  # TGI README, "A note on Shared Memory"
     version_path = "/info"
+    generated_tokens = Counter("tgi_request_generated_tokens", kind="histogram_sum")
+    finished_requests = Counter("tgi_request_success")
     ignore_eos_note = "TGI has no parameter to ignore EOS; output lengths are recorded per request"
 
-    def command(self, case: Case, model_dir: str, port: int) -> list[str]:
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params: ServeParams = case.params
         argv = [
-            "text-generation-launcher",
             "--model-id", model_dir,
-            "--hostname", HOST, "--port", str(port),
+            "--hostname", host, "--port", str(port),
             "--num-shard", str(case.gpus),
             "--dtype", DTYPE_NAMES[params.dtype],
             "--max-input-tokens", str(params.input_tokens),
             "--max-total-tokens", str(_max_model_len(params)),
-            # TGI refuses requests beyond --max-concurrent-requests (default 128) with HTTP 429:
-            # the burst must be admitted whole, as the paper sends it.
             "--max-concurrent-requests", str(params.prompts),
         ]  # fmt: skip
         if params.max_batch_requests is not None:
             argv += ["--max-batch-size", str(params.max_batch_requests)]
         return argv
 
-    def missing(self) -> str | None:
-        if shutil.which("text-generation-launcher") is None:
-            return "text-generation-launcher is not on PATH (it runs in the serve-tgi image)"
-        return None
+    def environment(self, case: Case) -> dict[str, str]:
+        return {"HF_HUB_OFFLINE": "1"}  # a local model directory; never the hub
 
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         return "/generate_stream", {
@@ -177,30 +243,49 @@ class TgiEngine(Engine):
         }
 
     def parse(self, data: str) -> StreamEvent:
+        if '"details":null' in data and '"error"' not in data:
+            return ONE_TOKEN
         event = json.loads(data)
         if event.get("error"):
             return StreamEvent(error=str(event["error"]), finished=True)
-        token = event.get("token") or {}
-        details = event.get("details")
-        carries = 1 if token and not token.get("special", False) else 0
-        if details:
-            return StreamEvent(token_events=carries, output_tokens=details.get("generated_tokens"), finished=True)
-        return StreamEvent(token_events=carries)
+        details = event.get("details") or {}
+        return StreamEvent(
+            token_events=1 if event.get("token") else 0,
+            tokens=1 if event.get("token") else 0,
+            output_tokens=details.get("generated_tokens"),
+            finished=event.get("generated_text") is not None,
+        )
 
 
 class LightllmEngine(Engine):
-    """LightLLM, its own /generate_stream (each event carries the running output count and the
-    prompt's token count; `finished` marks the last)."""
+    """LightLLM, its own /generate_stream.
+
+    Image: no server entrypoint of its own (Dockerfile), so the kit passes the documented command
+    `python -m lightllm.server.api_server` (docs, getting_started); USER root; Python 3.9. It
+    listens on 127.0.0.1:8000 unless told `--host` (api_cli.py). /health runs a real generation
+    on every call (utils/health_check.py), so readiness is read from /readiness, which does not.
+    Events are `data:{json}` with no terminator; each token carries the running
+    `count_output_tokens` and `prompt_tokens`, the last has `"finished": true`
+    (api_lightllm.py). Its v1.0.1 sampler ignores do_sample: greedy is `top_k: 1`, with a
+    temperature above 0 (sampling_params.py, post_process.py).
+    """
 
     name = "lightllm"
     label = "LightLLM"
+    image = "serve-lightllm"
+    entrypoint = ("python", "-m", "lightllm.server.api_server")
+    command = entrypoint
+    container_port = 8000
+    shm_size = "32g"  # LightLLM docs (installation, EN)
+    health_path = "/readiness"
+    generated_tokens = Counter("lightllm_request_generated_tokens", kind="histogram_sum")
+    finished_requests = Counter("lightllm_request_success_total")
 
-    def command(self, case: Case, model_dir: str, port: int) -> list[str]:
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params: ServeParams = case.params
         argv = [
-            sys.executable, "-m", "lightllm.server.api_server",
             "--model_dir", model_dir,
-            "--host", HOST, "--port", str(port),
+            "--host", host, "--port", str(port),
             "--tp", str(case.gpus),
             "--data_type", params.dtype,
             "--max_req_total_len", str(_max_model_len(params)),
@@ -209,113 +294,34 @@ class LightllmEngine(Engine):
             argv += ["--running_max_req_size", str(params.max_batch_requests)]
         return argv
 
-    def missing(self) -> str | None:
-        return _module_missing("lightllm", "serve-lightllm")
-
-    def installed_version(self) -> str | None:
-        return _distribution_version("lightllm")
-
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         return "/generate_stream", {
             "inputs": prompt,
             "parameters": {
                 "max_new_tokens": params.max_output_tokens,
-                "do_sample": False,
                 "ignore_eos": params.ignore_eos,
+                "top_k": 1,
+                "temperature": 1.0,
             },
         }
 
     def parse(self, data: str) -> StreamEvent:
+        if '"finished": false' in data and '"error"' not in data:  # json.dumps' default separators
+            return ONE_TOKEN  # counts and the prompt length are read off the last event
         event = json.loads(data)
         if event.get("error"):
             return StreamEvent(error=str(event["error"]), finished=True)
         token = event.get("token") or {}
         return StreamEvent(
-            token_events=1 if token and not token.get("special", False) else 0,
+            token_events=1 if token else 0,
+            tokens=1 if token else 0,
             output_tokens=token.get("count_output_tokens"),
             prompt_tokens=token.get("prompt_tokens"),
             finished=bool(event.get("finished")),
         )
 
 
-class TransformersCpuEngine(Engine):
-    """`transformers serve --continuous-batching` on CPU: the smoke profile's real HTTP engine.
-
-    Quirks (transformers 5.23): /v1/completions takes `prompt` as a string only; it rejects
-    `ignore_eos` with 422, but takes a per-request `generation_config` JSON whose negative
-    `eos_token_id` its continuous-batching scheduler treats as "no EOS"
-    (generation/continuous_batching/requests.py); the stream ends without `data: [DONE]`, and the
-    last chunk carries the usage.
-    """
-
-    name = "transformers-cpu"
-    label = "transformers serve (CPU, continuous batching)"
-
-    block_size = 32  # KV cache block, tokens
-    max_batch_tokens = 1024  # tokens one scheduler step may take (prefill budget); the kit's choice
-
-    def command(self, case: Case, model_dir: str, port: int) -> list[str]:
-        params: ServeParams = case.params
-        # Sized explicitly: left to itself, the scheduler sizes its cache from free host memory,
-        # which took 30 s of the first request here (transformers 5.23, 24 GiB host). The cache
-        # holds the whole burst at once, as a GPU engine's would.
-        blocks = params.prompts * -(-_max_model_len(params) // self.block_size)
-        return [
-            sys.executable, "-m", "transformers.cli.transformers", "serve", model_dir,
-            "--continuous-batching", "--device", "cpu", "--dtype", DTYPE_NAMES[params.dtype],
-            "--cb-block-size", str(self.block_size), "--cb-num-blocks", str(blocks),
-            "--cb-max-batch-tokens", str(self.max_batch_tokens),
-            "--host", HOST, "--port", str(port), "--log-level", "info",
-            "--default-seed", str(params.seed),
-        ]  # fmt: skip
-
-    def missing(self) -> str | None:
-        for module in ("fastapi", "uvicorn", "openai"):
-            if importlib.util.find_spec(module) is None:
-                return f"transformers serve needs {module}: pip install 'transformers[serving]'"
-        return None
-
-    def installed_version(self) -> str | None:
-        return _distribution_version("transformers")
-
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
-        generation = {"do_sample": False, "max_new_tokens": params.max_output_tokens}
-        if params.ignore_eos:
-            generation["eos_token_id"] = -1
-        return "/v1/completions", {
-            "prompt": prompt,
-            "max_tokens": params.max_output_tokens,
-            "stream": True,
-            "generation_config": json.dumps(generation),
-        }
-
-    def parse(self, data: str) -> StreamEvent:
-        return _openai_completion_event(data)
-
-
-def _openai_completion_event(data: str) -> StreamEvent:
-    """An OpenAI-style completion chunk: text in choices[].text, counts in `usage` (vLLM sends
-    them in a chunk of their own after `include_usage`; transformers serve on its last chunk)."""
-    if data.strip() == "[DONE]":
-        return StreamEvent(finished=True)
-    event = json.loads(data)
-    if "error" in event or event.get("object") == "error":
-        error = event.get("error") or event.get("message")
-        return StreamEvent(error=str(error), finished=True)
-    choices = event.get("choices") or []
-    carries = 1 if any(choice.get("text") for choice in choices) else 0
-    usage = event.get("usage") or {}
-    return StreamEvent(
-        token_events=carries,
-        output_tokens=usage.get("completion_tokens"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        finished=any(choice.get("finish_reason") for choice in choices) or (bool(usage) and not choices),
-    )
-
-
-ENGINES: dict[str, Engine] = {
-    engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine(), TransformersCpuEngine())
-}
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine())}
 
 
 def engine_for(params: ServeParams) -> Engine:

@@ -1,8 +1,5 @@
-"""An engine server as a child process: start it, wait until it answers, stop it gracefully.
-
-Every way this can go wrong ends in `EngineFailed` with the reason and the tail of the engine's
-log, within a bounded time: an engine that exits, or never becomes healthy, never hangs a run.
-"""
+"""An engine server as a child process of this host (the local executor): start it, stop it
+gracefully, and take its whole process group with it; it dies with the kit (PDEATHSIG)."""
 
 from __future__ import annotations
 
@@ -11,14 +8,12 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from kit.serve.engines import HOST
+HOST = "127.0.0.1"  # engines of this host listen on loopback only: the client runs beside them
 
-POLL_S = 0.5
 STOP_GRACE_S = 30
 LOG_TAIL_LINES = 40
 
@@ -34,7 +29,8 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Runs in a child before exec: SIGTERM it when the parent (kit) dies, whatever the cause."""
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -66,7 +62,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     @property
@@ -75,23 +71,6 @@ class EngineProcess:
 
     def exit_code(self) -> int | None:
         return self.process.poll()
-
-    def wait_ready(self, health_path: str, timeout_s: float) -> float:
-        """Seconds until the health endpoint answered 200; EngineFailed if it exits or times out."""
-        started = time.monotonic()
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise EngineFailed(f"the engine exited with code {code} before it was ready")
-            try:
-                status, _ = http_get(self.base_url + health_path)
-                if status == 200:
-                    return time.monotonic() - started
-            except OSError:
-                pass  # not listening yet
-            if time.monotonic() - started > timeout_s:
-                raise EngineFailed(f"the engine was not ready after {timeout_s} s")
-            time.sleep(POLL_S)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> dict:
         """SIGTERM (servers drain and exit), SIGKILL after `grace_s`; what happened, as a record."""

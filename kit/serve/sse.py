@@ -11,45 +11,44 @@ from __future__ import annotations
 
 
 class EventFramer:
-    """Feed it chunks of bytes as they arrive; it returns the `data` of each complete event."""
+    """Feed it chunks of bytes as they arrive; it returns the `data` of each complete event.
+
+    The buffer is split on blank lines once per chunk (never re-sliced line by line), which
+    keeps the client's cost per event low enough not to limit a fast engine.
+    """
 
     def __init__(self) -> None:
         self._buffer = b""
-        self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[str]:
-        self._buffer += chunk
-        events = []
-        while True:
-            cut = _line_end(self._buffer)
-            if cut is None:
-                return events
-            end, skip = cut
-            line = self._buffer[:end].decode("utf-8")
-            self._buffer = self._buffer[end + skip :]
-            if line == "":
-                if self._data:
-                    events.append("\n".join(self._data))
-                    self._data = []
-            elif line.startswith("data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(" ") else value)
-            # other fields (event:, id:, retry:) and comments (":") carry nothing the kit reads
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer:
+            held = b"\r" if buffer.endswith(b"\r") else b""  # maybe the first half of a CRLF
+            buffer = buffer[: len(buffer) - len(held)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        return [data for data in map(_event_data, blocks) if data is not None]
 
     def close(self) -> list[str]:
-        """The last event of a stream that ended without its blank line (allowed in practice)."""
-        events = self.feed(b"\n\n") if self._buffer or self._data else []
-        return events
+        """The last event of a stream that ended without its blank line (allowed in practice);
+        whether it is whole is for the engine's parser to say."""
+        rest, self._buffer = self._buffer.rstrip(b"\r\n"), b""
+        data = _event_data(rest) if rest else None
+        return [data] if data is not None else []
 
 
-def _line_end(buffer: bytes) -> tuple[int, int] | None:
-    """Where the first line ends and how long its terminator is; None while it is incomplete."""
-    lf, cr = buffer.find(b"\n"), buffer.find(b"\r")
-    if cr == -1 or (lf != -1 and lf < cr):
-        return (lf, 1) if lf != -1 else None
-    if cr + 1 == len(buffer):
-        return None  # a CR at the end may be the first half of CRLF
-    return cr, 2 if buffer[cr + 1 : cr + 2] == b"\n" else 1
+def _event_data(block: bytes) -> str | None:
+    """The data of one event block (its `data:` lines joined), or None for a block without data
+    (a comment, a keep-alive, an empty block)."""
+    if block.startswith(b"data: ") and b"\n" not in block:  # the common case: one data line
+        return block[6:].decode("utf-8")
+    values = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            values.append(value[1:] if value.startswith(b" ") else value)
+        # other fields (event:, id:, retry:) and comments (":") carry nothing the kit reads
+    return b"\n".join(values).decode("utf-8") if values else None
 
 
 def parse_stream(raw: bytes) -> list[str]:

@@ -26,11 +26,10 @@ from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 
 # Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
 # harness times its steps; a workload that times itself (a sweep over message sizes, a
-# profiled step, a served burst) defines `measure(case, device, out_dir) -> dict`, the typed
-# details of its sample; bulky raw data (per-request rows, traces) goes into files in out_dir.
-# Kinds absent here have no workload in this kit version; the runner records them as skipped.
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile",
-             "serve": "kit.workloads.serve"}  # fmt: skip
+# profiled step) defines `measure(case, device, out_dir) -> dict`, the typed details of its
+# sample; bulky raw data (traces) goes into files in out_dir. Serving has no workload process:
+# the engine runs as published and the kit's client drives it from the host (kit.serve.session).
+WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile"}
 
 
 EXIT_OK = 0

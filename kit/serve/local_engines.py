@@ -1,0 +1,90 @@
+"""How an engine starts on this host without its image: the command the image would run, found
+in an environment of this host.
+
+On a CPU host the engine's environment is one the kit makes (manifests/images.lock.yaml,
+`environments`): a virtual environment in the kit's cache with the pinned distribution, made
+once like every cache entry (kit.cache.ensure_entry), in place since a virtual environment
+cannot move. Elsewhere the engine's command must be installed here by the user (on PATH, or its
+module importable by this Python), else the case is unavailable and says how to run it in its
+image instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kit.cache import cache_dir, ensure_entry
+from kit.images import LockedEnvironment, load_lock
+from kit.protocol import Case
+from kit.serve.engines import Engine
+from kit.workloads.harness import Unavailable
+
+INSTALL_TIMEOUT_S = 3600
+
+
+def environment_for(engine: Engine, device: str) -> tuple[str, LockedEnvironment] | None:
+    found = [(name, env) for name, env in load_lock().environments.items() if env.engine == engine.name and env.device == device]
+    return found[0] if found else None
+
+
+def _pip(python: Path, *args: str) -> None:
+    done = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"pip {' '.join(args)} failed: {(done.stderr or done.stdout).strip()[-1500:]}")
+
+
+def make_environment(folder: Path, name: str, env: LockedEnvironment, say) -> dict:
+    """A virtual environment with the pinned distribution, the broken extras taken out, and the
+    dist-info the engine's command needs; checked by asking the command for its version."""
+    say(f"making the {name} environment ({env.requirement}; minutes, once)")
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=600)
+    python = folder / "bin" / "python"
+    _pip(python, "install", "--quiet", env.requirement)
+    if env.remove:
+        _pip(python, "uninstall", "--yes", "--quiet", *env.remove)
+    if env.provides:
+        provided, version = env.provides.split("==")
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        info = Path(purelib) / f"{provided}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {provided}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("kit\n")
+    command = folder / "bin" / env.entrypoint[0]
+    done = subprocess.run([str(command), "--version"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} --version failed: {(done.stderr or done.stdout).strip()[-800:]}")
+    version = done.stdout.strip().splitlines()[-1]
+    say(f"{name}: {env.entrypoint[0]} {version}")
+    return {"kind": "engine-environment", "environment": name, "requirement": env.requirement, "version": version}
+
+
+def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | None, str]:
+    """The engine's entrypoint as a command of this host, its version where known, and the bin
+    folder to put first on its PATH."""
+    found = environment_for(engine, case.device)
+    if found is not None:
+        name, env = found
+        folder = cache_dir() / "engines" / f"{name}-{env.requirement.split('==')[1]}"
+        try:
+            marker = ensure_entry(folder, lambda target: make_environment(target, name, env, say), f"engine environment {name}",
+                                  say, in_place=True)  # fmt: skip
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            raise Unavailable(f"the {name} environment could not be made: {exc}") from None
+        bin_dir = folder / "bin"
+        return [str(bin_dir / env.entrypoint[0]), *env.entrypoint[1:]], marker.get("version"), str(bin_dir)
+    program, rest = engine.entrypoint[0], list(engine.entrypoint[1:])
+    if program in ("python", "python3"):
+        module = rest[1] if rest[:1] == ["-m"] else None
+        if module and importlib.util.find_spec(module.split(".")[0]) is not None:
+            return [sys.executable, *rest], None, str(Path(sys.executable).parent)
+    elif shutil.which(program):
+        return [shutil.which(program), *rest], None, str(Path(shutil.which(program)).parent)
+    raise Unavailable(
+        f"{engine.label} is not installed here ({' '.join(engine.entrypoint)}); it runs in its image: "
+        f"kit images pull {engine.image}, then --executor docker"
+    )

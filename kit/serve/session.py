@@ -1,0 +1,307 @@
+"""One run of a serve case, on the host: the engine as published, the kit's client beside it.
+
+The executor decides where the engine runs (its pinned image, or a process of this host) through
+a `Placement`; everything else happens here, the same way for every placement: the model
+directory the engine reads (config and tokenizer only where the engine makes random weights
+itself; else a synthetic checkpoint, made once), prompts of exactly `input_tokens` tokens as the
+served tokenizer counts them, readiness, untimed warm-up requests, the engine's own counters
+before and after, the burst, the engine stopped gracefully. Into the run's folder go
+requests.jsonl (one row per request: the raw samples every aggregate is computed from),
+engine.log (everything the engine printed), engine.json (how it was started) and rank-0.json
+(the driver's sample). An engine that dies, or never becomes ready, or requests that fail, make
+the run an `error` that keeps the rows of the requests that did finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Protocol
+
+from kit.protocol import Case, ServeParams
+from kit.results import RankSample, RunSample, atomic_write_model, atomic_write_text, sha256_file, utc_now
+from kit.serve.aggregate import aggregate, saturation
+from kit.serve.burst import burst_prompts, token_count
+from kit.serve.client import fire_burst
+from kit.serve.engines import Engine, engine_for
+from kit.serve.process import EngineFailed, http_get, log_tail
+from kit.serve.prometheus import ServerCounters, counter_total
+from kit.workloads.harness import MeasureFailed, Unavailable
+
+STOP_MARGIN_S = 45  # left of the case's timeout for stopping the engine and writing the rows
+WARMUP_SEED_OFFSET = 1  # warm-up prompts are drawn apart from the burst's
+POLL_S = 0.5
+
+
+class EngineHandle(Protocol):
+    """A started engine, wherever it runs."""
+
+    base_url: str
+
+    def exit_code(self) -> int | None: ...
+
+    def stop(self) -> dict: ...
+
+
+class Placement(Protocol):
+    """Where an executor puts a serve case's engine (and, where needed, makes its checkpoint)."""
+
+    name: str
+
+    def checkpoint(self, case: Case, say) -> Path: ...
+
+    def start(self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say) -> tuple[EngineHandle, dict]: ...
+
+
+def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, dict]:
+    """The folder the engine serves and how the result identifies it."""
+    params: ServeParams = case.params
+    if params.model_path:
+        path = Path(params.model_path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model_path {path} has no config.json")
+        files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
+        digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+        return path, {"kind": "user-given", "path": str(path), "sha256": digest, "files": files}
+    from kit.cache import entry_digest, read_marker
+
+    if engine.makes_random_weights:
+        from kit.model_files import weightless_model
+
+        path = weightless_model(case.model, case.shape, params.seed, say=say)
+        kind = "config and tokenizer; the engine makes random weights"
+    else:
+        path = placement.checkpoint(case, say)
+        kind = "synthetic checkpoint"
+    marker = read_marker(path)
+    files = {rel: facts["sha256"] for rel, facts in marker["files"].items()}
+    return path, {"kind": kind, "path": str(path), "sha256": entry_digest(marker), "files": files}
+
+
+def wait_ready(handle: EngineHandle, health_path: str, timeout_s: float) -> float:
+    """Seconds until the health route answered 200; EngineFailed if the engine exits or the
+    time runs out."""
+    started = time.monotonic()
+    while True:
+        code = handle.exit_code()
+        if code is not None:
+            raise EngineFailed(f"the engine exited with code {code} before it was ready")
+        try:
+            status, _ = http_get(handle.base_url + health_path)
+            if status == 200:
+                return time.monotonic() - started
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() - started > timeout_s:
+            raise EngineFailed(f"the engine was not ready after {timeout_s} s")
+        time.sleep(POLL_S)
+
+
+def engine_version(engine: Engine, base_url: str) -> str | None:
+    if engine.version_path is None:
+        return None
+    try:
+        status, body = http_get(base_url + engine.version_path)
+        return str(json.loads(body)["version"]) if status == 200 else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | str:
+    """The engine's generated-token and finished-request counters, or why they cannot be read."""
+    try:
+        status, body = http_get(base_url + "/metrics", timeout=10)
+    except OSError as exc:
+        return f"GET /metrics failed: {exc}"
+    if status != 200:
+        return f"GET /metrics answered {status}"
+    text = body.decode("utf-8", errors="replace")
+    found: dict[str, float | None] = {}
+    for field, counter in (("generated_tokens", engine.generated_tokens), ("finished_requests", engine.finished_requests)):
+        values = [counter_total(text, name, dict(counter.exclude)) for name in counter.metric_names()]
+        found[field] = next((value for value in values if value is not None), None)
+    return found
+
+
+def counters_during(engine: Engine, before: dict | str, after: dict | str) -> ServerCounters:
+    names = f"{engine.generated_tokens.metric_names()[0]}, {engine.finished_requests.metric_names()[0]}"
+    if isinstance(before, str) or isinstance(after, str):
+        return ServerCounters(source=names, unavailable=before if isinstance(before, str) else after)
+    delta = {key: (after[key] - before[key]) if None not in (after[key], before[key]) else None for key in before}
+    missing = [key for key, value in delta.items() if value is None]
+    return ServerCounters(
+        **delta, source=names, unavailable=f"/metrics has no {', '.join(missing)} counter" if missing else None
+    )
+
+
+def serving_bound_details(case: Case, totals) -> dict:
+    """The roofline of this burst on this host's GPUs (kit.predictions.serving_bounds), beside the
+    measurement; or why there is none."""
+    from kit.predictions import device_spec, serving_bounds
+
+    spec = device_spec(case, _device_names(case))
+    if spec is None:
+        what = "a CPU" if case.device != "cuda" else "a GPU manifests/hardware.yaml does not list"
+        return {"unavailable": f"no peak figures for {what}: no bound computed"}
+    generated = round(totals.output_tokens / totals.completed) if totals.completed else None
+    bounds = serving_bounds(case, spec, generated)
+    if bounds is None:
+        return {"unavailable": f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}"}
+    return bounds.model_dump(mode="json")
+
+
+def announce_first():
+    """Print one line when the first request of the burst has finished (progress for a person
+    watching log.txt; one print, so the client's timing is not disturbed)."""
+    said = []
+
+    def on_end(record) -> None:
+        if record.ok and not said:
+            said.append(record.index)
+            print(f"serve: first request finished ({record.latency:.2f} s)", flush=True)
+
+    return on_end
+
+
+def write_rows(path: Path, records) -> None:
+    atomic_write_text(path, "".join(record.model_dump_json() + "\n" for record in records))
+
+
+def measure(case: Case, placement: Placement, out_dir: Path, say) -> dict:
+    """The burst against the engine the placement starts; the details of the driver's sample.
+    Raises Unavailable, or MeasureFailed with what was measured before the failure."""
+    from kit.model_files import load_tokenizer
+
+    started = time.monotonic()
+    params: ServeParams = case.params
+    engine = engine_for(params)
+    model_dir, model = model_directory(case, engine, placement, say)
+
+    tokenizer = load_tokenizer(model_dir)
+    prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed)
+    counts = [token_count(tokenizer, prompt) for prompt in prompts]
+    warmup = burst_prompts(tokenizer, params.warmup_requests, params.input_tokens, params.seed + WARMUP_SEED_OFFSET)
+
+    handle, launch = placement.start(engine, case, model_dir, out_dir, say)
+    details: dict = {
+        "engine": {"name": engine.name, "label": engine.label, "placement": placement.name, **launch},
+        "model": model,
+        "prompts": {"count": len(prompts), "input_tokens": params.input_tokens, "counted_by": "served tokenizer"},
+        "ignore_eos": params.ignore_eos if engine.ignore_eos_note is None else False,
+        "ignore_eos_note": engine.ignore_eos_note,
+        "files": {"requests": "requests.jsonl", "engine_log": "engine.log", "engine": "engine.json"},
+    }
+    atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
+    burst = None
+    failure = None
+    before: dict | str = "not read"
+    after: dict | str = "not read"
+    try:
+        say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
+        details["engine"]["ready_s"] = wait_ready(handle, engine.health_path, params.ready_timeout_s)
+        details["engine"]["version"] = engine_version(engine, handle.base_url) or launch.get("version")
+        if warmup:
+            warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
+            errors = [r.error for r in warm.records if not r.ok]
+            details["warmup"] = {"requests": len(warmup), "duration_s": warm.duration, "errors": errors}
+            if errors:
+                raise EngineFailed(f"the warm-up request failed: {errors[0]}")
+        before = read_counters(engine, handle.base_url)
+        budget = params.timeout_s - (time.monotonic() - started) - STOP_MARGIN_S
+        say(f"serve: burst of {len(prompts)} requests released")
+        burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first())
+        after = read_counters(engine, handle.base_url)
+        if handle.exit_code() is not None:
+            failure = f"the engine exited with code {handle.exit_code()} during the burst"
+    except EngineFailed as exc:
+        failure = str(exc)
+    finally:
+        details["engine"]["stop"] = handle.stop()
+        atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
+
+    if burst is not None:
+        write_rows(out_dir / "requests.jsonl", burst.records)
+        totals = aggregate(burst.records, burst.duration)
+        details["aggregates"] = totals.model_dump()
+        details["client"] = {**burst.load.model_dump(), "cpu_share": burst.load.cpu_share,
+                             "cpu_us_per_event": burst.load.cpu_us_per_event}  # fmt: skip
+        details["saturation"] = saturation(burst.load, totals.tpot_s.median if totals.tpot_s else None,
+                                           burst.duration).model_dump()  # fmt: skip
+        counters = counters_during(engine, before, after)
+        client_tokens = sum(r.streamed_tokens for r in burst.records)
+        details["tokens"] = {
+            "client_counted": client_tokens,
+            "token_events": sum(r.token_events for r in burst.records),
+            "engine_reported_per_request": sum(r.output_tokens for r in burst.records if r.output_tokens_source == "server"),
+            "server_counters": counters.model_dump(),
+            "equal": counters.generated_tokens is not None and client_tokens == counters.generated_tokens,
+        }
+        details["bounds"] = serving_bound_details(case, totals)
+        mismatched = [r.index for r in burst.records if r.server_prompt_tokens not in (None, r.input_tokens)]
+        details["prompts"]["server_count_mismatches"] = mismatched
+        details["short_outputs"] = sum(1 for r in burst.records if r.ok and r.output_tokens < params.max_output_tokens)
+        if failure is None and totals.errors:
+            first = next(r.error for r in burst.records if not r.ok)
+            failure = f"{totals.errors} of {totals.requests} requests failed (first: {first})"
+        if failure is None and mismatched:
+            failure = f"{len(mismatched)} prompts were counted differently by the engine than by its tokenizer"
+        if failure is not None:
+            failure += f"; {totals.completed} of {totals.requests} requests finished and are kept in requests.jsonl"
+    if failure is not None:
+        tail = log_tail(out_dir / "engine.log")
+        details["engine"]["log_tail"] = tail
+        say(f"serve: {failure}\n--- engine.log (last lines) ---\n{tail}")
+        raise MeasureFailed(f"{failure}; engine log: engine.log", details)
+    return details
+
+
+def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) -> RunSample:
+    """One independent run of a serve case: the driver's sample, judged like any other run."""
+    from kit.execute.samples import run_sample
+
+    out_dir = case_dir / "runs" / str(index)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def say(line: str) -> None:
+        log.write(line.rstrip("\n") + "\n")
+        log.flush()
+
+    say(f"\n=== run {index}: serve {case.params.engine} ({placement.name})")
+    started, begun = time.monotonic(), utc_now()
+    base = dict(rank=0, world_size=1, device=case.device, started_at=begun,
+                device_name=", ".join(_device_names(case)) or platform.machine())  # fmt: skip
+    try:
+        details = measure(case, placement, out_dir, say)
+        sample = RankSample(**base, status="ok", details=details, finished_at=utc_now())
+    except Unavailable as exc:
+        sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
+    except MeasureFailed as exc:
+        sample = RankSample(**base, status="error", reason=str(exc)[:2000], details=exc.details, finished_at=utc_now())
+    except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
+        sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
+    atomic_write_model(out_dir / "rank-0.json", sample)
+    wall_s = time.monotonic() - started
+    say(f"=== run {index}: {sample.status} after {wall_s:.1f} s" + (f" ({sample.reason})" if sample.reason else ""))
+    return run_sample(index=index, ranks=[sample], expected_ranks=1, exit_code=0 if sample.status == "ok" else 1,
+                      wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+
+
+def _device_names(case: Case) -> list[str]:
+    if case.device != "cuda":
+        return []
+    from kit.fingerprint import gpu_names
+
+    return gpu_names()[: case.gpus]
+
+
+def clean_environment(*layers: dict[str, str]) -> dict[str, str]:
+    """An engine process's environment, built from scratch: no launcher variables (RANK,
+    MASTER_ADDR, TORCHELASTIC_*...) can reach it; the host's PATH, HOME and locale only."""
+    env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if key in os.environ}
+    for layer in layers:
+        env.update(layer)
+    return env
