@@ -74,6 +74,31 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
         sys.exit(1)
 
 
+@cli.command("preflight")
+@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--executor", type=click.Choice(["docker", "local"]), help="check the images as this executor would run them")
+@click.option("--json", "as_json", is_flag=True, help="the lines as JSON")
+def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
+    """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
+    from kit.fingerprint import gpu_names
+    from kit.preflight import run_preflight
+
+    host = runner.Host(gpu_names=gpu_names())
+    plan = load_plan(profile, host.gpu_names)
+    _, checks = runner.preflight(plan)
+    cases = [case for case in plan.cases if runner.skip_reason(case, host) is None]
+    say = (lambda line: click.echo(line, err=True))
+    result = run_preflight(cases, executor, checks, say=say)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        from kit.console import console, preflight_table
+
+        console.print(preflight_table(result))
+    if any(line.status == "fail" for line in result.lines):
+        sys.exit(1)
+
+
 @cli.command("list")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
@@ -115,14 +140,15 @@ def _stop_on_sigterm() -> None:
               help="where cases run (default: docker when an engine answers and the image is here, else local)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
-def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom) -> None:
+@click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight) -> None:
     """Run cases of the protocol into a run directory."""
     from kit.console import RichProgress, checks_table, console, plan_table, summary_table
     from kit.fingerprint import gpu_names
 
     host = runner.Host(gpu_names=gpu_names())
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom:
+        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
@@ -176,6 +202,19 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
+        info = run_dir.read_info()
+        if no_preflight:
+            info.no_preflight = True
+        else:
+            from kit.console import preflight_table
+            from kit.preflight import run_preflight
+
+            runnable = [case for case in cases if runner.skip_reason(case, host, skip_predicted_oom) is None]
+            console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
+            checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line))
+            console.print(preflight_table(checked))
+            info.preflight = checked.model_dump(mode="json")
+        run_dir.write_info(info)
     console.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), already_done=len(finished)) as progress:

@@ -173,3 +173,14 @@ def verify_table(states) -> Table:
         style = VERIFY_STYLE[state.status]
         table.add_row(state.name, f"[{style}]{state.status}[/]", "\n".join(lines) or "")
     return table
+
+
+def preflight_table(preflight) -> Table:
+    """`kit preflight`: one row per check of an image, with what to do about a failure."""
+    table = Table(title=f"Preflight ({preflight.seconds:.0f} s)", title_justify="left")
+    for column, width in (("image", None), ("check", 44), ("status", None), ("detail", 50), ("what to do", 40)):
+        table.add_column(column, max_width=width)
+    for line in preflight.lines:
+        style = "green" if line.status == "ok" else "red"
+        table.add_row(line.image, line.check, f"[{style}]{line.status}[/]", line.detail, line.hint or "")
+    return table

@@ -136,6 +136,8 @@ class RunInfo(BaseModel):
     forced: bool = False  # started with --force despite failing checks
     findings: list[Finding] = []  # drift between fingerprint.json and fingerprint-after.json
     skip_predicted_oom: bool = False  # --skip-predicted-oom: GPU cases the memory model says cannot fit are skipped
+    preflight: dict[str, Any] | None = None  # kit.preflight.Preflight, as checked before the first case
+    no_preflight: bool = False  # started with --no-preflight
 
 
 def atomic_write_text(path: Path, text: str) -> None:

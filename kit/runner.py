@@ -21,6 +21,7 @@ from kit.environment import Check, drift, evaluate, load_expectations
 from kit.fingerprint import Fingerprint, collect, probe_this_python
 from kit.hardware import load_hardware
 from kit.predictions import host_gpu_spec, predicted_oom
+from kit.preflight import Preflight
 from kit.protocol import Case, Plan
 from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
 from kit.workloads.harness import WORKLOADS
@@ -147,15 +148,17 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
 
 
 def execute_case(
-    run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None, skip_predicted_oom: bool = False
+    run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None, skip_predicted_oom: bool = False,
+    preflight_failed: dict[str, str] | None = None,
 ) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
     reason = skip_reason(case, host, skip_predicted_oom)
-    if reason is not None:
+    failed = (preflight_failed or {}).get(case.image) if reason is None else None
+    if reason is not None or failed is not None:
         result = Result(
-            case_id=case.id, stage=case.stage, status="skipped", reason=reason, case=case,
-            executor="none", started_at=started, finished_at=utc_now(),
+            case_id=case.id, stage=case.stage, status="skipped" if failed is None else "error", reason=reason or failed,
+            case=case, executor="none", started_at=started, finished_at=utc_now(),
         )  # fmt: skip
         run.write_result(result)
         return result
@@ -194,11 +197,12 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     pending = [cases[cid] for cid in info.selected if not run.is_finished(cid)]
     total = len(info.selected)
     done = total - len(pending)
+    preflight_failed = Preflight.model_validate(info.preflight).failed_images() if info.preflight else {}
     try:
         for case in pending:
             done += 1
             progress.case_started(case, done, total)
-            result = execute_case(run, case, host, progress, requested, info.skip_predicted_oom)
+            result = execute_case(run, case, host, progress, requested, info.skip_predicted_oom, preflight_failed)
             progress.case_finished(result, done, total)
             if record_images(info, result):
                 run.write_info(info)

@@ -154,15 +154,15 @@ def serving_bound_details(case: Case, totals) -> dict:
     return bounds.model_dump(mode="json")
 
 
-def announce_first():
-    """Print one line when the first request of the burst has finished (progress for a person
-    watching log.txt; one print, so the client's timing is not disturbed)."""
+def announce_first(say):
+    """Say one line when the first request of the burst has finished (progress for a person
+    watching log.txt; one line, so the client's timing is not disturbed)."""
     said = []
 
     def on_end(record) -> None:
         if record.ok and not said:
             said.append(record.index)
-            print(f"serve: first request finished ({record.latency:.2f} s)", flush=True)
+            say(f"serve: first request finished ({record.latency:.2f} s)")
 
     return on_end
 
@@ -213,7 +213,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say) -> dict:
         before = read_counters(engine, handle.base_url)
         budget = params.timeout_s - (time.monotonic() - started) - STOP_MARGIN_S
         say(f"serve: burst of {len(prompts)} requests released")
-        burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first())
+        burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first(say))
         after = read_counters(engine, handle.base_url)
         if handle.exit_code() is not None:
             failure = f"the engine exited with code {handle.exit_code()} during the burst"

@@ -1,0 +1,157 @@
+"""Preflight: minutes on a new host, every image and engine the plan needs checked before hours of work.
+
+Each image the plan runs in is checked the way the plan will use it, through the same executor:
+a miniature case of each of its stages (the tiny Llama, one step, one request, one message size)
+runs for real, so a broken image, driver, framework or engine shows in minutes, not hours into
+the run. With the docker executor, the image's presence and its match with the lock are checked
+first. A failed line says what to do. `kit run` runs the preflight first (unless told
+--no-preflight): the cases of an image whose check failed end `error` with the preflight's
+reason, and the other stages run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from kit.protocol import Case, load_protocol
+
+MINIATURE_MODEL = "tiny-llama"
+MINIATURE_TIMEOUT_S = 600
+
+
+class PreflightLine(BaseModel):
+    """One check of one image: what was tried, how it went, and what to do if it failed."""
+
+    image: str
+    check: str
+    status: Literal["ok", "fail"]
+    detail: str
+    hint: str | None = None
+    seconds: float
+
+
+class Preflight(BaseModel):
+    lines: list[PreflightLine]
+    seconds: float
+
+    def failed_images(self) -> dict[str, str]:
+        """Image -> the first failed check's reason, for the cases that would run in it."""
+        failed: dict[str, str] = {}
+        for line in self.lines:
+            if line.status == "fail" and line.image != "host" and line.image not in failed:
+                failed[line.image] = f"preflight: {line.check} failed: {line.detail}"
+        return failed
+
+
+def miniature(case: Case) -> Case:
+    """The case's smallest real form: the tiny Llama, one run, one warm-up-free step, one
+    message size, one short request; same stage, method, image, device and executor path."""
+    tiny = load_protocol().models[MINIATURE_MODEL]
+    params = case.params
+    common = {"runs": 1, "timeout_s": MINIATURE_TIMEOUT_S}
+    if params.kind in ("train", "profile"):
+        update = {**common, "warmup_steps": 0, "measured_steps": 1, "micro_batch": 1, "seq_len": 32}
+        model = {"model": MINIATURE_MODEL, "shape": tiny}
+    elif params.kind == "comm":
+        update = {**common, "min_bytes": 1024, "max_bytes": 1024, "warmup_iters": 1, "iters": 2}
+        model = {}
+    else:  # serve
+        update = {**common, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
+                  "ready_timeout_s": 480}  # fmt: skip
+        model = {"model": MINIATURE_MODEL, "shape": tiny}
+    return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})
+
+
+def representatives(cases: list[Case]) -> list[Case]:
+    """One case per image and stage (per engine for serving), in plan order; a method that
+    cannot run on this device by design (FlashAttention on a CPU) does not represent its stage."""
+    chosen: dict[tuple[str, str], Case] = {}
+    for case in cases:
+        if case.device == "cpu" and getattr(case.params, "attention", None) == "flash_attention_2":
+            continue
+        chosen.setdefault((case.image, case.stage), case)
+    return list(chosen.values())
+
+
+def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
+    """With docker: the image is here and is what the lock pins."""
+    if executor_name != "docker":
+        return []
+    from kit import images
+
+    started = time.monotonic()
+    lock = images.load_lock()
+    state = images.verify_one(image, lock.images[image], probe=False)
+    kind = "build" if lock.images[image].build else "pull"
+    if state.image_id is None:  # "missing", or "unpinned" and not here either
+        return [PreflightLine(image=image, check="image present", status="fail", detail=f"{state.reference} is not here",
+                              hint=f"kit images {kind} {image}", seconds=time.monotonic() - started)]  # fmt: skip
+    # Built on another base (`kit images build --base`, as where no registry answers) is the
+    # builder's choice and is said; anything else that differs is not the pinned image.
+    differs = [f"{d.field}: lock {d.lock}, here {d.local}" for d in state.differences if d.field != "base"]
+    based = [f"built on {d.local}, not the pinned {d.lock}" for d in state.differences if d.field == "base"]
+    return [PreflightLine(
+        image=image, check="image matches the lock", status="fail" if differs else "ok",
+        detail="; ".join(differs + based) or f"{state.reference} ({(state.image_id or '')[:19]})",
+        hint=f"kit images verify {image}, then kit images {kind} {image}" if differs else None,
+        seconds=time.monotonic() - started,
+    )]  # fmt: skip
+
+
+def _case_line(case: Case, executor, work: Path) -> PreflightLine:
+    """Run the miniature for real, through the executor the plan will use."""
+    started = time.monotonic()
+    small = miniature(case)
+    folder = work / small.id
+    folder.mkdir(parents=True, exist_ok=True)
+    from kit.results import atomic_write_model
+
+    atomic_write_model(folder / "case.json", small)
+    what = {"train": "one training step", "profile": "one profiled step", "comm": "one collective of 1 KiB",
+            "serve": "one streamed request"}[case.params.kind]  # fmt: skip
+    check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
+    with (folder / "log.txt").open("a", encoding="utf-8") as log:
+        try:
+            sample = executor.run_once(small, folder, 1, log)
+            status, detail = ("ok", f"{executor.NAME}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
+                ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer
+            status, detail = "fail", f"{type(exc).__name__}: {exc}"
+    hint = None if status == "ok" else f"see {folder / 'log.txt'}" + (
+        f" and {folder / 'runs/1/engine.log'}" if case.params.kind == "serve" else "")  # fmt: skip
+    return PreflightLine(image=case.image, check=check, status=status, detail=detail[:600], hint=hint,
+                         seconds=time.monotonic() - started)  # fmt: skip
+
+
+def gate_line(checks) -> PreflightLine:
+    """The fingerprint gate (kit doctor's checks) as one line."""
+    failed = [check for check in checks if check.status == "fail"]
+    detail = "; ".join(f"{check.name}: {check.observed}" for check in failed) or f"{len(checks)} environment checks pass"
+    return PreflightLine(image="host", check="environment (kit doctor)", status="fail" if failed else "ok",
+                         detail=detail, hint=failed[0].remedy if failed else None, seconds=0.0)  # fmt: skip
+
+
+def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Path | None = None, say=print) -> Preflight:
+    """Every image the cases need, checked, after the environment gate; the miniatures' folders
+    go into `out_dir` (kept as evidence of the check)."""
+    from kit.execute import choose
+
+    started = time.monotonic()
+    work = out_dir or Path(tempfile.mkdtemp(prefix="kit-preflight-"))
+    lines: list[PreflightLine] = [gate_line(checks)]
+    checked_images: set[str] = set()
+    for case in representatives(cases):
+        executor = choose(case, requested)
+        if case.image not in checked_images:
+            checked_images.add(case.image)
+            lines += _image_lines(case.image, executor.NAME)
+        if any(line.image == case.image and line.status == "fail" for line in lines):
+            continue  # no use starting what is not there
+        say(f"preflight: {case.image}, {case.stage} ({executor.NAME})")
+        lines.append(_case_line(case, executor, work))
+    return Preflight(lines=lines, seconds=time.monotonic() - started)
