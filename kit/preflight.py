@@ -68,13 +68,14 @@ def miniature(case: Case) -> Case:
 
 
 def representatives(cases: list[Case]) -> list[Case]:
-    """One case per image and stage (per engine for serving), in plan order; a method that
-    cannot run on this device by design (FlashAttention on a CPU) does not represent its stage."""
+    """One case per image and workload (stages that run the same workload in the same image, as
+    pre-training, fine-tuning and scaling do, share one), in plan order; a method that cannot
+    run on this device by design (FlashAttention on a CPU) represents nothing."""
     chosen: dict[tuple[str, str], Case] = {}
     for case in cases:
         if case.device == "cpu" and getattr(case.params, "attention", None) == "flash_attention_2":
             continue
-        chosen.setdefault((case.image, case.stage), case)
+        chosen.setdefault((case.image, case.workload), case)
     return list(chosen.values())
 
 

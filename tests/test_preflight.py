@@ -27,10 +27,11 @@ def test_a_miniature_keeps_what_the_case_exercises_and_shrinks_what_takes_time(p
     assert comm.params.min_bytes == comm.params.max_bytes == 1024 and comm.params.backend == "nccl-tests"
 
 
-def test_one_representative_per_image_and_stage_never_one_unavailable_by_design(smoke_plan, paper_plan):
+def test_one_representative_per_image_and_workload_never_one_unavailable_by_design(smoke_plan, paper_plan):
     picked = representatives(smoke_plan.cases)
-    assert len({(c.image, c.stage) for c in picked}) == len(picked)
-    assert {c.stage for c in picked} == {c.stage for c in smoke_plan.cases}
+    assert len({(c.image, c.workload) for c in picked}) == len(picked)
+    assert {c.workload for c in picked} == {c.workload for c in smoke_plan.cases}
+    assert [c.stage for c in picked] == ["pretrain", "comm", "profile", "serve"]
     assert not any("f" in c.method.split("+") for c in picked)  # FlashAttention is unavailable on a CPU
     engines = {c.params.engine for c in representatives(paper_plan.cases) if c.stage == "serve"}
     assert engines == {"vllm", "tgi", "lightllm"}  # each engine has its own image
@@ -52,7 +53,7 @@ def test_kit_preflight_passes_on_this_cpu_host_and_prints_its_table():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     checks = {line["check"].split(":")[0] for line in result["lines"]}
-    assert {"environment (kit doctor)", "pretrain", "finetune", "scaling", "profile", "comm", "serve"} <= checks
+    assert {"environment (kit doctor)", "pretrain", "profile", "comm", "serve"} <= checks
     assert all(line["status"] == "ok" for line in result["lines"]) and result["seconds"] < 300
 
 
