@@ -29,8 +29,9 @@ def default_profile(gpu_names: list[str]) -> str:
 
 
 def load_plan(profile: str | None, gpu_names: list[str]) -> Plan:
+    """The profile's plan, fitted to this host's GPUs where it has any."""
     protocol = load_protocol()
-    return build_plan(protocol, profile or default_profile(gpu_names))
+    return build_plan(protocol, profile or default_profile(gpu_names), host_gpus=len(gpu_names) or None)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,20 +103,33 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 @cli.command("list")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
-def list_cases(profile: str | None, as_json: bool) -> None:
-    """Show the plan: every case of a profile."""
-    from kit.fingerprint import gpu_names
+@click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="plan for the host this fingerprint describes (kit doctor --json, or a run's fingerprint.json)")
+def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
+    """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
+    if fingerprint_file is not None:
+        from kit.fingerprint import Fingerprint
 
-    plan = load_plan(profile, gpu_names() if profile is None else [])
+        data = json.loads(fingerprint_file.read_text(encoding="utf-8"))
+        found = Fingerprint.model_validate(data.get("fingerprint", data))  # kit doctor --json wraps it
+        names = [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
+    else:
+        from kit.fingerprint import gpu_names
+
+        names = gpu_names()
+    host = runner.Host(gpu_names=names)
+    plan = load_plan(profile, names)
+    skipped = {case.id: reason for case in plan.cases if (reason := runner.skip_reason(case, host))}
     if as_json:
-        click.echo(plan.model_dump_json(indent=2))
+        click.echo(json.dumps({**plan.model_dump(mode="json"), "host": {"gpus": host.gpu_count, "skipped": skipped}}, indent=2))
         return
     from kit.console import plan_table
 
-    click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases)")
+    click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases; host: {host.gpu_count} GPUs"
+               f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''})")  # fmt: skip
     from rich.console import Console
 
-    Console().print(plan_table(f"profile {plan.profile}", plan.cases))
+    Console().print(plan_table(f"profile {plan.profile}", plan.cases, on_host=skipped))
 
 
 def _stop_on_sigterm() -> None:

@@ -20,13 +20,16 @@ CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
 
 
-def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset()) -> Table:
+def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None) -> Table:
+    """The cases; with `on_host`, each case this host cannot run says why (skipped: ...)."""
     table = Table(title=title, title_justify="left")
     table.add_column("case", no_wrap=True)
     for column in ("model", "method", "GPUs", "runs", "steps (warm-up + measured)"):
         table.add_column(column)
     if finished:
         table.add_column("state")
+    if on_host is not None:
+        table.add_column("on this host")
     for case in cases:
         steps = getattr(case.params, "measured_steps", None)
         row = [
@@ -39,6 +42,8 @@ def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset()) 
         ]
         if finished:
             row.append("done" if case.id in finished else "to run")
+        if on_host is not None:
+            row.append(f"skipped: {on_host[case.id]}" if case.id in on_host else "runs")
         table.add_row(*row)
     return table
 

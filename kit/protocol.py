@@ -145,6 +145,10 @@ class Stage(Strict):
     unpublished: tuple[str, ...] = ()
     interpretation: dict[str, str] = {}
     matrix: Matrix
+    # How the stage's GPU counts follow a GPU host: `fixed` as written (a case needing more GPUs
+    # than the host has is skipped, saying so); `sweep` 1, 2, 4, ... up to all of the host's
+    # GPUs; `all` every GPU of the host (at least 2: a collective needs two).
+    fit: Literal["fixed", "sweep", "all"] = "fixed"
 
 
 class ProfileStage(Strict):
@@ -210,6 +214,16 @@ class Plan(BaseModel):
     device: Literal["cuda", "cpu"]
     comparable_to_reference: bool
     cases: list[Case]
+    fitted_to_gpus: int | None = None  # the host GPU count the stages that follow the host were fitted to
+
+
+def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) -> tuple[int, ...]:
+    """A stage's GPU counts on a host with `host_gpus` GPUs (see Stage.fit)."""
+    if not host_gpus or fit == "fixed":
+        return counts
+    if fit == "all":
+        return (max(host_gpus, 2),)
+    return tuple(sorted({2**k for k in range(host_gpus.bit_length()) if 2**k <= host_gpus} | {host_gpus}))
 
 
 def protocol_path() -> Path:
@@ -267,13 +281,15 @@ def _case_image(stage: Stage, profile: Profile, method: str, options: dict[str, 
 
 
 def _stage_cases(
-    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path
+    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path, host_gpus: int | None
 ) -> list[Case]:
     stage, profile = protocol.stages[stage_name], protocol.profiles[profile_name]
     options = protocol.option_sets[stage.options]
     models = narrowed.models if narrowed.models is not None else stage.matrix.models
     methods = narrowed.methods if narrowed.methods is not None else stage.matrix.methods
     gpu_counts = narrowed.gpus if narrowed.gpus is not None else stage.matrix.gpus
+    if profile.device == "cuda":
+        gpu_counts = fitted_gpu_counts(stage.fit, gpu_counts, host_gpus)
     where = f"profiles.{profile_name}.stages.{stage_name}"
     cases = []
     for model in models or (None,):
@@ -311,15 +327,16 @@ def _stage_cases(
     return cases
 
 
-def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None) -> Plan:
-    """Every case of a profile, in manifest order (stage, model, method, GPUs)."""
+def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None) -> Plan:
+    """Every case of a profile, in manifest order (stage, model, method, GPUs); on a GPU host
+    (`host_gpus`), the stages that follow the host fitted to its GPUs."""
     path = path or protocol_path()
     if profile_name not in protocol.profiles:
         raise ManifestError(path, "profiles", f"no profile {profile_name!r} (known: {', '.join(protocol.profiles)})")
     profile = protocol.profiles[profile_name]
     cases: list[Case] = []
     for stage_name, narrowed in profile.stages.items():
-        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path)
+        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host_gpus)
     seen: set[str] = set()
     for case in cases:
         if case.id in seen:
@@ -331,6 +348,7 @@ def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None) 
         device=profile.device,
         comparable_to_reference=profile.comparable_to_reference,
         cases=cases,
+        fitted_to_gpus=host_gpus if profile.device == "cuda" and host_gpus else None,
     )
 
 

@@ -59,7 +59,7 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str
     if case.workload not in (*WORKLOADS, "serve"):
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
     if case.device == "cuda" and case.gpus > host.gpu_count:
-        return f"needs {case.gpus} GPUs, this host has {host.gpu_count}"
+        return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
     if skip_predicted_oom and case.device == "cuda":
         return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()))
     return None
