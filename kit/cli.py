@@ -120,16 +120,26 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     host = runner.Host(gpu_names=names)
     plan = load_plan(profile, names)
     skipped = {case.id: reason for case in plan.cases if (reason := runner.skip_reason(case, host))}
+    from kit.estimate import duration_text, estimates
+
+    runnable = [case for case in plan.cases if case.id not in skipped]
+    predicted = estimates(runnable, runner.RUNS_ROOT, names)
+    known = [e.seconds for e in predicted.values() if e.seconds is not None]
+    unknown = len(predicted) - len(known)
+    total = "no estimate (no earlier run here)" if not known else \
+        f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
     if as_json:
-        click.echo(json.dumps({**plan.model_dump(mode="json"), "host": {"gpus": host.gpu_count, "skipped": skipped}}, indent=2))
+        host_info = {"gpus": host.gpu_count, "skipped": skipped,
+                     "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()}}  # fmt: skip
+        click.echo(json.dumps({**plan.model_dump(mode="json"), "host": host_info}, indent=2))
         return
     from kit.console import plan_table
 
     click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases; host: {host.gpu_count} GPUs"
-               f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''})")  # fmt: skip
+               f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})")  # fmt: skip
     from rich.console import Console
 
-    Console().print(plan_table(f"profile {plan.profile}", plan.cases, on_host=skipped))
+    Console().print(plan_table(f"profile {plan.profile}", plan.cases, on_host=skipped or None, estimates=predicted))
 
 
 def _stop_on_sigterm() -> None:
@@ -217,6 +227,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
         info = run_dir.read_info()
+        from kit.estimate import estimates
+
+        info.estimates = {k: e.model_dump() for k, e in estimates(cases, runner.RUNS_ROOT, host.gpu_names).items()}
         if no_preflight:
             info.no_preflight = True
         else:
@@ -231,7 +244,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         run_dir.write_info(info)
     console.print(f"run directory: {run_dir.root}")
     try:
-        with RichProgress(total=len(cases), already_done=len(finished)) as progress:
+        with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]")

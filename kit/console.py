@@ -20,8 +20,12 @@ CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
 
 
-def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None) -> Table:
-    """The cases; with `on_host`, each case this host cannot run says why (skipped: ...)."""
+def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
+               estimates: dict | None = None) -> Table:
+    """The cases; with `on_host`, each case this host cannot run says why (skipped: ...); with
+    `estimates`, how long each will take."""
+    from kit.estimate import duration_text
+
     table = Table(title=title, title_justify="left")
     table.add_column("case", no_wrap=True)
     for column in ("model", "method", "GPUs", "runs", "steps (warm-up + measured)"):
@@ -30,6 +34,8 @@ def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), 
         table.add_column("state")
     if on_host is not None:
         table.add_column("on this host")
+    if estimates is not None:
+        table.add_column("estimated")
     for case in cases:
         steps = getattr(case.params, "measured_steps", None)
         row = [
@@ -44,6 +50,8 @@ def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), 
             row.append("done" if case.id in finished else "to run")
         if on_host is not None:
             row.append(f"skipped: {on_host[case.id]}" if case.id in on_host else "runs")
+        if estimates is not None:
+            row.append(duration_text(estimates[case.id].seconds) if case.id in estimates else "-")
         table.add_row(*row)
     return table
 
@@ -105,18 +113,32 @@ def summary_table(results: list[Result]) -> Table:
 class RichProgress(runner.Progress):
     """A live bar: which case, which run of it, how many cases left, time elapsed."""
 
-    def __init__(self, total: int, already_done: int):
+    def __init__(self, total: int, already_done: int, estimates: dict | None = None):
+        from kit.estimate import Estimate
+
         self.started = time.monotonic()
+        self.predicted = {case_id: Estimate.model_validate(e) for case_id, e in (estimates or {}).items()}
+        self.actual: dict[str, float] = {}
+        self.pending = set(self.predicted)
+        self.case_started_at = self.started
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("cases"),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
             console=console,
             transient=False,
         )
-        self.task = self.bar.add_task("starting", total=total, completed=already_done)
+        self.task = self.bar.add_task("starting", total=total, completed=already_done, eta=self.eta_text())
+
+    def eta_text(self) -> str:
+        """What is left by the estimates, corrected by how the finished cases compared."""
+        from kit.estimate import duration_text, remaining_seconds
+
+        left = remaining_seconds(sorted(self.pending), self.predicted, self.actual)
+        return f"ETA {duration_text(left)}" if left is not None else ""
 
     def __enter__(self):
         self.bar.start()
@@ -126,6 +148,7 @@ class RichProgress(runner.Progress):
         self.bar.stop()
 
     def case_started(self, case: Case, position: int, total: int) -> None:
+        self.case_started_at = time.monotonic()
         self.bar.update(self.task, description=case.id)
 
     def run_started(self, case: Case, index: int, runs: int) -> None:
@@ -135,7 +158,10 @@ class RichProgress(runner.Progress):
         style = STATUS_STYLE.get(result.status, "")
         detail = headline(result) if result.status == "ok" else (result.reason or "")[:100]
         self.bar.console.print(f"[{style}]{result.status:>11}[/]  {result.case_id}  {detail}")
-        self.bar.update(self.task, completed=position)
+        self.pending.discard(result.case_id)
+        if result.status == "ok":
+            self.actual[result.case_id] = time.monotonic() - self.case_started_at
+        self.bar.update(self.task, completed=position, eta=self.eta_text())
 
 
 VERIFY_STYLE = {"ok": "green", "differs": "red", "missing": "yellow", "unpinned": "yellow"}

@@ -138,6 +138,7 @@ class RunInfo(BaseModel):
     skip_predicted_oom: bool = False  # --skip-predicted-oom: GPU cases the memory model says cannot fit are skipped
     preflight: dict[str, Any] | None = None  # kit.preflight.Preflight, as checked before the first case
     no_preflight: bool = False  # started with --no-preflight
+    estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -48,7 +48,10 @@ class Progress:
     def case_finished(self, result: Result, position: int, total: int) -> None: ...
 
 
-def default_run_dir(profile: str, root: Path = Path("runs")) -> Path:
+RUNS_ROOT = Path("runs")  # where run directories go by default, and earlier runs are looked up
+
+
+def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return root / f"{stamp}-{profile}"
 
