@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 
 def kit(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, cwd=cwd)
+    env = {**os.environ, "COLUMNS": "400"}  # wide enough that rich prints case ids whole
+    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_help_lists_the_commands():
@@ -36,7 +38,10 @@ def test_run_of_an_unknown_case_is_refused():
 def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     done = kit("run", "--all", "--profile", "smoke", "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "pretrain.tiny-llama.z3+o.g2" in done.stderr.replace("\n", "") or "z3+o" in done.stderr
+    from kit.protocol import build_plan, load_protocol
+
+    listed = {line.split()[1] for line in done.stderr.splitlines() if line.startswith("│")}
+    assert listed == {case.id for case in build_plan(load_protocol(), "smoke").cases}
     assert list(tmp_path.iterdir()) == []
 
 
