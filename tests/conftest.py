@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -35,3 +36,43 @@ def manifests_copy(tmp_path, monkeypatch) -> Path:
     shutil.copytree(manifests_dir(), copy)
     monkeypatch.setenv("KIT_MANIFESTS", str(copy))
     return copy
+
+
+# --- skips: CI fails on any skip not on the allow-list -------------------------------------------
+# A skip can hide a missing piece (a tool CI forgot to install, a test that never runs). CI sets
+# KIT_FAIL_ON_UNEXPECTED_SKIP=1: a skipped test that tests/allowed_skips.txt does not name, with
+# why it may skip, fails the session. The list's size is printed at the end of every run.
+ALLOWED_SKIPS = Path(__file__).with_name("allowed_skips.txt")
+_skipped: list[tuple[str, str]] = []
+
+
+def allowed_skips() -> dict[str, str]:
+    """Test node id -> why it may skip (lines `node-id  # reason`)."""
+    allowed = {}
+    for line in ALLOWED_SKIPS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            node, _, why = line.partition("#")
+            allowed[node.strip()] = why.strip()
+    return allowed
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append((report.nodeid, reason))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    allowed = allowed_skips()
+    unexpected = [(node, why) for node, why in _skipped if node not in allowed]
+    terminalreporter.write_line(
+        f"skips: {len(_skipped) - len(unexpected)} allowed (the allow-list names {len(allowed)}), {len(unexpected)} unexpected"
+    )
+    for node, why in unexpected:
+        terminalreporter.write_line(f"  unexpected skip: {node}: {why}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    unexpected = [node for node, _ in _skipped if node not in allowed_skips()]
+    if unexpected and os.environ.get("KIT_FAIL_ON_UNEXPECTED_SKIP") == "1" and session.exitstatus == 0:
+        session.exitstatus = 1
