@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import kit
-from kit import metrics
+from kit import effective, metrics
 from kit.execute import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.fingerprint import Fingerprint, collect, probe_this_python
@@ -126,9 +126,12 @@ def start_run(
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
     """Status and metrics of a case from its runs; metrics only when every run succeeded."""
     status, reason, case_metrics, notes = "ok", None, {}, []
+    options, not_in_effect = effective.merge(case, runs)
     failed = next((run for run in runs if run.status != "ok"), None)
     if failed is not None:
         status, reason = failed.status, failed.reason
+    elif not_in_effect is not None:
+        status, reason = "error", not_in_effect
     elif case.workload in metrics.CASE_METRICS:
         case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
     return Result(
@@ -138,6 +141,7 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         reason=reason,
         case=case,
         metrics=case_metrics,
+        effective=options,
         notes=notes,
         samples=runs,
         executor=executor,
@@ -164,9 +168,9 @@ def execute_case(
     with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
         for index in range(1, case.params.runs + 1):
             progress.run_started(case, index, case.params.runs)
-            runs.append(executor.run_once(case, case_dir, index, log))
+            runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
             if runs[-1].status != "ok":
-                break  # a configuration that failed once (OOM, unavailable) fails every time
+                break  # a configuration that failed once (OOM, unavailable, option off) fails every time
     result = result_of(case, runs, executor.NAME, started)
     run.write_result(result)
     return result

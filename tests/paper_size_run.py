@@ -25,7 +25,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kit.analysis import lora_parameter_count, model_flops_per_token, parameter_count
+from kit import effective
+from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
     BLOCKS,
     PHASE_RANGES,
@@ -84,6 +85,7 @@ from kit.workloads.comm import (
     nccl_tests_command,
 )
 from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
+from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
 A800 = "NVIDIA A800-SXM4-80GB"
@@ -266,11 +268,6 @@ def train_details(case: Case, rank: int) -> dict:
     else:
         optimizer = "DeepSpeedCPUAdam" if params.offload else "FusedAdam"
     full = params.quantization == "none" and params.peft == "none"
-    trainable = (
-        parameter_count(case.shape)
-        if params.peft == "none"
-        else lora_parameter_count(case.shape, params.lora_rank, params.lora_targets)
-    )
     checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
     return {
         "world_size": case.gpus,
@@ -279,13 +276,27 @@ def train_details(case: Case, rank: int) -> dict:
         if full
         else f"synthetic checkpoint {case.model}-seed{params.seed} (sha256 {checkpoint})",
         "optimizer": optimizer,
-        "trainable_parameters": trainable,
-        "attention": params.attention,
-        "recompute": params.recompute,
-        "quantized_linear_layers": 7 * case.shape.num_layers if params.quantization != "none" else 0,
         "deepspeed_config": deepspeed_config(params, client_optimizer=client),
         "local_rank": rank,
+        "effective": options_in_effect(case),
     }
+
+
+def options_in_effect(case: Case) -> dict:
+    """What kit/workloads/observe.py reports of an engine that does what the method names."""
+    params, layers = case.params, case.shape.num_layers
+    judged = {
+        "zero_stage": effective.zero_stage(params.zero_stage, params.zero_stage),
+        "attention": effective.attention(params.attention, params.attention, layers, layers * (2 if params.recompute else 1)),
+        "offload": effective.offload(params.zero_stage == 3, True, ["cpu"] * 2, params.zero_stage == 3,
+                                     ["cpu"] * layers if params.zero_stage == 3 else [],
+                                     "DeepSpeedZeroOptimizer_Stage3" if params.zero_stage == 3 else "DeepSpeedZeroOptimizer"),
+        "recompute": effective.recompute(layers, layers, layers, layers),
+        "quantization": effective.quantization(effective.expected_quantized_modules(case), DTYPES[params.dtype],
+                                               [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case)),
+        "lora": effective.lora(effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank),
+    }  # fmt: skip
+    return {name: judged[name].model_dump() for name in effective.options_of(params)}
 
 
 def oom_reason(rank: int, rng: random.Random) -> str:
