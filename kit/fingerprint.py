@@ -286,6 +286,26 @@ class TopologyParseError(ValueError):
     """`nvidia-smi topo -m` output that does not have the expected matrix shape."""
 
 
+def _topology_row(line: str, columns: int) -> tuple[str, list[str], list[str]]:
+    """A row's device, its link cells and its affinity cells.
+
+    nvidia-smi separates cells with tabs, so an empty cell is still a cell: a GPU whose CPU
+    affinity is empty (seen on real machines) must not shift its NUMA affinity into that
+    column. Link cells are never empty; the CPU-affinity cell follows the last link after one
+    tab; after it nvidia-smi pads with extra tabs ("0\t\tN/A"), so the later affinity cells are
+    the non-empty ones, in order. A matrix pasted with its tabs turned into spaces cannot show an
+    empty cell, and is split on whitespace.
+    """
+    if "\t" not in line:
+        tokens = line.split()
+        return tokens[0], tokens[1:columns + 1], tokens[columns + 1:]
+    cells = [cell.strip() for cell in line.split("\t")]
+    row, links, rest = cells[0], cells[1:columns + 1], cells[columns + 1:]
+    if not rest:
+        return row, links, []
+    return row, links, [rest[0], *(cell for cell in rest[1:] if cell)]
+
+
 def parse_topology_matrix(text: str) -> TopologyMatrix:
     """Parse `nvidia-smi topo -m`, tab- or space-separated, with or without a NIC legend.
 
@@ -310,14 +330,13 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
     cpu_affinity: dict[str, str] = {}
     numa_affinity: dict[str, str] = {}
     for line in lines[header_at + 1:]:
-        tokens = line.split()
-        if not tokens:
+        if not line.split():
             if links:
                 break
             continue
-        if tokens[0] not in devices:
+        row, cells, extra = _topology_row(line, len(devices))
+        if row not in devices:
             break
-        row, cells, extra = tokens[0], tokens[1:len(devices) + 1], tokens[len(devices) + 1:]
         if len(cells) < len(devices):
             raise TopologyParseError(f"row {row} has {len(cells)} cells for {len(devices)} columns")
         links[row] = dict(zip(devices, cells))
