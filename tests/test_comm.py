@@ -22,6 +22,7 @@ from kit.comm import (
     comm_case_metrics,
     message_sizes,
     parse_nccl_tests,
+    parse_nccl_tests_runs,
 )
 from kit.hardware import load_hardware
 from kit.results import Metric, RankSample, Result, RunSample
@@ -57,6 +58,25 @@ def hardware():
 )
 def test_bus_bandwidth_factors_are_those_of_nccl_tests(name, ranks, factor):
     assert bus_bandwidth_factor(name, ranks) == pytest.approx(factor)
+
+
+def test_a_log_of_several_runs_keeps_each_run():
+    first, second = parse_nccl_tests_runs(fixture("dgx2-v100x12-runs-in-sequence-first-failed"))
+    assert (len(first.rows), first.out_of_bounds, first.out_of_bounds_failed) == (31, 4, True)
+    assert first.rows[0].redop is None and first.rows[-1].size_bytes == 8589934560  # all_gather
+    assert (len(second.rows), second.out_of_bounds, second.out_of_bounds_failed) == (31, 0, False)
+    assert second.rows[0].redop == "sum" and second.avg_busbw_gbps == pytest.approx(42.5578)
+    assert first.failure and not second.failure
+
+
+def test_a_failed_run_is_not_lost_when_a_log_is_read_as_one():
+    whole = parse_nccl_tests(fixture("dgx2-v100x12-runs-in-sequence-first-failed"))
+    assert whole.out_of_bounds_failed and whole.out_of_bounds == 4
+    assert "Out of bounds values: 4 FAILED" in whole.failure
+
+
+def test_a_single_run_is_one_run():
+    assert len(parse_nccl_tests_runs(fixture("h100x16-two-nodes-all_reduce"))) == 1
 
 
 @pytest.mark.parametrize(
