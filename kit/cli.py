@@ -163,7 +163,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if (out / "run.json").exists():
             raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
         console.print("checking the environment (kit doctor)...")
-        fingerprint, checks = runner.preflight(plan)
+        fingerprint, checks = runner.preflight(plan, executor=executor)
         failed = runner.failing(checks)
         if failed and not force:
             console.print(checks_table(checks))

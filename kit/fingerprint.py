@@ -252,6 +252,15 @@ class ImageProbe(BaseModel):
     import_errors: dict[str, str] = Field(default_factory=dict)
 
 
+class ImageCuda(BaseModel):
+    """The CUDA version a local image was built with, which the host's driver must support."""
+
+    name: str  # the image's name in the lock
+    reference: str
+    cuda_version: str | None = None  # "13.0.1"
+    source: str  # where the version was read, or why it is unknown
+
+
 class KitInfo(BaseModel):
     """Which kit measured: its version, commit, and a hash of the code that runs in the images."""
 
@@ -274,6 +283,7 @@ class Fingerprint(BaseModel):
     network: NetworkInfo
     container_runtime: ContainerRuntime
     image: ImageProbe | None = None
+    images_cuda: list[ImageCuda] = Field(default_factory=list)  # the images the plan runs in
     kit: KitInfo
 
 
@@ -891,8 +901,10 @@ def kit_info() -> KitInfo:
     )
 
 
-def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None) -> Fingerprint:
-    """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran.
+def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
+            images_cuda: list[ImageCuda] | None = None) -> Fingerprint:
+    """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran;
+    `images_cuda` the CUDA versions of the images the run will use (kit.images.images_cuda).
 
     With `redact`, the hostname, GPU UUIDs and serials become salted tokens (see
     `redaction_salt`), so a fingerprint can be shared without naming the machine.
@@ -905,6 +917,7 @@ def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None) 
         network=_collect_network(),
         container_runtime=_collect_container_runtime(),
         image=None if image_probe is None else ImageProbe.model_validate(image_probe),
+        images_cuda=images_cuda or [],
         kit=kit_info(),
     )
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint

@@ -332,6 +332,51 @@ def image_for_case(image_name: str, lock: ImagesLock | None = None) -> tuple[str
 
 
 # ---------------------------------------------------------------------------------------------
+# The CUDA an image was built with
+# ---------------------------------------------------------------------------------------------
+
+# NVIDIA's CUDA images (nvidia/cuda) set CUDA_VERSION (e.g. 13.0.1), and images built on them
+# inherit it: PyTorch's devel images, vLLM's, TGI's. An image may name it itself in this label.
+CUDA_VERSION_ENV = "CUDA_VERSION"
+CUDA_VERSION_LABEL = "kit.version.cuda"
+
+
+def cuda_version_of(env: list[str] | None, labels: dict[str, str] | None) -> tuple[str | None, str]:
+    """The CUDA version in an image's configuration (its Env list and labels), and where it was read."""
+    for entry in env or []:
+        name, _, value = entry.partition("=")
+        if name == CUDA_VERSION_ENV and value:
+            return value, f"env {CUDA_VERSION_ENV} of the image"
+    if (labels or {}).get(CUDA_VERSION_LABEL):
+        return labels[CUDA_VERSION_LABEL], f"label {CUDA_VERSION_LABEL} of the image"
+    return None, f"the image sets neither {CUDA_VERSION_ENV} nor the label {CUDA_VERSION_LABEL}"
+
+
+def images_cuda(names: list[str], lock: ImagesLock | None = None) -> list:
+    """The CUDA version of each named image as present here (kit.fingerprint.ImageCuda)."""
+    from kit.fingerprint import ImageCuda
+
+    lock = lock or load_lock()
+    found = []
+    for name in names:
+        if name not in lock.images:
+            found.append(ImageCuda(name=name, reference=name, source=f"not in the lock ({lock_path()})"))
+            continue
+        reference = lock.images[name].reference
+        try:
+            image = local_image(reference)
+        except EngineUnavailable as exc:
+            found.append(ImageCuda(name=name, reference=reference, source=f"not read: {exc}"))
+            continue
+        if image is None:
+            found.append(ImageCuda(name=name, reference=reference, source="not present locally"))
+            continue
+        version, source = cuda_version_of((image.attrs.get("Config") or {}).get("Env"), image.labels)
+        found.append(ImageCuda(name=name, reference=reference, cuda_version=version, source=source))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
 # Build and pull
 # ---------------------------------------------------------------------------------------------
 

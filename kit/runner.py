@@ -79,9 +79,13 @@ def expected_gpus(plan: Plan) -> int | None:
     return max(counts) if counts else None
 
 
-def preflight(plan: Plan, redact: bool = False) -> tuple[Fingerprint, list[Check]]:
-    """Fingerprint this host (with the frameworks of this Python) and check it for the plan."""
-    fingerprint = collect(redact=redact, image_probe=probe_this_python())
+def preflight(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
+    plan runs in unless it runs here) and check it for the plan."""
+    from kit.images import images_cuda
+
+    names = [] if executor == "local" else sorted({case.image for case in plan.cases})
+    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
     return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
 
 
