@@ -233,3 +233,25 @@ def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_cop
     assert sample.status == "error"
     assert "kit-test/never-built:1" in sample.reason or "docker engine" in sample.reason
     assert Path(case_dir / "log.txt").read_text().strip()
+
+
+@pytest.mark.docker
+def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_message(tmp_path, smoke_plan):
+    """On this engine there is no NVIDIA runtime: dockerd refuses every GPU device request."""
+    from kit.fingerprint import gpu_names
+    from kit.runner import result_of
+
+    smoke_image_or_skip()
+    if gpu_names():
+        pytest.skip("this host has GPUs: the daemon would grant the request")
+    case = case_of(smoke_plan, PRETRAIN).model_copy(update={"device": "cuda"})
+    case_dir = tmp_path / "run" / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        sample = docker.run_once(case, case_dir, 1, log)
+    assert sample.status == "error" and sample.ranks == []
+    assert sample.reason.startswith("docker could not start the container: ")
+    assert "could not select device driver" in sample.reason  # dockerd's own words
+    result = result_of(case, [sample], docker.NAME, "t")
+    assert result.status == "error" and result.reason == sample.reason
+    assert containers_of_run(tmp_path / "run") == []

@@ -273,6 +273,14 @@ def _create_and_start(client, settings: dict, log):
             log.flush()
 
 
+def daemon_message(exc: BaseException) -> str:
+    """What the docker daemon said (an APIError's explanation), else the error itself."""
+    explanation = getattr(exc, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode(errors="replace")
+    return str(explanation or exc).strip()
+
+
 def _remove(container) -> None:
     try:
         container.remove(force=True)
@@ -309,9 +317,14 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     reason = unavailable_reason(case)
     if reason is not None:
         return failed(reason)
+    import docker
+
     client = images.engine()
     reference = image_reference(case)
-    image = client.images.get(reference)
+    try:
+        image = client.images.get(reference)
+    except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
+        return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
     command = container_command(case, index)
     environment = container_environment(case)
     settings = dict(
@@ -332,7 +345,12 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
     log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
     log.flush()
-    container, ulimits = _create_and_start(client, settings, log)
+    try:
+        container, ulimits = _create_and_start(client, settings, log)
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
+        # mount, no space): this case is an error with the daemon's words, the run goes on.
+        return failed(f"docker could not start the container: {daemon_message(exc)}")
     watchdog, timed_out = None, False
     try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
         watchdog = _start_watchdog(container.id)
