@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import subprocess
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -643,6 +644,41 @@ def sweep_bound(sweep: CommSweep, device: str, hardware: HardwareTable | None = 
 
 
 # ---------------------------------------------------------------------------------------------
+# GPU links, as nvidia-smi shows them where the case runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _nvidia_smi(*args: str) -> str:
+    done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr or done.stdout).strip()[:300] or f"exit code {done.returncode}")
+    return done.stdout
+
+
+def topology_facts(ranks: int) -> TopologyFacts:
+    """The topology class of the host (kit.fingerprint's reading of `nvidia-smi topo -m`) and
+    the slowest maximum PCIe link of its first `ranks` GPUs; what cannot be read is said."""
+    from kit.fingerprint import classify_topology, parse_topology_matrix
+
+    facts = TopologyFacts()
+    try:
+        topology = classify_topology(parse_topology_matrix(_nvidia_smi("topo", "-m")))
+        facts.interconnect, facts.gpu_count, facts.label = topology.interconnect, topology.gpu_count, topology.label
+    except Exception as exc:  # noqa: BLE001 - recorded, the bound then says it is unknown
+        facts.unavailable = f"nvidia-smi topo -m: {type(exc).__name__}: {exc}"
+        return facts
+    try:
+        query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
+        links = [line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()]
+        links = [(int(gen), int(width)) for gen, width in links[:ranks]]
+        facts.pcie_generation = min(gen for gen, _ in links)
+        facts.pcie_lanes = min(width for _, width in links)
+    except Exception as exc:  # noqa: BLE001
+        facts.unavailable = f"PCIe link query: {type(exc).__name__}: {exc}"
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
 # Case metrics
 # ---------------------------------------------------------------------------------------------
 
@@ -731,6 +767,6 @@ __all__ = [
     "TopologyFacts", "algorithm_bandwidth_gbps", "buffer_layout", "bus_bandwidth_factor", "bus_bandwidth_gbps",
     "busbw_bound", "comm_case_metrics", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs",
     "split_runs", "spread", "sweep_bound",
-    "sweep_figures", "sweep_of",
+    "sweep_figures", "sweep_of", "topology_facts",
 ]  # fmt: skip
 

@@ -255,3 +255,47 @@ def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_m
     result = result_of(case, [sample], docker.NAME, "t")
     assert result.status == "error" and result.reason == sample.reason
     assert containers_of_run(tmp_path / "run") == []
+
+
+@pytest.fixture(scope="module")
+def comm_stand_in_image(tmp_path_factory):
+    """An image whose all_reduce_perf prints a real run's output (tests/fixtures/nccl_tests), on
+    the comm image's PATH: the docker path of an nccl-tests case without a GPU toolchain here."""
+    client, smoke = smoke_image_or_skip()
+    context = tmp_path_factory.mktemp("comm-stand-in")
+    fixture = Path(__file__).parent / "fixtures" / "nccl_tests" / "h100x16-two-nodes-all_reduce.txt"
+    (context / "out.txt").write_bytes(fixture.read_bytes())
+    (context / "all_reduce_perf").write_text("#!/bin/sh\ncat /opt/nccl-tests/out.txt\n")
+    (context / "all_reduce_perf").chmod(0o755)
+    (context / "Dockerfile").write_text(
+        f"FROM {smoke.id}\nCOPY all_reduce_perf /opt/nccl-tests/all_reduce_perf\n"
+        "COPY out.txt /opt/nccl-tests/out.txt\nENV PATH=/opt/nccl-tests:$PATH\n"
+    )
+    tag = "kit-test/comm-stand-in:1"
+    client.images.build(path=str(context), tag=tag, rm=True)
+    yield tag
+    client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
+    comm_stand_in_image, tmp_path, manifests_copy, paper_plan
+):
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["comm"]["reference"] = comm_stand_in_image
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    # A CPU case: this engine has no GPUs to give (the device request is tested above).
+    case = next(c for c in paper_plan.cases if c.id == "comm.all_reduce.g8").model_copy(update={"device": "cpu"})
+    case_dir = tmp_path / "run" / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        sample = docker.run_once(case, case_dir, 1, log)
+    assert sample.status == "ok", sample.reason
+    assert sample.container.image == comm_stand_in_image and sample.container.exit_code == 0
+    [rank] = sample.ranks
+    assert rank.details["command"][:2] == ["all_reduce_perf", "-b"] and len(rank.details["rows"]) == 31
+    out = case_dir / "runs" / "1"
+    assert (out / "all_reduce_perf.out.txt").read_text() == (Path(__file__).parent / "fixtures" / "nccl_tests" /
+                                                             "h100x16-two-nodes-all_reduce.txt").read_text()  # fmt: skip
+    assert (out / "rank-0.json").is_file()
+    assert containers_of_run(tmp_path / "run") == []

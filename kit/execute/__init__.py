@@ -16,8 +16,11 @@ EXECUTORS = ("docker", "local")
 
 def processes(case: Case) -> int:
     """Workload processes a run starts: one per GPU (rank), except for serving, where the engine
-    brings its own processes and one driver fires the burst at it."""
-    return 1 if case.workload == "serve" else case.gpus
+    brings its own processes and one driver fires the burst at it, and for nccl-tests, whose one
+    process drives all the case's GPUs."""
+    from kit.nccl_tests import runs_binary
+
+    return 1 if case.workload == "serve" or runs_binary(case) else case.gpus
 
 
 def choose(case: Case, requested: str | None = None) -> ModuleType:
@@ -56,5 +59,8 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
 
 def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> bool:
-    """Whether any case will run in this Python (which then needs torch and the frameworks)."""
-    return any(choose(case, requested).NAME == "local" for case in cases)
+    """Whether any case will run in this Python (which then needs torch and the frameworks);
+    an nccl-tests case runs its binary and needs neither."""
+    from kit.nccl_tests import runs_binary
+
+    return any(choose(case, requested).NAME == "local" and not runs_binary(case) for case in cases)

@@ -18,14 +18,15 @@ import threading
 import time
 from pathlib import Path
 
-from kit import images
+from kit import images, nccl_tests
 from kit.cache import cache_dir
+from kit.comm import topology_facts
 from kit.execute.local import _die_with_parent, read_rank_samples
 from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import gpu_names
 from kit.protocol import Case
-from kit.results import ContainerRun, RunSample
+from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
 
 NAME = "docker"
 KILL_GRACE_S = 10
@@ -87,7 +88,10 @@ def unavailable_reason(case: Case) -> str | None:
 
 
 def container_command(case: Case, index: int) -> list[str]:
-    """The same launcher as the local executor, with paths inside the container."""
+    """The same launcher as the local executor, with paths inside the container; for an
+    nccl-tests case, the binary itself (on the comm image's PATH), with no Python and no kit."""
+    if nccl_tests.runs_binary(case):
+        return nccl_tests.command(case, nccl_tests.binary_name(case))
     return [
         "python", "-m", "torch.distributed.run",
         "--standalone", "--nproc-per-node", str(processes(case)),
@@ -325,14 +329,16 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         image = client.images.get(reference)
     except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
         return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
+    binary = nccl_tests.runs_binary(case)
     command = container_command(case, index)
     environment = container_environment(case)
+    started_at = utc_now()
     settings = dict(
         image=image.id,
         command=command,
         environment=environment,
-        volumes=mounts(case_dir, case.image),
-        working_dir=CASE_MOUNT,
+        volumes={} if binary else mounts(case_dir, case.image),
+        working_dir=None if binary else CASE_MOUNT,
         user=f"{os.getuid()}:{os.getgid()}",
         ipc_mode="host",
         shm_size=SHM_SIZE,
@@ -366,6 +372,8 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         state = _state(container)
         if exit_code is None:
             exit_code = state.get("ExitCode")
+        if binary:
+            output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
     finally:
         _remove(container)
         if watchdog is not None:
@@ -376,6 +384,11 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
               f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
     log.flush()
+    if binary:  # the binary's output, read here into the run's one sample
+        raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
+        rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
+                                      topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+        atomic_write_model(out_dir / "rank-0.json", rank)
     sample = run_sample(
         index=index,
         ranks=read_rank_samples(out_dir),
