@@ -118,9 +118,9 @@ def _stop_on_sigterm() -> None:
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom) -> None:
     """Run cases of the protocol into a run directory."""
     from kit.console import RichProgress, checks_table, console, plan_table, summary_table
-    from kit.fingerprint import gpu_names
+    from kit.fingerprint import gpu_memory_bytes, gpu_names
 
-    host = runner.Host(gpu_names=gpu_names())
+    host = runner.Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")

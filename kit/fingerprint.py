@@ -923,6 +923,23 @@ def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint
 
 
+def gpu_memory_bytes() -> list[int]:
+    """Each GPU's total memory in bytes from NVML (what a predicted-OOM check compares with);
+    [] where NVML cannot say."""
+    try:
+        nvml = _import_nvml()
+    except Exception:
+        return []
+    try:
+        return [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
+                for index in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
 def gpu_names() -> list[str]:
     """The GPUs' names, cheaply: NVML if importable, else `nvidia-smi -L`, else none.
 

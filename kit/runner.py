@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,6 +31,7 @@ class Host:
     """What the runner needs to know of the host to decide what can run here."""
 
     gpu_names: list[str]
+    gpu_memory_bytes: list[int] = field(default_factory=list)  # NVML's total memory of each GPU
 
     @property
     def gpu_count(self) -> int:
@@ -60,7 +61,9 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str
     if case.device == "cuda" and case.gpus > host.gpu_count:
         return f"needs {case.gpus} GPUs, this host has {host.gpu_count}"
     if skip_predicted_oom and case.device == "cuda":
-        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()))
+        used = host.gpu_memory_bytes[:case.gpus]
+        capacity = min(used) if len(used) == case.gpus else None
+        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()), capacity)
     return None
 
 
