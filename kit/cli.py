@@ -151,6 +151,10 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     from kit.execute import describe_choice, needs_local_frameworks
 
     pending = [case for case in cases if case.id not in finished]
+    prepared = []
+    if not resume_dir and plan.device == "cuda" and executor != "local":
+        prepared = _prepare_images(pending)
+        executor = "docker"
     if needs_local_frameworks(pending, executor) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
     console.print(describe_choice(pending, executor))
@@ -173,6 +177,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
+            image_preparation=prepared,
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
@@ -191,6 +196,25 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
     if failed:
         sys.exit(1)
+
+
+def _prepare_images(cases) -> list:
+    """A GPU run's images, present, built or pulled before its first case (with the time each
+    took); without an engine the run does not start (--executor local runs in this Python)."""
+    from kit import images
+    from kit.console import console
+
+    names = sorted({case.image for case in cases})
+    console.print(f"preparing the {len(names)} image(s) the plan runs in: {', '.join(names)}")
+    try:
+        prepared = images.prepare(names, say=lambda line: console.print(f"  {line}", soft_wrap=True))
+    except images.EngineUnavailable as exc:
+        raise UsageFailure(f"{exc}: a GPU profile runs in its pinned images (install docker and the NVIDIA "
+                           "container toolkit), or in this Python with --executor local") from None  # fmt: skip
+    total = sum(step.seconds for step in prepared)
+    failed = [step.name for step in prepared if step.action == "failed"]
+    console.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
+    return prepared
 
 
 @cli.group("images")

@@ -533,6 +533,54 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
 
 
 # ---------------------------------------------------------------------------------------------
+# Prepare: what a GPU run needs, built or pulled before its first case
+# ---------------------------------------------------------------------------------------------
+
+
+class ImagePreparation(BaseModel):
+    """What `kit run` did to have one image of its plan here, and how long it took."""
+
+    name: str
+    reference: str
+    action: Literal["present", "built", "pulled", "failed"]
+    seconds: float
+    image_id: str | None = None
+    error: str | None = None
+
+
+def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print) -> list[ImagePreparation]:
+    """Each named image present locally, else built (the kit's own) or pulled (an engine's, by its
+    pinned digest). A failure is recorded and the others go on: the cases of that image then end
+    `error` saying the image is missing. Needs a reachable engine (EngineUnavailable otherwise)."""
+    lock = lock or load_lock()
+    engine()
+    done = []
+    for position, name in enumerate(names, 1):
+        image = lock.images[name]
+        started = time.monotonic()
+        present = local_image(image.reference)
+        if present is not None:
+            say(f"[{position}/{len(names)}] {name}: {image.reference} is present")
+            done.append(ImagePreparation(name=name, reference=image.reference, action="present", seconds=0.0,
+                                         image_id=present.id))  # fmt: skip
+            continue
+        action = "built" if image.build is not None else "pulled"
+        say(f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it")
+        try:
+            image_id = build(name, lock, say=say).image_id if image.build is not None else pull(name, lock, say=say)
+        except (RuntimeError, PullFailed, ValueError) as exc:
+            seconds = time.monotonic() - started
+            say(f"[{position}/{len(names)}] {name}: failed after {seconds:.0f} s: {exc}")
+            done.append(ImagePreparation(name=name, reference=image.reference, action="failed", seconds=seconds,
+                                         error=str(exc)[:2000]))  # fmt: skip
+            continue
+        seconds = time.monotonic() - started
+        say(f"[{position}/{len(names)}] {name}: {action} in {seconds:.0f} s")
+        done.append(ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id))
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
 # Verify
 # ---------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
+from kit.images import ImagePreparation
 from kit.protocol import Case, Plan
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
@@ -162,6 +163,9 @@ class RunInfo(BaseModel):
     forced: bool = False  # started with --force despite failing checks
     findings: list[Finding] = []  # drift between fingerprint.json and fingerprint-after.json
     skip_predicted_oom: bool = False  # --skip-predicted-oom: GPU cases the memory model says cannot fit are skipped
+    # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
+    # images it needed, and whether each was present, built or pulled first, and in how long.
+    image_preparation: list[ImagePreparation] = []
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -107,6 +107,7 @@ def start_run(
     checks: list[Check],
     forced: bool,
     skip_predicted_oom: bool = False,
+    image_preparation: list | None = None,
 ) -> RunDir:
     run = RunDir(out)
     if run.info_path.exists():
@@ -125,6 +126,7 @@ def start_run(
         argv=argv,
         started_at=utc_now(),
         skip_predicted_oom=skip_predicted_oom,
+        image_preparation=image_preparation or [],
     )
     run.write_info(info)
     return run

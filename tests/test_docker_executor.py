@@ -85,9 +85,21 @@ def test_by_default_a_case_runs_in_docker_when_its_image_is_here(smoke_plan):
 
 
 @pytest.mark.docker
-def test_by_default_a_case_whose_image_is_missing_runs_locally(paper_plan):
+def test_a_gpu_case_runs_in_docker_even_before_its_image_is_here(paper_plan):
     smoke_image_or_skip()
     case = next(c for c in paper_plan.cases if c.image == "serve-tgi")  # never present in CI
+    assert docker.unavailable_reason(case) is not None
+    assert choose(case) is docker and choose(case, "local") is local
+    assert describe_choice([case]).startswith("executor: docker, each case in its pinned image")
+
+
+@pytest.mark.docker
+def test_by_default_a_cpu_case_whose_image_is_missing_runs_locally(smoke_plan, manifests_copy):
+    smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["smoke"]["reference"] = "kit-test/never-built:1"
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    case = case_of(smoke_plan, PRETRAIN)
     assert choose(case) is local
     assert "executor: local" in describe_choice([case]) and "not present locally" in describe_choice([case])
 
@@ -299,3 +311,39 @@ def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
                                                              "h100x16-two-nodes-all_reduce.txt").read_text()  # fmt: skip
     assert (out / "rank-0.json").is_file()
     assert containers_of_run(tmp_path / "run") == []
+
+
+@pytest.mark.docker
+def test_a_gpu_run_prepares_its_images_first_and_records_it(tmp_path, manifests_copy):
+    """The paper profile on this GPU-less host: the comm image (here: the smoke image under the
+    comm name) is found present, the run is docker's, and run.json says both."""
+    _, smoke = smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    reference = lock["images"]["smoke"]["reference"]
+    lock["images"]["comm"]["reference"] = reference
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    run = tmp_path / "run"
+    done = kit("run", "--profile", "paper", "--case", "comm.all_reduce.g8", "--force", "--out", str(run), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "preparing the 1 image(s) the plan runs in: comm" in done.stderr
+    assert f"comm: {reference} is present" in done.stderr and "images ready in" in done.stderr
+    info = json.loads((run / "run.json").read_text())
+    assert info["executor"] == "docker"
+    [step] = info["image_preparation"]
+    assert (step["name"], step["action"], step["image_id"]) == ("comm", "present", smoke.id)
+    assert RunDir(run).read_result("comm.all_reduce.g8").status == "skipped"  # no GPUs here
+
+
+@pytest.mark.docker
+def test_an_image_that_cannot_be_pulled_is_recorded_and_the_others_go_on(manifests_copy):
+    from kit import images
+
+    smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["serve-tgi"]["reference"] = "localhost:1/kit-test/unreachable:1"
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    lines = []
+    unreachable, smoke = images.prepare(["serve-tgi", "smoke"], say=lines.append)
+    assert unreachable.action == "failed" and "cannot pull localhost:1/kit-test/unreachable:1" in unreachable.error
+    assert smoke.action == "present" and smoke.seconds == 0.0
+    assert any("serve-tgi: failed after" in line for line in lines)

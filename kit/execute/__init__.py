@@ -26,8 +26,9 @@ def processes(case: Case) -> int:
 def choose(case: Case, requested: str | None = None) -> ModuleType:
     """The executor module for a case: the one asked for, else the best available here.
 
-    By default a case runs in docker when an engine answers and the case's image is present
-    locally, else in this Python (local).
+    By default a GPU case runs in docker, in its pinned image (never silently in this Python: that
+    takes `--executor local`); a CPU case (the smoke profile) runs in docker when an engine answers
+    and its image is present locally, else in this Python (local).
     """
     from kit.execute import docker, local
 
@@ -37,6 +38,8 @@ def choose(case: Case, requested: str | None = None) -> ModuleType:
         return docker
     if requested == "local":
         return local
+    if case.device == "cuda":
+        return docker
     return docker if docker.unavailable_reason(case) is None else local
 
 
@@ -46,6 +49,8 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
     if requested is not None:
         return f"executor: {requested} (as asked)"
+    if any(case.device == "cuda" for case in cases):
+        return "executor: docker, each case in its pinned image (--executor local runs them in this Python)"
     first_of_image = {case.image: case for case in reversed(cases)}
     reasons = {image: docker.unavailable_reason(case) for image, case in first_of_image.items()}
     in_docker = sorted(image for image, reason in reasons.items() if reason is None)
