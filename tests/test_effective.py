@@ -61,6 +61,32 @@ def test_lora_counts_must_match_the_prediction():
     assert effective.lora(299008, 299008, 64).in_effect and not effective.lora(299008, 149504, 64).in_effect
 
 
+def test_the_flash_attention_function_is_counted_while_a_step_runs_and_restored_after(monkeypatch):
+    """CPU has no flash-attn kernel: the function transformers dispatches FlashAttention-2 to is
+    replaced by a stand-in here, and the counter is checked to wrap whatever is registered for
+    the model's implementation, count its calls, and put it back."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from kit.workloads.observe import CallCounters
+
+    calls = []
+    monkeypatch.setitem(type(ALL_ATTENTION_FUNCTIONS)._global_mapping, "flash_attention_2",
+                        lambda *args, **kwargs: calls.append(args))  # fmt: skip
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128))  # fmt: skip
+    model.config._attn_implementation = "flash_attention_2"
+    stand_in = ALL_ATTENTION_FUNCTIONS.get_interface("flash_attention_2", None)
+    with CallCounters(model) as counters:
+        dispatched = ALL_ATTENTION_FUNCTIONS.get_interface("flash_attention_2", None)
+        assert dispatched is not stand_in
+        dispatched("query", "key")
+        dispatched("query", "key")
+    assert counters.attention_calls == 2 and len(calls) == 2
+    assert ALL_ATTENTION_FUNCTIONS.get_interface("flash_attention_2", None) is stand_in
+    assert "flash_attention_2" not in ALL_ATTENTION_FUNCTIONS._local_mapping
+
+
 # --- Over ranks and runs --------------------------------------------------------------------------
 
 
