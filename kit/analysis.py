@@ -352,15 +352,41 @@ class TrainingMemory(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     weights: float
-    gradients: float
+    gradients: float  # 16-bit gradients and, in mixed precision, the fp32 gradient partition
     optimizer_states: float
     activations: float
     offloaded_to_host: float
+    gathered_parameters: float = 0.0  # ZeRO-3: the largest layer gathered, and the next prefetched
 
     @computed_field
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer_states + self.activations
+        return self.weights + self.gradients + self.optimizer_states + self.activations + self.gathered_parameters
+
+    @computed_field
+    @property
+    def model_states(self) -> float:
+        """Everything but the activations: what DeepSpeed's memory estimators count."""
+        return self.total - self.activations
+
+
+def largest_layer_parameter_count(shape: LlamaShape) -> int:
+    """Parameters of the largest module that holds its own weights (the embedding or LM head for
+    Llama), the unit ZeRO-3 gathers (DeepSpeed's model_to_params in runtime/zero/stage3.py)."""
+    h, i = shape.hidden_size, shape.intermediate_size
+    return max(shape.vocab_size * h, h * i, h * h)
+
+
+# DeepSpeed's ZeRO-3 estimator (estimate_zero3_model_states_mem_needs, runtime/zero/stage3.py)
+# counts 4 bytes per parameter of the largest layer on the GPU: that layer gathered in 16 bits
+# while it computes, and the next one prefetched.
+ZERO3_GATHER_BYTES_PER_PARAM = 4
+# Mixed-precision DeepSpeed keeps an fp32 copy of its gradient partition: beside the 16-bit
+# gradients up to ZeRO-2 (the "2_grads_16bit + 4_grads_32bit" of estimate_zero2_model_states_
+# mem_needs, runtime/zero/stage_1_and_2.py; BF16_Optimizer's fp32 gradient accumulators without
+# ZeRO), in place of them under ZeRO-3 (estimate_zero3_model_states_mem_needs counts 18 bytes
+# per parameter over the ranks: 2 weights, 4 gradients, 12 optimizer states).
+FP32_GRADIENT_BYTES = 4
 
 
 def training_memory_per_gpu(
@@ -382,16 +408,22 @@ def training_memory_per_gpu(
     lora_targets: tuple[str, ...] = DECODER_LINEARS,
     qlora_bits: int = 4,
     activation_bytes: float = 2,
+    master_gradient_bytes: float = FP32_GRADIENT_BYTES,
 ) -> TrainingMemory:
     """Persistent model states per GPU after Rajbhandari et al. 2020 ("ZeRO", sec. 3.1 and 5):
     2Ψ weights + 2Ψ gradients + KΨ optimizer states, stage 1 partitioning the optimizer states
-    over the data-parallel ranks, stage 2 also the gradients, stage 3 also the weights. Offloading
-    the optimizer moves the optimizer states and gradients to host memory, as ZeRO-Offload does
-    (Ren et al. 2021, "ZeRO-Offload"); offloading the parameters (stage 3 only) moves the weights.
-    With LoRA/QLoRA only the adapters have gradients and optimizer states; the frozen base stays
-    in `weight_bytes` (LoRA) or is quantised (QLoRA). Activations are not partitioned by ZeRO;
-    `activation_bytes` is the size of one activation element (2 in 16-bit training).
-    Not modelled: ZeRO-3 gather buffers, communication buckets and allocator fragmentation.
+    over the data-parallel ranks, stage 2 also the gradients, stage 3 also the weights, plus what
+    DeepSpeed holds beyond the paper's count (its own estimators, estimate_zero2/3_model_states_
+    mem_needs): the fp32 gradient partition of mixed precision (`master_gradient_bytes` per
+    trainable parameter, partitioned like the optimizer states; 0 for a step without an fp32
+    master copy) and, under ZeRO-3, the largest layer gathered and the next prefetched.
+    Offloading the optimizer moves the optimizer states and gradients to host memory, as
+    ZeRO-Offload does (Ren et al. 2021, "ZeRO-Offload"); offloading the parameters (stage 3 only)
+    moves the weights. With LoRA/QLoRA only the adapters have gradients and optimizer states; the
+    frozen base stays in `weight_bytes` (LoRA) or is quantised (QLoRA). Activations are not
+    partitioned by ZeRO; `activation_bytes` is the size of one activation element (2 in 16-bit
+    training). Not modelled: communication buckets, the CUDA context, allocator fragmentation,
+    so the total is a lower bound of what a step needs.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, not {zero_stage}")
@@ -410,14 +442,19 @@ def training_memory_per_gpu(
         quant_bits = qlora_bits if peft == "qlora" else None
         weights = base_weight_bytes(shape, weight_bytes, quant_bits) + trainable * weight_bytes
     gradients = trainable * grad_bytes
+    master_gradients = trainable * master_gradient_bytes
     optimizer_states = trainable * optimizer_bytes_per_param
 
     if zero_stage >= 1:
         optimizer_states /= world_size
+        master_gradients /= world_size
     if zero_stage >= 2:
         gradients /= world_size
     if zero_stage == 3:
         weights /= world_size
+        if master_gradient_bytes:
+            gradients = 0.0  # the partition is kept in fp32 only
+    gradients += master_gradients
 
     offloaded = 0.0
     if offload_optimizer:
@@ -426,6 +463,7 @@ def training_memory_per_gpu(
     if offload_params:
         offloaded += weights
         weights = 0.0
+    gathered = ZERO3_GATHER_BYTES_PER_PARAM * largest_layer_parameter_count(shape) if zero_stage == 3 else 0.0
 
     return TrainingMemory(
         weights=weights,
@@ -435,6 +473,7 @@ def training_memory_per_gpu(
             shape, micro_batch, seq_len, recompute, flash_attention, activation_bytes
         ),
         offloaded_to_host=offloaded,
+        gathered_parameters=gathered,
     )
 
 

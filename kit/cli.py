@@ -168,9 +168,9 @@ def _stop_on_sigterm() -> None:
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight) -> None:
     """Run cases of the protocol into a run directory."""
     from kit.console import RichProgress, checks_table, console, plan_table, summary_table
-    from kit.fingerprint import gpu_names
+    from kit.fingerprint import gpu_memory_bytes, gpu_names
 
-    host = runner.Host(gpu_names=gpu_names())
+    host = runner.Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -201,6 +201,10 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     from kit.execute import describe_choice, needs_local_frameworks
 
     pending = [case for case in cases if case.id not in finished]
+    prepared = []
+    if not resume_dir and plan.device == "cuda" and executor != "local":
+        prepared = _prepare_images(pending)
+        executor = "docker"
     if needs_local_frameworks(pending, executor) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
     console.print(describe_choice(pending, executor))
@@ -213,7 +217,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if (out / "run.json").exists():
             raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
         console.print("checking the environment (kit doctor)...")
-        fingerprint, checks = runner.preflight(plan)
+        fingerprint, checks = runner.preflight(plan, executor=executor)
         failed = runner.failing(checks)
         if failed and not force:
             console.print(checks_table(checks))
@@ -223,6 +227,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
+            image_preparation=prepared,
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
@@ -238,7 +243,12 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
             runnable = [case for case in cases if runner.skip_reason(case, host, skip_predicted_oom) is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
-            checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line))
+            try:
+                checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line))
+            except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
+                info.status = "interrupted"
+                run_dir.write_info(info)
+                raise
             console.print(preflight_table(checked))
             info.preflight = checked.model_dump(mode="json")
         run_dir.write_info(info)
@@ -257,6 +267,25 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
     if failed:
         sys.exit(1)
+
+
+def _prepare_images(cases) -> list:
+    """A GPU run's images, present, built or pulled before its first case (with the time each
+    took); without an engine the run does not start (--executor local runs in this Python)."""
+    from kit import images
+    from kit.console import console
+
+    names = sorted({case.image for case in cases})
+    console.print(f"preparing the {len(names)} image(s) the plan runs in: {', '.join(names)}")
+    try:
+        prepared = images.prepare(names, say=lambda line: console.print(f"  {line}", soft_wrap=True))
+    except images.EngineUnavailable as exc:
+        raise UsageFailure(f"{exc}: a GPU profile runs in its pinned images (install docker and the NVIDIA "
+                           "container toolkit), or in this Python with --executor local") from None  # fmt: skip
+    total = sum(step.seconds for step in prepared)
+    failed = [step.name for step in prepared if step.action == "failed"]
+    console.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
+    return prepared
 
 
 @cli.group("images")

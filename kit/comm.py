@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import subprocess
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -405,6 +406,32 @@ def _looks_like_row_start(tokens: list[str]) -> bool:
             and not _NUMBER.match(tokens[2]))  # fmt: skip
 
 
+# A run begins with its settings line, preceded in nccl-tests >= 2.14 by "Collective test starting".
+_RUN_START = re.compile(r"^#?\s*(?:Collective test starting\b|nThread\s+\d+\s+nGpus\b)")
+
+
+def split_runs(text: str) -> list[str]:
+    """The runs of a log that holds several one after another (a script looping over the
+    binaries, a repeated run), each as its own text; what precedes a run's settings line (its
+    command line) stays with the run before."""
+    runs: list[list[str]] = [[]]
+    settings_seen = False
+    for line in text.splitlines():
+        cleaned = (_clean(line) or "").strip()
+        if _RUN_START.match(cleaned):
+            if settings_seen:
+                runs.append([])
+                settings_seen = False
+            settings_seen = settings_seen or bool(_SETTINGS.match(cleaned))
+        runs[-1].append(line)
+    return ["\n".join(lines) + "\n" for lines in runs if any(line.strip() for line in lines)]
+
+
+def parse_nccl_tests_runs(text: str) -> list[NcclTestsOutput]:
+    """Each run of a log, read on its own (parse_nccl_tests reads a log as one whole)."""
+    return [parse_nccl_tests(run) for run in split_runs(text)]
+
+
 def parse_nccl_tests(text: str) -> NcclTestsOutput:
     """Read the table of an nccl-tests (or rccl-tests) run, whatever launcher wrapped it.
 
@@ -437,7 +464,10 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
         stripped = cleaned.strip()
         if match := _OUT_OF_BOUNDS.search(stripped):
             flush_pending()
-            out_of_bounds, failed = int(match.group(1)), match.group(2) == "FAILED"
+            # Several runs in one log each end with a summary: the counts add up, and one
+            # FAILED fails the whole (a later "0 OK" never hides it).
+            out_of_bounds = (out_of_bounds or 0) + int(match.group(1))
+            failed = failed or match.group(2) == "FAILED"
             continue
         if match := _AVG_BUSBW.search(stripped):
             try:
@@ -614,6 +644,41 @@ def sweep_bound(sweep: CommSweep, device: str, hardware: HardwareTable | None = 
 
 
 # ---------------------------------------------------------------------------------------------
+# GPU links, as nvidia-smi shows them where the case runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _nvidia_smi(*args: str) -> str:
+    done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr or done.stdout).strip()[:300] or f"exit code {done.returncode}")
+    return done.stdout
+
+
+def topology_facts(ranks: int) -> TopologyFacts:
+    """The topology class of the host (kit.fingerprint's reading of `nvidia-smi topo -m`) and
+    the slowest maximum PCIe link of its first `ranks` GPUs; what cannot be read is said."""
+    from kit.fingerprint import classify_topology, parse_topology_matrix
+
+    facts = TopologyFacts()
+    try:
+        topology = classify_topology(parse_topology_matrix(_nvidia_smi("topo", "-m")))
+        facts.interconnect, facts.gpu_count, facts.label = topology.interconnect, topology.gpu_count, topology.label
+    except Exception as exc:  # noqa: BLE001 - recorded, the bound then says it is unknown
+        facts.unavailable = f"nvidia-smi topo -m: {type(exc).__name__}: {exc}"
+        return facts
+    try:
+        query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
+        links = [line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()]
+        links = [(int(gen), int(width)) for gen, width in links[:ranks]]
+        facts.pcie_generation = min(gen for gen, _ in links)
+        facts.pcie_lanes = min(width for _, width in links)
+    except Exception as exc:  # noqa: BLE001
+        facts.unavailable = f"PCIe link query: {type(exc).__name__}: {exc}"
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
 # Case metrics
 # ---------------------------------------------------------------------------------------------
 
@@ -700,7 +765,8 @@ def spread(values: Iterable[float]) -> dict[str, float]:
 __all__ = [
     "COLLECTIVES", "BufferLayout", "BusBandwidthBound", "CommRow", "CommSweep", "NcclTestsOutput", "Timing",
     "TopologyFacts", "algorithm_bandwidth_gbps", "buffer_layout", "bus_bandwidth_factor", "bus_bandwidth_gbps",
-    "busbw_bound", "comm_case_metrics", "data_failure", "message_sizes", "parse_nccl_tests", "spread", "sweep_bound",
-    "sweep_figures", "sweep_of",
+    "busbw_bound", "comm_case_metrics", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs",
+    "split_runs", "spread", "sweep_bound",
+    "sweep_figures", "sweep_of", "topology_facts",
 ]  # fmt: skip
 

@@ -257,20 +257,68 @@ def _nvlink_links_all_active(fp: Fingerprint, _: Expectation, __: int | None) ->
                     "all NVLink links active", "every NVLink link of every GPU active")
 
 
-def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | None) -> Verdict:
+class CudaNeed(NamedTuple):
+    """A CUDA version something on this host was built with, and where that was read."""
+
+    what: str  # "image train", "this Python's torch"
+    cuda: str  # "13.0.1"
+    source: str
+
+
+def _cuda_needs(fp: Fingerprint) -> list[CudaNeed]:
+    needs = [CudaNeed(f"image {image.name}", image.cuda_version, image.source)
+             for image in fp.images_cuda if image.cuda_version]
     if fp.image and fp.image.cuda_runtime:
-        major, source = _version_key(fp.image.cuda_runtime)[0], "the probed image"
-    else:
-        major, source = expectation.assumed_cuda_major, "assumed; no image probe"
-    minimum = expectation.minimum_driver_by_cuda_major.get(major)
-    expected = f"driver >= {minimum} for CUDA {major}.x images ({source})"
-    if minimum is None:
-        return Verdict(None, f"no minimum driver listed for CUDA {major}.x", expected)
-    driver = fp.gpus.driver_version
-    if driver is None:
+        needs.append(CudaNeed("this Python's torch", fp.image.cuda_runtime, "the probe of this Python"))
+    return needs
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = _version_key(version) + (0,)
+    return parts[0], parts[1]
+
+
+def driver_shortfall(need: CudaNeed, host_cuda: str | None, driver: str | None,
+                     minimum_by_major: dict[int, str]) -> str | None:
+    """Why the host's driver cannot run what `need` was built with, naming both versions and
+    the fix; None when it can. The driver's own CUDA version (NVML) decides: NVIDIA's images
+    refuse to start below their CUDA major.minor (NVIDIA_REQUIRE_CUDA), whatever minor-version
+    compatibility would allow. Without it, the minimum driver of the CUDA major decides."""
+    major, minor = _major_minor(need.cuda)
+    minimum = minimum_by_major.get(major)
+    fix = (f"install an NVIDIA driver >= {minimum} (the minimum for CUDA {major}.x)" if minimum
+           else f"install an NVIDIA driver that supports CUDA {major}.{minor}")
+    if host_cuda is not None:
+        if _major_minor(host_cuda) >= (major, minor):
+            return None
+        if _major_minor(host_cuda)[0] == major:
+            fix = (f"install an NVIDIA driver that supports CUDA {major}.{minor} or later (nvidia-smi shows "
+                   f"the CUDA version a driver supports)")
+        return (f"{need.what} was built with CUDA {need.cuda} ({need.source}); driver {driver or 'unknown'} "
+                f"supports CUDA up to {host_cuda}: {fix}")
+    if driver is None or minimum is None:
+        return None
+    if _version_key(driver) >= _version_key(minimum):
+        return None
+    return f"{need.what} was built with CUDA {need.cuda} ({need.source}); driver {driver} is below {minimum}: {fix}"
+
+
+def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | None) -> Verdict:
+    needs = _cuda_needs(fp)
+    if not needs:
+        major = expectation.assumed_cuda_major
+        needs = [CudaNeed(f"CUDA {major}.x images", f"{major}.0", "assumed: no image was read")]
+    expected = "a driver that supports " + ", ".join(f"CUDA {n.cuda} ({n.what})" for n in needs)
+    driver, host_cuda = fp.gpus.driver_version, fp.gpus.cuda_driver_version
+    if driver is None and host_cuda is None:
         reason = fp.gpus.unavailable or fp.gpus.unreadable.get("driver_version", "not reported")
         return Verdict(None, f"driver version unknown ({reason})", expected)
-    return Verdict(_version_key(driver) >= _version_key(minimum), f"driver {driver}", expected)
+    problems = [problem for need in needs
+                if (problem := driver_shortfall(need, host_cuda, driver, expectation.minimum_driver_by_cuda_major))]
+    observed = f"driver {driver or 'unknown'}, CUDA {host_cuda or 'unknown'}"
+    if problems:
+        return Verdict(False, "; ".join(problems), expected)
+    return Verdict(True, observed, expected)
 
 
 def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:

@@ -252,6 +252,15 @@ class ImageProbe(BaseModel):
     import_errors: dict[str, str] = Field(default_factory=dict)
 
 
+class ImageCuda(BaseModel):
+    """The CUDA version a local image was built with, which the host's driver must support."""
+
+    name: str  # the image's name in the lock
+    reference: str
+    cuda_version: str | None = None  # "13.0.1"
+    source: str  # where the version was read, or why it is unknown
+
+
 class KitInfo(BaseModel):
     """Which kit measured: its version, commit, and a hash of the code that runs in the images."""
 
@@ -274,6 +283,7 @@ class Fingerprint(BaseModel):
     network: NetworkInfo
     container_runtime: ContainerRuntime
     image: ImageProbe | None = None
+    images_cuda: list[ImageCuda] = Field(default_factory=list)  # the images the plan runs in
     kit: KitInfo
 
 
@@ -284,6 +294,26 @@ class Fingerprint(BaseModel):
 
 class TopologyParseError(ValueError):
     """`nvidia-smi topo -m` output that does not have the expected matrix shape."""
+
+
+def _topology_row(line: str, columns: int) -> tuple[str, list[str], list[str]]:
+    """A row's device, its link cells and its affinity cells.
+
+    nvidia-smi separates cells with tabs, so an empty cell is still a cell: a GPU whose CPU
+    affinity is empty (seen on real machines) must not shift its NUMA affinity into that
+    column. Link cells are never empty; the CPU-affinity cell follows the last link after one
+    tab; after it nvidia-smi pads with extra tabs ("0\t\tN/A"), so the later affinity cells are
+    the non-empty ones, in order. A matrix pasted with its tabs turned into spaces cannot show an
+    empty cell, and is split on whitespace.
+    """
+    if "\t" not in line:
+        tokens = line.split()
+        return tokens[0], tokens[1:columns + 1], tokens[columns + 1:]
+    cells = [cell.strip() for cell in line.split("\t")]
+    row, links, rest = cells[0], cells[1:columns + 1], cells[columns + 1:]
+    if not rest:
+        return row, links, []
+    return row, links, [rest[0], *(cell for cell in rest[1:] if cell)]
 
 
 def parse_topology_matrix(text: str) -> TopologyMatrix:
@@ -310,14 +340,13 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
     cpu_affinity: dict[str, str] = {}
     numa_affinity: dict[str, str] = {}
     for line in lines[header_at + 1:]:
-        tokens = line.split()
-        if not tokens:
+        if not line.split():
             if links:
                 break
             continue
-        if tokens[0] not in devices:
+        row, cells, extra = _topology_row(line, len(devices))
+        if row not in devices:
             break
-        row, cells, extra = tokens[0], tokens[1:len(devices) + 1], tokens[len(devices) + 1:]
         if len(cells) < len(devices):
             raise TopologyParseError(f"row {row} has {len(cells)} cells for {len(devices)} columns")
         links[row] = dict(zip(devices, cells))
@@ -872,8 +901,10 @@ def kit_info() -> KitInfo:
     )
 
 
-def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None) -> Fingerprint:
-    """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran.
+def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
+            images_cuda: list[ImageCuda] | None = None) -> Fingerprint:
+    """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran;
+    `images_cuda` the CUDA versions of the images the run will use (kit.images.images_cuda).
 
     With `redact`, the hostname, GPU UUIDs and serials become salted tokens (see
     `redaction_salt`), so a fingerprint can be shared without naming the machine.
@@ -886,9 +917,27 @@ def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None) 
         network=_collect_network(),
         container_runtime=_collect_container_runtime(),
         image=None if image_probe is None else ImageProbe.model_validate(image_probe),
+        images_cuda=images_cuda or [],
         kit=kit_info(),
     )
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint
+
+
+def gpu_memory_bytes() -> list[int]:
+    """Each GPU's total memory in bytes from NVML (what a predicted-OOM check compares with);
+    [] where NVML cannot say."""
+    try:
+        nvml = _import_nvml()
+    except Exception:
+        return []
+    try:
+        return [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
+                for index in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
 
 
 def gpu_names() -> list[str]:

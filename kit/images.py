@@ -356,6 +356,51 @@ def image_for_case(image_name: str, lock: ImagesLock | None = None) -> tuple[str
 
 
 # ---------------------------------------------------------------------------------------------
+# The CUDA an image was built with
+# ---------------------------------------------------------------------------------------------
+
+# NVIDIA's CUDA images (nvidia/cuda) set CUDA_VERSION (e.g. 13.0.1), and images built on them
+# inherit it: PyTorch's devel images, vLLM's, TGI's. An image may name it itself in this label.
+CUDA_VERSION_ENV = "CUDA_VERSION"
+CUDA_VERSION_LABEL = "kit.version.cuda"
+
+
+def cuda_version_of(env: list[str] | None, labels: dict[str, str] | None) -> tuple[str | None, str]:
+    """The CUDA version in an image's configuration (its Env list and labels), and where it was read."""
+    for entry in env or []:
+        name, _, value = entry.partition("=")
+        if name == CUDA_VERSION_ENV and value:
+            return value, f"env {CUDA_VERSION_ENV} of the image"
+    if (labels or {}).get(CUDA_VERSION_LABEL):
+        return labels[CUDA_VERSION_LABEL], f"label {CUDA_VERSION_LABEL} of the image"
+    return None, f"the image sets neither {CUDA_VERSION_ENV} nor the label {CUDA_VERSION_LABEL}"
+
+
+def images_cuda(names: list[str], lock: ImagesLock | None = None) -> list:
+    """The CUDA version of each named image as present here (kit.fingerprint.ImageCuda)."""
+    from kit.fingerprint import ImageCuda
+
+    lock = lock or load_lock()
+    found = []
+    for name in names:
+        if name not in lock.images:
+            found.append(ImageCuda(name=name, reference=name, source=f"not in the lock ({lock_path()})"))
+            continue
+        reference = lock.images[name].reference
+        try:
+            image = local_image(reference)
+        except EngineUnavailable as exc:
+            found.append(ImageCuda(name=name, reference=reference, source=f"not read: {exc}"))
+            continue
+        if image is None:
+            found.append(ImageCuda(name=name, reference=reference, source="not present locally"))
+            continue
+        version, source = cuda_version_of((image.attrs.get("Config") or {}).get("Env"), image.labels)
+        found.append(ImageCuda(name=name, reference=reference, cuda_version=version, source=source))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
 # Build and pull
 # ---------------------------------------------------------------------------------------------
 
@@ -509,6 +554,54 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
         digests = ", ".join(pulled.attrs.get("RepoDigests") or []) or "none"
         say(f"{name}: UNPINNED - the lock has no digest; this pull got {digests}. Review it and record it in {lock_path()}.")
     return pulled.id
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepare: what a GPU run needs, built or pulled before its first case
+# ---------------------------------------------------------------------------------------------
+
+
+class ImagePreparation(BaseModel):
+    """What `kit run` did to have one image of its plan here, and how long it took."""
+
+    name: str
+    reference: str
+    action: Literal["present", "built", "pulled", "failed"]
+    seconds: float
+    image_id: str | None = None
+    error: str | None = None
+
+
+def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print) -> list[ImagePreparation]:
+    """Each named image present locally, else built (the kit's own) or pulled (an engine's, by its
+    pinned digest). A failure is recorded and the others go on: the cases of that image then end
+    `error` saying the image is missing. Needs a reachable engine (EngineUnavailable otherwise)."""
+    lock = lock or load_lock()
+    engine()
+    done = []
+    for position, name in enumerate(names, 1):
+        image = lock.images[name]
+        started = time.monotonic()
+        present = local_image(image.reference)
+        if present is not None:
+            say(f"[{position}/{len(names)}] {name}: {image.reference} is present")
+            done.append(ImagePreparation(name=name, reference=image.reference, action="present", seconds=0.0,
+                                         image_id=present.id))  # fmt: skip
+            continue
+        action = "built" if image.build is not None else "pulled"
+        say(f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it")
+        try:
+            image_id = build(name, lock, say=say).image_id if image.build is not None else pull(name, lock, say=say)
+        except (RuntimeError, PullFailed, ValueError) as exc:
+            seconds = time.monotonic() - started
+            say(f"[{position}/{len(names)}] {name}: failed after {seconds:.0f} s: {exc}")
+            done.append(ImagePreparation(name=name, reference=image.reference, action="failed", seconds=seconds,
+                                         error=str(exc)[:2000]))  # fmt: skip
+            continue
+        seconds = time.monotonic() - started
+        say(f"[{position}/{len(names)}] {name}: {action} in {seconds:.0f} s")
+        done.append(ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id))
+    return done
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from kit.analysis import (
     ADAM_MIXED_PRECISION_BYTES_PER_PARAM,
     DECODER_LINEARS,
+    FP32_GRADIENT_BYTES,
     LatencyBound,
     TrainingMemory,
     attention_matmul_flops_per_token,
@@ -67,7 +68,7 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
             case.shape, world_size=1, zero_stage=0, micro_batch=params.micro_batch,
             seq_len=params.seq_len, recompute=params.recompute, flash_attention=flash,
             weight_bytes=element, grad_bytes=element, optimizer_bytes_per_param=2 * element,
-            activation_bytes=element,
+            activation_bytes=element, master_gradient_bytes=0,
         )  # fmt: skip
         basis = (f"one GPU, no ZeRO, torch AdamW with {params.dtype} states (no fp32 master copy), "
                  f"micro-batch {params.micro_batch} x {params.seq_len}"
@@ -88,7 +89,7 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
         weight_bytes=element, grad_bytes=element, optimizer_bytes_per_param=optimizer,
         peft=None if params.peft == "none" else params.peft,
         lora_rank=params.lora_rank, lora_targets=params.lora_targets or DECODER_LINEARS,
-        activation_bytes=element,
+        activation_bytes=element, master_gradient_bytes=FP32_GRADIENT_BYTES if element == 2 else 0,
     )  # fmt: skip
     offload = ("optimizer states and parameters" if offload_params else "optimizer states") if params.offload else None
     parts = [f"ZeRO-{params.zero_stage}" if params.zero_stage else "no ZeRO", f"world size {case.gpus}"]
@@ -109,6 +110,7 @@ def describe_memory(prediction: MemoryPrediction) -> str:
         f"predicted peak memory per GPU {memory.total / GIB:.3g} GiB (weights {memory.weights / GIB:.3g}, "
         f"gradients {memory.gradients / GIB:.3g}, optimizer states {memory.optimizer_states / GIB:.3g}, "
         f"activations {memory.activations / GIB:.3g}"
+        + (f", ZeRO-3 gathered layers {memory.gathered_parameters / GIB:.3g}" if memory.gathered_parameters else "")
     )
     if memory.offloaded_to_host:
         line += f"; {memory.offloaded_to_host / GIB:.3g} GiB offloaded to host memory"
@@ -135,20 +137,27 @@ def host_gpu_spec(gpu_names: Sequence[str], gpus: int, table: HardwareTable) -> 
     return specs[0]
 
 
-def predicted_oom(case: Case, spec: GpuSpec | None) -> str | None:
+def predicted_oom(case: Case, spec: GpuSpec | None, capacity_bytes: int | None = None) -> str | None:
     """The skip reason of a GPU case whose predicted memory exceeds the device's, or None.
 
-    The prediction leaves out buffers, fragmentation and the CUDA context, so a case it says
-    does not fit cannot fit; one it says fits may still run out of memory."""
-    if case.device != "cuda" or spec is None:
+    `capacity_bytes` is what NVML reports of the host's GPU (its total memory in bytes); without
+    it, the datasheet's figure in hardware.yaml (a "24 GB" card holds 24 GiB: the datasheet's
+    unit is taken as written, so it is only the fallback). The prediction leaves out
+    communication buckets, fragmentation and the CUDA context, so a case it says does not fit
+    cannot fit; one it says fits may still run out of memory."""
+    if case.device != "cuda":
         return None
-    capacity = device_memory_bytes(spec)
+    if capacity_bytes is not None:
+        capacity, where = float(capacity_bytes), f"the GPU has {capacity_bytes / GIB:.1f} GiB (NVML)"
+    elif spec is not None and device_memory_bytes(spec) is not None:
+        capacity = device_memory_bytes(spec)
+        where = f"device has {spec.memory.value:g} {spec.memory.unit} (datasheet, hardware.yaml)"
+    else:
+        return None
     prediction = predicted_training_memory(case)
-    if capacity is None or prediction.memory is None or prediction.memory.total <= capacity:
+    if prediction.memory is None or prediction.memory.total <= capacity:
         return None
-    unit = spec.memory.unit
-    scale = 1e9 if unit == "GB" else GIB
-    return f"predicted OOM (needs {prediction.memory.total / scale:.1f} {unit}, device has {spec.memory.value:g} {unit})"
+    return f"predicted OOM (needs {prediction.memory.total / GIB:.1f} GiB per GPU, {where})"
 
 
 def memory_below_weights(measured_bytes: float, prediction: MemoryPrediction) -> str | None:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
+from kit.images import ImagePreparation
 from kit.protocol import Case, Plan
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
@@ -48,6 +49,28 @@ class PeakMemory(BaseModel):
     host_rss_bytes: int
 
 
+class DeviceTelemetry(BaseModel):
+    """What NVML reported of this process's GPU during the measured steps (kit/telemetry.py):
+    the device-level view a buyer sizes a GPU by, beside the allocator's view in PeakMemory."""
+
+    source: str  # "nvml"
+    gpu_index: int | None = None  # NVML index of this process's GPU
+    energy_j: float | None = None  # NVML total-energy counter delta over the measured steps
+    mean_power_w: float | None = None
+    peak_used_bytes: int | None = None  # device-level used memory, max of samples during measured steps
+    samples: int = 0
+    unavailable: str | None = None  # why absent, e.g. "no NVML: this host has no NVIDIA driver"
+
+
+class EffectiveOption(BaseModel):
+    """One option of a case's method as the running engine reports it (kit/effective.py)."""
+
+    requested: str  # what the method asks, e.g. "ZeRO-3", "offload optimizer+params to cpu", "on"
+    observed: str  # what the running engine reports, e.g. "stage 3; optimizer states on cpu"
+    in_effect: bool
+    evidence: str  # where `observed` was read (API call / count), one line
+
+
 class RankSample(BaseModel):
     """What one process of one run measured; written by the workload harness."""
 
@@ -61,6 +84,7 @@ class RankSample(BaseModel):
     step_s: list[float] = []
     tokens_per_step: int = 0
     peak_memory: PeakMemory | None = None
+    telemetry: DeviceTelemetry | None = None
     details: dict[str, Any] = {}
     versions: dict[str, str] = {}
     started_at: str
@@ -108,6 +132,9 @@ class Result(BaseModel):
     reason: str | None = None
     case: Case
     metrics: dict[str, Metric | None] = {}
+    # Option name (zero_stage, offload, recompute, attention, quantization, lora) -> what the
+    # running engine reported, the same on every rank of every run.
+    effective: dict[str, EffectiveOption] = {}
     notes: list[str] = []
     samples: list[RunSample] = []
     executor: str
@@ -139,6 +166,9 @@ class RunInfo(BaseModel):
     preflight: dict[str, Any] | None = None  # kit.preflight.Preflight, as checked before the first case
     no_preflight: bool = False  # started with --no-preflight
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
+    # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
+    # images it needed, and whether each was present, built or pulled first, and in how long.
+    image_preparation: list[ImagePreparation] = []
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import kit
-from kit import metrics
+from kit import effective, metrics
 from kit.execute import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.fingerprint import Fingerprint, collect, probe_this_python
@@ -32,6 +32,7 @@ class Host:
     """What the runner needs to know of the host to decide what can run here."""
 
     gpu_names: list[str]
+    gpu_memory_bytes: list[int] = field(default_factory=list)  # NVML's total memory of each GPU
 
     @property
     def gpu_count(self) -> int:
@@ -64,7 +65,9 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str
     if case.device == "cuda" and case.gpus > host.gpu_count:
         return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
     if skip_predicted_oom and case.device == "cuda":
-        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()))
+        used = host.gpu_memory_bytes[:case.gpus]
+        capacity = min(used) if len(used) == case.gpus else None
+        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()), capacity)
     return None
 
 
@@ -83,9 +86,13 @@ def expected_gpus(plan: Plan) -> int | None:
     return max(counts) if counts else None
 
 
-def preflight(plan: Plan, redact: bool = False) -> tuple[Fingerprint, list[Check]]:
-    """Fingerprint this host (with the frameworks of this Python) and check it for the plan."""
-    fingerprint = collect(redact=redact, image_probe=probe_this_python())
+def preflight(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
+    plan runs in unless it runs here) and check it for the plan."""
+    from kit.images import images_cuda
+
+    names = [] if executor == "local" else sorted({case.image for case in plan.cases})
+    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
     return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
 
 
@@ -104,6 +111,7 @@ def start_run(
     checks: list[Check],
     forced: bool,
     skip_predicted_oom: bool = False,
+    image_preparation: list | None = None,
 ) -> RunDir:
     run = RunDir(out)
     if run.info_path.exists():
@@ -122,6 +130,7 @@ def start_run(
         argv=argv,
         started_at=utc_now(),
         skip_predicted_oom=skip_predicted_oom,
+        image_preparation=image_preparation or [],
     )
     run.write_info(info)
     return run
@@ -130,9 +139,12 @@ def start_run(
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
     """Status and metrics of a case from its runs; metrics only when every run succeeded."""
     status, reason, case_metrics, notes = "ok", None, {}, []
+    options, not_in_effect = effective.merge(case, runs)
     failed = next((run for run in runs if run.status != "ok"), None)
     if failed is not None:
         status, reason = failed.status, failed.reason
+    elif not_in_effect is not None:
+        status, reason = "error", not_in_effect
     elif case.workload in metrics.CASE_METRICS:
         case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
     return Result(
@@ -142,6 +154,7 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         reason=reason,
         case=case,
         metrics=case_metrics,
+        effective=options,
         notes=notes,
         samples=runs,
         executor=executor,
@@ -170,9 +183,9 @@ def execute_case(
     with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
         for index in range(1, case.params.runs + 1):
             progress.run_started(case, index, case.params.runs)
-            runs.append(executor.run_once(case, case_dir, index, log))
+            runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
             if runs[-1].status != "ok":
-                break  # a configuration that failed once (OOM, unavailable) fails every time
+                break  # a configuration that failed once (OOM, unavailable, option off) fails every time
     result = result_of(case, runs, executor.NAME, started)
     run.write_result(result)
     return result

@@ -25,7 +25,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kit.analysis import lora_parameter_count, model_flops_per_token, parameter_count
+from kit import effective, nccl_tests
+from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
     BLOCKS,
     PHASE_RANGES,
@@ -37,13 +38,13 @@ from kit.breakdown import (
 )
 from kit.comm import (
     COLLECTIVES,
-    CommSweep,
     TopologyFacts,
     bus_bandwidth_factor,
     message_sizes,
     parse_nccl_tests,
 )
 from kit.environment import evaluate, load_expectations
+from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import (
     ContainerRuntime,
@@ -78,12 +79,8 @@ from kit.results import (
 )
 from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
-from kit.workloads.comm import (
-    NCCL_TESTS_DTYPES,
-    NCCL_TESTS_TIME_STATISTIC,
-    nccl_tests_command,
-)
 from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
+from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
 A800 = "NVIDIA A800-SXM4-80GB"
@@ -207,7 +204,7 @@ def finish_run(
     sample = run_sample(
         index=index,
         ranks=ranks,
-        expected_ranks=case.gpus,
+        expected_ranks=processes(case),
         exit_code=exit_code,
         wall_s=wall_s,
         timed_out=False,
@@ -266,11 +263,6 @@ def train_details(case: Case, rank: int) -> dict:
     else:
         optimizer = "DeepSpeedCPUAdam" if params.offload else "FusedAdam"
     full = params.quantization == "none" and params.peft == "none"
-    trainable = (
-        parameter_count(case.shape)
-        if params.peft == "none"
-        else lora_parameter_count(case.shape, params.lora_rank, params.lora_targets)
-    )
     checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
     return {
         "world_size": case.gpus,
@@ -279,13 +271,27 @@ def train_details(case: Case, rank: int) -> dict:
         if full
         else f"synthetic checkpoint {case.model}-seed{params.seed} (sha256 {checkpoint})",
         "optimizer": optimizer,
-        "trainable_parameters": trainable,
-        "attention": params.attention,
-        "recompute": params.recompute,
-        "quantized_linear_layers": 7 * case.shape.num_layers if params.quantization != "none" else 0,
         "deepspeed_config": deepspeed_config(params, client_optimizer=client),
         "local_rank": rank,
+        "effective": options_in_effect(case),
     }
+
+
+def options_in_effect(case: Case) -> dict:
+    """What kit/workloads/observe.py reports of an engine that does what the method names."""
+    params, layers = case.params, case.shape.num_layers
+    judged = {
+        "zero_stage": effective.zero_stage(params.zero_stage, params.zero_stage),
+        "attention": effective.attention(params.attention, params.attention, layers, layers * (2 if params.recompute else 1)),
+        "offload": effective.offload(params.zero_stage == 3, True, ["cpu"] * 2, params.zero_stage == 3,
+                                     ["cpu"] * layers if params.zero_stage == 3 else [],
+                                     "DeepSpeedZeroOptimizer_Stage3" if params.zero_stage == 3 else "DeepSpeedZeroOptimizer"),
+        "recompute": effective.recompute(layers, layers, layers, layers),
+        "quantization": effective.quantization(effective.expected_quantized_modules(case), DTYPES[params.dtype],
+                                               [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case)),
+        "lora": effective.lora(effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank),
+    }  # fmt: skip
+    return {name: judged[name].model_dump() for name in effective.options_of(params)}
 
 
 def oom_reason(rank: int, rng: random.Random) -> str:
@@ -422,7 +428,7 @@ def nccl_tests_output(case: Case, host: Host, rng: random.Random, wrong_from: in
             cells.append(f"{time_us:8.2f} {algbw:7.2f} {algbw * factor:7.2f} {wrong:6d}")
             total_busbw += algbw * factor
         lines.append(
-            f"{size:12d} {count:13d} {NCCL_TESTS_DTYPES[params.dtype]:>9} {redop:>7} {root:7d} {'  '.join(cells)}"
+            f"{size:12d} {count:13d} {nccl_tests.DTYPES[params.dtype]:>9} {redop:>7} {root:7d} {'  '.join(cells)}"
         )
     failed = wrong_from is not None
     lines += [
@@ -434,61 +440,27 @@ def nccl_tests_output(case: Case, host: Host, rng: random.Random, wrong_from: in
 
 
 def comm_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
-    """Rank 0 runs the nccl-tests binary on all GPUs; its parsed rows are the sweep."""
+    """The nccl-tests binary drives all GPUs as the run's one process; the host side reads its
+    output into the run's sample (kit.nccl_tests)."""
     params = case.params
     if params.backend != "nccl-tests":
         raise NotImplementedError(f"{case.id}: only nccl-tests sweeps are written here, not {params.backend} ones")
-    binary = Path("/opt/nccl-tests/build") / COLLECTIVES[params.collective].nccl_tests_binary
+    command = nccl_tests.command(case, nccl_tests.binary_name(case))
+    topology = TopologyFacts(interconnect="nvlink-all-pairs", gpu_count=8, label="8 GPUs, all pairs NVLink (NV8)",
+                             pcie_generation=4, pcie_lanes=16)  # fmt: skip
     runs = []
     for index in range(1, params.runs + 1):
         out = folder / "runs" / str(index)
         out.mkdir(parents=True, exist_ok=True)
         wrong_from = 64 * 2**20 if ERROR_CASES.get(case.id) == "wrong-elements" else None
         text = nccl_tests_output(case, host, rng, wrong_from)
-        raw_name = f"{binary.name}.out.txt"
-        atomic_write_text(out / raw_name, text)
-        parsed = parse_nccl_tests(text)
-        idle = {"role": f"idle: rank 0 runs {binary.name} on all {case.gpus} GPUs"}
-        ranks = [
-            host.rank(case, r, details=idle, peak_memory=PeakMemory(host_rss_bytes=310 * 2**20))
-            for r in range(1, case.gpus)
-        ]
-        if parsed.failure:
-            reason = f"CommFailure: {binary.name}: {parsed.failure} (output in {raw_name})"
-            lead = host.rank(case, 0, status="error", reason=reason, peak_memory=PeakMemory(host_rss_bytes=330 * 2**20))
-        else:
-            sweep = CommSweep(
-                collective=params.collective,
-                backend="nccl-tests",
-                ranks=len(parsed.ranks) or case.gpus,
-                dtype=params.dtype,
-                warmup_iters=params.warmup_iters,
-                iters=params.iters,
-                time_statistic=NCCL_TESTS_TIME_STATISTIC,
-                rows=parsed.rows,
-                device_names=sorted(set(parsed.devices)),
-                topology=TopologyFacts(
-                    interconnect="nvlink-all-pairs",
-                    gpu_count=8,
-                    label="8 GPUs, all pairs NVLink (NV8)",
-                    pcie_generation=4,
-                    pcie_lanes=16,
-                ),
-                out_of_bounds=parsed.out_of_bounds,
-                out_of_bounds_failed=parsed.out_of_bounds_failed,
-                avg_busbw_gbps=parsed.avg_busbw_gbps,
-                command=nccl_tests_command(case, binary),
-                raw_output_file=raw_name,
-                unparsed=parsed.unparsed,
-            )
-            lead = host.rank(
-                case, 0, details=sweep.model_dump(mode="json"), peak_memory=PeakMemory(host_rss_bytes=330 * 2**20)
-            )
-        ranks = [lead, *ranks]
-        write_ranks(folder, index, ranks)
-        runs.append(finish_run(host, case, index, ranks, rng.uniform(70, 110), exit_code=1 if parsed.failure else 0))
-        if parsed.failure:
-            break
+        exit_code = 1 if parse_nccl_tests(text).failure else 0
+        raw_name = nccl_tests.keep_output(out, command[0], text, "")
+        started = host.clock.stamp()
+        lead = nccl_tests.rank_sample(case, command, text, "", exit_code, raw_name, started, host.clock.stamp(), topology)
+        lead = lead.model_copy(update={"versions": host.versions(case)})
+        write_ranks(folder, index, [lead])
+        runs.append(finish_run(host, case, index, [lead], rng.uniform(70, 110), exit_code=exit_code))
     return runs
 
 

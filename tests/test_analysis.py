@@ -178,25 +178,27 @@ def _memory(**overrides):
     return analysis.training_memory_per_gpu(LLAMA2_7B, **options)
 
 
-def test_data_parallel_without_zero_holds_2_2_and_12_bytes_per_parameter():
-    memory = _memory(zero_stage=0)
+def test_data_parallel_without_zero_holds_2_2_4_and_12_bytes_per_parameter():
+    memory = _memory(zero_stage=0)  # bf16 weights and gradients, fp32 gradients, fp32 master + Adam
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B, 2 * PSI_7B, 12 * PSI_7B,
+        2 * PSI_7B, (2 + 4) * PSI_7B, 12 * PSI_7B,
     )
 
 
 def test_zero2_divides_gradients_and_optimizer_states_by_world_size():
     memory = _memory(zero_stage=2)
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B, 2 * PSI_7B / 8, 12 * PSI_7B / 8,
+        2 * PSI_7B, (2 + 4) * PSI_7B / 8, 12 * PSI_7B / 8,
     )
+    assert memory.gathered_parameters == 0
 
 
-def test_zero3_also_divides_the_weights_by_world_size():
+def test_zero3_also_divides_the_weights_and_gathers_the_largest_layer():
     memory = _memory(zero_stage=3)
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B / 8, 2 * PSI_7B / 8, 12 * PSI_7B / 8,
+        2 * PSI_7B / 8, 4 * PSI_7B / 8, 12 * PSI_7B / 8,
     )
+    assert memory.gathered_parameters == 4 * 32000 * 4096  # the embedding (or LM head), 4 bytes each
 
 
 def test_zero_does_not_partition_activations():
@@ -206,15 +208,16 @@ def test_zero_does_not_partition_activations():
 def test_optimizer_offload_moves_optimizer_states_and_gradients_to_host():
     memory = _memory(zero_stage=2, offload_optimizer=True)
     assert memory.optimizer_states == memory.gradients == 0
-    assert memory.offloaded_to_host == 14 * PSI_7B / 8
+    assert memory.offloaded_to_host == 18 * PSI_7B / 8
     assert memory.weights == 2 * PSI_7B
 
 
-def test_parameter_offload_with_zero3_leaves_no_weights_on_the_gpu():
+def test_parameter_offload_with_zero3_keeps_only_the_gathered_layers_on_the_gpu():
     memory = _memory(zero_stage=3, offload_optimizer=True, offload_params=True)
     assert memory.weights == memory.gradients == memory.optimizer_states == 0
-    assert memory.offloaded_to_host == 16 * PSI_7B / 8
-    assert memory.total == memory.activations
+    assert memory.offloaded_to_host == 18 * PSI_7B / 8
+    assert memory.model_states == memory.gathered_parameters > 0  # never 0 bytes of GPU memory
+    assert memory.total == memory.activations + memory.gathered_parameters
 
 
 def test_parameter_offload_needs_zero3():
@@ -226,8 +229,52 @@ def test_lora_keeps_gradients_and_optimizer_states_only_for_the_adapters():
     adapters = analysis.lora_parameter_count(LLAMA2_7B, rank=64)
     memory = _memory(world_size=1, peft="lora", lora_rank=64)
     assert memory.weights == 2 * (PSI_7B + adapters)
-    assert memory.gradients == 2 * adapters
+    assert memory.gradients == (2 + 4) * adapters
     assert memory.optimizer_states == 12 * adapters
+
+
+# DeepSpeed's own estimators of the GPU memory of model states (runtime/zero/stage_1_and_2.py and
+# stage3.py; the *_all_live variants take these totals from a model object).
+ZERO_SETUPS = [(2, False, False), (2, True, False), (3, False, False), (3, True, False), (3, True, True)]
+
+
+def deepspeed_estimate(shape, world_size, stage, offload_optimizer, offload_params, total_params=None, largest=None):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    total_params = total_params or analysis.parameter_count(shape)
+    largest = largest or analysis.largest_layer_parameter_count(shape)
+    if stage == 2:
+        return estimate_zero2_model_states_mem_needs(total_params, world_size, 1, cpu_offload=offload_optimizer)[1]
+    return estimate_zero3_model_states_mem_needs(total_params, largest, world_size, 1, cpu_offload=offload_optimizer,
+                                                 cpu_offload_params=offload_params)[1]  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "llama2-13b", "llama2-70b"])
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+@pytest.mark.parametrize("stage, offload_optimizer, offload_params", ZERO_SETUPS)
+def test_model_states_are_within_5_percent_of_deepspeeds_estimators(protocol, model, world_size, stage,
+                                                                     offload_optimizer, offload_params):
+    pytest.importorskip("deepspeed")
+    shape = protocol.models[model]
+    memory = analysis.training_memory_per_gpu(
+        shape, world_size=world_size, zero_stage=stage, micro_batch=1, seq_len=SEQ_LEN,
+        offload_optimizer=offload_optimizer, offload_params=offload_params,
+    )  # fmt: skip
+    estimate = deepspeed_estimate(shape, world_size, stage, offload_optimizer, offload_params)
+    assert memory.model_states == pytest.approx(estimate, rel=0.05)
+
+
+def test_the_largest_layer_is_the_one_deepspeed_finds_in_a_real_model(protocol):
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import model_to_params
+    from transformers import LlamaForCausalLM
+
+    from kit.workloads.synthetic import llama_config
+
+    shape = protocol.models["tiny-llama"]
+    total, largest = model_to_params(LlamaForCausalLM(llama_config(shape)))
+    assert (total, largest) == (analysis.parameter_count(shape), analysis.largest_layer_parameter_count(shape))
 
 
 def test_qlora_double_quantisation_costs_4_127_bits_per_quantised_weight():

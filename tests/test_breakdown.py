@@ -37,6 +37,7 @@ from kit.predictions import (
     serving_bounds,
     training_step_bound,
 )
+from kit.protocol import build_plan
 from kit.results import PeakMemory, RankSample, RunDir, RunSample
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -263,8 +264,36 @@ def hardware():
 def test_a_7b_step_without_zero_is_predicted_not_to_fit_in_80_gb(paper_plan, hardware):
     case = case_of(paper_plan, "pretrain.llama2-7b.naive.g8")
     reason = predicted_oom(case, hardware.gpus["a800-sxm4-80gb"])
-    # 16 bytes per parameter (Rajbhandari et al. 2020) x 6.74e9 parameters alone exceed 80 GB
-    assert reason.startswith("predicted OOM (needs 1") and reason.endswith("device has 80 GB)")
+    # 20 bytes per parameter (DeepSpeed's bf16 model states) x 6.74e9 parameters alone exceed 80 GB
+    assert reason.startswith("predicted OOM (needs 1") and reason.endswith("device has 80 GB (datasheet, hardware.yaml))")
+
+
+# An H100 80GB HBM3 as nvidia-smi reports it ("0MiB /  81559MiB" in a public H100 server's
+# nvidia-smi output): NVML's total memory, in bytes.
+H100_NVML_BYTES = 81559 * 2**20
+
+
+def test_the_gpus_capacity_comes_from_nvml_in_bytes_before_the_datasheet(paper_plan, hardware):
+    case = case_of(paper_plan, "pretrain.llama2-7b.naive.g8")
+    reason = predicted_oom(case, hardware.gpus["a800-sxm4-80gb"], capacity_bytes=H100_NVML_BYTES)
+    assert reason.endswith("the GPU has 79.6 GiB (NVML))")
+    host = runner.Host(gpu_names=["NVIDIA H100 80GB HBM3"] * 8, gpu_memory_bytes=[H100_NVML_BYTES] * 8)
+    assert "(NVML)" in runner.skip_reason(case, host, skip_predicted_oom=True)
+
+
+def test_a_case_whose_prediction_fits_the_nvml_capacity_exactly_is_never_skipped(paper_plan):
+    case = case_of(paper_plan, "pretrain.llama2-7b.z2.g8")
+    needs = int(predicted_training_memory(case).memory.total) + 1
+    assert predicted_oom(case, None, capacity_bytes=needs) is None
+    assert predicted_oom(case, None, capacity_bytes=needs - 2).startswith("predicted OOM")
+
+
+def test_every_training_case_of_the_quick_profile_fits_one_80_gb_gpu(protocol):
+    quick = build_plan(protocol, "quick")
+    training = [case for case in quick.cases if case.workload == "train"]
+    assert training and all(predicted_oom(case, None, capacity_bytes=H100_NVML_BYTES) is None for case in training)
+    unpredicted = {case.method for case in training if predicted_training_memory(case).memory is None}
+    assert unpredicted == {"q"}  # 4-bit pre-training: frozen NF4 linears, not modelled
 
 
 def test_zero3_spreads_the_states_so_the_7b_step_fits(paper_plan, hardware):

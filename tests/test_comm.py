@@ -22,6 +22,7 @@ from kit.comm import (
     comm_case_metrics,
     message_sizes,
     parse_nccl_tests,
+    parse_nccl_tests_runs,
 )
 from kit.hardware import load_hardware
 from kit.results import Metric, RankSample, Result, RunSample
@@ -57,6 +58,25 @@ def hardware():
 )
 def test_bus_bandwidth_factors_are_those_of_nccl_tests(name, ranks, factor):
     assert bus_bandwidth_factor(name, ranks) == pytest.approx(factor)
+
+
+def test_a_log_of_several_runs_keeps_each_run():
+    first, second = parse_nccl_tests_runs(fixture("dgx2-v100x12-runs-in-sequence-first-failed"))
+    assert (len(first.rows), first.out_of_bounds, first.out_of_bounds_failed) == (31, 4, True)
+    assert first.rows[0].redop is None and first.rows[-1].size_bytes == 8589934560  # all_gather
+    assert (len(second.rows), second.out_of_bounds, second.out_of_bounds_failed) == (31, 0, False)
+    assert second.rows[0].redop == "sum" and second.avg_busbw_gbps == pytest.approx(42.5578)
+    assert first.failure and not second.failure
+
+
+def test_a_failed_run_is_not_lost_when_a_log_is_read_as_one():
+    whole = parse_nccl_tests(fixture("dgx2-v100x12-runs-in-sequence-first-failed"))
+    assert whole.out_of_bounds_failed and whole.out_of_bounds == 4
+    assert "Out of bounds values: 4 FAILED" in whole.failure
+
+
+def test_a_single_run_is_one_run():
+    assert len(parse_nccl_tests_runs(fixture("h100x16-two-nodes-all_reduce"))) == 1
 
 
 @pytest.mark.parametrize(
@@ -352,7 +372,7 @@ def test_scaling_without_a_one_device_result_says_so(smoke_plan):
     assert rows[0].efficiency is None and rows[0].reason == "no one-device case in this run"
 
 
-# --- The nccl-tests backend of the workload, with a stand-in binary -------------------------------
+# --- nccl-tests cases: the binary is the process, its output read on the host side -----------------
 
 
 @pytest.fixture
@@ -360,49 +380,77 @@ def nccl_tests_case(paper_plan):
     return next(c for c in paper_plan.cases if c.id == "comm.all_reduce.g8")
 
 
-def stand_in_binary(folder: Path, fixture_name: str) -> Path:
+def with_gpus(case, gpus: int):
+    return case.model_copy(update={"gpus": gpus, "id": case.id.replace(f".g{case.gpus}", f".g{gpus}")})
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_one_process_drives_all_the_cases_gpus_with_no_python(nccl_tests_case, gpus):
+    from kit import nccl_tests
+    from kit.execute import docker, processes
+
+    case = with_gpus(nccl_tests_case, gpus)
+    command = nccl_tests.command(case, "all_reduce_perf")
+    assert command == ["all_reduce_perf", "-b", "8", "-e", "1073741824", "-f", "2", "-g", str(gpus), "-w", "5",
+                       "-n", "20", "-d", "float", "-c", "1"]  # fmt: skip
+    assert docker.container_command(case, 1) == command  # on the comm image's PATH, no launcher
+    assert processes(case) == 1
+
+
+def stand_in_binary(folder: Path, fixture_name: str, exit_code: int = 0) -> Path:
     """An all_reduce_perf that prints a real run's output, as the comm image's binary would."""
     binary = folder / "all_reduce_perf"
-    binary.write_text(f"#!/bin/sh\ncat '{FIXTURES / (fixture_name + '.txt')}'\n")
+    binary.write_text(f"#!/bin/sh\ncat '{FIXTURES / (fixture_name + '.txt')}'\nexit {exit_code}\n")
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     return binary
 
 
-def test_without_the_nccl_tests_binary_the_case_is_unavailable(nccl_tests_case, tmp_path, monkeypatch):
-    from kit.workloads.comm import nccl_tests_binary
-    from kit.workloads.harness import Unavailable
+def run_locally(case, tmp_path):
+    from kit.execute import local
 
+    case_dir = tmp_path / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        return local.run_once(case, case_dir, 1, log), case_dir / "runs" / "1"
+
+
+def test_without_the_nccl_tests_binary_the_case_is_unavailable(nccl_tests_case, tmp_path, monkeypatch):
     monkeypatch.delenv("KIT_NCCL_TESTS_DIR", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(Unavailable, match="all_reduce_perf not found"):
-        nccl_tests_binary("all_reduce")
+    run, _ = run_locally(nccl_tests_case, tmp_path)
+    assert run.status == "unavailable" and "all_reduce_perf not found" in run.reason
 
 
-def test_nccl_tests_backend_runs_the_binary_with_the_case_sweep(nccl_tests_case, tmp_path, monkeypatch):
-    from kit.workloads.comm import nccl_tests_sweep
-    from kit.workloads.harness import Device
-
+def test_the_local_executor_runs_the_binary_and_reads_its_output_here(nccl_tests_case, tmp_path, monkeypatch):
     stand_in_binary(tmp_path, "h100x16-two-nodes-all_reduce")
     monkeypatch.setenv("KIT_NCCL_TESTS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "0")
-    details = nccl_tests_sweep(nccl_tests_case, Device("cpu"), tmp_path)
-    sweep = CommSweep.model_validate(details)
-    assert sweep.command[1:] == ["-b", "8", "-e", "1073741824", "-f", "2", "-g", "8", "-w", "5", "-n", "20",
-                                 "-d", "float", "-c", "1"]  # fmt: skip
+    run, out = run_locally(nccl_tests_case, tmp_path)
+    assert run.status == "ok", run.reason
+    [rank] = run.ranks
+    sweep = CommSweep.model_validate(rank.details)
+    assert sweep.command[0] == str(tmp_path / "all_reduce_perf") and "-g" in sweep.command
     assert len(sweep.rows) == 31 and sweep.ranks == 16 and sweep.backend == "nccl-tests"
-    assert (tmp_path / sweep.raw_output_file).read_text() == fixture("h100x16-two-nodes-all_reduce")
+    assert (out / sweep.raw_output_file).read_text() == fixture("h100x16-two-nodes-all_reduce")
+    assert json.loads((out / "rank-0.json").read_text())["status"] == "ok"
+    metrics, _ = comm_case_metrics(nccl_tests_case, [run])
+    assert metrics["bus_bandwidth_gb_s"].mean > 0
 
 
 def test_nccl_tests_wrong_elements_make_the_case_an_error_and_keep_the_output(nccl_tests_case, tmp_path, monkeypatch):
-    from kit.workloads.comm import CommFailure, nccl_tests_sweep
-    from kit.workloads.harness import Device
-
-    stand_in_binary(tmp_path, "dgx-h100-wrong-elements")
+    stand_in_binary(tmp_path, "dgx-h100-wrong-elements", exit_code=1)
     monkeypatch.setenv("KIT_NCCL_TESTS_DIR", str(tmp_path))
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(CommFailure, match="wrong elements at 1 size"):
-        nccl_tests_sweep(nccl_tests_case, Device("cpu"), tmp_path)
-    assert "237858" in (tmp_path / "all_reduce_perf.out.txt").read_text()
+    run, out = run_locally(nccl_tests_case, tmp_path)
+    assert run.status == "error" and "wrong elements at 1 size" in run.reason
+    assert "237858" in (out / "all_reduce_perf.out.txt").read_text()
+
+
+def test_a_failed_run_of_the_binary_is_an_error_with_its_exit_code(nccl_tests_case, tmp_path, monkeypatch):
+    binary = tmp_path / "all_reduce_perf"
+    binary.write_text("#!/bin/sh\necho 'Test NCCL failure common.cu:1189' >&2\nexit 3\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("KIT_NCCL_TESTS_DIR", str(tmp_path))
+    run, _ = run_locally(nccl_tests_case, tmp_path)
+    assert run.status == "error" and "exited with 3" in run.reason and "common.cu:1189" in run.reason
 
 
 # --- The smoke comm stage, for real ---------------------------------------------------------------

@@ -85,9 +85,21 @@ def test_by_default_a_case_runs_in_docker_when_its_image_is_here(smoke_plan):
 
 
 @pytest.mark.docker
-def test_by_default_a_case_whose_image_is_missing_runs_locally(paper_plan):
+def test_a_gpu_case_runs_in_docker_even_before_its_image_is_here(paper_plan):
     smoke_image_or_skip()
     case = next(c for c in paper_plan.cases if c.image == "serve-tgi")  # never present in CI
+    assert docker.unavailable_reason(case) is not None
+    assert choose(case) is docker and choose(case, "local") is local
+    assert describe_choice([case]).startswith("executor: docker, each case in its pinned image")
+
+
+@pytest.mark.docker
+def test_by_default_a_cpu_case_whose_image_is_missing_runs_locally(smoke_plan, manifests_copy):
+    smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["smoke"]["reference"] = "kit-test/never-built:1"
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    case = case_of(smoke_plan, PRETRAIN)
     assert choose(case) is local
     assert "executor: local" in describe_choice([case]) and "not present locally" in describe_choice([case])
 
@@ -145,7 +157,7 @@ def test_a_case_over_its_timeout_is_killed_and_recorded_as_timeout(tmp_path, man
     run = tmp_path / "run"
     started = time.monotonic()
     done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run))
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]  # a case ended `timeout`
     result = RunDir(run).read_result(PRETRAIN)
     assert result.status == "timeout" and "timeout of 3 s" in result.reason
     assert len(result.samples) == 1  # a configuration that timed out once is not run again
@@ -233,3 +245,105 @@ def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_cop
     assert sample.status == "error"
     assert "kit-test/never-built:1" in sample.reason or "docker engine" in sample.reason
     assert Path(case_dir / "log.txt").read_text().strip()
+
+
+@pytest.mark.docker
+def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_message(tmp_path, smoke_plan):
+    """On this engine there is no NVIDIA runtime: dockerd refuses every GPU device request."""
+    from kit.fingerprint import gpu_names
+    from kit.runner import result_of
+
+    smoke_image_or_skip()
+    if gpu_names():
+        pytest.skip("this host has GPUs: the daemon would grant the request")
+    case = case_of(smoke_plan, PRETRAIN).model_copy(update={"device": "cuda"})
+    case_dir = tmp_path / "run" / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        sample = docker.run_once(case, case_dir, 1, log)
+    assert sample.status == "error" and sample.ranks == []
+    assert sample.reason.startswith("docker could not start the container: ")
+    assert "could not select device driver" in sample.reason  # dockerd's own words
+    result = result_of(case, [sample], docker.NAME, "t")
+    assert result.status == "error" and result.reason == sample.reason
+    assert containers_of_run(tmp_path / "run") == []
+
+
+@pytest.fixture(scope="module")
+def comm_stand_in_image(tmp_path_factory):
+    """An image whose all_reduce_perf prints a real run's output (tests/fixtures/nccl_tests), on
+    the comm image's PATH: the docker path of an nccl-tests case without a GPU toolchain here."""
+    client, smoke = smoke_image_or_skip()
+    context = tmp_path_factory.mktemp("comm-stand-in")
+    fixture = Path(__file__).parent / "fixtures" / "nccl_tests" / "h100x16-two-nodes-all_reduce.txt"
+    (context / "out.txt").write_bytes(fixture.read_bytes())
+    (context / "all_reduce_perf").write_text("#!/bin/sh\ncat /opt/nccl-tests/out.txt\n")
+    (context / "all_reduce_perf").chmod(0o755)
+    (context / "Dockerfile").write_text(
+        f"FROM {smoke.id}\nCOPY all_reduce_perf /opt/nccl-tests/all_reduce_perf\n"
+        "COPY out.txt /opt/nccl-tests/out.txt\nENV PATH=/opt/nccl-tests:$PATH\n"
+    )
+    tag = "kit-test/comm-stand-in:1"
+    client.images.build(path=str(context), tag=tag, rm=True)
+    yield tag
+    client.images.remove(tag, force=True)
+
+
+@pytest.mark.docker
+def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
+    comm_stand_in_image, tmp_path, manifests_copy, paper_plan
+):
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["comm"]["reference"] = comm_stand_in_image
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    # A CPU case: this engine has no GPUs to give (the device request is tested above).
+    case = next(c for c in paper_plan.cases if c.id == "comm.all_reduce.g8").model_copy(update={"device": "cpu"})
+    case_dir = tmp_path / "run" / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    with (case_dir / "log.txt").open("w") as log:
+        sample = docker.run_once(case, case_dir, 1, log)
+    assert sample.status == "ok", sample.reason
+    assert sample.container.image == comm_stand_in_image and sample.container.exit_code == 0
+    [rank] = sample.ranks
+    assert rank.details["command"][:2] == ["all_reduce_perf", "-b"] and len(rank.details["rows"]) == 31
+    out = case_dir / "runs" / "1"
+    assert (out / "all_reduce_perf.out.txt").read_text() == (Path(__file__).parent / "fixtures" / "nccl_tests" /
+                                                             "h100x16-two-nodes-all_reduce.txt").read_text()  # fmt: skip
+    assert (out / "rank-0.json").is_file()
+    assert containers_of_run(tmp_path / "run") == []
+
+
+@pytest.mark.docker
+def test_a_gpu_run_prepares_its_images_first_and_records_it(tmp_path, manifests_copy):
+    """The paper profile on this GPU-less host: the comm image (here: the smoke image under the
+    comm name) is found present, the run is docker's, and run.json says both."""
+    _, smoke = smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    reference = lock["images"]["smoke"]["reference"]
+    lock["images"]["comm"]["reference"] = reference
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    run = tmp_path / "run"
+    done = kit("run", "--profile", "paper", "--case", "comm.all_reduce.g8", "--force", "--out", str(run), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "preparing the 1 image(s) the plan runs in: comm" in done.stderr
+    assert f"comm: {reference} is present" in done.stderr and "images ready in" in done.stderr
+    info = json.loads((run / "run.json").read_text())
+    assert info["executor"] == "docker"
+    [step] = info["image_preparation"]
+    assert (step["name"], step["action"], step["image_id"]) == ("comm", "present", smoke.id)
+    assert RunDir(run).read_result("comm.all_reduce.g8").status == "skipped"  # no GPUs here
+
+
+@pytest.mark.docker
+def test_an_image_that_cannot_be_pulled_is_recorded_and_the_others_go_on(manifests_copy):
+    from kit import images
+
+    smoke_image_or_skip()
+    lock = yaml.safe_load((manifests_copy / "images.lock.yaml").read_text())
+    lock["images"]["serve-tgi"]["reference"] = "localhost:1/kit-test/unreachable:1"
+    (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
+    lines = []
+    unreachable, smoke = images.prepare(["serve-tgi", "smoke"], say=lines.append)
+    assert unreachable.action == "failed" and "cannot pull localhost:1/kit-test/unreachable:1" in unreachable.error
+    assert smoke.action == "present" and smoke.seconds == 0.0
+    assert any("serve-tgi: failed after" in line for line in lines)

@@ -202,3 +202,40 @@ def test_the_final_stage_takes_no_ca_bundle_and_no_wheel_from_the_context(path):
 def test_hadolint_finds_nothing_at_warning_level(path):
     done = subprocess.run(["hadolint", "--no-color", "--failure-threshold", "warning", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def stage_environment(instructions: list[dict], upto: int) -> dict[str, str]:
+    """The ENV values in force at instruction `upto`, within its stage (a FROM starts afresh)."""
+    env: dict[str, str] = {}
+    for instruction in instructions[:upto]:
+        if instruction["instruction"] == "FROM":
+            env = {}
+        elif instruction["instruction"] == "ENV":
+            env.update({k: v.strip('"') for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', instruction["value"])})
+    return env
+
+
+def run_environment(instructions: list[dict], index: int) -> dict[str, str]:
+    """ENV of the stage, then the NAME=value assignments that open the RUN line itself."""
+    env = stage_environment(instructions, index)
+    words = instructions[index]["value"].replace("\\\n", " ").split()
+    for word in words:
+        match = re.fullmatch(r"(\w+)=(\S*)", word)
+        if not match:
+            break
+        env[match.group(1)] = match.group(2).strip('"')
+    return env
+
+
+def test_the_train_image_builds_deepspeeds_ops_for_cuda_without_a_gpu_at_build_time():
+    instructions = parsed(CONTAINERS / "train" / "Dockerfile")
+    builds = [i for i, ins in enumerate(instructions) if ins["instruction"] == "RUN"
+              and any("deepspeed" in args for args in pip_commands(ins["value"]))]  # fmt: skip
+    wheel = next(i for i in builds if "wheel" in instructions[i]["value"])
+    env = run_environment(instructions, wheel)
+    assert env.get("DS_ACCELERATOR") == "cuda", "DeepSpeed would detect no GPU and build its CPU ops"
+    assert env.get("DS_BUILD_FUSED_ADAM") == "1"
+    arch_list = env.get("TORCH_CUDA_ARCH_LIST", "")
+    assert re.fullmatch(r"\d+\.\d+(;\d+\.\d+)*", arch_list), f"no explicit architecture list: {arch_list!r}"
+    final = stage_environment(instructions, len(instructions))
+    assert final.get("DS_ACCELERATOR") == "cuda" and final.get("TORCH_CUDA_ARCH_LIST") == arch_list

@@ -22,6 +22,7 @@ from kit.fingerprint import (
     GpuInventory,
     GpuProcess,
     HostInfo,
+    ImageCuda,
     ImageProbe,
     KitInfo,
     NetworkInfo,
@@ -81,8 +82,15 @@ def with_gpu(fp: Fingerprint, index: int, **changes) -> Fingerprint:
     return fp.model_copy(update={"gpus": fp.gpus.model_copy(update={"gpus": gpus})})
 
 
-def with_driver(fp: Fingerprint, driver: str) -> Fingerprint:
-    return fp.model_copy(update={"gpus": fp.gpus.model_copy(update={"driver_version": driver})})
+def with_driver(fp: Fingerprint, driver: str, cuda: str | None) -> Fingerprint:
+    """Another driver, with the CUDA version nvidia-smi reports for it (None: not reported)."""
+    return fp.model_copy(update={"gpus": fp.gpus.model_copy(update={"driver_version": driver, "cuda_driver_version": cuda})})
+
+
+def with_images(fp: Fingerprint, **cuda_by_image: str) -> Fingerprint:
+    images = [ImageCuda(name=name, reference=f"kit/{name}:0.1.0", cuda_version=version,
+                        source="env CUDA_VERSION of the image") for name, version in cuda_by_image.items()]
+    return fp.model_copy(update={"images_cuda": images, "image": None})
 
 
 @pytest.fixture(scope="module")
@@ -206,18 +214,45 @@ def test_pcie_boards_skip_the_nvlink_check_with_nvmls_reason(expectations):
 
 
 def test_driver_minimum_follows_the_probed_images_cuda(expectations):
-    old_driver = with_driver(h20_host(), "575.57.08")
+    old_driver = with_driver(h20_host(), "575.57.08", "12.9")
     cuda13 = by_name(evaluate(old_driver, expectations, 8))["driver_supports_images"]
-    assert cuda13.status == "fail" and ">= 580" in cuda13.expected
+    assert cuda13.status == "fail" and ">= 580" in cuda13.observed
     cuda12 = by_name(evaluate(old_driver.model_copy(update={
         "image": old_driver.image.model_copy(update={"cuda_runtime": "12.8"})}), expectations, 8))
     assert cuda12["driver_supports_images"].status == "pass"
 
 
 def test_driver_minimum_without_an_image_probe_uses_the_assumed_cuda(expectations):
-    fp = with_driver(h20_host(), "470.256.02").model_copy(update={"image": None})
+    fp = with_driver(h20_host(), "470.256.02", None).model_copy(update={"image": None})
     check = by_name(evaluate(fp, expectations, 8))["driver_supports_images"]
-    assert check.status == "fail" and "assumed" in check.expected
+    assert check.status == "fail" and "assumed" in check.observed and ">= 580" in check.observed
+
+
+def test_a_cuda_13_image_on_a_cuda_12_driver_fails_naming_both_versions_and_the_fix(expectations):
+    fp = with_images(with_driver(h20_host(), "550.54.15", "12.4"), train="13.0.1", comm="12.8.1")
+    check = by_name(evaluate(fp, expectations, 8))["driver_supports_images"]
+    assert check.status == "fail"
+    assert "image train was built with CUDA 13.0.1" in check.observed
+    assert "driver 550.54.15 supports CUDA up to 12.4" in check.observed
+    assert "install an NVIDIA driver >= 580 (the minimum for CUDA 13.x)" in check.observed
+    assert "image comm was built with CUDA 12.8.1" in check.observed and "supports CUDA 12.8 or later" in check.observed
+
+
+def test_a_driver_that_supports_every_images_cuda_passes(expectations):
+    fp = with_images(h20_host(), train="13.0.1", comm="12.8.1")
+    check = by_name(evaluate(fp, expectations, 8))["driver_supports_images"]
+    assert check.status == "pass" and "CUDA 13.0.1 (image train)" in check.expected
+
+
+def test_the_cuda_version_is_read_from_the_images_configuration():
+    from kit.images import cuda_version_of
+
+    env = ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin", "NVARCH=x86_64",
+           "NVIDIA_REQUIRE_CUDA=cuda>=12.8 brand=unknown,driver>=470,driver<471", "CUDA_VERSION=12.8.1"]
+    assert cuda_version_of(env, {}) == ("12.8.1", "env CUDA_VERSION of the image")
+    assert cuda_version_of(["PATH=/usr/bin"], {"kit.version.cuda": "13.0"})[0] == "13.0"
+    version, why = cuda_version_of(["PATH=/usr/bin"], {})
+    assert version is None and "neither" in why
 
 
 def test_cpu_governor_other_than_performance_warns(expectations):
@@ -248,7 +283,7 @@ def test_an_unchanged_host_has_no_drift():
 
 
 def test_driver_change_is_drift():
-    [finding] = drift(h20_host(), with_driver(h20_host(), "580.126.20"))
+    [finding] = drift(h20_host(), with_driver(h20_host(), "580.126.20", "13.0"))
     assert finding.kind == "driver_changed" and finding.severity == "fail"
 
 

@@ -49,6 +49,7 @@ def test_every_topology_fixture_names_its_source(path):
         ("pcie6-pix-node-sys.txt", 6, 0),
         ("nv4-pairs-pxb-sys-nics.txt", 6, 2),
         ("rtx5090x2-phb.txt", 2, 0),
+        ("tesla-p4x1-numa-na.txt", 1, 0),
     ],
 )
 def test_topology_matrix_has_a_row_and_column_per_device(name, gpus, nics):
@@ -56,6 +57,22 @@ def test_topology_matrix_has_a_row_and_column_per_device(name, gpus, nics):
     assert len(matrix.gpus) == gpus and len(matrix.nics) == nics
     assert all(matrix.links[d][d] == "X" for d in matrix.devices)
     assert set(matrix.links) == set(matrix.devices)
+
+
+def test_tab_separated_cells_keep_their_columns_when_nvidia_smi_pads_them():
+    matrix = parse_topology_matrix(topo("tesla-p4x1-numa-na.txt"))
+    assert matrix.cpu_affinity == {"GPU0": "0-7"} and matrix.numa_affinity == {"GPU0": "N/A"}
+
+
+def test_an_empty_cpu_affinity_cell_does_not_shift_the_numa_affinity():
+    # The real rtx5090x2 output with its CPU-affinity values removed and their tabs kept, as
+    # nvidia-smi prints a GPU without CPU affinity ("PHB\t\t0\t\tN/A").
+    text = topo("rtx5090x2-phb.txt").replace("\t0-63\t", "\t\t")
+    assert "\tPHB\t\t0\t\tN/A" in text
+    matrix = parse_topology_matrix(text)
+    assert matrix.cpu_affinity == {"GPU0": "", "GPU1": ""}
+    assert matrix.numa_affinity == {"GPU0": "0", "GPU1": "0"}
+    assert matrix.links["GPU0"] == {"GPU0": "X", "GPU1": "PHB"}
 
 
 @pytest.mark.parametrize(

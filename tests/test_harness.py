@@ -49,6 +49,13 @@ def test_warm_up_steps_are_run_but_not_recorded(monkeypatch, smoke_plan, tmp_pat
     assert "torch" in sample.versions
 
 
+def test_a_cpu_sample_says_why_it_has_no_device_telemetry(monkeypatch, smoke_plan, tmp_path):
+    use_workload(monkeypatch, lambda case: CountingWorkload())
+    sample, _ = harness.run_process(case_of(smoke_plan), tmp_path)
+    assert sample.telemetry.source == "nvml" and "CPU" in sample.telemetry.unavailable
+    assert sample.telemetry.energy_j is None and sample.telemetry.peak_used_bytes is None
+
+
 @pytest.mark.parametrize(
     "error, status",
     [

@@ -197,3 +197,13 @@ def test_pull_from_an_unreachable_registry_fails_with_a_clear_message(manifests_
     done = subprocess.run([*KIT, "images", "pull", "far"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert f"cannot pull registry.invalid/kit/none@{DIGEST}" in done.stderr and "docker load" in done.stderr
+
+
+@pytest.mark.docker
+def test_the_cuda_of_a_local_image_is_read_from_its_configuration_or_said_unknown():
+    smoke_image_or_skip()
+    smoke, missing = images.images_cuda(["smoke", "comm"])
+    assert smoke.reference == images.load_lock().images["smoke"].reference
+    assert smoke.cuda_version is None and "neither CUDA_VERSION" in smoke.source  # a CPU image
+    if images.local_image(missing.reference) is None:
+        assert missing.cuda_version is None and missing.source == "not present locally"

@@ -72,10 +72,13 @@ def test_each_engine_image_serves_a_case_through_the_docker_executor(stand_ins, 
         assert aggregate(rows, details["aggregates"]["duration_s"]).model_dump() == details["aggregates"]
         if engine != "vllm":  # a checkpoint, made by the kit's own image into the host cache, mounted read-only
             assert details["model"]["kind"] == "synthetic checkpoint" and "model.safetensors" in details["model"]["files"]
-            assert "making the synthetic checkpoint" in (case_dir / "log.txt").read_text() or engine == "lightllm"
+            assert details["model"]["path"].startswith(str(tmp_path / "cache" / "checkpoints"))
         log = (case_dir / "runs/1/engine.log").read_text()
         assert "python on PATH: False" in log if engine == "vllm" else "python on PATH: True" in log
     assert "serve.tiny-llama.tgi.g1" in (run / "SHA256SUMS").read_text()
+    # made once, by the first that needed it (the preflight's TGI request), in the kit's smoke image
+    made = [log for log in (run / "preflight").rglob("log.txt") if "making the synthetic checkpoint" in log.read_text()]
+    assert len(made) == 1 and "checkpoint: /kit/cache/checkpoints/" in made[0].read_text()
 
 
 def test_an_argument_the_engine_does_not_document_fails_the_case_with_the_engines_words(
@@ -93,5 +96,6 @@ def test_an_argument_the_engine_does_not_document_fails_the_case_with_the_engine
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 1
     result = json.loads((run / "cases/serve.tiny-llama.tgi.g1/result.json").read_text())
-    assert result["status"] == "error" and "before it was ready" in result["reason"]
-    assert "invalid choice: 'float32'" in (run / "cases/serve.tiny-llama.tgi.g1/runs/1/engine.log").read_text()
+    assert result["status"] == "error" and result["reason"].startswith("preflight:") and "before it was ready" in result["reason"]
+    engine_log = next((run / "preflight").glob("*/runs/1/engine.log")).read_text()  # the preflight found it in minutes
+    assert "invalid choice: 'float32'" in engine_log

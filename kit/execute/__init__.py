@@ -16,15 +16,19 @@ EXECUTORS = ("docker", "local")
 
 def processes(case: Case) -> int:
     """Workload processes a run starts: one per GPU (rank), except for serving, where the engine
-    brings its own processes and one driver fires the burst at it."""
-    return 1 if case.workload == "serve" else case.gpus
+    brings its own processes and one driver fires the burst at it, and for nccl-tests, whose one
+    process drives all the case's GPUs."""
+    from kit.nccl_tests import runs_binary
+
+    return 1 if case.workload == "serve" or runs_binary(case) else case.gpus
 
 
 def choose(case: Case, requested: str | None = None) -> ModuleType:
     """The executor module for a case: the one asked for, else the best available here.
 
-    By default a case runs in docker when an engine answers and the case's image is present
-    locally, else in this Python (local).
+    By default a GPU case runs in docker, in its pinned image (never silently in this Python: that
+    takes `--executor local`); a CPU case (the smoke profile) runs in docker when an engine answers
+    and its image is present locally, else in this Python (local).
     """
     from kit.execute import docker, local
 
@@ -34,6 +38,8 @@ def choose(case: Case, requested: str | None = None) -> ModuleType:
         return docker
     if requested == "local":
         return local
+    if case.device == "cuda":
+        return docker
     return docker if docker.unavailable_reason(case) is None else local
 
 
@@ -43,6 +49,8 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
     if requested is not None:
         return f"executor: {requested} (as asked)"
+    if any(case.device == "cuda" for case in cases):
+        return "executor: docker, each case in its pinned image (--executor local runs them in this Python)"
     first_of_image = {case.image: case for case in reversed(cases)}
     reasons = {image: docker.unavailable_reason(case) for image, case in first_of_image.items()}
     in_docker = sorted(image for image, reason in reasons.items() if reason is None)
@@ -56,5 +64,8 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
 
 def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> bool:
-    """Whether any case will run in this Python (which then needs torch and the frameworks)."""
-    return any(choose(case, requested).NAME == "local" for case in cases)
+    """Whether any case will run in this Python (which then needs torch and the frameworks);
+    an nccl-tests case runs its binary and needs neither."""
+    from kit.nccl_tests import runs_binary
+
+    return any(choose(case, requested).NAME == "local" and not runs_binary(case) for case in cases)

@@ -18,14 +18,15 @@ import threading
 import time
 from pathlib import Path
 
-from kit import images
+from kit import images, nccl_tests
 from kit.cache import cache_dir
+from kit.comm import topology_facts
 from kit.execute.local import read_rank_samples
 from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import gpu_names
 from kit.protocol import Case
-from kit.results import ContainerRun, RunSample
+from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
 from kit.serve.process import die_with_parent
 
 NAME = "docker"
@@ -90,7 +91,10 @@ def unavailable_reason(case: Case) -> str | None:
 
 
 def container_command(case: Case, index: int) -> list[str]:
-    """The same launcher as the local executor, with paths inside the container."""
+    """The same launcher as the local executor, with paths inside the container; for an
+    nccl-tests case, the binary itself (on the comm image's PATH), with no Python and no kit."""
+    if nccl_tests.runs_binary(case):
+        return nccl_tests.command(case, nccl_tests.binary_name(case))
     return [
         "python", "-m", "torch.distributed.run",
         "--standalone", "--nproc-per-node", str(processes(case)),
@@ -276,6 +280,14 @@ def _create_and_start(client, settings: dict, log):
             log.flush()
 
 
+def daemon_message(exc: BaseException) -> str:
+    """What the docker daemon said (an APIError's explanation), else the error itself."""
+    explanation = getattr(exc, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode(errors="replace")
+    return str(explanation or exc).strip()
+
+
 def _remove(container) -> None:
     try:
         container.remove(force=True)
@@ -433,17 +445,24 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     reason = unavailable_reason(case)
     if reason is not None:
         return failed(reason)
+    import docker
+
     client = images.engine()
     reference = image_reference(case)
-    image = client.images.get(reference)
+    try:
+        image = client.images.get(reference)
+    except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
+        return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
+    binary = nccl_tests.runs_binary(case)
     command = container_command(case, index)
     environment = container_environment(case)
+    started_at = utc_now()
     settings = dict(
         image=image.id,
         command=command,
         environment=environment,
-        volumes=mounts(case_dir, case.image),
-        working_dir=CASE_MOUNT,
+        volumes={} if binary else mounts(case_dir, case.image),
+        working_dir=None if binary else CASE_MOUNT,
         user=f"{os.getuid()}:{os.getgid()}",
         ipc_mode="host",
         shm_size=SHM_SIZE,
@@ -456,7 +475,12 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
     log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
     log.flush()
-    container, ulimits = _create_and_start(client, settings, log)
+    try:
+        container, ulimits = _create_and_start(client, settings, log)
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
+        # mount, no space): this case is an error with the daemon's words, the run goes on.
+        return failed(f"docker could not start the container: {daemon_message(exc)}")
     watchdog, timed_out = None, False
     try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
         watchdog = _start_watchdog(container.id)
@@ -472,6 +496,8 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         state = _state(container)
         if exit_code is None:
             exit_code = state.get("ExitCode")
+        if binary:
+            output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
     finally:
         _remove(container)
         if watchdog is not None:
@@ -482,6 +508,11 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
               f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
     log.flush()
+    if binary:  # the binary's output, read here into the run's one sample
+        raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
+        rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
+                                      topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+        atomic_write_model(out_dir / "rank-0.json", rank)
     sample = run_sample(
         index=index,
         ranks=read_rank_samples(out_dir),

@@ -12,14 +12,17 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from kit import nccl_tests
 from kit.cache import torch_extensions_dir
+from kit.comm import topology_facts
 from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.protocol import Case
-from kit.results import RankSample, RunSample
+from kit.results import RankSample, RunSample, atomic_write_model, utc_now
 from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, die_with_parent, free_port
@@ -107,27 +110,14 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         return serve_run_once(case, case_dir, index, log, LocalPlacement())
     out_dir = case_dir / "runs" / str(index)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if nccl_tests.runs_binary(case):
+        return run_binary(case, out_dir, index, log)
     command = launcher_command(case, case_dir / "case.json", out_dir)
     log.write(f"\n=== run {index}: {' '.join(command)}\n")
     log.flush()
     started = time.monotonic()
-    process = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=process_environment(case),
-        start_new_session=True,
-        preexec_fn=die_with_parent,
-    )
-    timed_out = False
-    try:
-        process.wait(timeout=case.params.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_group(process)
-    except BaseException:  # Ctrl-C or kit being stopped: take the whole group down first
-        kill_group(process)
-        raise
+    process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
+    timed_out = _wait(process, case)
     wall_s = time.monotonic() - started
     log.write(f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s\n")
     log.flush()
@@ -140,3 +130,54 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         timed_out=timed_out,
         timeout_s=case.params.timeout_s,
     )
+
+
+def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, env=process_environment(case), start_new_session=True, preexec_fn=die_with_parent, **streams
+    )
+
+
+def _wait(process: subprocess.Popen, case: Case) -> bool:
+    """Wait up to the case's timeout; True if it had to be killed for it."""
+    try:
+        process.wait(timeout=case.params.timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        return True
+    except BaseException:  # Ctrl-C or kit being stopped: take the whole group down first
+        kill_group(process)
+        raise
+
+
+def run_binary(case: Case, out_dir: Path, index: int, log) -> RunSample:
+    """An nccl-tests case: its binary, found here, is the run's one process; its output is kept
+    beside the run and read on this side into the run's sample."""
+    binary, missing = nccl_tests.find_binary(case)
+    started_at, started = utc_now(), time.monotonic()
+    if binary is None:
+        log.write(f"\n=== run {index}: {missing}\n")
+        log.flush()
+        rank = RankSample(rank=0, world_size=1, status="unavailable", reason=missing, device=case.device,
+                          device_name="unknown", started_at=started_at, finished_at=utc_now())  # fmt: skip
+        return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=None, wall_s=0.0,
+                          timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+    command = nccl_tests.command(case, str(binary))
+    log.write(f"\n=== run {index}: {' '.join(command)}\n")
+    log.flush()
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = _start(command, case, stdout=stdout, stderr=stderr)
+        timed_out = _wait(process, case)
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
+    wall_s = time.monotonic() - started
+    raw_name = nccl_tests.keep_output(out_dir, command[0], out, err)
+    log.write(out + err + f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s; output in {raw_name}\n")
+    log.flush()
+    rank = nccl_tests.rank_sample(case, command, out, err, process.returncode, raw_name, started_at, utc_now(),
+                                  topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+    atomic_write_model(out_dir / "rank-0.json", rank)
+    return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=process.returncode, wall_s=wall_s,
+                      timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip

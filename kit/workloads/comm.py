@@ -1,23 +1,16 @@
 """Communication micro-benchmarks: one collective swept over message sizes (paper, Sec. VI).
 
-Two backends, chosen by the case:
-- `torch`: torch.distributed in the processes the launcher started (gloo on CPU, NCCL on GPU),
-  the framework's own view of the collectives. For each size: one call checked against the
-  expected values, warm-up calls, a barrier, then each timed call on its own (device
-  synchronised before and after); an iteration lasts as long as its slowest rank, and a row
-  reports the median and the spread of those times.
-- `nccl-tests`: NVIDIA's `<collective>_perf` binary on all the case's GPUs from rank 0
-  (`-g <gpus>`), its text output parsed by kit.comm. The binary is looked up in
-  $KIT_NCCL_TESTS_DIR (set by the comm image), then on PATH; without it the case is
-  `unavailable`. Its raw output is kept beside the rank sample.
-Wrong elements (or nccl-tests' "Out of bounds values: N FAILED") make the case an error.
+The `torch` backend: torch.distributed in the processes the launcher started (gloo on CPU, NCCL
+on GPU), the framework's own view of the collectives. For each size: one call checked against
+the expected values, warm-up calls, a barrier, then each timed call on its own (device
+synchronised before and after); an iteration lasts as long as its slowest rank, and a row
+reports the median and the spread of those times. Wrong elements make the case an error.
+(The `nccl-tests` backend runs NVIDIA's binary as the case's only process, with no Python:
+kit/nccl_tests.py.)
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -26,23 +19,18 @@ from kit.comm import (
     CommRow,
     CommSweep,
     Timing,
-    TopologyFacts,
     algorithm_bandwidth_gbps,
     buffer_layout,
     bus_bandwidth_factor,
     message_sizes,
-    parse_nccl_tests,
     spread,
+    topology_facts,
 )
 from kit.protocol import Case
 from kit.results import atomic_write_text
-from kit.workloads.harness import Device, Unavailable
+from kit.workloads.harness import Device
 
-NCCL_TESTS_DIR_ENV = "KIT_NCCL_TESTS_DIR"
-# nccl-tests' -d names (src/common.cu, test_typenames) for the kit's dtypes.
-NCCL_TESTS_DTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16"}
 TORCH_TIME_STATISTIC = "median over the timed iterations of each iteration's slowest rank"
-NCCL_TESTS_TIME_STATISTIC = "mean over the timed iterations, averaged over the ranks (nccl-tests' default -a 1)"
 
 
 class CommFailure(RuntimeError):
@@ -52,8 +40,9 @@ class CommFailure(RuntimeError):
 def measure(case: Case, device: Device, out_dir: Path) -> dict:
     if case.params.collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {case.params.collective!r}")
-    if case.params.backend == "nccl-tests":
-        return nccl_tests_sweep(case, device, out_dir)
+    if case.params.backend != "torch":
+        raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
+                         "(kit/nccl_tests.py), not in this workload")
     return torch_sweep(case, device, out_dir)
 
 
@@ -206,102 +195,3 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
         return sweep.model_dump(mode="json")
     finally:
         dist.destroy_process_group()
-
-
-# ---------------------------------------------------------------------------------------------
-# GPU links, as the workload sees them
-# ---------------------------------------------------------------------------------------------
-
-
-def _nvidia_smi(*args: str) -> str:
-    done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        raise RuntimeError((done.stderr or done.stdout).strip()[:300] or f"exit code {done.returncode}")
-    return done.stdout
-
-
-def topology_facts(ranks: int) -> TopologyFacts:
-    """The topology class of the host (kit.fingerprint's reading of `nvidia-smi topo -m`) and
-    the slowest maximum PCIe link of its first `ranks` GPUs; what cannot be read is said."""
-    from kit.fingerprint import classify_topology, parse_topology_matrix
-
-    facts = TopologyFacts()
-    try:
-        topology = classify_topology(parse_topology_matrix(_nvidia_smi("topo", "-m")))
-        facts.interconnect, facts.gpu_count, facts.label = topology.interconnect, topology.gpu_count, topology.label
-    except Exception as exc:  # noqa: BLE001 - recorded, the bound then says it is unknown
-        facts.unavailable = f"nvidia-smi topo -m: {type(exc).__name__}: {exc}"
-        return facts
-    try:
-        query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
-        links = [line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()]
-        links = [(int(gen), int(width)) for gen, width in links[:ranks]]
-        facts.pcie_generation = min(gen for gen, _ in links)
-        facts.pcie_lanes = min(width for _, width in links)
-    except Exception as exc:  # noqa: BLE001
-        facts.unavailable = f"PCIe link query: {type(exc).__name__}: {exc}"
-    return facts
-
-
-# ---------------------------------------------------------------------------------------------
-# nccl-tests
-# ---------------------------------------------------------------------------------------------
-
-
-def nccl_tests_binary(collective: str) -> Path:
-    name = COLLECTIVES[collective].nccl_tests_binary
-    configured = os.environ.get(NCCL_TESTS_DIR_ENV)
-    if configured and (Path(configured) / name).is_file():
-        return Path(configured) / name
-    found = shutil.which(name)
-    if found:
-        return Path(found)
-    where = f"${NCCL_TESTS_DIR_ENV} ({configured})" if configured else f"${NCCL_TESTS_DIR_ENV} (not set)"
-    raise Unavailable(f"nccl-tests binary {name} not found in {where} nor on PATH; it ships in the comm image")
-
-
-def nccl_tests_command(case: Case, binary: Path) -> list[str]:
-    params = case.params
-    return [
-        str(binary),
-        "-b", str(params.min_bytes), "-e", str(params.max_bytes), "-f", str(params.step_factor),
-        "-g", str(case.gpus), "-w", str(params.warmup_iters), "-n", str(params.iters),
-        "-d", NCCL_TESTS_DTYPES[params.dtype], "-c", "1",
-    ]  # fmt: skip
-
-
-def nccl_tests_sweep(case: Case, device: Device, out_dir: Path) -> dict:
-    """Rank 0 runs the binary over all the case's GPUs; the other ranks only say so."""
-    binary = nccl_tests_binary(case.params.collective)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return {"role": f"idle: rank 0 runs {binary.name} on all {case.gpus} GPUs"}
-    command = nccl_tests_command(case, binary)
-    done = subprocess.run(command, capture_output=True, text=True)
-    raw_name = f"{binary.name}.out.txt"
-    atomic_write_text(out_dir / raw_name, done.stdout + (f"\n--- stderr ---\n{done.stderr}" if done.stderr else ""))
-    if done.returncode != 0:
-        raise RuntimeError(f"{binary.name} exited with {done.returncode}: {done.stderr.strip()[-500:]} (output in {raw_name})")
-    parsed = parse_nccl_tests(done.stdout)
-    if not parsed.rows:
-        raise RuntimeError(f"{binary.name} printed no result rows (output in {raw_name})")
-    if parsed.failure:
-        raise CommFailure(f"{binary.name}: {parsed.failure} (output in {raw_name})")
-    sweep = CommSweep(
-        collective=case.params.collective,
-        backend="nccl-tests",
-        ranks=len(parsed.ranks) or case.gpus,
-        dtype=case.params.dtype,
-        warmup_iters=case.params.warmup_iters,
-        iters=case.params.iters,
-        time_statistic=NCCL_TESTS_TIME_STATISTIC,
-        rows=parsed.rows,
-        device_names=sorted(set(parsed.devices)) or [device.name],
-        topology=topology_facts(case.gpus),
-        out_of_bounds=parsed.out_of_bounds,
-        out_of_bounds_failed=parsed.out_of_bounds_failed,
-        avg_busbw_gbps=parsed.avg_busbw_gbps,
-        command=command,
-        raw_output_file=raw_name,
-        unparsed=parsed.unparsed,
-    )
-    return sweep.model_dump(mode="json")

@@ -104,12 +104,19 @@ class Device:
                 raise RuntimeError("the case needs CUDA, but torch sees no GPU")
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             self.name = torch.cuda.get_device_name()
+            self.uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
             self.synchronize: Callable[[], None] = torch.cuda.synchronize
         else:
             import platform
 
             self.name = platform.processor() or platform.machine()
             self.synchronize = lambda: None
+
+    def telemetry_sampler(self):
+        """NVML sampling of this process's GPU (kit.telemetry); a CPU case records why there is none."""
+        from kit.telemetry import NoDevice, NvmlSampler
+
+        return NvmlSampler(self.uuid) if self.kind == "cuda" else NoDevice()
 
     def peak_memory(self) -> PeakMemory:
         if self.kind == "cuda":
@@ -154,7 +161,12 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
             return sample, None
         workload = module.build(case)
         warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
-        measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
+        sampler = device.telemetry_sampler()
+        sampler.start()
+        try:
+            measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
+        finally:
+            telemetry = sampler.stop()
         sample = RankSample(
             **base,
             status="ok",
@@ -163,6 +175,7 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
             step_s=measured,
             tokens_per_step=workload.tokens_per_step,
             peak_memory=device.peak_memory(),
+            telemetry=telemetry,
             details=workload.details,
             versions=framework_versions(),
             finished_at=utc_now(),

@@ -12,6 +12,7 @@ import os
 from kit.protocol import Case, TrainParams
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
 from kit.workloads.harness import Unavailable
+from kit.workloads.observe import CallCounters, effective_options
 from kit.workloads.synthetic import checkpoint_digest, llama_config, random_batches, synthetic_checkpoint
 from kit.workloads.zero_config import deepspeed_config
 
@@ -33,15 +34,27 @@ def check_available(params: TrainParams, device: str) -> None:
 
 
 class TrainStep:
-    """One optimizer step of a DeepSpeed engine on a fixed pool of random batches."""
+    """One optimizer step of a DeepSpeed engine on a fixed pool of random batches.
 
-    def __init__(self, engine, batches, tokens_per_step: int, details: dict, keep_alive=None):
-        self.engine, self.batches = engine, batches
-        self.tokens_per_step, self.details = tokens_per_step, details
+    The first measured step (the one after `observe_at` warm-up steps) is also counted
+    (kit.workloads.observe): what the engine did in it goes into details["effective"].
+    """
+
+    def __init__(self, case: Case, engine, batches, details: dict, keep_alive=None):
+        self.case, self.engine, self.batches = case, engine, batches
+        self.tokens_per_step, self.details = case.params.micro_batch * case.params.seq_len, details
         self._keep_alive = keep_alive  # HfDeepSpeedConfig must outlive model loading under ZeRO-3
         self._index = 0
 
     def step(self) -> None:
+        if self._index != self.case.params.warmup_steps:
+            self._step()
+            return
+        with CallCounters(self.engine.module) as counters:
+            self._step()
+        self.details["effective"] = effective_options(self.case, self.engine, counters, DTYPES[self.case.params.dtype])
+
+    def _step(self) -> None:
         input_ids = self.batches[self._index % len(self.batches)]
         self._index += 1
         loss = self.engine(input_ids=input_ids, labels=input_ids).loss
@@ -160,6 +173,9 @@ def build(case: Case) -> TrainStep:
         _enable_recompute(model)
     if params.peft != "none":
         model = _apply_lora(model, params)
+    # from_pretrained returns the model in eval mode (PEFT wraps it as it is), and transformers
+    # recomputes activations only in training mode: without this, R runs without recomputation.
+    model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = _client_optimizer(params, trainable)
     engine, engine_optimizer, _, _ = deepspeed.initialize(
@@ -172,11 +188,7 @@ def build(case: Case) -> TrainStep:
     inner = getattr(engine_optimizer, "optimizer", engine_optimizer)
     details.update(
         optimizer=type(inner).__name__,
-        trainable_parameters=sum(p.numel() for p in trainable),
-        attention=getattr(model.config, "_attn_implementation", params.attention),
-        recompute=params.recompute,
-        quantized_linear_layers=sum(1 for m in model.modules() if type(m).__name__ == "Linear4bit"),
         deepspeed_config=config,
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
     )
-    return TrainStep(engine, batches, params.micro_batch * params.seq_len, details, keep_alive)
+    return TrainStep(case, engine, batches, details, keep_alive)

@@ -1,0 +1,155 @@
+"""Device telemetry from NVML over a measured interval: energy, power and device-level memory.
+
+The allocator's peak (torch.cuda.max_memory_*) counts only what one process's caching allocator
+handed out; NVML's used memory is what the GPU has in use (CUDA context, NCCL buffers, other
+allocators included), which is what a GPU is sized by. A background thread samples the GPU
+every ~100 ms between `start()` and `stop()`; energy comes from the driver's own counter.
+
+Host-importable (no torch): the workload harness samples its measured steps, and the serving
+driver, on the host side, can sample a burst. NVML is imported lazily (nvidia-ml-py); where it
+is missing, the result says why instead of reporting zeros.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from kit.results import DeviceTelemetry
+
+SOURCE = "nvml"
+SAMPLE_INTERVAL_S = 0.1
+# nvmlDeviceGetTotalEnergyConsumption: "total energy consumption for this GPU in millijoules
+# (mJ) since the driver was last reloaded", an unsigned long long (NVML API reference,
+# Device Queries). A delta across a wrap of that counter is taken modulo 2^64.
+ENERGY_COUNTER_MODULUS = 2**64
+MILLI = 1e-3
+
+
+def energy_delta_mj(start_mj: int, end_mj: int) -> int:
+    """Millijoules between two readings of the total-energy counter, across a wrap if there was one."""
+    return (end_mj - start_mj) % ENERGY_COUNTER_MODULUS
+
+
+def nvml_uuid(torch_uuid: str) -> str:
+    """NVML names a GPU "GPU-<uuid>"; torch's device properties print the bare UUID."""
+    text = str(torch_uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def summarize(
+    gpu_index: int | None,
+    elapsed_s: float,
+    used_bytes: list[int],
+    power_mw: list[int],
+    energy_start_mj: int | None,
+    energy_end_mj: int | None,
+) -> DeviceTelemetry:
+    """The telemetry of one interval from its samples. Energy from the counter where the GPU has
+    one (Volta and later), and mean power as energy over time; else the mean of the sampled power."""
+    energy_j = None
+    if energy_start_mj is not None and energy_end_mj is not None:
+        energy_j = energy_delta_mj(energy_start_mj, energy_end_mj) * MILLI
+    if energy_j is not None and elapsed_s > 0:
+        mean_power_w = energy_j / elapsed_s
+    elif power_mw:
+        mean_power_w = statistics.fmean(power_mw) * MILLI
+    else:
+        mean_power_w = None
+    return DeviceTelemetry(
+        source=SOURCE,
+        gpu_index=gpu_index,
+        energy_j=energy_j,
+        mean_power_w=mean_power_w,
+        peak_used_bytes=max(used_bytes) if used_bytes else None,
+        samples=len(used_bytes),
+    )
+
+
+def unavailable(reason: str) -> DeviceTelemetry:
+    return DeviceTelemetry(source=SOURCE, unavailable=reason)
+
+
+class NoDevice:
+    """The sampler of a CPU case: nothing to sample, and the result says so."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> DeviceTelemetry:
+        return unavailable("the case runs on the CPU; NVML measures NVIDIA GPUs only")
+
+
+class NvmlSampler:
+    """Samples one GPU from `start()` to `stop()`; `stop()` returns what was seen, or why nothing.
+
+    The GPU is named by its UUID (as torch reports it), so the sample is of this process's GPU
+    whatever CUDA_VISIBLE_DEVICES renumbered.
+    """
+
+    def __init__(self, gpu_uuid: str, interval_s: float = SAMPLE_INTERVAL_S, nvml=None):
+        self.gpu_uuid, self.interval_s = nvml_uuid(gpu_uuid), interval_s
+        self._nvml, self._handle, self._index = nvml, None, None
+        self._initialised_here = False
+        self._problem: str | None = None
+        self._used: list[int] = []
+        self._power: list[int] = []
+        self._energy_start: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def start(self) -> None:
+        try:
+            if self._nvml is None:
+                import pynvml  # noqa: PLC0415 - optional on the host side
+
+                pynvml.nvmlInit()
+                self._nvml, self._initialised_here = pynvml, True
+            self._handle = self._nvml.nvmlDeviceGetHandleByUUID(self.gpu_uuid)
+            self._index = self._nvml.nvmlDeviceGetIndex(self._handle)
+        except ImportError:
+            self._problem = "no NVML: the nvidia-ml-py package is not installed here"
+            return
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, NotFound ...
+            self._problem = f"no NVML reading of {self.gpu_uuid}: {type(exc).__name__}: {exc}"
+            return
+        self._energy_start = self._energy()
+        self._started = time.monotonic()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> DeviceTelemetry:
+        if self._problem is not None:
+            return unavailable(self._problem)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        elapsed = time.monotonic() - self._started
+        energy_end = self._energy() if self._energy_start is not None else None
+        if self._initialised_here:
+            self._nvml.nvmlShutdown()
+        return summarize(self._index, elapsed, self._used, self._power, self._energy_start, energy_end)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        nvml, handle = self._nvml, self._handle
+        try:
+            self._used.append(int(nvml.nvmlDeviceGetMemoryInfo(handle).used))
+        except Exception:  # a missed sample is a smaller count, never a made-up value
+            return
+        try:
+            self._power.append(int(nvml.nvmlDeviceGetPowerUsage(handle)))
+        except Exception:
+            pass
+
+    def _energy(self) -> int | None:
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except Exception:  # NVMLError_NotSupported before Volta
+            return None
