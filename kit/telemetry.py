@@ -153,3 +153,53 @@ class NvmlSampler:
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
         except Exception:  # NVMLError_NotSupported before Volta
             return None
+
+
+class GpusSampler:
+    """Samples the GPUs a serving engine runs on, its first `count` (as a device request or
+    CUDA_VISIBLE_DEVICES gives them), over a burst: energy summed over them, mean power per
+    GPU, the largest device-level used memory of any."""
+
+    def __init__(self, count: int, interval_s: float = SAMPLE_INTERVAL_S, nvml=None):
+        self.count, self.interval_s = count, interval_s
+        self._samplers: list[NvmlSampler] = []
+        self._problem: str | None = None
+        self._nvml = nvml
+
+    def start(self) -> None:
+        try:
+            if self._nvml is None:
+                import pynvml  # noqa: PLC0415 - optional on the host side
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            nvml = self._nvml
+            uuids = [nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(self.count)]
+        except ImportError:
+            self._problem = "no NVML: the nvidia-ml-py package is not installed here"
+            return
+        except Exception as exc:  # no driver, fewer GPUs than the case
+            self._problem = f"no NVML reading of the engine's {self.count} GPUs: {type(exc).__name__}: {exc}"
+            return
+        self._samplers = [NvmlSampler(str(uuid), self.interval_s, nvml=self._nvml) for uuid in uuids]
+        for sampler in self._samplers:
+            sampler.start()
+
+    def stop(self) -> DeviceTelemetry:
+        if self._problem is not None:
+            return unavailable(self._problem)
+        seen = [sampler.stop() for sampler in self._samplers]
+        self._nvml.nvmlShutdown()
+        missing = next((t.unavailable for t in seen if t.unavailable), None)
+        if missing:
+            return unavailable(missing)
+        energies = [t.energy_j for t in seen]
+        powers = [t.mean_power_w for t in seen if t.mean_power_w is not None]
+        used = [t.peak_used_bytes for t in seen if t.peak_used_bytes is not None]
+        return DeviceTelemetry(
+            source=SOURCE,
+            energy_j=sum(energies) if None not in energies else None,
+            mean_power_w=statistics.fmean(powers) if len(powers) == len(seen) else None,
+            peak_used_bytes=max(used) if used else None,
+            samples=min(t.samples for t in seen),
+        )

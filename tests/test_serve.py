@@ -397,6 +397,7 @@ def test_kit_run_stage_serve_runs_the_real_vllm_and_writes_rows_and_aggregates(t
     tokens = details["tokens"]
     assert tokens["equal"] and tokens["server_counters"]["generated_tokens"] == len(rows) * params["max_output_tokens"]
     assert tokens["server_counters"]["finished_requests"] == len(rows)
+    assert "CPU" in result["samples"][0]["ranks"][0]["telemetry"]["unavailable"]  # never zeros
     sums = (run / "SHA256SUMS").read_text()
     assert "runs/1/requests.jsonl" in sums and "runs/1/engine.log" in sums
 

@@ -88,3 +88,29 @@ def test_the_sampler_samples_in_the_background_until_stopped():
     assert telemetry.gpu_index == 5 and telemetry.samples >= 5
     assert telemetry.peak_used_bytes == telemetry.samples * 2**20  # the last sample is the largest
     assert telemetry.mean_power_w == pytest.approx(100.0, rel=0.05)
+
+
+class CountingGpus(CountingNvml):
+    """Two GPUs of that kind, as a serving engine's device request gives them."""
+
+    def nvmlInit(self): ...
+
+    def nvmlShutdown(self): ...
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return f"GPU-{index}"
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle
+
+
+def test_a_burst_sums_the_energy_of_the_engines_gpus_and_gives_the_mean_power_of_one():
+    from kit.telemetry import GpusSampler
+
+    sampler = GpusSampler(2, interval_s=0.01, nvml=CountingGpus())
+    sampler.start()
+    time.sleep(0.2)
+    telemetry = sampler.stop()
+    assert telemetry.gpu_index is None and telemetry.unavailable is None
+    assert telemetry.mean_power_w == pytest.approx(100.0, rel=0.1)
+    assert telemetry.energy_j == pytest.approx(2 * 100.0 * 0.2, rel=0.3)  # two GPUs at 100 W for ~0.2 s

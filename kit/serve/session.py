@@ -171,7 +171,27 @@ def write_rows(path: Path, records) -> None:
     atomic_write_text(path, "".join(record.model_dump_json() + "\n" for record in records))
 
 
-def measure(case: Case, placement: Placement, out_dir: Path, say) -> dict:
+class BurstTelemetry:
+    """NVML over the burst, of the GPUs the engine runs on (kit.telemetry); a CPU case says why
+    there is none."""
+
+    def __init__(self, case: Case):
+        from kit.telemetry import GpusSampler, NoDevice, unavailable
+
+        self.sampler = GpusSampler(case.gpus) if case.device == "cuda" else NoDevice()
+        self.result = unavailable("no burst was fired") if case.device == "cuda" else NoDevice().stop()
+        self._running = False
+
+    def start(self) -> None:
+        self.sampler.start()
+        self._running = True
+
+    def stop(self) -> None:
+        if self._running:
+            self.result, self._running = self.sampler.stop(), False
+
+
+def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry) -> dict:
     """The burst against the engine the placement starts; the details of the driver's sample.
     Raises Unavailable, or MeasureFailed with what was measured before the failure."""
     from kit.model_files import load_tokenizer
@@ -213,7 +233,11 @@ def measure(case: Case, placement: Placement, out_dir: Path, say) -> dict:
         before = read_counters(engine, handle.base_url)
         budget = params.timeout_s - (time.monotonic() - started) - STOP_MARGIN_S
         say(f"serve: burst of {len(prompts)} requests released")
-        burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first(say))
+        telemetry.start()
+        try:
+            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first(say))
+        finally:
+            telemetry.stop()
         after = read_counters(engine, handle.base_url)
         if handle.exit_code() is not None:
             failure = f"the engine exited with code {handle.exit_code()} during the burst"
@@ -274,8 +298,9 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     started, begun = time.monotonic(), utc_now()
     base = dict(rank=0, world_size=1, device=case.device, started_at=begun,
                 device_name=", ".join(_device_names(case)) or platform.machine())  # fmt: skip
+    telemetry = BurstTelemetry(case)
     try:
-        details = measure(case, placement, out_dir, say)
+        details = measure(case, placement, out_dir, say, telemetry)
         sample = RankSample(**base, status="ok", details=details, finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
@@ -283,6 +308,7 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
         sample = RankSample(**base, status="error", reason=str(exc)[:2000], details=exc.details, finished_at=utc_now())
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
+    sample.telemetry = telemetry.result
     atomic_write_model(out_dir / "rank-0.json", sample)
     wall_s = time.monotonic() - started
     say(f"=== run {index}: {sample.status} after {wall_s:.1f} s" + (f" ({sample.reason})" if sample.reason else ""))
