@@ -36,7 +36,7 @@ def check_available(params: TrainParams, device: str) -> None:
 class TrainStep:
     """One optimizer step of a DeepSpeed engine on a fixed pool of random batches.
 
-    The first measured step (the one after `observe_at` warm-up steps) is also counted
+    The first measured step (the one after the case's warm-up steps) is also counted
     (kit.workloads.observe): what the engine did in it goes into details["effective"].
     """
 
