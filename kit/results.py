@@ -83,6 +83,9 @@ class RankSample(BaseModel):
     warmup_step_s: list[float] = []
     step_s: list[float] = []
     tokens_per_step: int = 0
+    # Where the process's time went, in seconds: start (exec to the harness: interpreter and
+    # imports before it), build (the workload: frameworks, model, engine), warmup, measured.
+    phases_s: dict[str, float] = {}
     peak_memory: PeakMemory | None = None
     telemetry: DeviceTelemetry | None = None
     details: dict[str, Any] = {}

@@ -180,6 +180,23 @@ def start_kit_and_wait_for_its_container(run: Path) -> subprocess.Popen:
 
 
 @pytest.mark.docker
+def test_a_training_container_has_no_network_no_capabilities_and_its_own_shared_memory(tmp_path):
+    smoke_image_or_skip()
+    run = tmp_path / "run"
+    process = start_kit_and_wait_for_its_container(run)
+    try:
+        container = next(c for c in containers_of_run(run) if c.status == "running")
+        host = container.attrs["HostConfig"]
+        assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        assert host["IpcMode"] != "host" and host["ShmSize"] == 16 * 2**30
+        binds = {bind.split(":")[1]: bind.split(":")[2] for bind in host["Binds"]}
+        assert binds[docker.SOURCE_MOUNT] == "ro" and binds[f"{docker.CACHE_MOUNT}/checkpoints"] == "rw"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+
+
+@pytest.mark.docker
 def test_ctrl_c_removes_the_running_container_and_marks_the_run_interrupted(tmp_path):
     smoke_image_or_skip()
     run = tmp_path / "run"

@@ -132,13 +132,17 @@ def gpu_request(case: Case, host_gpus: int):
 
 
 def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
-    """The kit's source (read-only), the case folder, and a cache of this image's built ops."""
+    """The kit's source (read-only), the case folder, a cache of this image's built ops, and the
+    host's synthetic checkpoints (one per model, whichever case or engine made it first)."""
     cache = cache_dir() / "containers" / image_name
     (cache / "home").mkdir(parents=True, exist_ok=True)
+    checkpoints = cache_dir() / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
     return {
         str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
         str(case_dir.resolve()): {"bind": CASE_MOUNT, "mode": "rw"},
         str(cache.resolve()): {"bind": CACHE_MOUNT, "mode": "rw"},
+        str(checkpoints.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"},
     }
 
 
@@ -464,7 +468,13 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         volumes={} if binary else mounts(case_dir, case.image),
         working_dir=None if binary else CASE_MOUNT,
         user=f"{os.getuid()}:{os.getgid()}",
-        ipc_mode="host",
+        # One host's ranks talk over loopback and shared memory: no network, no capabilities.
+        # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
+        # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
+        network_mode="none",
+        hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: torchrun and gloo find it
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
         shm_size=SHM_SIZE,
         ulimits=dict(ULIMITS),
         device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),

@@ -139,8 +139,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process was started (Linux /proc), or None where it cannot be read."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | None]:
     """Build the workload, run warm-up and measured steps, and describe what happened."""
+    entered = time.perf_counter()
+    phases = {"start": age} if (age := process_age_s()) is not None else {}
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     started = utc_now()
@@ -160,6 +172,7 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
             )  # fmt: skip
             return sample, None
         workload = module.build(case)
+        phases["build"] = time.perf_counter() - entered
         warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
         sampler = device.telemetry_sampler()
         sampler.start()
@@ -173,6 +186,7 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
             device_name=device.name,
             warmup_step_s=warmup,
             step_s=measured,
+            phases_s={**phases, "warmup": sum(warmup), "measured": sum(measured)},
             tokens_per_step=workload.tokens_per_step,
             peak_memory=device.peak_memory(),
             telemetry=telemetry,
