@@ -6,7 +6,7 @@ phases of its slowest rank: start (process exec to the harness: interpreter and 
 (frameworks, model, engine), warm-up and measured steps, and the rest (the launcher starting the
 ranks, teardown), with the totals per phase over the whole run and the preflight's share.
 
-    python tests/benchmarks/smoke_duration.py [--run runs/<dir>] [--no-preflight]
+    python tests/benchmarks/smoke_duration.py [--run runs/<dir>] [--no-preflight] [--executor local|docker]
 """
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="a finished run directory to read instead of running one")
     parser.add_argument("--no-preflight", action="store_true")
+    parser.add_argument("--executor", choices=["local", "docker"], default="local",
+                        help="local (default): as on a fresh machine without docker")
     args = parser.parse_args()
     run, wall = args.run, None
     if run is None:
         run = Path(tempfile.mkdtemp(prefix="smoke-duration-")) / "run"
         started = time.monotonic()
-        command = [sys.executable, "-m", "kit.cli", "run", "--all", "--profile", "smoke", "--out", str(run)]
+        command = [sys.executable, "-m", "kit.cli", "run", "--all", "--profile", "smoke", "--executor", args.executor,
+                   "--out", str(run)]  # fmt: skip
         subprocess.run(command + (["--no-preflight"] if args.no_preflight else []), check=False)
         wall = time.monotonic() - started
     totals: dict[str, float] = defaultdict(float)
