@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from kit.protocol import Case, load_protocol
+from kit.protocol import Case, load_protocol, unavailable_by_design
 
 MINIATURE_MODEL = "tiny-llama"
 MINIATURE_TIMEOUT_S = 600
@@ -73,7 +73,7 @@ def representatives(cases: list[Case]) -> list[Case]:
     run on this device by design (FlashAttention on a CPU) represents nothing."""
     chosen: dict[tuple[str, str], Case] = {}
     for case in cases:
-        if case.device == "cpu" and getattr(case.params, "attention", None) == "flash_attention_2":
+        if unavailable_by_design(case) is not None:
             continue
         chosen.setdefault((case.image, case.workload), case)
     return list(chosen.values())

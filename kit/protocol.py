@@ -226,6 +226,14 @@ def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) 
     return tuple(sorted({2**k for k in range(host_gpus.bit_length()) if 2**k <= host_gpus} | {host_gpus}))
 
 
+def unavailable_by_design(case: Case) -> str | None:
+    """Why a case cannot run on its device whatever the host has, or None: such a case is
+    `unavailable` with this reason, never run with something else in its place."""
+    if case.device != "cuda" and getattr(case.params, "attention", None) == "flash_attention_2":
+        return "FlashAttention-2 needs a CUDA GPU; this case runs on CPU (SDPA is not substituted)"
+    return None
+
+
 def protocol_path() -> Path:
     return manifests_dir() / "protocol.yaml"
 

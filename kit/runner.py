@@ -22,7 +22,7 @@ from kit.fingerprint import Fingerprint, collect, probe_this_python
 from kit.hardware import load_hardware
 from kit.predictions import host_gpu_spec, predicted_oom
 from kit.preflight import Preflight
-from kit.protocol import Case, Plan
+from kit.protocol import Case, Plan, unavailable_by_design
 from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
 from kit.workloads.harness import WORKLOADS
 
@@ -170,10 +170,14 @@ def execute_case(
     started = utc_now()
     case_dir = run.prepare_case(case)
     reason = skip_reason(case, host, skip_predicted_oom)
-    failed = (preflight_failed or {}).get(case.image) if reason is None else None
-    if reason is not None or failed is not None:
+    status = "skipped"
+    if reason is None and (reason := unavailable_by_design(case)) is not None:
+        status = "unavailable"  # said without starting a process that could only say the same
+    if reason is None and (reason := (preflight_failed or {}).get(case.image)) is not None:
+        status = "error"
+    if reason is not None:
         result = Result(
-            case_id=case.id, stage=case.stage, status="skipped" if failed is None else "error", reason=reason or failed,
+            case_id=case.id, stage=case.stage, status=status, reason=reason,
             case=case, executor="none", started_at=started, finished_at=utc_now(),
         )  # fmt: skip
         run.write_result(result)

@@ -1,6 +1,6 @@
 """A workload process whose training option is switched off behind the kit's back.
 
-Run by torchrun in place of `python -m kit.workloads`: `python tests/option_off.py OPTION
+Run by the kit's launcher in place of `python -m kit.workloads`: `python tests/option_off.py OPTION
 --case ... --out ...`. Each sabotage is what a framework could do silently (a model left in
 eval mode, a config key lost on the way, a quantisation setting ignored); the case must then
 end `error` naming the option, never `ok`.

@@ -1,7 +1,7 @@
 """Every training option is proven in effect from the running engine, or the case is an error.
 
 The judges and the merge over ranks are pure and tested on their own; then real two-process
-runs (torchrun, DeepSpeed, transformers, peft, bitsandbytes on CPU, as the local executor starts
+runs (the kit's launcher, DeepSpeed, transformers, peft, bitsandbytes on CPU, as the local executor starts
 them) check that each option of the smoke profile is reported in effect, and that a case whose
 option is switched off behind the kit's back (tests/option_off.py) ends `error` naming it.
 """
@@ -143,7 +143,7 @@ def test_every_smoke_training_method_has_its_options_listed(smoke_plan):
 
 
 def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
-    """One run of the case through the runner and the local executor (torchrun, 2 processes)."""
+    """One run of the case through the runner and the local executor (the kit's launcher, 2 processes)."""
     from kit.execute import local
 
     case = case.model_copy(update={"params": case.params.model_copy(update={"runs": 1, "warmup_steps": 1, "measured_steps": 2})})
@@ -152,7 +152,7 @@ def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
 
         def sabotaged(case, case_file, out_dir):
             command = launch(case, case_file, out_dir)
-            at = command.index("-m", command.index("--nproc-per-node"))
+            at = command.index("-m", command.index("--"))
             return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2:]]
 
         monkeypatch.setattr(local, "launcher_command", sabotaged)

@@ -21,7 +21,7 @@ from pathlib import Path
 from kit import images, nccl_tests
 from kit.cache import cache_dir
 from kit.comm import topology_facts
-from kit.execute.local import read_rank_samples
+from kit.execute.local import launcher_command, read_rank_samples
 from kit.execute import processes
 from kit.execute.samples import run_sample
 from kit.fingerprint import gpu_names
@@ -95,11 +95,7 @@ def container_command(case: Case, index: int) -> list[str]:
     nccl-tests case, the binary itself (on the comm image's PATH), with no Python and no kit."""
     if nccl_tests.runs_binary(case):
         return nccl_tests.command(case, nccl_tests.binary_name(case))
-    return [
-        "python", "-m", "torch.distributed.run",
-        "--standalone", "--nproc-per-node", str(processes(case)),
-        "-m", "kit.workloads", "--case", f"{CASE_MOUNT}/case.json", "--out", f"{CASE_MOUNT}/runs/{index}",
-    ]  # fmt: skip
+    return launcher_command(case, Path(f"{CASE_MOUNT}/case.json"), Path(f"{CASE_MOUNT}/runs/{index}"), python="python")
 
 
 def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
@@ -472,7 +468,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
         # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
         network_mode="none",
-        hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: torchrun and gloo find it
+        hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         shm_size=SHM_SIZE,

@@ -1,6 +1,6 @@
 """The local executor: runs a case's independent runs as processes of this Python.
 
-Each run is its own process group (torchrun and its ranks), so a timeout or Ctrl-C kills the
+Each run is its own process group (the launcher and its ranks), so a timeout or Ctrl-C kills the
 whole group and nothing is left behind; if `kit` itself is killed, the kernel tells the launcher
 (PR_SET_PDEATHSIG) and the launcher takes its ranks down.
 """
@@ -34,12 +34,12 @@ NAME = "local"
 KILL_GRACE_S = 10
 
 
-def launcher_command(case: Case, case_file: Path, out_dir: Path) -> list[str]:
-    """torchrun, even for one process: the workload always finds RANK/WORLD_SIZE set the same way."""
+def launcher_command(case: Case, case_file: Path, out_dir: Path, python: str = sys.executable) -> list[str]:
+    """The kit's launcher (kit.workloads.launch), even for one process: the workload always
+    finds the rank environment set the same way."""
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--standalone", "--nproc-per-node", str(processes(case)),
-        "-m", "kit.workloads", "--case", str(case_file), "--out", str(out_dir),
+        python, "-m", "kit.workloads.launch", "--nproc", str(processes(case)), "--",
+        python, "-m", "kit.workloads", "--case", str(case_file), "--out", str(out_dir),
     ]  # fmt: skip
 
 

@@ -3,7 +3,7 @@
 A workload states only how to build itself and run one step; this module owns seeding, warm-up,
 timing (device-synchronised), peak memory, the capture of OOM and other failures, and the
 writing of the process's sample. Entry point: `python -m kit.workloads --case C --out DIR`,
-started once per process by the executor's launcher (torchrun sets RANK and WORLD_SIZE).
+started once per process by the executor's launcher (kit.workloads.launch sets RANK and WORLD_SIZE).
 """
 
 from __future__ import annotations

@@ -391,7 +391,7 @@ def _instrumented_steps(step: ProfileStep, model, recorder: Recorder, what: str,
 
 def measure(case: Case, device, out_dir: Path) -> dict:
     params: ProfileParams = case.params
-    check_available(params, case.device)
+    check_available(case)
     import torch
 
     recompute_marks = RecomputeMarks()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from kit.protocol import Case, TrainParams
+from kit.protocol import Case, TrainParams, unavailable_by_design
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
 from kit.workloads.harness import Unavailable
 from kit.workloads.observe import CallCounters, effective_options
@@ -22,11 +22,12 @@ BATCH_POOL = 8
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def check_available(params: TrainParams, device: str) -> None:
+def check_available(case: Case) -> None:
     """Refuse, with the reason, what this host cannot run; never substitute something else."""
-    if params.attention == "flash_attention_2":
-        if device != "cuda":
-            raise Unavailable("FlashAttention-2 needs a CUDA GPU; this case runs on CPU (SDPA is not substituted)")
+    reason = unavailable_by_design(case)
+    if reason is not None:
+        raise Unavailable(reason)
+    if case.params.attention == "flash_attention_2":
         from transformers.utils import is_flash_attn_2_available
 
         if not is_flash_attn_2_available():
@@ -147,7 +148,7 @@ def _client_optimizer(params: TrainParams, trainable):
 
 def build(case: Case) -> TrainStep:
     params: TrainParams = case.params
-    check_available(params, case.device)
+    check_available(case)
     import deepspeed
     import torch
     import torch.distributed as dist
