@@ -68,6 +68,11 @@ class TrainParams(StepParams):
     lora_rank: int = Field(default=64, gt=0)
     lora_alpha: int = Field(default=16, gt=0)
     lora_targets: tuple[str, ...] = ()
+    # How a case's independent runs get their processes: `per_run`, a fresh launch each (the
+    # protocol's runs); `shared`, one launch does them one after another, each run building its
+    # model and engine anew while the imports and the process group are kept (the CPU smoke
+    # profile: seconds of imports per run are most of its time). Recorded in every result.
+    launch: Literal["per_run", "shared"] = "per_run"
 
 
 class ProfileParams(StepParams):

@@ -184,12 +184,20 @@ def execute_case(
         return result
     executor = choose_executor(case, requested)
     runs: list[RunSample] = []
+    indices = list(range(1, case.params.runs + 1))
     with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
-        for index in range(1, case.params.runs + 1):
-            progress.run_started(case, index, case.params.runs)
-            runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
-            if runs[-1].status != "ok":
-                break  # a configuration that failed once (OOM, unavailable, option off) fails every time
+        if getattr(case.params, "launch", "per_run") == "shared" and hasattr(executor, "run_launch"):
+            progress.run_started(case, 1, case.params.runs)
+            for sample in executor.run_launch(case, case_dir, indices, log):
+                runs.append(effective.judged(case, sample))
+                if runs[-1].status != "ok":
+                    break
+        else:
+            for index in indices:
+                progress.run_started(case, index, case.params.runs)
+                runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
+                if runs[-1].status != "ok":
+                    break  # a configuration that failed once (OOM, unavailable, option off) fails every time
     result = result_of(case, runs, executor.NAME, started)
     run.write_result(result)
     return result

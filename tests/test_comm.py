@@ -393,7 +393,7 @@ def test_one_process_drives_all_the_cases_gpus_with_no_python(nccl_tests_case, g
     command = nccl_tests.command(case, "all_reduce_perf")
     assert command == ["all_reduce_perf", "-b", "8", "-e", "1073741824", "-f", "2", "-g", str(gpus), "-w", "5",
                        "-n", "20", "-d", "float", "-c", "1"]  # fmt: skip
-    assert docker.container_command(case, 1) == command  # on the comm image's PATH, no launcher
+    assert docker.container_command(case, [1]) == command  # on the comm image's PATH, no launcher
     assert processes(case) == 1
 
 

@@ -41,7 +41,7 @@ def case_of(plan, case_id):
 
 
 def test_the_container_runs_the_same_launcher_with_paths_inside(smoke_plan):
-    command = docker.container_command(case_of(smoke_plan, PRETRAIN), 2)
+    command = docker.container_command(case_of(smoke_plan, PRETRAIN), [2])
     assert command[:5] == ["python", "-m", "kit.workloads.launch", "--nproc", "2"]
     assert command[command.index("--") + 1:command.index("--") + 4] == ["python", "-m", "kit.workloads"]
     assert command[-4:] == ["--case", "/kit/case/case.json", "--out", "/kit/case/runs/2"]

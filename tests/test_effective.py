@@ -150,8 +150,8 @@ def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
     if option_off is not None:
         launch = local.launcher_command
 
-        def sabotaged(case, case_file, out_dir):
-            command = launch(case, case_file, out_dir)
+        def sabotaged(case, case_file, out_dirs, **kwargs):
+            command = launch(case, case_file, out_dirs, **kwargs)
             at = command.index("-m", command.index("--"))
             return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2:]]
 

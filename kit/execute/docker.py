@@ -21,9 +21,9 @@ from pathlib import Path
 from kit import images, nccl_tests
 from kit.cache import cache_dir
 from kit.comm import topology_facts
-from kit.execute.local import launcher_command, read_rank_samples
+from kit.execute.local import launcher_command
 from kit.execute import processes
-from kit.execute.samples import run_sample
+from kit.execute.samples import launch_samples
 from kit.fingerprint import gpu_names
 from kit.protocol import Case
 from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
@@ -90,12 +90,13 @@ def unavailable_reason(case: Case) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def container_command(case: Case, index: int) -> list[str]:
+def container_command(case: Case, indices: list[int]) -> list[str]:
     """The same launcher as the local executor, with paths inside the container; for an
     nccl-tests case, the binary itself (on the comm image's PATH), with no Python and no kit."""
     if nccl_tests.runs_binary(case):
         return nccl_tests.command(case, nccl_tests.binary_name(case))
-    return launcher_command(case, Path(f"{CASE_MOUNT}/case.json"), Path(f"{CASE_MOUNT}/runs/{index}"), python="python")
+    out_dirs = [Path(f"{CASE_MOUNT}/runs/{index}") for index in indices]
+    return launcher_command(case, Path(f"{CASE_MOUNT}/case.json"), out_dirs, python="python")
 
 
 def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
@@ -431,16 +432,25 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         from kit.serve.session import run_once as serve_run_once
 
         return serve_run_once(case, case_dir, index, log, ContainerPlacement(case_dir, index))
+    return run_launch(case, case_dir, [index], log)[0]
+
+
+def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
+    """One container doing the runs `indices` one after another (one run unless the case shares
+    a launch between its runs); the runs it finished, in order."""
     import requests
 
-    out_dir = case_dir / "runs" / str(index)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    index = indices[0]
+    out_dirs = [case_dir / "runs" / str(i) for i in indices]
+    for folder in out_dirs:
+        folder.mkdir(parents=True, exist_ok=True)
+    out_dir = out_dirs[0]
     started = time.monotonic()
 
-    def failed(reason: str) -> RunSample:
+    def failed(reason: str) -> list[RunSample]:
         log.write(f"=== run {index}: {reason}\n")
         log.flush()
-        return RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])
+        return [RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])]
 
     reason = unavailable_reason(case)
     if reason is not None:
@@ -454,7 +464,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
         return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
     binary = nccl_tests.runs_binary(case)
-    command = container_command(case, index)
+    command = container_command(case, indices)
     environment = container_environment(case)
     started_at = utc_now()
     settings = dict(
@@ -493,7 +503,7 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         pump = _LogPump(container, log)
         pump.start()
         try:
-            exit_code = container.wait(timeout=case.params.timeout_s)["StatusCode"]
+            exit_code = container.wait(timeout=case.params.timeout_s * len(indices))["StatusCode"]
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             timed_out = True
             container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
@@ -519,27 +529,21 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
         rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
                                       topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
         atomic_write_model(out_dir / "rank-0.json", rank)
-    sample = run_sample(
-        index=index,
-        ranks=read_rank_samples(out_dir),
-        expected_ranks=processes(case),
-        exit_code=exit_code,
-        wall_s=wall_s,
-        timed_out=timed_out,
-        timeout_s=case.params.timeout_s,
-    )
-    if oom_killed and sample.status == "error":
-        sample = sample.model_copy(update={"status": "oom", "reason": "the container was killed by the kernel's OOM killer (host memory)"})
-    repo_digests = list(image.attrs.get("RepoDigests") or [])
-    return sample.model_copy(update={"container": ContainerRun(
+    samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=exit_code,
+                             wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+    if oom_killed and samples[-1].status == "error":
+        reason = "the container was killed by the kernel's OOM killer (host memory)"
+        samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
+    ran_in = ContainerRun(
         image=reference,
         image_digest=image.id,
-        repo_digests=repo_digests,
+        repo_digests=list(image.attrs.get("RepoDigests") or []),
         container_id=container.id,
         exit_code=exit_code,
         oom_killed=oom_killed,
         ulimits={name: soft for name, (soft, _) in ulimits.items()},
-    )})  # fmt: skip
+    )
+    return [sample.model_copy(update={"container": ran_in}) for sample in samples]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from kit import nccl_tests
 from kit.cache import torch_extensions_dir
 from kit.comm import topology_facts
 from kit.execute import processes
-from kit.execute.samples import run_sample
+from kit.execute.samples import launch_samples, run_sample
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, atomic_write_model, utc_now
 from kit.serve.checkpoints import make_checkpoint
@@ -34,12 +34,13 @@ NAME = "local"
 KILL_GRACE_S = 10
 
 
-def launcher_command(case: Case, case_file: Path, out_dir: Path, python: str = sys.executable) -> list[str]:
+def launcher_command(case: Case, case_file: Path, out_dirs: list[Path], python: str = sys.executable) -> list[str]:
     """The kit's launcher (kit.workloads.launch), even for one process: the workload always
-    finds the rank environment set the same way."""
+    finds the rank environment set the same way; one `--out` per run the launch does."""
+    outs = [part for out_dir in out_dirs for part in ("--out", str(out_dir))]
     return [
         python, "-m", "kit.workloads.launch", "--nproc", str(processes(case)), "--",
-        python, "-m", "kit.workloads", "--case", str(case_file), "--out", str(out_dir),
+        python, "-m", "kit.workloads", "--case", str(case_file), *outs,
     ]  # fmt: skip
 
 
@@ -66,13 +67,6 @@ def kill_group(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def read_rank_samples(out_dir: Path) -> list[RankSample]:
-    return [
-        RankSample.model_validate_json(path.read_text(encoding="utf-8"))
-        for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))
-    ]
 
 
 class LocalPlacement:
@@ -108,28 +102,31 @@ def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
     if case.workload == "serve":
         return serve_run_once(case, case_dir, index, log, LocalPlacement())
-    out_dir = case_dir / "runs" / str(index)
-    out_dir.mkdir(parents=True, exist_ok=True)
     if nccl_tests.runs_binary(case):
+        out_dir = case_dir / "runs" / str(index)
+        out_dir.mkdir(parents=True, exist_ok=True)
         return run_binary(case, out_dir, index, log)
-    command = launcher_command(case, case_dir / "case.json", out_dir)
-    log.write(f"\n=== run {index}: {' '.join(command)}\n")
+    return run_launch(case, case_dir, [index], log)[0]
+
+
+def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
+    """One launch of the case's processes doing the runs `indices` one after another (one run
+    unless the case shares a launch between its runs); the runs it finished, in order."""
+    out_dirs = [case_dir / "runs" / str(index) for index in indices]
+    for out_dir in out_dirs:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    command = launcher_command(case, case_dir / "case.json", out_dirs)
+    what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
+    log.write(f"\n=== {what}: {' '.join(command)}\n")
     log.flush()
     started = time.monotonic()
     process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
-    timed_out = _wait(process, case)
+    timed_out = _wait(process, case, case.params.timeout_s * len(indices))
     wall_s = time.monotonic() - started
-    log.write(f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s\n")
+    log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
     log.flush()
-    return run_sample(
-        index=index,
-        ranks=read_rank_samples(out_dir),
-        expected_ranks=processes(case),
-        exit_code=process.returncode,
-        wall_s=wall_s,
-        timed_out=timed_out,
-        timeout_s=case.params.timeout_s,
-    )
+    return launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=process.returncode,
+                          wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
 
 
 def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
@@ -138,10 +135,10 @@ def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
     )
 
 
-def _wait(process: subprocess.Popen, case: Case) -> bool:
-    """Wait up to the case's timeout; True if it had to be killed for it."""
+def _wait(process: subprocess.Popen, case: Case, timeout_s: float | None = None) -> bool:
+    """Wait up to the case's timeout (or `timeout_s`); True if it had to be killed for it."""
     try:
-        process.wait(timeout=case.params.timeout_s)
+        process.wait(timeout=timeout_s or case.params.timeout_s)
         return False
     except subprocess.TimeoutExpired:
         kill_group(process)

@@ -5,6 +5,8 @@ Shared by every executor, so a run is judged the same way wherever it ran.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kit.results import RankSample, RunSample
 
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors
@@ -37,3 +39,34 @@ def run_sample(
     if exit_code != 0:
         return sample("error", f"all ranks finished but the launcher exited with {exit_code}; see log.txt")
     return sample("ok")
+
+
+def read_rank_samples(out_dir: Path) -> list[RankSample]:
+    return [
+        RankSample.model_validate_json(path.read_text(encoding="utf-8"))
+        for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    ]
+
+
+def launch_samples(
+    *, indices: list[int], out_dirs: list[Path], expected_ranks: int, exit_code: int | None, wall_s: float,
+    timed_out: bool, timeout_s: int,
+) -> list[RunSample]:
+    """The runs one launch did, in order, up to the first that did not end ok (the launch stops
+    there, as the runner does). A launch of one run is that run; in a shared launch, each run's
+    wall time is its slowest rank's own (build, warm-up, measured), and the launch's exit code and
+    timeout belong to the run it ended in."""
+    samples: list[RunSample] = []
+    for index, out_dir in zip(indices, out_dirs):
+        ranks = read_rank_samples(out_dir)
+        whole = len(ranks) == expected_ranks and all(rank.status == "ok" for rank in ranks)
+        last = index == indices[-1] or not whole
+        own = max((sum(rank.phases_s.values()) for rank in ranks), default=0.0)
+        sample = run_sample(
+            index=index, ranks=ranks, expected_ranks=expected_ranks, exit_code=exit_code if last else 0,
+            wall_s=wall_s if len(indices) == 1 else own, timed_out=timed_out and last, timeout_s=timeout_s,
+        )  # fmt: skip
+        samples.append(sample)
+        if sample.status != "ok":
+            break
+    return samples

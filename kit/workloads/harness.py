@@ -55,6 +55,8 @@ class StepWorkload(Protocol):
 
     def step(self) -> None: ...
 
+    def release(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -149,10 +151,11 @@ def process_age_s() -> float | None:
         return None
 
 
-def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | None]:
-    """Build the workload, run warm-up and measured steps, and describe what happened."""
+def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSample, StepWorkload | None]:
+    """Build the workload, run warm-up and measured steps, and describe what happened. The
+    process's start is the first run's (later runs of a shared launch start where one ended)."""
     entered = time.perf_counter()
-    phases = {"start": age} if (age := process_age_s()) is not None else {}
+    phases = {"start": age} if first and (age := process_age_s()) is not None else {}
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     started = utc_now()
@@ -219,13 +222,19 @@ def run_process(case: Case, out_dir: Path) -> tuple[RankSample, StepWorkload | N
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kit.workloads")
     parser.add_argument("--case", type=Path, required=True, help="case.json written by the executor")
-    parser.add_argument("--out", type=Path, required=True, help="folder for this run's rank samples")
+    parser.add_argument("--out", type=Path, required=True, action="append",
+                        help="folder for a run's rank samples; given once per run this process does, in order")  # fmt: skip
     args = parser.parse_args(argv)
     case = Case.model_validate_json(args.case.read_text(encoding="utf-8"))
-    sample, workload = run_process(case, args.out)
-    atomic_write_model(args.out / f"rank-{sample.rank}.json", sample)
-    print(f"rank {sample.rank}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
-    if sample.status == "ok" and workload is not None:
-        workload.close()  # measure-style workloads close their process group themselves
+    for position, out_dir in enumerate(args.out):
+        sample, workload = run_process(case, out_dir, first=position == 0)
+        atomic_write_model(out_dir / f"rank-{sample.rank}.json", sample)
+        print(f"rank {sample.rank}, run {out_dir.name}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
+        if sample.status != "ok":
+            break  # a run that failed ends the launch, as it ends the case
+        if workload is not None:
+            # measure-style workloads close their process group themselves; a step workload
+            # lets go of its run's engine and, after the last run, of the process group.
+            workload.close() if position == len(args.out) - 1 else workload.release()
     # A failed rank exits non-zero so that the launcher tears down ranks waiting on it.
     sys.exit(EXIT_OK if sample.status in ("ok", "unavailable") else EXIT_FAILED)

@@ -62,6 +62,18 @@ class TrainStep:
         self.engine.backward(loss)
         self.engine.step()
 
+    def release(self) -> None:
+        """Let go of this run's engine, model and batches (the next run of a shared launch builds
+        its own); the ranks stay together and the process group stays."""
+        import gc
+
+        import torch.distributed as dist
+
+        dist.barrier()
+        self.engine.destroy()
+        self.engine = self.batches = self._keep_alive = None
+        gc.collect()
+
     def close(self) -> None:
         """All ranks leave together; a rank that exits early can abort the others (gloo)."""
         import torch.distributed as dist
