@@ -134,7 +134,7 @@ def test_a_smoke_case_runs_in_the_smoke_container(docker_run, case_id):
         assert {rank.versions["torch"] for rank in sample.ranks} == {"2.13.0+cpu"}
     log = (run / "cases" / case_id / "log.txt").read_text()
     assert f"docker image kit/smoke:0.1.0 ({result.samples[0].container.image_digest})" in log
-    assert "rank 0: ok" in log  # the workload's own output, streamed from the container
+    assert "rank 0, run 1: ok" in log  # the workload's own output, streamed from the container
 
 
 @pytest.mark.docker
@@ -152,14 +152,15 @@ def test_a_case_over_its_timeout_is_killed_and_recorded_as_timeout(tmp_path, man
     protocol = manifests_copy / "protocol.yaml"
     data = yaml.safe_load(protocol.read_text())
     stage = data["profiles"]["smoke"]["stages"]["pretrain"]
-    stage["params"] = {**stage["params"], "timeout_s": 3}
+    # The smoke profile's three runs share one launch, whose budget is three runs' timeouts: 3 s.
+    stage["params"] = {**stage["params"], "timeout_s": 1}
     protocol.write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     started = time.monotonic()
     done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run))
     assert done.returncode == 1, done.stderr[-3000:]  # a case ended `timeout`
     result = RunDir(run).read_result(PRETRAIN)
-    assert result.status == "timeout" and "timeout of 3 s" in result.reason
+    assert result.status == "timeout" and "timeout of 1 s" in result.reason
     assert len(result.samples) == 1  # a configuration that timed out once is not run again
     assert result.samples[0].container is not None and result.samples[0].wall_s < 3 + docker.KILL_GRACE_S + 30
     assert containers_of_run(run) == []

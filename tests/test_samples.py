@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kit.execute.samples import run_sample
+from kit.execute.samples import launch_samples, run_sample
 from kit.results import RankSample
 
 
@@ -36,6 +36,16 @@ def test_a_rank_that_wrote_nothing_is_an_error():
 
 def test_a_timeout_wins_over_everything():
     assert judge([rank(0, "ok"), rank(1, "ok")], timed_out=True).status == "timeout"
+
+
+def test_a_shared_launch_killed_before_its_first_run_wrote_gives_that_run_the_launchs_wall_time(tmp_path):
+    out_dirs = [tmp_path / str(i) for i in (1, 2, 3)]
+    for folder in out_dirs:
+        folder.mkdir()
+    samples = launch_samples(indices=[1, 2, 3], out_dirs=out_dirs, expected_ranks=2, exit_code=137, wall_s=9.5,
+                             timed_out=True, timeout_s=3)  # fmt: skip
+    assert [(s.index, s.status, s.wall_s) for s in samples] == [(1, "timeout", 9.5)]
+    assert "timeout of 3 s" in samples[0].reason
 
 
 def test_a_failing_launcher_is_an_error_even_if_ranks_look_fine():

@@ -55,7 +55,7 @@ def launch_samples(
     """The runs one launch did, in order, up to the first that did not end ok (the launch stops
     there, as the runner does). A launch of one run is that run; in a shared launch, each run's
     wall time is its slowest rank's own (build, warm-up, measured), and the launch's exit code and
-    timeout belong to the run it ended in."""
+    timeout belong to the run it ended in (a timed-out run's wall time is the launch's: it wrote none)."""
     samples: list[RunSample] = []
     for index, out_dir in zip(indices, out_dirs):
         ranks = read_rank_samples(out_dir)
@@ -64,7 +64,8 @@ def launch_samples(
         own = max((sum(rank.phases_s.values()) for rank in ranks), default=0.0)
         sample = run_sample(
             index=index, ranks=ranks, expected_ranks=expected_ranks, exit_code=exit_code if last else 0,
-            wall_s=wall_s if len(indices) == 1 else own, timed_out=timed_out and last, timeout_s=timeout_s,
+            wall_s=wall_s if len(indices) == 1 or (timed_out and last) else own, timed_out=timed_out and last,
+            timeout_s=timeout_s,
         )  # fmt: skip
         samples.append(sample)
         if sample.status != "ok":
