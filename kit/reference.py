@@ -115,6 +115,9 @@ METRIC_LABELS = {
     "peak_memory_gib": "peak memory",
     "achieved_tflops": "achieved TFLOP/s",
     "mfu": "MFU",
+    "output_throughput": "output tokens/s",
+    "latency_median_s": "median request latency",
+    "duration_s": "burst duration",
 }
 
 

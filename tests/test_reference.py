@@ -341,7 +341,7 @@ def test_nvlink_and_pcie_runs_of_one_gpu_model_are_different_platforms(reference
 def test_an_ordering_names_every_pair_out_of_order(reference, paper_plan):
     engines = {"tgi": 900, "vllm": 1000, "lightllm": 500}
     run = run_on(
-        RTX4090, [result(paper_plan, f"serve.llama2-7b.{e}.g8", generated_tokens_per_s=v) for e, v in engines.items()]
+        RTX4090, [result(paper_plan, f"serve.llama2-7b.{e}.g8", output_throughput=v) for e, v in engines.items()]
     )
     outcome = evaluate_claim(claim(reference, "C22"), reference, [run])
     assert outcome.verdict == "deviates"

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kit.protocol import load_protocol
+from kit.reference import load_reference
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, percentile, saturation
 from kit.model_files import load_tokenizer
 from kit.serve.burst import burst_prompts, token_count
@@ -398,8 +399,32 @@ def test_kit_run_stage_serve_runs_the_real_vllm_and_writes_rows_and_aggregates(t
     assert tokens["equal"] and tokens["server_counters"]["generated_tokens"] == len(rows) * params["max_output_tokens"]
     assert tokens["server_counters"]["finished_requests"] == len(rows)
     assert "CPU" in result["samples"][0]["ranks"][0]["telemetry"]["unavailable"]  # never zeros
+    assert details["bounds"] == {"unavailable": "no peak figures for a CPU: no bound computed"}
     sums = (run / "SHA256SUMS").read_text()
     assert "runs/1/requests.jsonl" in sums and "runs/1/engine.log" in sums
+    # Every metric the serving claims (C22-C26) read is one this real result carries.
+    named = claim_metrics(load_reference(), "serve")
+    assert named and all(result["metrics"].get(name) for name in named), named - set(result["metrics"])
+    # The report shows the burst beside its bound (or why there is none), and the ITL definition.
+    report = subprocess.run([*KIT, "report", str(run), "--format", "html"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr[-3000:]
+    html = (run / "report.html").read_text()
+    assert "the burst of each engine" in html and "no peak figures for a CPU" in html and "ITL, the gaps" in html
+
+
+def claim_metrics(reference, stage: str) -> set[str]:
+    """The metric names the claims about `stage` read, wherever in a relation they stand."""
+
+    def walk(node):
+        if isinstance(node, dict):
+            yield from ([node["metric"]] if isinstance(node.get("metric"), str) else [])
+            for value in node.values():
+                yield from walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                yield from walk(value)
+
+    return {name for claim in reference.claims if stage in claim.stages for name in walk(claim.model_dump())}
 
 
 @pytest.mark.e2e

@@ -36,7 +36,7 @@ STAGE_TITLES = {
 # What each stage's section shows once it runs; said in its place while it does not.
 STAGE_PURPOSE = {
     "profile": "time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
-    "serve": "generated tokens/s, requests/s and the per-request latency distribution of each engine under a "
+    "serve": "output tokens/s beside its roofline bound, requests/s and the per-request latency distribution of each engine under a "
     "burst (paper Sec. V)",
     "comm": "bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe (paper Sec. VI)",
 }
@@ -143,6 +143,9 @@ def train_matrix(stage: str, run: LoadedRun) -> Section:
                 ],
             )
         )
+    effective = effective_table(title, stage_results)
+    if effective is not None:
+        section.tables.append(effective)
     bars = [
         charts.Bar(
             label=method_label(result.case.method),
@@ -162,6 +165,49 @@ def train_matrix(stage: str, run: LoadedRun) -> Section:
             )
         )
     return section
+
+
+MEMORY_VIEWS = (
+    ("peak_memory_gib", "allocated"),
+    ("peak_reserved_gib", "reserved"),
+    ("peak_device_used_gib", "device used (NVML)"),
+)
+
+
+def effective_table(title: str, results: list[Result]) -> Table | None:
+    """Beside each result, what the running engine reported of every option its method names,
+    and peak memory in each view the run recorded, each labelled for what it is."""
+    shown = [result for result in results if result.effective or result.status == "ok"]
+    if not shown:
+        return None
+    rows = []
+    for result in shown:
+        options = [
+            Cell(text=f"{name}: {option.observed}", detail=f"requested {option.requested}; {option.evidence}",
+                 tone="good" if option.in_effect else "bad")  # fmt: skip
+            for name, option in result.effective.items()
+        ] or [Cell(text="no option to prove (the method names none)", tone="muted")]
+        memory = [
+            metric_cell(result, name) if result.metrics.get(name) else Cell(text="not recorded", tone="muted")
+            for name, _ in MEMORY_VIEWS
+        ]
+        case = Cell(text=f"{result.case.model} {method_label(result.case.method)}", detail=result.status)
+        rows.append(Row(cells=[case, options[0], *memory]))
+        rows += [Row(cells=[Cell(text=""), option, *[Cell(text="")] * len(MEMORY_VIEWS)]) for option in options[1:]]
+    return Table(
+        caption=f"{title}: each option in effect, as the running engine reported it, and peak memory (GiB)",
+        header=["Case", "Option: observed", *[label for _, label in MEMORY_VIEWS]],
+        widths=[18, 46, 12, 12, 12],
+        rows=rows,
+        dense=True,
+        notes=[
+            "A case whose requested option was not in effect ends error, never ok (red rows).",
+            "allocated: the framework allocator's peak (torch max_memory_allocated), or the host's peak RSS on a CPU; "
+            "reserved: what the allocator held from the GPU, cached blocks included (max_memory_reserved); "
+            "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
+            "every other allocation included, the figure a GPU is sized by. Each is the largest over the processes.",
+        ],
+    )
 
 
 def scaling_section(run: LoadedRun) -> Section:
@@ -349,6 +395,61 @@ def comm_section(run: LoadedRun) -> Section:
     return section
 
 
+# The serving table's columns: metric (kit/serve/aggregate.py SERVE_FIGURES) and its heading.
+SERVE_COLUMNS = (
+    ("output_throughput", "output tokens/s"),
+    ("request_throughput", "requests/s"),
+    ("ttft_median_s", "TTFT median (s)"),
+    ("ttft_p99_s", "TTFT p99 (s)"),
+    ("itl_median_s", "ITL median (s)"),
+    ("latency_median_s", "E2E median (s)"),
+    ("latency_p99_s", "E2E p99 (s)"),
+)
+
+
+def _serving_bound(result: Result) -> Cell:
+    """The roofline's ceiling on output tokens/s beside the measured value, or why there is none."""
+    if result.metrics.get("output_throughput_bound"):
+        return metric_cell(result, "output_throughput_bound")
+    driver = result.samples[0].ranks[0] if result.samples and result.samples[0].ranks else None
+    reason = ((driver.details.get("bounds") or {}).get("unavailable") if driver else None) or "not computed"
+    return Cell(text="none", detail=reason, tone="muted")
+
+
+def serve_section(run: LoadedRun) -> Section:
+    """Each engine's burst: throughput beside its roofline bound, and the latency distribution."""
+    section = Section(anchor="serve", title=STAGE_TITLES["serve"])
+    rows = []
+    for case in (case for case in run.info.plan.cases if case.stage == "serve"):
+        result = run.results.get(case.id)
+        name = Cell(text=f"{case.model} {case.method}", detail=case.id, tone="strong")
+        if result is None or result.status != "ok":
+            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 1)]))
+            continue
+        measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
+        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:]]))
+    section.tables.append(
+        Table(
+            caption=f"{section.title}: the burst of each engine, mean ± std over its runs",
+            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]]],
+            widths=[16, 11, 11, 9, 9, 9, 9, 13, 13],
+            rows=rows,
+            dense=True,
+            notes=[
+                "Definitions are those of vLLM's `vllm bench serve`: TTFT from sending a request to its first token "
+                "event; ITL, the gaps between successive token events of a request, each stamped as the client reads "
+                "it (events read together are microseconds apart, so a median ITL near zero says they arrived in "
+                "bursts); E2E from sending to the end of the stream; throughput over the burst's duration, from its "
+                "release to the end of its last request.",
+                "bound: the roofline's ceiling on output tokens/s for this burst on this host's GPUs (weights and KV "
+                "cache read once per decode step, FLOPs at the dense peak of manifests/hardware.yaml); none where no "
+                "peak is known, with the reason.",
+            ],
+        )
+    )
+    return section
+
+
 def generic_stage(stage: str, run: LoadedRun) -> Section:
     """Every metric of every case, for stages without a dedicated layout."""
     section = Section(anchor=stage, title=STAGE_TITLES.get(stage, stage))
@@ -411,6 +512,8 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
             sections.append(scaling_section(run))
         elif stage == "comm":
             sections.append(comm_section(run))
+        elif stage == "serve":
+            sections.append(serve_section(run))
         else:
             sections.append(generic_stage(stage, run))
     return sections

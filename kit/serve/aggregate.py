@@ -205,7 +205,7 @@ SERVE_FIGURES = {
     "duration_s": ("s", lambda a: a["duration_s"]),
     **{
         f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
-        for name in ("ttft", "tpot", "latency")
+        for name in ("ttft", "tpot", "itl", "latency")
         for stat in ("mean", "median", "p90", "p99")
     },
 }
