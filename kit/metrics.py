@@ -76,9 +76,31 @@ def train_run_figures(run: RunSample) -> dict[str, float]:
 TRAIN_UNITS = {"tokens_per_s": "tokens/s", "step_time_s": "s", "peak_memory_gib": "GiB"}
 
 
+def reserved_memory_gib(rank: RankSample) -> float | None:
+    """The allocator's peak reserved memory (what it holds from the device, cached blocks included)."""
+    memory = rank.peak_memory
+    return None if memory is None or memory.device_reserved_bytes is None else memory.device_reserved_bytes / GIB
+
+
+def device_used_memory_gib(rank: RankSample) -> float | None:
+    """The device-level peak used memory NVML reported during the measured steps: the CUDA
+    context, every allocator and other processes on that GPU included; what a buyer sizes by."""
+    telemetry = rank.telemetry
+    return None if telemetry is None or telemetry.peak_used_bytes is None else telemetry.peak_used_bytes / GIB
+
+
+# Memory views beside the allocator's peak, each present only where every rank of every run has it.
+OPTIONAL_MEMORY = {"peak_reserved_gib": reserved_memory_gib, "peak_device_used_gib": device_used_memory_gib}
+
+
 def train_metrics(runs: Sequence[RunSample]) -> dict[str, Metric]:
     per_run = [train_run_figures(run) for run in runs]
-    return {name: summarize([figures[name] for figures in per_run], unit) for name, unit in TRAIN_UNITS.items()}
+    found = {name: summarize([figures[name] for figures in per_run], unit) for name, unit in TRAIN_UNITS.items()}
+    for name, read in OPTIONAL_MEMORY.items():
+        values = [[read(rank) for rank in run.ranks] for run in runs]
+        if values and all(per_rank and None not in per_rank for per_rank in values):
+            found[name] = summarize([max(per_rank) for per_rank in values], "GiB")
+    return found
 
 
 def full_training(case: Case) -> bool:

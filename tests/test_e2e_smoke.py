@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.effective import options_of
 from kit.metrics import HEADLINE_METRIC
 from kit.protocol import build_plan, load_protocol
 from kit.results import RunDir
@@ -73,6 +74,11 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
         if case.workload != "train":
             continue
         assert figure.std is not None
+        # Each option the method names, as the running engine reported it, in effect.
+        assert sorted(result.effective) == sorted(options_of(case.params)), case.id
+        assert all(option.in_effect for option in result.effective.values()), case.id
+        if case.params.recompute:
+            assert "checkpointed layer calls" in result.effective["recompute"].observed, case.id
         for sample in result.samples:
             assert len(sample.ranks) == case.gpus
             assert all(len(rank.step_s) == case.params.measured_steps for rank in sample.ranks)
@@ -82,3 +88,6 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
     report = subprocess.run([*KIT, "report", str(run), "--compare", "reference"], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (run / "report.html").stat().st_size and (run / "report.pdf").stat().st_size
+    html = (run / "report.html").read_text()
+    assert "each option in effect, as the running engine reported it" in html
+    assert "zero_stage: stage 3" in html and "reserved" in html

@@ -334,8 +334,9 @@ def test_a_smoke_report_says_it_is_not_comparable_on_the_cover_and_every_page(sm
 
 
 def test_pre_training_uses_the_papers_layout_with_status_words(smoke_report):
-    [table] = section(smoke_report, "pretrain").tables
+    table, effective = section(smoke_report, "pretrain").tables
     assert table.header == ["Method", "10^3 tokens/s", "peak memory (GiB)"]
+    assert effective.header == ["Case", "Option: observed", "allocated", "reserved", "device used (NVML)"]
     rows = {row[0]: row[1:] for row in texts(table)}
     assert rows["Naive"] == ["6.86 ± 0.07", "0.586 ± 0.000"]  # 700 tokens / 0.101, 0.102, 0.103 s
     assert rows["Z2"] == ["-", "-"]
