@@ -432,26 +432,26 @@ def build(
     started = time.monotonic()
     base = base or image.build.base
     context_hash = context_sha256(image.build, root)
-    existing = local_image(image.reference)
-    if existing is not None and not force:
-        labels = existing.labels or {}
-        if labels.get(CONTEXT_LABEL) == context_hash and labels.get(BASE_LABEL) == base:
+    import docker
+
+    # One builder at a time per image; a builder that waited finds the image the first one made.
+    with exclusive(wheel_cache(name).with_name(f"{name}.build.lock"), f"the build of {name}", say):
+        existing = local_image(image.reference)
+        labels = (existing.labels or {}) if existing is not None else {}
+        if not force and labels.get(CONTEXT_LABEL) == context_hash and labels.get(BASE_LABEL) == base:
             say(f"{name}: {image.reference} is up to date ({existing.id[:19]}); --force rebuilds")
             return BuildOutcome(name=name, reference=image.reference, image_id=existing.id, built=False,
                                 seconds=time.monotonic() - started, base=base)  # fmt: skip
-    client = engine()
-    import docker
-
-    with exclusive(wheel_cache(name).with_name(f"{name}.build.lock"), f"the build of {name}", say), \
-            build_context(name, image, root) as context:  # fmt: skip
-        say(f"{name}: building {image.reference} on {base}")
-        buildargs = {"BASE": base, "CONTEXT_SHA256": context_hash}
-        try:
-            built, log = _build_streamed(client, context, image.reference, buildargs, say)
-            _keep_wheels(client, context, name, buildargs, say)
-        except docker.errors.BuildError as exc:
-            tail = "".join(chunk.get("stream", "") for chunk in exc.build_log if isinstance(chunk, dict))[-3000:]
-            raise RuntimeError(f"building {name} failed: {exc.msg}\n{tail}") from None
+        client = engine()
+        with build_context(name, image, root) as context:
+            say(f"{name}: building {image.reference} on {base}")
+            buildargs = {"BASE": base, "CONTEXT_SHA256": context_hash}
+            try:
+                built, log = _build_streamed(client, context, image.reference, buildargs, say)
+                _keep_wheels(client, context, name, buildargs, say)
+            except docker.errors.BuildError as exc:
+                tail = "".join(chunk.get("stream", "") for chunk in exc.build_log if isinstance(chunk, dict))[-3000:]
+                raise RuntimeError(f"building {name} failed: {exc.msg}\n{tail}") from None
     say(f"{name}: built {image.reference} ({built.id[:19]}) in {time.monotonic() - started:.0f} s")
     return BuildOutcome(name=name, reference=image.reference, image_id=built.id, built=True,
                         seconds=time.monotonic() - started, base=base)  # fmt: skip
