@@ -175,7 +175,8 @@ def main() -> None:
     print(header)
     for f in FIGURES:
         scale = 1 if f == "output_throughput" else 1e3
-        ratio = medians["kit"][f] / medians["vllm bench serve"][f]
+        theirs = medians["vllm bench serve"][f]
+        ratio = medians["kit"][f] / theirs if theirs else float("nan")
         cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
         print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}")
     print("Definitions: TTFT from sending to the first chunk with choices; ITL between successive such chunks; "
