@@ -36,8 +36,8 @@ STAGE_TITLES = {
 # What each stage's section shows once it runs; said in its place while it does not.
 STAGE_PURPOSE = {
     "profile": "time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
-    "serve": "output tokens/s beside its roofline bound, requests/s and the per-request latency distribution of each engine under a "
-    "burst (paper Sec. V)",
+    "serve": "output tokens/s beside its roofline bound, requests/s and the per-request latency distribution "
+    "of each engine under a burst (paper Sec. V)",
     "comm": "bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe (paper Sec. VI)",
 }
 
@@ -201,7 +201,7 @@ def effective_table(title: str, results: list[Result]) -> Table | None:
         rows=rows,
         dense=True,
         notes=[
-            "A case whose requested option was not in effect ends error, never ok (red rows).",
+            "A case whose requested option was not in effect ends error, never ok (the option in red).",
             "allocated: the framework allocator's peak (torch max_memory_allocated), or the host's peak RSS on a CPU; "
             "reserved: what the allocator held from the GPU, cached blocks included (max_memory_reserved); "
             "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
@@ -417,8 +417,9 @@ def _serving_bound(result: Result) -> Cell:
 
 
 def serve_section(run: LoadedRun) -> Section:
-    """Each engine's burst: throughput beside its roofline bound, and the latency distribution."""
-    section = Section(anchor="serve", title=STAGE_TITLES["serve"])
+    """Each engine's burst: throughput beside its roofline bound, and the latency distribution;
+    then every measured metric, as for any stage."""
+    section = generic_stage("serve", run)
     rows = []
     for case in (case for case in run.info.plan.cases if case.stage == "serve"):
         result = run.results.get(case.id)
@@ -428,7 +429,8 @@ def serve_section(run: LoadedRun) -> Section:
             continue
         measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
         rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:]]))
-    section.tables.append(
+    section.tables.insert(
+        0,
         Table(
             caption=f"{section.title}: the burst of each engine, mean ± std over its runs",
             header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]]],
@@ -451,7 +453,7 @@ def serve_section(run: LoadedRun) -> Section:
 
 
 def generic_stage(stage: str, run: LoadedRun) -> Section:
-    """Every metric of every case, for stages without a dedicated layout."""
+    """Every metric of every case: the whole of a stage without a dedicated layout, the rest of one with."""
     section = Section(anchor=stage, title=STAGE_TITLES.get(stage, stage))
     rows = []
     for case in (case for case in run.info.plan.cases if case.stage == stage):
