@@ -10,10 +10,7 @@ from pathlib import Path
 
 import click
 
-from kit import __version__, runner
-from kit.manifest import ManifestError
-from kit.protocol import Plan, build_plan, load_protocol, select
-from kit.results import RunDir
+from kit import __version__
 
 SMOKE_NOTICE = "No GPU found: running the smoke profile (tiny Llama on CPU; not comparable to the reference)."
 
@@ -28,8 +25,10 @@ def default_profile(gpu_names: list[str]) -> str:
     return "paper" if gpu_names else "smoke"
 
 
-def load_plan(profile: str | None, gpu_names: list[str]) -> Plan:
+def load_plan(profile: str | None, gpu_names: list[str]):
     """The profile's plan, fitted to this host's GPUs where it has any."""
+    from kit.protocol import build_plan, load_protocol
+
     protocol = load_protocol()
     return build_plan(protocol, profile or default_profile(gpu_names), host_gpus=len(gpu_names) or None)
 
@@ -45,9 +44,12 @@ def cli() -> None:
     kit run --resume RUN_DIR      finish an interrupted run
     kit images verify             the pinned images: lock vs this host
     """
+
+
+def _remove_leftovers() -> None:
+    """Containers of a kit that was killed (kill -9, a lost session) go before new ones start."""
     from kit.execute.docker import remove_leftovers
 
-    # Containers of a kit that was killed (kill -9, a lost session) go before anything else runs.
     remove_leftovers(say=lambda line: click.echo(line, err=True))
 
 
@@ -57,7 +59,8 @@ def cli() -> None:
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
     """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
-    from kit.fingerprint import gpu_names
+    from kit import runner
+    from kit.host import gpu_names
 
     plan = load_plan(profile, gpu_names() if profile is None else [])
     fingerprint, checks = runner.preflight(plan, redact=redact)
@@ -81,13 +84,15 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="the lines as JSON")
 def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
-    from kit.fingerprint import gpu_names
+    from kit import runner
+    from kit.host import Host, gpu_names, skip_reason
     from kit.preflight import run_preflight
 
-    host = runner.Host(gpu_names=gpu_names())
+    _remove_leftovers()
+    host = Host(gpu_names=gpu_names())
     plan = load_plan(profile, host.gpu_names)
     _, checks = runner.preflight(plan)
-    cases = [case for case in plan.cases if runner.skip_reason(case, host) is None]
+    cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
     result = run_preflight(cases, executor, checks, say=say)
     if as_json:
@@ -114,16 +119,17 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
         found = Fingerprint.model_validate(data.get("fingerprint", data))  # kit doctor --json wraps it
         names = [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
     else:
-        from kit.fingerprint import gpu_names
+        from kit.host import gpu_names
 
         names = gpu_names()
-    host = runner.Host(gpu_names=names)
-    plan = load_plan(profile, names)
-    skipped = {case.id: reason for case in plan.cases if (reason := runner.skip_reason(case, host))}
-    from kit.estimate import duration_text, estimates
+    from kit.estimate import RUNS_ROOT, duration_text, estimates
+    from kit.host import Host, skip_reason
 
+    host = Host(gpu_names=names)
+    plan = load_plan(profile, names)
+    skipped = {case.id: reason for case in plan.cases if (reason := skip_reason(case, host))}
     runnable = [case for case in plan.cases if case.id not in skipped]
-    predicted = estimates(runnable, runner.RUNS_ROOT, names)
+    predicted = estimates(runnable, RUNS_ROOT, names)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
     total = "no estimate (no earlier run here)" if not known else \
@@ -133,13 +139,11 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
                      "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()}}  # fmt: skip
         click.echo(json.dumps({**plan.model_dump(mode="json"), "host": host_info}, indent=2))
         return
-    from kit.console import plan_table
+    from kit.plan_view import plan_text
 
     click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases; host: {host.gpu_count} GPUs"
                f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})")  # fmt: skip
-    from rich.console import Console
-
-    Console().print(plan_table(f"profile {plan.profile}", plan.cases, on_host=skipped or None, estimates=predicted))
+    click.echo(plan_text(f"profile {plan.profile}", plan.cases, on_host=skipped or None, estimates=predicted))
 
 
 def _stop_on_sigterm() -> None:
@@ -167,10 +171,13 @@ def _stop_on_sigterm() -> None:
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight) -> None:
     """Run cases of the protocol into a run directory."""
-    from kit.console import RichProgress, checks_table, console, plan_table, summary_table
-    from kit.fingerprint import gpu_memory_bytes, gpu_names
+    from kit import runner
+    from kit.console import RichProgress, checks_table, console, summary_table
+    from kit.host import Host, gpu_memory_bytes, gpu_names, skip_reason
+    from kit.protocol import select
+    from kit.results import RunDir
 
-    host = runner.Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+    host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -196,10 +203,25 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         title = f"profile {plan.profile}: {len(cases)} cases"
 
     if dry_run:
-        console.print(plan_table(title, cases, finished or set()))
+        from kit.plan_view import plan_text
+
+        click.echo(plan_text(title, cases, finished or set()))
         return
+    _remove_leftovers()
     from kit.execute import describe_choice, needs_local_frameworks
 
+    if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
+        out = out or runner.default_run_dir(plan.profile)
+        if (out / "run.json").exists():
+            raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
+        console.print("checking the environment (kit doctor)...")
+        fingerprint, checks = runner.preflight(plan, executor=executor)
+        failed = runner.failing(checks)
+        if failed and not force:
+            console.print(checks_table(checks))
+            names = ", ".join(check.name for check in failed)
+            console.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
+            sys.exit(1)
     pending = [case for case in cases if case.id not in finished]
     prepared = []
     if not resume_dir and plan.device == "cuda" and executor != "local":
@@ -213,17 +235,6 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     if resume_dir:
         run_dir = runner.resume(resume_dir)
     else:
-        out = out or runner.default_run_dir(plan.profile)
-        if (out / "run.json").exists():
-            raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
-        console.print("checking the environment (kit doctor)...")
-        fingerprint, checks = runner.preflight(plan, executor=executor)
-        failed = runner.failing(checks)
-        if failed and not force:
-            console.print(checks_table(checks))
-            names = ", ".join(check.name for check in failed)
-            console.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
-            sys.exit(1)
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
@@ -232,16 +243,16 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
         info = run_dir.read_info()
-        from kit.estimate import estimates
+        from kit.estimate import RUNS_ROOT, estimates
 
-        info.estimates = {k: e.model_dump() for k, e in estimates(cases, runner.RUNS_ROOT, host.gpu_names).items()}
+        info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
         if no_preflight:
             info.no_preflight = True
         else:
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            runnable = [case for case in cases if runner.skip_reason(case, host, skip_predicted_oom) is None]
+            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom) is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
                 checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line))
@@ -408,9 +419,6 @@ def report(run_dir, compare, formats, out, redact, verify_only) -> None:
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
-    except ManifestError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -420,6 +428,13 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:
+        from kit.manifest import ManifestError  # a manifest can only have failed if it was read
+
+        if not isinstance(exc, ManifestError):
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -20,42 +20,6 @@ CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
 
 
-def plan_table(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
-               estimates: dict | None = None) -> Table:
-    """The cases; with `on_host`, each case this host cannot run says why (skipped: ...); with
-    `estimates`, how long each will take."""
-    from kit.estimate import duration_text
-
-    table = Table(title=title, title_justify="left")
-    table.add_column("case", no_wrap=True)
-    for column in ("model", "method", "GPUs", "runs", "steps (warm-up + measured)"):
-        table.add_column(column)
-    if finished:
-        table.add_column("state")
-    if on_host is not None:
-        table.add_column("on this host")
-    if estimates is not None:
-        table.add_column("estimated")
-    for case in cases:
-        steps = getattr(case.params, "measured_steps", None)
-        row = [
-            case.id,
-            case.model or "-",
-            case.method,
-            str(case.gpus),
-            str(case.params.runs),
-            f"{case.params.warmup_steps} + {steps}" if steps is not None else "-",
-        ]
-        if finished:
-            row.append("done" if case.id in finished else "to run")
-        if on_host is not None:
-            row.append(f"skipped: {on_host[case.id]}" if case.id in on_host else "runs")
-        if estimates is not None:
-            row.append(duration_text(estimates[case.id].seconds) if case.id in estimates else "-")
-        table.add_row(*row)
-    return table
-
-
 def checks_table(checks: list[Check]) -> Table:
     """`kit doctor`: one row per expectation, with what to do about a violation."""
     # A reason shared by many skipped checks (no NVML on this host) is said once, not per row.

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 
 from kit.protocol import Case
 
+RUNS_ROOT = Path("runs")  # where run directories go by default, and earlier runs are looked up
+
 # The analytic estimate's assumptions (the kit's own, not measured; stated wherever an estimate
 # rests on them): a step or a burst at 40 % of its roofline bound, and a start per run (imports,
 # model build, engine init) of 90 s, or 300 s for a serving engine.

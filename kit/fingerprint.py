@@ -20,7 +20,6 @@ import platform
 import re
 import secrets
 import socket
-import subprocess
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from kit import __version__
+from kit.host import nvml_text, open_nvml, run_command
 
 T = TypeVar("T")
 
@@ -424,16 +424,6 @@ def cuda_version_text(encoded: int) -> str:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
-def parse_nvidia_smi_list(text: str) -> list[str]:
-    """GPU names from `nvidia-smi -L` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)")."""
-    names = []
-    for line in text.splitlines():
-        match = re.match(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", line)
-        if match:
-            names.append(match.group(1))
-    return names
-
-
 def parse_cpuinfo(text: str) -> CpuInfo:
     """Model, sockets and physical cores from /proc/cpuinfo (one block per logical CPU)."""
     blocks = [block for block in text.strip().split("\n\n") if block.strip()]
@@ -527,7 +517,7 @@ def read_probe_output(stdout: str) -> ImageProbe:
 
 def probe_this_python() -> ImageProbe | None:
     """The probe run in this Python, which is the "image" of the local executor; None if it fails."""
-    stdout, problem = _run([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
+    stdout, problem = run_command([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
     if problem:
         return None
     try:
@@ -588,29 +578,6 @@ def _attempt(unreadable: dict[str, str], field: str, read: Callable[[], T]) -> T
     except Exception as exc:  # a probe must never take the fingerprint down with it
         unreadable[field] = _reason(exc)
         return None
-
-
-def _text(value: str | bytes) -> str:
-    """pynvml before 11.5 returns bytes for names and versions, later releases str."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _run(argv: list[str], timeout_s: float = 30) -> tuple[str, str | None]:
-    """Run a command: its stdout, and why it failed (None when it exited 0)."""
-    command = " ".join(argv)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        return "", f"{argv[0]} not found on PATH"
-    except subprocess.TimeoutExpired:
-        return "", f"'{command}' timed out after {timeout_s:g} s"
-    except OSError as exc:
-        return "", f"'{command}' could not start: {exc}"
-    if done.returncode != 0:
-        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        first = said[0] if said else "no output"
-        return done.stdout, f"'{command}' exited {done.returncode}: {first}"
-    return done.stdout, None
 
 
 def _read_governor() -> str:
@@ -695,7 +662,7 @@ def _read_processes(nvml, handle, unreadable: dict[str, str]) -> list[GpuProcess
         GpuProcess(
             pid=pid,
             name=_attempt(unreadable, f"processes.{pid}.name",
-                          lambda pid=pid: _text(nvml.nvmlSystemGetProcessName(pid))),
+                          lambda pid=pid: nvml_text(nvml.nvmlSystemGetProcessName(pid))),
             # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or MIG).
             used_memory_bytes=process.usedGpuMemory,
         )
@@ -717,12 +684,12 @@ def _read_gpu(nvml, index: int) -> Gpu:
     event_mask = read("clock_event_reasons", lambda: _read_clock_event_mask(nvml, handle))
     return Gpu(
         index=index,
-        name=read("name", lambda: _text(nvml.nvmlDeviceGetName(handle))),
-        uuid=read("uuid", lambda: _text(nvml.nvmlDeviceGetUUID(handle))),
-        serial=read("serial", lambda: _text(nvml.nvmlDeviceGetSerial(handle))),
-        pci_bus_id=read("pci_bus_id", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
+        name=read("name", lambda: nvml_text(nvml.nvmlDeviceGetName(handle))),
+        uuid=read("uuid", lambda: nvml_text(nvml.nvmlDeviceGetUUID(handle))),
+        serial=read("serial", lambda: nvml_text(nvml.nvmlDeviceGetSerial(handle))),
+        pci_bus_id=read("pci_bus_id", lambda: nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
         memory_bytes=read("memory_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total),
-        vbios=read("vbios", lambda: _text(nvml.nvmlDeviceGetVbiosVersion(handle))),
+        vbios=read("vbios", lambda: nvml_text(nvml.nvmlDeviceGetVbiosVersion(handle))),
         pcie_gen_current=read("pcie_gen_current",
                               lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
         pcie_gen_max=read("pcie_gen_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
@@ -757,17 +724,9 @@ def _read_gpu(nvml, index: int) -> Gpu:
     )
 
 
-def _import_nvml():
-    """pynvml (the nvidia-ml-py distribution), initialised; the caller shuts it down."""
-    import pynvml  # noqa: PLC0415 - optional dependency, imported only where GPUs are queried
-
-    pynvml.nvmlInit()
-    return pynvml
-
-
 def _collect_gpus() -> GpuInventory:
     try:
-        nvml = _import_nvml()
+        nvml = open_nvml()
     except ImportError as exc:
         return GpuInventory(unavailable=f"NVML not available: {_reason(exc)} "
                                         "(the nvidia-ml-py package provides it)")
@@ -776,7 +735,7 @@ def _collect_gpus() -> GpuInventory:
     unreadable: dict[str, str] = {}
     try:
         driver = _attempt(unreadable, "driver_version",
-                          lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+                          lambda: nvml_text(nvml.nvmlSystemGetDriverVersion()))
         cuda = _attempt(unreadable, "cuda_driver_version",
                         lambda: cuda_version_text(nvml.nvmlSystemGetCudaDriverVersion()))
         try:
@@ -793,7 +752,7 @@ def _collect_gpus() -> GpuInventory:
 
 
 def _collect_topology() -> Topology:
-    stdout, problem = _run(["nvidia-smi", "topo", "-m"])
+    stdout, problem = run_command(["nvidia-smi", "topo", "-m"])
     if problem:
         return Topology(raw=stdout or None, unavailable=problem)
     try:
@@ -846,14 +805,14 @@ def _collect_container_runtime() -> ContainerRuntime:
     unreadable: dict[str, str] = {}
     client = server = default_runtime = toolkit = None
     runtimes: list[str] = []
-    stdout, problem = _run(["docker", "version", "--format", "{{json .}}"])
+    stdout, problem = run_command(["docker", "version", "--format", "{{json .}}"])
     if stdout.strip():
         versions = _attempt(unreadable, "docker", lambda: parse_docker_version(stdout))
         client, server = versions or (None, None)
     if problem and server is None:
         unreadable["docker"] = problem
     if server is not None:
-        info, problem = _run(["docker", "info", "--format", "{{json .}}"])
+        info, problem = run_command(["docker", "info", "--format", "{{json .}}"])
         if problem:
             unreadable["runtimes"] = problem
         else:
@@ -861,7 +820,7 @@ def _collect_container_runtime() -> ContainerRuntime:
                 unreadable, "runtimes", lambda: parse_docker_runtimes(info)) or ([], None)
     problems = []
     for tool in ("nvidia-ctk", "nvidia-container-cli"):
-        output, problem = _run([tool, "--version"])
+        output, problem = run_command([tool, "--version"])
         if problem is None:
             toolkit = _attempt(unreadable, "nvidia_container_toolkit",
                                lambda output=output: parse_toolkit_version(output))
@@ -887,7 +846,7 @@ def kit_info() -> KitInfo:
     if not (checkout / ".git").exists():
         unreadable["git_commit"] = f"not a source checkout (no .git in {checkout})"
     else:
-        stdout, problem = _run(["git", "-C", str(checkout), "rev-parse", "HEAD"])
+        stdout, problem = run_command(["git", "-C", str(checkout), "rev-parse", "HEAD"])
         if problem:
             unreadable["git_commit"] = problem
         else:
@@ -921,42 +880,3 @@ def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
         kit=kit_info(),
     )
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint
-
-
-def gpu_memory_bytes() -> list[int]:
-    """Each GPU's total memory in bytes from NVML (what a predicted-OOM check compares with);
-    [] where NVML cannot say."""
-    try:
-        nvml = _import_nvml()
-    except Exception:
-        return []
-    try:
-        return [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
-                for index in range(nvml.nvmlDeviceGetCount())]
-    except Exception:
-        return []
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
-
-
-def gpu_names() -> list[str]:
-    """The GPUs' names, cheaply: NVML if importable, else `nvidia-smi -L`, else none.
-
-    Used to pick the default profile, so it answers [] rather than raising on a host without GPUs.
-    """
-    try:
-        nvml = _import_nvml()
-    except Exception:  # no NVML here: fall back to nvidia-smi
-        pass
-    else:
-        try:
-            return [_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
-                    for index in range(nvml.nvmlDeviceGetCount())]
-        except Exception:  # NVML loaded but could not list: nvidia-smi may still answer
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                nvml.nvmlShutdown()
-    stdout, problem = _run(["nvidia-smi", "-L"])
-    return [] if problem else parse_nvidia_smi_list(stdout)

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ValidationError
 M = TypeVar("M", bound=BaseModel)
 
 MANIFESTS_ENV = "KIT_MANIFESTS"
+# libyaml's safe loader where PyYAML was built with it: the same documents, parsed about 10x faster
+# (every command reads the protocol before it answers).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ManifestError(Exception):
@@ -44,7 +47,7 @@ def read_yaml(path: Path) -> object:
     if not path.is_file():
         raise ManifestError(path, "", "file not found")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,25 +17,12 @@ import kit
 from kit import effective, metrics
 from kit.execute import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
+from kit.estimate import RUNS_ROOT
 from kit.fingerprint import Fingerprint, collect, probe_this_python
-from kit.hardware import load_hardware
-from kit.predictions import host_gpu_spec, predicted_oom
+from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
 from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
-from kit.workloads.harness import WORKLOADS
-
-
-@dataclass
-class Host:
-    """What the runner needs to know of the host to decide what can run here."""
-
-    gpu_names: list[str]
-    gpu_memory_bytes: list[int] = field(default_factory=list)  # NVML's total memory of each GPU
-
-    @property
-    def gpu_count(self) -> int:
-        return len(self.gpu_names)
 
 
 class Progress:
@@ -49,26 +35,9 @@ class Progress:
     def case_finished(self, result: Result, position: int, total: int) -> None: ...
 
 
-RUNS_ROOT = Path("runs")  # where run directories go by default, and earlier runs are looked up
-
-
 def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return root / f"{stamp}-{profile}"
-
-
-def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str | None:
-    """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
-    GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted."""
-    if case.workload not in (*WORKLOADS, "serve"):
-        return f"no '{case.workload}' workload in kit {kit.__version__} yet"
-    if case.device == "cuda" and case.gpus > host.gpu_count:
-        return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
-    if skip_predicted_oom and case.device == "cuda":
-        used = host.gpu_memory_bytes[:case.gpus]
-        capacity = min(used) if len(used) == case.gpus else None
-        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()), capacity)
-    return None
 
 
 def host_summary(host: Host) -> dict:

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from kit import runner
 from kit.breakdown import (
     OTHER_TOLERANCE,
     PARTS,
@@ -29,6 +28,7 @@ from kit.breakdown import (
     union,
 )
 from kit.hardware import load_hardware
+from kit.host import Host, skip_reason
 from kit.metrics import train_case_metrics
 from kit.predictions import (
     host_gpu_spec,
@@ -277,8 +277,8 @@ def test_the_gpus_capacity_comes_from_nvml_in_bytes_before_the_datasheet(paper_p
     case = case_of(paper_plan, "pretrain.llama2-7b.naive.g8")
     reason = predicted_oom(case, hardware.gpus["a800-sxm4-80gb"], capacity_bytes=H100_NVML_BYTES)
     assert reason.endswith("the GPU has 79.6 GiB (NVML))")
-    host = runner.Host(gpu_names=["NVIDIA H100 80GB HBM3"] * 8, gpu_memory_bytes=[H100_NVML_BYTES] * 8)
-    assert "(NVML)" in runner.skip_reason(case, host, skip_predicted_oom=True)
+    host = Host(gpu_names=["NVIDIA H100 80GB HBM3"] * 8, gpu_memory_bytes=[H100_NVML_BYTES] * 8)
+    assert "(NVML)" in skip_reason(case, host, skip_predicted_oom=True)
 
 
 def test_a_case_whose_prediction_fits_the_nvml_capacity_exactly_is_never_skipped(paper_plan):
@@ -314,9 +314,9 @@ def test_no_prediction_without_a_known_memory_size_or_on_a_cpu(paper_plan, smoke
 
 def test_the_runner_skips_a_predicted_oom_only_when_asked(paper_plan):
     case = case_of(paper_plan, "pretrain.llama2-7b.naive.g8")
-    host = runner.Host(gpu_names=["NVIDIA A800-SXM4-80GB"] * 8)
-    assert runner.skip_reason(case, host) is None
-    assert runner.skip_reason(case, host, skip_predicted_oom=True).startswith("predicted OOM")
+    host = Host(gpu_names=["NVIDIA A800-SXM4-80GB"] * 8)
+    assert skip_reason(case, host) is None
+    assert skip_reason(case, host, skip_predicted_oom=True).startswith("predicted OOM")
 
 
 def test_mixed_gpus_have_no_single_spec(hardware):

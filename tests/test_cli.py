@@ -9,13 +9,32 @@ import sys
 
 
 def kit(*args, cwd=None):
-    env = {**os.environ, "COLUMNS": "400"}  # wide enough that rich prints case ids whole
+    env = {**os.environ, "COLUMNS": "400"}  # wide enough that rich tables print whole
     return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_help_lists_the_commands():
     done = kit("--help")
     assert done.returncode == 0 and "list" in done.stdout and "run" in done.stdout
+
+
+def test_importing_the_cli_loads_no_module_a_command_may_not_need():
+    """Every command pays for what `import kit.cli` loads before it starts: the manifests' models,
+    the fingerprint, the analysis, the runner, docker and rich are each imported by the command
+    that uses them (tests/benchmarks/cli_startup.py measures what that buys)."""
+    probe = "import sys, kit.cli; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
+    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.protocol", "kit.analysis", "kit.comm",
+             "kit.metrics", "kit.fingerprint", "kit.runner", "kit.results", "kit.environment", "kit.images"}  # fmt: skip
+    assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
+
+
+def test_list_reads_as_aligned_columns_in_a_pipe():
+    lines = kit("list", "--profile", "paper").stdout.splitlines()
+    header = next(line for line in lines if line.startswith("case "))
+    row = next(line for line in lines if line.startswith("pretrain.llama2-70b.z3+o.g8 "))
+    assert row[header.index("model"):].startswith("llama2-70b  ")
+    assert row[header.index("on this host"):].startswith("skipped: needs 8 GPUs, host has 0")
 
 
 def test_list_json_is_the_same_from_one_call_to_the_next():
@@ -40,7 +59,8 @@ def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     from kit.protocol import build_plan, load_protocol
 
-    listed = {line.split()[1] for line in done.stderr.splitlines() if line.startswith("│")}
+    lines = done.stdout.splitlines()
+    listed = {line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("case "))) + 1:]}
     assert listed == {case.id for case in build_plan(load_protocol(), "smoke").cases}
     assert list(tmp_path.iterdir()) == []
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kit import effective, runner
+from kit.host import Host
 from kit.results import EffectiveOption, RankSample, RunDir, RunSample
 
 OPTION_OFF = Path(__file__).with_name("option_off.py")
@@ -156,7 +157,7 @@ def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
             return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2:]]
 
         monkeypatch.setattr(local, "launcher_command", sabotaged)
-    return runner.execute_case(RunDir(tmp_path), case, runner.Host(gpu_names=[]), runner.Progress(), "local")
+    return runner.execute_case(RunDir(tmp_path), case, Host(gpu_names=[]), runner.Progress(), "local")
 
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import kit
-from kit import fingerprint
+from kit import fingerprint, host
 from kit.fingerprint import (
     Fingerprint,
     Gpu,
@@ -173,7 +173,7 @@ def test_nvidia_smi_list_gives_gpu_names_and_skips_mig_devices():
         "  MIG 3g.40gb     Device  0: (UUID: MIG-6d1b1d4f-3c2c-5a7e-9c1c-1d0f3f6b2a11)\n"
         "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-cc7d93b3-73f8-5028-287a-9e617839550e)\n"
     )
-    assert fingerprint.parse_nvidia_smi_list(output) == ["NVIDIA H100 80GB HBM3"] * 2
+    assert host.parse_nvidia_smi_list(output) == ["NVIDIA H100 80GB HBM3"] * 2
 
 
 # --- host files and commands -----------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_collect_takes_the_image_probe():
 
 
 def test_gpu_names_is_empty_without_nvml_or_nvidia_smi():
-    assert fingerprint.gpu_names() == []
+    assert host.gpu_names() == []
 
 
 def test_fingerprint_imports_and_collects_without_torch_or_pynvml():

@@ -24,7 +24,7 @@ from kit.comm import topology_facts
 from kit.execute.local import launcher_command
 from kit.execute import processes
 from kit.execute.samples import launch_samples
-from kit.fingerprint import gpu_names
+from kit.host import gpu_names
 from kit.protocol import Case
 from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
 from kit.serve.process import die_with_parent

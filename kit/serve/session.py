@@ -319,7 +319,7 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
 def _device_names(case: Case) -> list[str]:
     if case.device != "cuda":
         return []
-    from kit.fingerprint import gpu_names
+    from kit.host import gpu_names
 
     return gpu_names()[: case.gpus]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case
+from kit.workloads import WORKLOADS
 from kit.workloads.probe import FRAMEWORKS
 from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 
@@ -29,7 +30,6 @@ from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
 # profiled step) defines `measure(case, device, out_dir) -> dict`, the typed details of its
 # sample; bulky raw data (traces) goes into files in out_dir. Serving has no workload process:
 # the engine runs as published and the kit's client drives it from the host (kit.serve.session).
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile"}
 
 
 EXIT_OK = 0

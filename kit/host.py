@@ -1,0 +1,124 @@
+"""This host, as far as planning needs it: its GPUs, found cheaply (NVML, else `nvidia-smi -L`),
+and why a case cannot be attempted here. Kept light, as every command asks it before doing
+anything; the full inventory is kit.fingerprint's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+import kit
+from kit.protocol import Case
+from kit.workloads import WORKLOADS
+
+
+@dataclass
+class Host:
+    """What the runner needs to know of the host to decide what can run here."""
+
+    gpu_names: list[str]
+    gpu_memory_bytes: list[int] = field(default_factory=list)  # NVML's total memory of each GPU
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_names)
+
+
+def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str | None:
+    """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
+    GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted."""
+    if case.workload not in (*WORKLOADS, "serve"):
+        return f"no '{case.workload}' workload in kit {kit.__version__} yet"
+    if case.device == "cuda" and case.gpus > host.gpu_count:
+        return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
+    if skip_predicted_oom and case.device == "cuda":
+        from kit.hardware import load_hardware
+        from kit.predictions import host_gpu_spec, predicted_oom
+
+        used = host.gpu_memory_bytes[:case.gpus]
+        capacity = min(used) if len(used) == case.gpus else None
+        return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()), capacity)
+    return None
+
+
+def parse_nvidia_smi_list(text: str) -> list[str]:
+    """GPU names from `nvidia-smi -L` ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)")."""
+    names = []
+    for line in text.splitlines():
+        match = re.match(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", line)
+        if match:
+            names.append(match.group(1))
+    return names
+
+
+def nvml_text(value: str | bytes) -> str:
+    """pynvml before 11.5 returns bytes for names and versions, later releases str."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def run_command(argv: list[str], timeout_s: float = 30) -> tuple[str, str | None]:
+    """Run a command: its stdout, and why it failed (None when it exited 0)."""
+    command = " ".join(argv)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return "", f"{argv[0]} not found on PATH"
+    except subprocess.TimeoutExpired:
+        return "", f"'{command}' timed out after {timeout_s:g} s"
+    except OSError as exc:
+        return "", f"'{command}' could not start: {exc}"
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        first = said[0] if said else "no output"
+        return done.stdout, f"'{command}' exited {done.returncode}: {first}"
+    return done.stdout, None
+
+
+def open_nvml():
+    """pynvml (the nvidia-ml-py distribution), initialised; the caller shuts it down."""
+    import pynvml  # noqa: PLC0415 - optional dependency, imported only where GPUs are queried
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def gpu_memory_bytes() -> list[int]:
+    """Each GPU's total memory in bytes from NVML (what a predicted-OOM check compares with);
+    [] where NVML cannot say."""
+    try:
+        nvml = open_nvml()
+    except Exception:
+        return []
+    try:
+        return [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
+                for index in range(nvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def gpu_names() -> list[str]:
+    """The GPUs' names, cheaply: NVML if importable, else `nvidia-smi -L`, else none.
+
+    Used to pick the default profile, so it answers [] rather than raising on a host without GPUs.
+    """
+    try:
+        nvml = open_nvml()
+    except Exception:  # no NVML here: fall back to nvidia-smi
+        pass
+    else:
+        try:
+            return [nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
+                    for index in range(nvml.nvmlDeviceGetCount())]
+        except Exception:  # NVML loaded but could not list: nvidia-smi may still answer
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+    stdout, problem = run_command(["nvidia-smi", "-L"])
+    return [] if problem else parse_nvidia_smi_list(stdout)
