@@ -94,7 +94,7 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
-    result = run_preflight(cases, executor, checks, say=say)
+    result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -255,7 +255,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom) is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
-                checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line))
+                checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
+                                        host_gpu_names=host.gpu_names)  # fmt: skip
             except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
                 info.status = "interrupted"
                 run_dir.write_info(info)

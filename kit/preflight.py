@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from kit.protocol import Case, load_protocol, unavailable_by_design
+from kit.protocol import Case, CommParams, load_protocol, unavailable_by_design
 
 MINIATURE_MODEL = "tiny-llama"
 MINIATURE_TIMEOUT_S = 600
@@ -79,6 +79,26 @@ def representatives(cases: list[Case]) -> list[Case]:
     return list(chosen.values())
 
 
+def all_gpu_all_reduce(train: Case, host_gpus: int) -> Case:
+    """An all-reduce across every GPU of the host in the training image, by torch.distributed
+    (NCCL, as DeepSpeed reduces gradients): GPUs that cannot all reach each other show here, not as
+    a multi-GPU case that hangs hours later. A full comm case; its miniature is what runs."""
+    params = CommParams(backend="torch", collective="all_reduce", dtype="float32", min_bytes=1024, max_bytes=1024,
+                        step_factor=2, warmup_iters=1, iters=2, runs=1, seed=train.params.seed,
+                        timeout_s=MINIATURE_TIMEOUT_S)  # fmt: skip
+    return Case(id=f"all_reduce.g{host_gpus}", stage="comm", workload="comm", image=train.image, model=None, shape=None,
+                method="all_reduce", gpus=host_gpus, device="cuda", params=params, unpublished=(), interpretation={})  # fmt: skip
+
+
+def gpus_seen_differ(sample, host_gpu_names: list[str]) -> str | None:
+    """Why the GPUs a miniature's processes saw (CUDA inside the container, or nccl-tests' device
+    lines) are not the host's (NVML outside), or None when they are."""
+    seen = {name for rank in sample.ranks for name in rank.device_name.split(", ")}
+    if seen <= set(host_gpu_names):
+        return None
+    return f"the processes saw {', '.join(sorted(seen))}; the host has {', '.join(sorted(set(host_gpu_names))) or 'no GPU'}"
+
+
 def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     """With docker: the image is here and is what the lock pins."""
     if executor_name != "docker":
@@ -104,8 +124,9 @@ def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     )]  # fmt: skip
 
 
-def _case_line(case: Case, executor, work: Path) -> PreflightLine:
-    """Run the miniature for real, through the executor the plan will use."""
+def _case_line(case: Case, executor, work: Path, host_gpu_names: list[str]) -> PreflightLine:
+    """Run the miniature for real, through the executor the plan will use; on a GPU, the GPUs its
+    processes saw must be the host's."""
     started = time.monotonic()
     small = miniature(case)
     folder = work / small.id
@@ -113,14 +134,18 @@ def _case_line(case: Case, executor, work: Path) -> PreflightLine:
     from kit.results import atomic_write_model
 
     atomic_write_model(folder / "case.json", small)
-    what = {"train": "one training step", "profile": "one profiled step", "comm": "one collective of 1 KiB",
-            "serve": "one streamed request"}[case.params.kind]  # fmt: skip
+    what = {"train": "one training step", "profile": "one profiled step", "serve": "one streamed request",
+            "comm": f"one collective of 1 KiB by {getattr(case.params, 'backend', '')}"}[case.params.kind]  # fmt: skip
     check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
     with (folder / "log.txt").open("a", encoding="utf-8") as log:
         try:
             sample = executor.run_once(small, folder, 1, log)
             status, detail = ("ok", f"{executor.NAME}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
                 ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
+            # A serving sample names the host's GPUs itself; the others report what they saw inside.
+            differ = gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
+            if status == "ok" and differ:
+                status, detail = "fail", differ
         except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer
             status, detail = "fail", f"{type(exc).__name__}: {exc}"
     hint = None if status == "ok" else f"see {folder / 'log.txt'}" + (
@@ -137,16 +162,23 @@ def gate_line(checks) -> PreflightLine:
                          detail=detail, hint=failed[0].remedy if failed else None, seconds=0.0)  # fmt: skip
 
 
-def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Path | None = None, say=print) -> Preflight:
+def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Path | None = None, say=print,
+                  host_gpu_names: list[str] = ()) -> Preflight:  # fmt: skip
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
-    go into `out_dir` (kept as evidence of the check)."""
+    go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
+    training image also runs an all-reduce across all of them."""
     from kit.execute import choose
 
     started = time.monotonic()
     work = out_dir or Path(tempfile.mkdtemp(prefix="kit-preflight-"))
     lines: list[PreflightLine] = [gate_line(checks)]
     checked_images: set[str] = set()
+    checks_to_run = []
     for case in representatives(cases):
+        checks_to_run.append(case)
+        if case.device == "cuda" and case.workload == "train" and len(host_gpu_names) > 1:
+            checks_to_run.append(all_gpu_all_reduce(case, len(host_gpu_names)))
+    for case in checks_to_run:
         executor = choose(case, requested)
         if case.image not in checked_images:
             checked_images.add(case.image)
@@ -154,5 +186,5 @@ def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Pat
         if any(line.image == case.image and line.status == "fail" for line in lines):
             continue  # no use starting what is not there
         say(f"preflight: {case.image}, {case.stage} ({executor.NAME})")
-        lines.append(_case_line(case, executor, work))
+        lines.append(_case_line(case, executor, work, list(host_gpu_names)))
     return Preflight(lines=lines, seconds=time.monotonic() - started)

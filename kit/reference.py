@@ -705,8 +705,9 @@ class ClaimContext:
         result = run.results.get(used)
         if result is None:
             return Reading(None, missing=f"{case} (not in run {run.label})", **found)
-        if result.status != "ok":
-            return Reading(None, missing=f"{used} ({result.status})", **found)
+        if result.status != "ok":  # a case this host could not attempt says why ("needs 8 GPUs, host has 4")
+            said = f"{result.status}: {result.reason}" if result.status == "skipped" and result.reason else result.status
+            return Reading(None, missing=f"{used} ({said})", **found)
         metric_value = result.metrics.get(metric)
         if metric_value is None:
             return Reading(None, missing=f"{metric} of {used}", **found)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from kit.preflight import Preflight, PreflightLine, miniature, representatives
+from kit.preflight import Preflight, PreflightLine, all_gpu_all_reduce, gpus_seen_differ, miniature, representatives
 
 KIT = [sys.executable, "-m", "kit.cli"]
 
@@ -45,6 +45,42 @@ def test_a_failed_line_fails_the_cases_of_its_image_only():
     ]
     failed = Preflight(lines=lines, seconds=1).failed_images()
     assert list(failed) == ["serve-tgi"] and "image present failed: absent" in failed["serve-tgi"]
+
+
+def test_a_gpu_seen_inside_must_be_one_the_host_has():
+    """nccl-tests' own device lines (a real RTX 5090 run, tests/fixtures/nccl_tests) against the
+    host's NVML names: the same GPU passes, another model or none fails naming both."""
+    from pathlib import Path
+
+    from kit import nccl_tests
+    from kit.protocol import build_plan, load_protocol
+    from kit.results import RunSample
+
+    case = next(c for c in build_plan(load_protocol(), "paper").cases if c.stage == "comm")
+    output = (Path(__file__).parent / "fixtures/nccl_tests/rtx5090-alltoall-single-size.txt").read_text()
+    rank = nccl_tests.rank_sample(case, ["alltoall_perf"], output, "", 0, "out.txt", "t0", "t1", None)
+    sample = RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[rank])
+    assert gpus_seen_differ(sample, ["NVIDIA GeForce RTX 5090"] * 2) is None
+    differ = gpus_seen_differ(sample, ["NVIDIA H100 80GB HBM3"] * 8)
+    assert differ == "the processes saw NVIDIA GeForce RTX 5090; the host has NVIDIA H100 80GB HBM3"
+    assert gpus_seen_differ(sample, []).endswith("the host has no GPU")
+
+
+def test_the_all_gpu_all_reduce_is_a_comm_case_the_real_workload_runs(paper_plan, tmp_path):
+    """The training image's all-reduce across every GPU, as the preflight builds it for 16 GPUs,
+    run for real by the comm workload: on this CPU over gloo in 2 processes (NCCL on a GPU)."""
+    from kit.execute import local
+    from kit.results import atomic_write_model
+
+    train = next(c for c in paper_plan.cases if c.stage == "pretrain")
+    check = all_gpu_all_reduce(train, 16)
+    assert (check.image, check.gpus, check.params.backend, check.params.collective) == ("train", 16, "torch", "all_reduce")
+    small = miniature(check).model_copy(update={"gpus": 2, "device": "cpu"})
+    atomic_write_model(tmp_path / "case.json", small)
+    with (tmp_path / "log.txt").open("w") as log:
+        sample = local.run_once(small, tmp_path, 1, log)
+    assert sample.status == "ok", (tmp_path / "log.txt").read_text()[-2000:]
+    assert [rank.details["rows"][0]["size_bytes"] for rank in sample.ranks] == [1024, 1024]
 
 
 @pytest.mark.e2e

@@ -254,6 +254,18 @@ def scaling_run(gpu: str, one: float, eight: float, plan) -> MeasuredRun:
     )
 
 
+def test_a_claim_this_host_could_not_evaluate_says_why(reference, paper_plan):
+    from kit.host import Host, skip_reason
+
+    four = Host(gpu_names=[A800] * 4)
+    skipped = result(paper_plan, "finetune.llama2-7b.l.g8", status="skipped")
+    skipped.reason = skip_reason(skipped.case, four)  # what the runner writes for this host
+    run = run_on(A800, [skipped, result(paper_plan, "finetune.llama2-7b.ql.g8", tokens_per_s=1000)])
+    outcome = evaluate_claim(claim(reference, "C16"), reference, [run])
+    assert outcome.verdict == "not measured"
+    assert "finetune.llama2-7b.l.g8 (skipped: needs 8 GPUs, host has 4)" in outcome.relations[0].finding
+
+
 def test_scaling_efficiency_is_judged_on_the_platform_the_claim_is_about(reference, paper_plan):
     rtx = scaling_run(RTX4090, 1000, 8 * 1000 * 0.91, paper_plan)
     judged = evaluate_claim(claim(reference, "C2"), reference, [rtx])

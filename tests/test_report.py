@@ -475,7 +475,7 @@ def test_host_checks_come_from_the_fingerprint_before_the_run(tmp_path, paper_pl
         gpus=[A800] * 8,
         fingerprint=a800_fingerprint(),
     )
-    before, after = section(report_of(run, []), "environment").subsections[1:]
+    before, after = section(report_of(run, []), "environment").subsections[1:3]
     facts, checks = (dict((row[0], row[1]) for row in texts(table)) for table in before.tables)
     assert facts["GPUs"] == f"8 × {A800}" and facts["CPU"].startswith("AMD EPYC 7402")
     assert checks["gpus_same_model"] == "pass" and checks["gpu_count_matches_profile"] == "pass"

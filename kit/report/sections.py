@@ -231,8 +231,12 @@ def environment_section(run: LoadedRun) -> Section:
             after.paragraphs.append(
                 "No driver, GPU, ECC, clock-limit or process change from the fingerprint before it."
             )
+    from kit.report.timing import timing_section
+
     return Section(
-        anchor="environment", title="Environment and fingerprint checks", subsections=[recorded, before, after]
+        anchor="environment",
+        title="Environment and fingerprint checks",
+        subsections=[recorded, before, after, timing_section(run)],
     )
 
 
