@@ -188,6 +188,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         executor = None if info.executor == "auto" else info.executor
         cases = [c for c in info.plan.cases if c.id in set(info.selected)]
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}
+        for case_id in finished:  # a finished case that cannot be read is refused here, never run again over it
+            run_dir.read_result(case_id)
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
         if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
@@ -430,9 +432,11 @@ def main() -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
-        from kit.manifest import ManifestError  # a manifest can only have failed if it was read
+        # Only a command that read a manifest or a run directory can have failed on one.
+        from kit.manifest import ManifestError
+        from kit.results import UnreadableRun
 
-        if not isinstance(exc, ManifestError):
+        if not isinstance(exc, (ManifestError, UnreadableRun)):
             raise
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -8,9 +8,10 @@ Case ids are derived only from those axes, so two runs on two machines match cas
 from __future__ import annotations
 
 from pathlib import Path
+import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from kit.analysis import LlamaShape
 from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
@@ -29,6 +30,23 @@ class ModelSpec(LlamaShape):
 
     max_position_embeddings: int = Field(gt=0)
     source: str
+
+
+# Names that become path components (case folders, cache entries, container names): one
+# segment of letters, digits, '.', '_', '+', '-', starting with a letter or digit, so that no
+# name (a case id read back from a run.json, a model of a manifest) can be '..', hold a '/' or
+# be absolute, and nothing is ever written or removed outside the folder meant for it.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def checked_name(value: str) -> str:
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{value[:80]!r} is not a usable name (letters, digits, '.', '_', '+', '-'; "
+                         "starting with a letter or digit; at most 128 characters)")  # fmt: skip
+    return value
+
+
+Name = Annotated[str, AfterValidator(checked_name)]
 
 
 class CaseParams(Strict):
@@ -136,8 +154,8 @@ class Option(Strict):
 class Matrix(Strict):
     """The axes a stage is crossed over; a profile may narrow any of them."""
 
-    models: tuple[str, ...] = ()
-    methods: tuple[str, ...] = ()
+    models: tuple[Name, ...] = ()
+    methods: tuple[Name, ...] = ()
     gpus: tuple[int, ...] = ()
 
 
@@ -157,8 +175,8 @@ class Stage(Strict):
 
 
 class ProfileStage(Strict):
-    models: tuple[str, ...] | None = None
-    methods: tuple[str, ...] | None = None
+    models: tuple[Name, ...] | None = None
+    methods: tuple[Name, ...] | None = None
     gpus: tuple[int, ...] | None = None
     params: dict[str, Any] = {}
 
@@ -174,10 +192,10 @@ class Profile(Strict):
 
 class Protocol(Strict):
     paper: str
-    models: dict[str, ModelSpec]
+    models: dict[Name, ModelSpec]
     option_sets: dict[str, dict[str, Option]]
-    stages: dict[str, Stage]
-    profiles: dict[str, Profile]
+    stages: dict[Name, Stage]
+    profiles: dict[Name, Profile]
 
     @model_validator(mode="after")
     def _references_resolve(self) -> "Protocol":
@@ -197,11 +215,11 @@ class Case(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
-    stage: str
+    id: Name
+    stage: Name
     workload: str
-    image: str
-    model: str | None
+    image: Name
+    model: Name | None
     shape: ModelSpec | None
     method: str
     gpus: int

@@ -21,14 +21,14 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
 from kit.images import ImagePreparation
-from kit.protocol import Case, Plan
+from kit.protocol import Case, Name, Plan, checked_name
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
 SUMS_FILE = "SHA256SUMS"
@@ -154,7 +154,7 @@ class RunInfo(BaseModel):
     kit: KitInfo
     profile: str
     plan: Plan
-    selected: list[str]
+    selected: list[Name]
     executor: str
     host: dict[str, Any]
     argv: list[str]
@@ -193,6 +193,25 @@ def atomic_write_model(path: Path, model: BaseModel) -> None:
     atomic_write_text(path, model.model_dump_json(indent=2) + "\n")
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+class UnreadableRun(ValueError):
+    """A file of a run directory this kit cannot read (cut short, not JSON, written by another
+    kit version, naming a path outside the run), said in one line: the file, the key, the reason."""
+
+
+def read_model(path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise UnreadableRun(f"{path}: {where}: {first['msg']}") from None
+    except OSError as exc:
+        raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
+
+
 class RunDir:
     """Typed access to one run directory."""
 
@@ -212,13 +231,13 @@ class RunDir:
         return self.root / "fingerprint-after.json"
 
     def case_dir(self, case_id: str) -> Path:
-        return self.root / "cases" / case_id
+        return self.root / "cases" / checked_name(case_id)  # never a path out of the run directory
 
     def result_path(self, case_id: str) -> Path:
         return self.case_dir(case_id) / "result.json"
 
     def read_info(self) -> RunInfo:
-        return RunInfo.model_validate_json(self.info_path.read_text(encoding="utf-8"))
+        return read_model(self.info_path, RunInfo)
 
     def write_info(self, info: RunInfo) -> None:
         atomic_write_model(self.info_path, info)
@@ -227,7 +246,7 @@ class RunDir:
         return self.result_path(case_id).is_file()
 
     def read_result(self, case_id: str) -> Result:
-        return Result.model_validate_json(self.result_path(case_id).read_text(encoding="utf-8"))
+        return read_model(self.result_path(case_id), Result)
 
     def write_result(self, result: Result) -> None:
         atomic_write_model(self.result_path(result.case_id), result)

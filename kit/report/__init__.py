@@ -5,7 +5,7 @@ never rendered from a run that changed after it was written.
 """
 
 from kit.report.evidence import EvidenceError, newest_run, verify
-from kit.report.load import UnreadableRun
+from kit.results import UnreadableRun
 from kit.report.render import render
 
 __all__ = ["EvidenceError", "UnreadableRun", "newest_run", "render", "verify"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from kit import __version__
 from kit.fingerprint import (
@@ -15,7 +15,7 @@ from kit.fingerprint import (
 )
 from kit.reference import MeasuredRun, measured_run
 from kit.report.evidence import EvidenceFile, evidence_digest, read_sums
-from kit.results import Result, RunDir, RunInfo
+from kit.results import Result, RunDir, RunInfo, UnreadableRun
 
 
 class LoadedFingerprint(BaseModel):
@@ -52,22 +52,16 @@ def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     return LoadedFingerprint(fingerprint=fingerprint)
 
 
-class UnreadableRun(ValueError):
-    """A run directory whose files this kit cannot read, e.g. written by an incompatible version."""
-
-
 def load_run(path: Path, redact: bool) -> LoadedRun:
     """Everything a report reads of one run directory (verified beforehand by the caller)."""
     run_dir = RunDir(path)
     try:
         info = run_dir.read_info()
         results = {result.case_id: result for result in run_dir.results()}
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+    except UnreadableRun as exc:
         raise UnreadableRun(
-            f"{path}: kit {__version__} cannot read this run directory ({exc.title}: {where}: "
-            f"{first['msg']}); render it with the kit version that wrote it"
+            f"kit {__version__} cannot read this run directory ({exc}); if another kit version wrote it, render it "
+            "with that version"
         ) from None
     before = _read_fingerprint(run_dir.fingerprint_path, redact)
     hostname = str(info.host.get("hostname") or "not recorded")

@@ -1,0 +1,74 @@
+"""`kit run --resume` on a run directory that was damaged or tampered with: one line and exit 2,
+never a traceback, never a write or a removal outside the run directory, never a finished case
+run again over its unreadable result."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+KIT = [sys.executable, "-m", "kit.cli"]
+CASE = "comm.all_reduce.g2"  # the smoke profile's quickest case: a real run directory in seconds
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A run directory as `kit run` writes it, of one smoke case."""
+    run = tmp_path_factory.mktemp("base") / "run"
+    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--case", CASE, "--executor", "local", "--no-preflight",
+                           "--out", str(run)], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+def hostile_id(info: dict, new_id: str) -> None:
+    info["plan"]["cases"][0]["id"] = new_id
+    info["selected"] = [new_id]
+
+
+DAMAGE = {
+    "run.json cut short": lambda run: (run / "run.json").write_bytes((run / "run.json").read_bytes()[:200]),
+    "run.json binary": lambda run: (run / "run.json").write_bytes(bytes(range(256)) * 4),
+    "run.json empty": lambda run: (run / "run.json").write_text(""),
+    "run.json a list": lambda run: (run / "run.json").write_text("[1, 2]"),
+    "case id climbs out": lambda run: edit_info(run, lambda info: hostile_id(info, "../../escape")),
+    "case id absolute": lambda run: edit_info(run, lambda info: hostile_id(info, "/tmp/kit-escape")),
+    "case id with a NUL": lambda run: edit_info(run, lambda info: hostile_id(info, "comm\u0000x")),
+    "model name climbs out": lambda run: edit_info(run, lambda info: info["plan"]["cases"][0].update(model="../m")),
+    "result.json cut short": lambda run: cut(run / "cases" / CASE / "result.json"),
+    "result.json binary": lambda run: (run / "cases" / CASE / "result.json").write_bytes(b"\xff\xfe\x00" * 50),
+}
+
+
+def edit_info(run, change) -> None:
+    info = json.loads((run / "run.json").read_text())
+    change(info)
+    (run / "run.json").write_text(json.dumps(info))
+
+
+def cut(path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_run_directory_is_refused_in_one_line_and_nothing_outside_it_changes(real_run, tmp_path, damage):
+    root = tmp_path / "a" / "b"
+    run = root / "run"
+    shutil.copytree(real_run, run)
+    sentinel = tmp_path / "a" / "escape"  # where cases/../../escape points
+    sentinel.mkdir()
+    (sentinel / "keep.txt").write_text("not the kit's")
+    DAMAGE[damage](run)
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert str(run) in done.stderr
+    assert (sentinel / "keep.txt").read_text() == "not the kit's" and not (tmp_path / "kit-escape").exists()
+    assert not any(tmp_path.rglob("*escape*/*.json"))
+    after = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    assert after == before, "a refused resume changed the run directory"
