@@ -432,11 +432,11 @@ def main() -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:
-        # Only a command that read a manifest or a run directory can have failed on one.
+        # Only a command that read a manifest or a run directory can have failed on one, or found it in use.
         from kit.manifest import ManifestError
-        from kit.results import UnreadableRun
+        from kit.results import RunInUse, UnreadableRun
 
-        if not isinstance(exc, (ManifestError, UnreadableRun)):
+        if not isinstance(exc, (ManifestError, UnreadableRun, RunInUse)):
             raise
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import fcntl
 import os
+import platform
 import shutil
 import tempfile
 from datetime import datetime, timezone
@@ -35,6 +37,8 @@ SUMS_FILE = "SHA256SUMS"
 # Rendered from the run, never measured: they may be (re)written beside it without changing
 # the evidence, which covers everything else.
 REPORT_FILES = ("report.html", "report.pdf")
+# Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.
+LOCK_NOTE = "kit.lock"
 
 
 def utc_now() -> str:
@@ -212,11 +216,31 @@ def read_model(path: Path, model: type[M]) -> M:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
 
 
+class RunInUse(RuntimeError):
+    """Another process holds the run directory."""
+
+
 class RunDir:
     """Typed access to one run directory."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Hold the run directory for this process's life: a second kit on it (two `--resume`,
+        say) is refused, naming the holder, instead of running the same cases twice. The kernel
+        lock (flock on the folder itself) goes with the process, however it ends."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = (self.root / LOCK_NOTE).read_text(encoding="utf-8").strip() if (self.root / LOCK_NOTE).is_file() else "unknown"
+            raise RunInUse(f"{self.root} is in use by another kit ({holder}); wait for it, or stop it first") from None
+        self._lock_fd = fd
+        atomic_write_text(self.root / LOCK_NOTE, f"pid {os.getpid()} on {platform.node()}, since {utc_now()}\n")
 
     @property
     def info_path(self) -> Path:
@@ -274,7 +298,7 @@ class RunDir:
         found = {}
         for path in sorted(self.root.rglob("*")):
             rel = path.relative_to(self.root).as_posix()
-            if not path.is_file() or rel in (SUMS_FILE, *REPORT_FILES) or path.name.startswith("."):
+            if not path.is_file() or rel in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES) or path.name.startswith("."):
                 continue
             found[rel] = sha256_file(path)
         return found

@@ -83,6 +83,7 @@ def start_run(
     image_preparation: list | None = None,
 ) -> RunDir:
     run = RunDir(out)
+    run.lock()
     if run.info_path.exists():
         raise FileExistsError(f"{out} already holds a run; use --resume {out} or another --out")
     atomic_write_model(run.fingerprint_path, fingerprint)
@@ -233,6 +234,7 @@ def resume(path: Path) -> RunDir:
     run = RunDir(path)
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
+    run.lock()
     info = run.read_info()
     info.resumed_at.append(utc_now())
     info.status = "running"

@@ -72,3 +72,22 @@ def test_a_damaged_run_directory_is_refused_in_one_line_and_nothing_outside_it_c
     assert not any(tmp_path.rglob("*escape*/*.json"))
     after = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
     assert after == before, "a refused resume changed the run directory"
+
+
+def test_a_second_kit_on_a_run_in_use_is_refused_naming_the_holder_and_a_crash_frees_it(real_run, tmp_path):
+    """The holder is a process of its own (as a first `kit run --resume` would be); once it is
+    killed, without a chance to clean up, the run directory is free again."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    holder = subprocess.Popen([sys.executable, "-c", f"from kit.results import RunDir; RunDir({str(run)!r}).lock(); "
+                               "print('held', flush=True); import time; time.sleep(600)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert f"in use by another kit (pid {holder.pid} on " in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
