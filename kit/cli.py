@@ -169,7 +169,10 @@ def _stop_on_sigterm() -> None:
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
-def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight) -> None:
+@click.option("--accept-changes", is_flag=True,
+              help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight,
+        accept_changes) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
@@ -178,6 +181,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     from kit.results import RunDir
 
     host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+    if accept_changes and not resume_dir:
+        raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -235,7 +240,10 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
     _stop_on_sigterm()
     if resume_dir:
-        run_dir = runner.resume(resume_dir)
+        try:
+            run_dir = runner.resume(resume_dir, accept_changes)
+        except runner.EvidenceChanged as exc:
+            raise UsageFailure(str(exc)) from None
     else:
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,

@@ -149,6 +149,13 @@ class Result(BaseModel):
     finished_at: str
 
 
+class AcceptedChanges(BaseModel):
+    """Files that differed from the run's evidence when it was resumed with --accept-changes."""
+
+    at: str
+    files: list[str]
+
+
 class RunInfo(BaseModel):
     """run.json: enough to resume the run and to know where its numbers came from."""
 
@@ -173,6 +180,7 @@ class RunInfo(BaseModel):
     preflight: dict[str, Any] | None = None  # kit.preflight.Preflight, as checked before the first case
     no_preflight: bool = False  # started with --no-preflight
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
+    accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
     # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
     # images it needed, and whether each was present, built or pulled first, and in how long.
     image_preparation: list[ImagePreparation] = []

@@ -22,7 +22,7 @@ from kit.fingerprint import Fingerprint, collect, probe_this_python
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
-from kit.results import Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
+from kit.results import SUMS_FILE, AcceptedChanges, Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
 
 
 class Progress:
@@ -204,9 +204,11 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             progress.case_finished(result, done, total)
             if record_images(info, result):
                 run.write_info(info)
+            run.write_sums()  # the evidence so far: what a resume checks the run directory against
     except BaseException:
         info.status = "interrupted"
         run.write_info(info)
+        run.write_sums()
         raise
     after = collect()
     atomic_write_model(run.fingerprint_after_path, after)
@@ -230,12 +232,37 @@ def status_counts(results: list[Result]) -> dict[str, int]:
     return {status: count for status, count in counts.items() if count}
 
 
-def resume(path: Path) -> RunDir:
+class EvidenceChanged(ValueError):
+    """Files of a run directory that differ from the evidence the run wrote (SHA256SUMS)."""
+
+
+def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
+    """What differs from SHA256SUMS, leaving out the folders of cases the evidence does not show
+    finished (a resume discards and redoes those); [] where the run wrote no evidence yet."""
+    if not (run.root / SUMS_FILE).is_file():
+        return []
+    from kit.report.evidence import differences, read_sums
+
+    listed = {entry.path for entry in read_sums(run.root)}
+    redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
+    return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
+
+
+def resume(path: Path, accept_changes: bool = False) -> RunDir:
+    """The run directory, held, checked against its evidence (a tampered run is refused unless
+    the changes are accepted, which run.json records), and marked running again."""
     run = RunDir(path)
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
     info = run.read_info()
+    changed = changes_since_evidence(run, info)
+    if changed and not accept_changes:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise EvidenceChanged(f"{path} differs from its {SUMS_FILE} ({shown}); inspect it, or resume with "
+                              "--accept-changes (recorded in run.json)")  # fmt: skip
+    if changed:
+        info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
     info.resumed_at.append(utc_now())
     info.status = "running"
     run.write_info(info)

@@ -91,3 +91,45 @@ def test_a_second_kit_on_a_run_in_use_is_refused_naming_the_holder_and_a_crash_f
         holder.wait()
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_tampered_run_is_not_resumed_unless_the_changes_are_accepted_and_then_recorded(real_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    result = run / "cases" / CASE / "result.json"
+    bent = json.loads(result.read_text())
+    bent["metrics"]["bus_bandwidth_gb_s"]["mean"] *= 10  # a better number than was measured
+    result.write_text(json.dumps(bent))
+    (run / "cases" / CASE / "extra.txt").write_text("planted")
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"changed: cases/{CASE}/result.json" in done.stderr and f"added: cases/{CASE}/extra.txt" in done.stderr
+    assert json.loads(result.read_text()) == bent and not json.loads((run / "run.json").read_text())["resumed_at"]
+
+    done = subprocess.run([*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    accepted = json.loads((run / "run.json").read_text())["accepted_changes"]
+    assert [sorted(a["files"]) for a in accepted] == [[f"added: cases/{CASE}/extra.txt", f"changed: cases/{CASE}/result.json"]]
+
+
+def test_an_interrupted_run_leaves_evidence_of_its_finished_cases_for_the_resume(tmp_path):
+    """Killed after its first case (kill -9, no clean-up): SHA256SUMS already covers that case,
+    so a result bent before the resume is found."""
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    first = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--stage", "comm", "--executor", "local", "--no-preflight",
+                              "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (run / "SHA256SUMS").is_file():
+        assert first.poll() is None and time.monotonic() < deadline, "no case finished"
+        time.sleep(0.2)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    finished = sorted(p for p in run.glob("cases/*/result.json") if f"{p.relative_to(run)}" in (run / "SHA256SUMS").read_text())
+    assert finished, "the evidence names no finished case"
+    finished[0].write_text(finished[0].read_text().replace('"ok"', '"oom"', 1))
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and f"changed: {finished[0].relative_to(run)}" in done.stderr, done.stderr[-3000:]

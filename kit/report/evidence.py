@@ -95,13 +95,18 @@ def verify(run_dir: Path) -> list[str]:
             f"finish it with `kit run --resume {run_dir}`"
         ]
     try:
-        listed = {entry.path: entry.sha256 for entry in read_sums(run.root)}
+        return [f"{kind}: {path}" + (f" (not in {SUMS_FILE})" if kind == "added" else "") for kind, path in differences(run)]
     except ValueError as exc:
         return [str(exc)]
+
+
+def differences(run: RunDir) -> list[tuple[str, str]]:
+    """(changed | missing | added, path) for each file that differs from SHA256SUMS."""
+    listed = {entry.path: entry.sha256 for entry in read_sums(run.root)}
     found = run.digests()
-    problems = [f"changed: {path}" for path, digest in listed.items() if path in found and found[path] != digest]
-    problems += [f"missing: {path}" for path in listed if path not in found]
-    problems += [f"added: {path} (not in {SUMS_FILE})" for path in found if path not in listed]
+    problems = [("changed", path) for path, digest in listed.items() if path in found and found[path] != digest]
+    problems += [("missing", path) for path in listed if path not in found]
+    problems += [("added", path) for path in found if path not in listed]
     return problems
 
 

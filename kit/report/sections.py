@@ -130,6 +130,8 @@ def environment_section(run: LoadedRun) -> Section:
                     ("Command", " ".join(info.argv)),
                     ("Kit", f"{info.kit.version}, commit {commit}"),
                     ("Workload sources (SHA-256)", info.kit.workload_sources_sha256),
+                    *[(f"Changes accepted on resume ({accepted.at})", "; ".join(accepted.files))
+                      for accepted in info.accepted_changes],  # fmt: skip
                 ],
             )
         ],
