@@ -19,6 +19,7 @@ import json
 import fcntl
 import os
 import platform
+import re
 import shutil
 import tempfile
 from datetime import datetime, timezone
@@ -37,6 +38,8 @@ SUMS_FILE = "SHA256SUMS"
 # Rendered from the run, never measured: they may be (re)written beside it without changing
 # the evidence, which covers everything else.
 REPORT_FILES = ("report.html", "report.pdf")
+# atomic_write_text's temporary file: a write cut short by a crash, never evidence.
+ATOMIC_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]+\.tmp")
 # Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.
 LOCK_NOTE = "kit.lock"
 
@@ -303,13 +306,19 @@ class RunDir:
         return path
 
     def digests(self) -> dict[str, str]:
+        """Every file of the run directory, dot-files included; a symbolic link as the link (the
+        SHA-256 of `symlink -> <target>`), never followed out of the tree."""
         found = {}
-        for path in sorted(self.root.rglob("*")):
-            rel = path.relative_to(self.root).as_posix()
-            if not path.is_file() or rel in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES) or path.name.startswith("."):
-                continue
-            found[rel] = sha256_file(path)
-        return found
+        for folder, dirs, files in os.walk(self.root):  # a linked folder is listed in dirs, not entered
+            for name in dirs + files:
+                path = Path(folder) / name
+                rel = path.relative_to(self.root).as_posix()
+                if path.is_symlink():
+                    found[rel] = hashlib.sha256(f"symlink -> {os.readlink(path)}".encode()).hexdigest()
+                elif name in files and path.is_file() and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES) \
+                        and not ATOMIC_TEMP.fullmatch(name):  # fmt: skip
+                    found[rel] = sha256_file(path)
+        return dict(sorted(found.items()))
 
 
 def sha256_file(path: Path) -> str:

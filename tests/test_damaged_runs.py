@@ -133,3 +133,21 @@ def test_an_interrupted_run_leaves_evidence_of_its_finished_cases_for_the_resume
     finished[0].write_text(finished[0].read_text().replace('"ok"', '"oom"', 1))
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 2 and f"changed: {finished[0].relative_to(run)}" in done.stderr, done.stderr[-3000:]
+
+
+def test_the_evidence_covers_dot_files_and_records_a_link_without_following_it(real_run, tmp_path):
+    from kit.results import RunDir
+
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not the run's")
+    (run / "cases" / CASE / ".hidden").write_text("planted")
+    (run / "cases" / CASE / "elsewhere").symlink_to(outside)
+    found = RunDir(run).digests()
+    assert f"cases/{CASE}/.hidden" in found and f"cases/{CASE}/elsewhere" in found
+    assert not any("secret" in path for path in found)
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"added: cases/{CASE}/.hidden" in done.stderr and f"added: cases/{CASE}/elsewhere" in done.stderr
