@@ -42,12 +42,54 @@ def _key_path(location: tuple) -> str:
     return ".".join(str(part) for part in location)
 
 
+class _UniqueKeyLoader(SAFE_LOADER):  # type: ignore[misc,valid-type]
+    """The safe loader, refusing a key given twice in one mapping (YAML keeps the last silently,
+    so a pasted block would override what is written above it)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:  # the keys as written; those a merge (<<: *anchor) brings may be overridden
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+            seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
+
+
+MAX_DEPTH = 64  # far beyond any manifest's; libyaml's composer recurses in C and crashes the process past ~30000
+
+
+def _refuse_deep_nesting(text: str) -> None:
+    """Count the nesting from the parser's events (an explicit stack, no recursion) before the
+    document is composed, which recurses; a RecursionError says it is too deep."""
+    depth = 0
+    for event in yaml.parse(text, Loader=SAFE_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise RecursionError
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def read_yaml(path: Path) -> object:
-    """Parse one YAML file; a missing file or a syntax error becomes a ManifestError."""
+    """Parse one YAML file; a missing or unreadable file, a syntax error, a duplicate key, absurd
+    nesting or a number too long to read becomes a ManifestError."""
     if not path.is_file():
         raise ManifestError(path, "", "file not found")
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+        text = path.read_text(encoding="utf-8")
+        _refuse_deep_nesting(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError as exc:
+        raise ManifestError(path, f"byte {exc.start}", "not UTF-8 text (a binary file?)") from None
+    except OSError as exc:
+        raise ManifestError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise ManifestError(path, "", f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # int() of a number beyond Python's digit limit, and the like
+        raise ManifestError(path, "", f"unreadable value: {str(exc).splitlines()[0][:200]}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -20,6 +20,11 @@ def kit(*args, env_manifests):
         ("    num_layers: 80\n", "    num_layers: 80\n    colour: red\n", "models.llama2-70b.colour", "Extra inputs"),
         ("    device: cpu\n", "    device: tpu\n", "profiles.smoke.device", "'cuda' or 'cpu'"),
         ("paper: arXiv:2311.03687", "paper: [unclosed", "line", "invalid YAML"),
+        ("paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\npaper: other\n", "line", "duplicate key 'paper'"),
+        ("    num_layers: 80\n", "    num_layers: 80\n    num_layers: 2\n", "line", "duplicate key 'num_layers'"),
+        pytest.param("paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\nx: " + "[" * 50000 + "]" * 50000 + "\n", "",
+                     "nested more than 64 levels deep", id="nested 50000 deep"),  # libyaml alone crashes on it
+        pytest.param("  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"),
     ],
 )
 def test_malformed_protocol_gives_one_line_and_exit_2(manifests_copy, old, new, key, reason):
@@ -41,3 +46,10 @@ def test_missing_protocol_file_is_named(manifests_copy):
     done = kit("list", env_manifests=manifests_copy)
     assert done.returncode == 2
     assert "protocol.yaml" in done.stderr and "file not found" in done.stderr
+
+
+def test_a_binary_protocol_file_is_named_not_a_traceback(manifests_copy):
+    (manifests_copy / "protocol.yaml").write_bytes(bytes(range(256)) * 8)
+    done = kit("list", env_manifests=manifests_copy)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "protocol.yaml" in done.stderr and "not UTF-8 text" in done.stderr
