@@ -49,13 +49,29 @@ def checked_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(checked_name)]
 
 
+# What looks like a credential, by its name or its value (a Hugging Face token: hf_...).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|(^|_)KEY($|_)|CREDENTIAL", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
+
+
+def no_secrets(env: dict[str, str]) -> dict[str, str]:
+    """A case's variables are recorded in run.json, case.json and the report: a credential set
+    there would be published with the results. Tokens come from the environment kit runs in
+    (HF_TOKEN is handed to the engine from there, never written down)."""
+    for name, value in env.items():
+        if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
+            raise ValueError(f"{name} looks like a credential, and a case's env is written into every run "
+                             "directory and report: set it in the environment kit runs in instead")  # fmt: skip
+    return env
+
+
 class CaseParams(Strict):
     """What every case has: its independent runs, a seed, a time limit, its environment."""
 
     runs: int = Field(gt=0)
     seed: int
     timeout_s: int = Field(gt=0)
-    env: dict[str, str] = {}
+    env: Annotated[dict[str, str], AfterValidator(no_secrets)] = {}
 
 
 class StepParams(CaseParams):

@@ -1,0 +1,49 @@
+"""No credential reaches a run directory or a report: a token in a case's env is refused where the
+manifest is read, and tokens in the environment kit runs in are used, never written down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+KIT = [sys.executable, "-m", "kit.cli"]
+PLANTED = {  # each value unique, so that any copy of it anywhere is found
+    "HF_TOKEN": "hf_plantedTokenValue0123456789abcdef",
+    "HUGGING_FACE_HUB_TOKEN": "hf_plantedHubToken9876543210fedcba",
+    "WANDB_API_KEY": "planted-wandb-key-5f2c1e9d",
+    "MY_SERVICE_SECRET": "planted-service-secret-77aa",
+}
+
+
+@pytest.mark.parametrize("name, value", [("HF_TOKEN", "anything"), ("WANDB_API_KEY", "x"), ("NOTE", PLANTED["HF_TOKEN"])])
+def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manifests_copy, name, value):
+    path = manifests_copy / "protocol.yaml"
+    text = path.read_text()
+    old = 'env: {OMP_NUM_THREADS: "1"}'
+    assert old in text
+    path.write_text(text.replace(old, f'env: {{OMP_NUM_THREADS: "1", {name}: "{value}"}}'))
+    done = subprocess.run([*KIT, "list", "--profile", "smoke"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"{name} looks like a credential" in done.stderr and value not in done.stderr
+
+
+@pytest.mark.e2e
+def test_tokens_in_kits_environment_appear_in_no_artifact_of_a_run_or_its_report(tmp_path):
+    env = {**os.environ, **PLANTED}
+    run = tmp_path / "run"
+    cases = ["comm.all_reduce.g2", "profile.tiny-llama.base.g1", "serve.tiny-llama.vllm.g1"]
+    done = subprocess.run([*KIT, "run", "--profile", "smoke", *[a for c in cases for a in ("--case", c)], "--executor", "local",
+                           "--out", str(run)], capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = subprocess.run([*KIT, "report", str(run)], capture_output=True, text=True, env=env, timeout=900)
+    assert report.returncode == 0, report.stderr[-3000:]
+    texts = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    pdf_text = subprocess.run(["pdftotext", str(run / "report.pdf"), "-"], capture_output=True, check=True).stdout
+    texts[run / "report.pdf (text)"] = pdf_text
+    found = [(str(path.relative_to(run)), name) for path, content in texts.items()
+             for name, value in PLANTED.items() if value.encode() in content]  # fmt: skip
+    assert found == []
+    assert done.stdout.count(PLANTED["HF_TOKEN"]) == done.stderr.count(PLANTED["HF_TOKEN"]) == 0
