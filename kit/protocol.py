@@ -54,11 +54,19 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|(^|_)KEY($|_)|CREDENTIAL
 SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
 
 
-def no_secrets(env: dict[str, str]) -> dict[str, str]:
-    """A case's variables are recorded in run.json, case.json and the report: a credential set
-    there would be published with the results. Tokens come from the environment kit runs in
-    (HF_TOKEN is handed to the engine from there, never written down)."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def checked_env(env: dict[str, str]) -> dict[str, str]:
+    """Variables a process can be given (a NUL or an odd name made the launch fail, and the run
+    wait for ranks that never started), and no credential: a case's variables are recorded in
+    run.json, case.json and the report. Tokens come from the environment kit runs in (HF_TOKEN
+    is handed to the engine from there, never written down)."""
     for name, value in env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name[:60]!r} is not a variable name (letters, digits and '_', at most 128)")
+        if "\x00" in value or len(value) > 4096:
+            raise ValueError(f"{name}: a value holds a NUL byte or is longer than 4096 characters")
         if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
             raise ValueError(f"{name} looks like a credential, and a case's env is written into every run "
                              "directory and report: set it in the environment kit runs in instead")  # fmt: skip
@@ -71,7 +79,7 @@ class CaseParams(Strict):
     runs: int = Field(gt=0)
     seed: int
     timeout_s: int = Field(gt=0)
-    env: Annotated[dict[str, str], AfterValidator(no_secrets)] = {}
+    env: Annotated[dict[str, str], AfterValidator(checked_env)] = {}
 
 
 class StepParams(CaseParams):

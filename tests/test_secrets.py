@@ -30,6 +30,20 @@ def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manif
     assert f"{name} looks like a credential" in done.stderr and value not in done.stderr
 
 
+@pytest.mark.parametrize("entry, reason", [
+    pytest.param('"A\\0B": "1"', "is not a variable name", id="NUL in a name"),
+    pytest.param('"X" : "a\\0b"', "NUL byte", id="NUL in a value"),
+    pytest.param('"' + "V" * 1000 + '": "1"', "is not a variable name", id="a name 1000 long"),
+])
+def test_a_variable_no_process_can_be_given_is_refused_where_the_manifest_is_read(manifests_copy, entry, reason):
+    path = manifests_copy / "protocol.yaml"
+    text = path.read_text()
+    path.write_text(text.replace('env: {OMP_NUM_THREADS: "1"}', f'env: {{OMP_NUM_THREADS: "1", {entry}}}'))
+    done = subprocess.run([*KIT, "list", "--profile", "smoke"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and reason in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.e2e
 def test_tokens_in_kits_environment_appear_in_no_artifact_of_a_run_or_its_report(tmp_path):
     env = {**os.environ, **PLANTED}
