@@ -47,6 +47,7 @@ def checked_name(value: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(checked_name)]
+GpuCount = Annotated[int, Field(gt=0, le=4096, strict=True)]  # `true` or "2" is not a count
 
 
 # What looks like a credential, by its name or its value (a Hugging Face token: hf_...).
@@ -180,7 +181,7 @@ class Matrix(Strict):
 
     models: tuple[Name, ...] = ()
     methods: tuple[Name, ...] = ()
-    gpus: tuple[int, ...] = ()
+    gpus: tuple[GpuCount, ...] = ()
 
 
 class Stage(Strict):
@@ -201,7 +202,7 @@ class Stage(Strict):
 class ProfileStage(Strict):
     models: tuple[Name, ...] | None = None
     methods: tuple[Name, ...] | None = None
-    gpus: tuple[int, ...] | None = None
+    gpus: tuple[GpuCount, ...] | None = None
     params: dict[str, Any] = {}
 
 
@@ -212,6 +213,12 @@ class Profile(Strict):
     stages: dict[str, ProfileStage]
     # A stage's image -> the image this profile runs it in (the CPU profile runs all in `smoke`).
     images: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _cpu_is_never_the_reference(self) -> "Profile":
+        if self.comparable_to_reference and self.device == "cpu":
+            raise ValueError("a CPU profile cannot be comparable_to_reference: the paper measured GPUs")
+        return self
 
 
 class Protocol(Strict):
@@ -355,6 +362,10 @@ def _stage_cases(
                 method_params = _method_params(method, options)
             except ValueError as exc:
                 raise ManifestError(path, f"{where}.methods", str(exc)) from None
+            overridden = sorted(k for k in set(narrowed.params) & set(method_params) if narrowed.params[k] != method_params[k])
+            if overridden:  # the method would silently win: what it means is not a profile's to change
+                raise ManifestError(path, f"{where}.params.{overridden[0]}",
+                                    f"method {method!r} sets it to {method_params[overridden[0]]!r}; a profile cannot change it")  # fmt: skip
             params_data = {**stage.params, **narrowed.params, **method_params, "kind": stage.workload}
             try:
                 params = PARAM_MODELS[stage.workload].model_validate(params_data)

@@ -24,6 +24,13 @@ def kit(*args, env_manifests):
         ("    num_layers: 80\n", "    num_layers: 80\n    num_layers: 2\n", "line", "duplicate key 'num_layers'"),
         pytest.param("paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\nx: " + "[" * 50000 + "]" * 50000 + "\n", "",
                      "nested more than 64 levels deep", id="nested 50000 deep"),  # libyaml alone crashes on it
+        ("      gpus: [1, 2, 4, 8]\n", "      gpus: [0, 2]\n", "stages.scaling.matrix.gpus.0", "greater than 0"),
+        ("      gpus: [1, 2, 4, 8]\n", "      gpus: [true]\n", "stages.scaling.matrix.gpus.0", "valid integer"),
+        ("      models: [llama2-7b]\n      methods: [q]\n", "      models: true\n      methods: [q]\n", "stages.scaling.matrix.models", "tuple"),
+        ("    device: cpu\n    comparable_to_reference: false\n", "    device: cpu\n    comparable_to_reference: true\n",
+         "profiles.smoke", "CPU profile cannot be comparable_to_reference"),
+        ("params: &smoke_train {runs: 3,", "params: &smoke_train {zero_stage: 3, runs: 3,",
+         "profiles.smoke.stages.pretrain.params.zero_stage", "method 'z2' sets it to 2; a profile cannot change it"),
         pytest.param("  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"),
     ],
 )
