@@ -11,6 +11,7 @@ import hashlib
 import math
 import re
 import shutil
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -361,15 +362,25 @@ def test_stages_that_did_not_run_say_why(smoke_report, training_plan):
     assert images.not_run.startswith("Not recorded: the local executor ran the workloads in the host's Python")
 
 
-def test_a_stage_without_a_dedicated_layout_lists_its_metrics_or_says_where_its_data_is(
-    tmp_path, paper_plan, report_of
-):
-    run = write_run(tmp_path / "a", paper_plan, {"profile.llama2-7b.base.g1": "ok", "profile.llama2-7b.f.g1": "error"})
-    [table] = section(report_of(run, []), "profile").tables
-    rows = {row[0]: row[1] for row in texts(table)}
-    assert rows["profile.llama2-7b.base.g1"].startswith("ok, with no metric in result.json")
-    assert rows["profile.llama2-7b.f.g1"] == "error"
-    assert rows["profile.llama2-7b.r.g1.b16"] == "not run"
+def test_an_ok_result_whose_figures_its_raw_samples_cannot_give_is_refused(tmp_path, paper_plan, report_of):
+    """An ok result with no rank samples (which the runner never writes) has nothing behind it."""
+    run = write_run(tmp_path / "a", paper_plan, {"profile.llama2-7b.base.g1": "ok"})
+    with pytest.raises(EvidenceError, match="profile.llama2-7b.base.g1: its raw samples give no figures"):
+        report_of(run, [])
+
+
+def test_a_stored_figure_that_its_raw_samples_do_not_give_refuses_the_report_even_re_hashed(tmp_path, training_plan):
+    """A mean edited in result.json and SHA256SUMS written again: the hashes agree, the figures do not."""
+    run = write_run(tmp_path / "a", training_plan, {"pretrain.tiny-llama.naive.g2": 0.1})
+    run_dir = RunDir(run)
+    result = run_dir.read_result("pretrain.tiny-llama.naive.g2")
+    result.metrics["tokens_per_s"].mean *= 1.5
+    run_dir.write_result(result)
+    run_dir.write_sums()
+    done = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html"], capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    said = " ".join(done.stderr.split())
+    assert "pretrain.tiny-llama.naive.g2: tokens_per_s stored" in said and "the raw samples give" in said
 
 
 def test_every_protocol_parameter_says_where_its_value_comes_from(smoke_report):

@@ -14,7 +14,8 @@ from kit.fingerprint import (
     redaction_token,
 )
 from kit.reference import MeasuredRun, measured_run
-from kit.report.evidence import EvidenceFile, evidence_digest, read_sums
+from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
+from kit.report.recompute import differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
 
 
@@ -63,6 +64,9 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
             f"kit {__version__} cannot read this run directory ({exc}); if another kit version wrote it, render it "
             "with that version"
         ) from None
+    recomputed = [line for result in results.values() for line in differences(run_dir, result)]
+    if recomputed:
+        raise EvidenceError(Path(path), [f"stored figures differ from the raw samples: {line}" for line in recomputed])
     before = _read_fingerprint(run_dir.fingerprint_path, redact)
     hostname = str(info.host.get("hostname") or "not recorded")
     if redact and info.host.get("hostname"):
