@@ -398,7 +398,9 @@ def images_verify(names, no_probe, as_json) -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="folder for report.html and report.pdf (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
-def report(run_dir, compare, formats, out, redact, verify_only) -> None:
+@click.option("--expect-digest", metavar="HEX",
+              help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
+def report(run_dir, compare, formats, out, redact, verify_only, expect_digest) -> None:
     """Render a run as HTML and PDF, compared with the paper and/or another run (default: newest run)."""
     from kit import report as reporting
     from kit.console import console
@@ -408,11 +410,16 @@ def report(run_dir, compare, formats, out, redact, verify_only) -> None:
             run_dir = reporting.newest_run()
         except (FileNotFoundError, ValueError) as exc:
             raise UsageFailure(str(exc)) from None
+    if expect_digest is not None and not verify_only:
+        raise UsageFailure("--expect-digest goes with --verify")
     if verify_only:
         problems = reporting.verify(run_dir)
+        if expect_digest is not None and not problems:
+            problems = reporting.digest_mismatch(run_dir, expect_digest)
         for problem in problems:
             console.print(f"[red]{problem}[/]")
-        console.print(f"{run_dir}: " + ("[red]does not match its SHA256SUMS[/]" if problems else "[green]every file matches SHA256SUMS[/]"))
+        console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
+                                       + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
         sys.exit(1 if problems else 0)
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))

@@ -11,6 +11,7 @@ This module must import without torch and without nvidia-ml-py: NVML is imported
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import hmac
@@ -262,12 +263,17 @@ class ImageCuda(BaseModel):
 
 
 class KitInfo(BaseModel):
-    """Which kit measured: its version, commit, and a hash of the code that runs in the images."""
+    """Which kit measured: its version and commit (and whether the checkout had uncommitted
+    changes), a hash of the code that measures (the workloads and the metric maths), a hash of
+    all of its source, and of each manifest it read."""
 
     version: str
     git_commit: str | None = None
+    dirty: bool | None = None
     workload_sources_sha256: str
     workload_files: list[str] = Field(default_factory=list)
+    source_sha256: str | None = None
+    manifests_sha256: dict[str, str] = Field(default_factory=dict)
     unreadable: dict[str, str] = Field(default_factory=dict)
 
 
@@ -496,15 +502,44 @@ def parse_toolkit_version(text: str) -> str:
     return match.group(1)
 
 
-def workload_sources_sha256(directory: Path = WORKLOADS_DIR) -> str:
-    """SHA-256 over kit/workloads/*.py in name order: each file's name, NUL, bytes, NUL.
+def sources_sha256(root: Path, files) -> str:
+    """SHA-256 over files in the order of their names relative to `root`: each name, NUL, bytes, NUL.
 
-    Names are hashed too, so renaming a workload changes the hash as editing one does.
+    Names are hashed too, so renaming a file changes the hash as editing one does.
     """
     digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in sorted((path.relative_to(root).as_posix(), path) for path in files):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def measuring_sources() -> list[Path]:
+    """The code a measured figure depends on: the workloads, and every kit module that kit.metrics
+    imports, directly or not (the maths that turns samples into figures), found from the imports."""
+    found: set[Path] = set()
+    pending = [*WORKLOADS_DIR.glob("*.py"), PACKAGE_DIR / "metrics.py"]
+    while pending:
+        path = pending.pop()
+        if path in found or not path.is_file():
+            continue
+        found.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []  # fmt: skip
+            for name in names:
+                if name.startswith("kit."):
+                    module = PACKAGE_DIR.parent / Path(*name.split("."))
+                    pending.append(module / "__init__.py" if module.is_dir() else module.with_suffix(".py"))
+    return sorted(found)
+
+
+def kit_checkout_state() -> tuple[bool | None, str | None]:
+    """Whether the kit's checkout has changes git has not committed (None, with why, where unknown)."""
+    checkout = PACKAGE_DIR.parent
+    if not (checkout / ".git").exists():
+        return None, f"not a source checkout (no .git in {checkout})"
+    stdout, problem = run_command(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"])
+    return (None, problem) if problem else (bool(stdout.strip()), None)
 
 
 def read_probe_output(stdout: str) -> ImageProbe:
@@ -839,7 +874,10 @@ def _collect_container_runtime() -> ContainerRuntime:
 
 
 def kit_info() -> KitInfo:
-    """The kit that measures: version, commit of its checkout, and the hash of its workloads."""
+    """The kit that measures: version, commit of its checkout (and whether it was clean), the
+    hashes of its measuring code and all its source, and each manifest's SHA-256."""
+    from kit.manifest import manifests_dir
+
     unreadable: dict[str, str] = {}
     commit = None
     checkout = PACKAGE_DIR.parent
@@ -851,13 +889,26 @@ def kit_info() -> KitInfo:
             unreadable["git_commit"] = problem
         else:
             commit = stdout.strip()
+    dirty, why = kit_checkout_state()
+    if why:
+        unreadable["dirty"] = why
+    measuring = measuring_sources()
+    manifests = manifests_dir()
     return KitInfo(
         version=__version__,
         git_commit=commit,
-        workload_sources_sha256=workload_sources_sha256(),
-        workload_files=sorted(path.name for path in WORKLOADS_DIR.glob("*.py")),
+        dirty=dirty,
+        workload_sources_sha256=sources_sha256(PACKAGE_DIR, measuring),
+        workload_files=[path.relative_to(PACKAGE_DIR).as_posix() for path in measuring],
+        source_sha256=sources_sha256(PACKAGE_DIR, PACKAGE_DIR.rglob("*.py")),
+        manifests_sha256={path.relative_to(manifests).as_posix(): sha256_bytes(path.read_bytes())
+                          for path in sorted(manifests.rglob("*.yaml"))},  # fmt: skip
         unreadable=unreadable,
     )
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,

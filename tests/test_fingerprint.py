@@ -275,22 +275,31 @@ def write_workloads(directory: Path, files: dict[str, str]) -> Path:
 def test_workload_hash_is_stable_for_the_same_sources(tmp_path):
     a = write_workloads(tmp_path / "a", {"train.py": "step()\n", "comm.py": "x = 1\n"})
     b = write_workloads(tmp_path / "b", {"comm.py": "x = 1\n", "train.py": "step()\n"})
-    assert fingerprint.workload_sources_sha256(a) == fingerprint.workload_sources_sha256(b)
+    assert hashed(a) == hashed(b)
 
 
 def test_workload_hash_changes_with_an_edit_or_a_rename(tmp_path):
-    base = fingerprint.workload_sources_sha256(write_workloads(tmp_path / "a", {"train.py": "1\n"}))
+    base = hashed(write_workloads(tmp_path / "a", {"train.py": "1\n"}))
     edited = write_workloads(tmp_path / "b", {"train.py": "2\n"})
     renamed = write_workloads(tmp_path / "c", {"serve.py": "1\n"})
-    assert base != fingerprint.workload_sources_sha256(edited)
-    assert base != fingerprint.workload_sources_sha256(renamed)
+    assert base != hashed(edited)
+    assert base != hashed(renamed)
 
 
-def test_workload_hash_ignores_files_other_than_python_sources(tmp_path):
-    directory = write_workloads(tmp_path / "a", {"train.py": "1\n"})
-    before = fingerprint.workload_sources_sha256(directory)
-    (directory / "notes.txt").write_text("scratch")
-    assert fingerprint.workload_sources_sha256(directory) == before
+def hashed(directory: Path) -> str:
+    return fingerprint.sources_sha256(directory, directory.glob("*.py"))
+
+
+def test_the_measuring_code_is_the_workloads_and_every_module_the_metrics_are_computed_with():
+    names = {path.relative_to(fingerprint.PACKAGE_DIR).as_posix() for path in fingerprint.measuring_sources()}
+    assert {"workloads/train.py", "workloads/harness.py", "metrics.py", "comm.py", "serve/aggregate.py", "analysis.py"} <= names
+    assert not names & {"cli.py", "report/render.py", "console.py"}
+
+
+def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_clean():
+    info = fingerprint.kit_info()
+    assert set(info.manifests_sha256) >= {"protocol.yaml", "hardware.yaml", "images.lock.yaml"}
+    assert len(info.source_sha256) == 64 and info.workload_files and isinstance(info.dirty, bool)
 
 
 # --- redaction -------------------------------------------------------------------------------
@@ -356,8 +365,9 @@ def test_collect_describes_the_host(here):
 
 def test_collect_names_the_kit_and_hashes_its_workloads(here):
     assert here.kit.version == kit.__version__
-    assert here.kit.workload_sources_sha256 == fingerprint.workload_sources_sha256()
-    assert "probe.py" in here.kit.workload_files
+    measuring = fingerprint.measuring_sources()
+    assert here.kit.workload_sources_sha256 == fingerprint.sources_sha256(fingerprint.PACKAGE_DIR, measuring)
+    assert "workloads/probe.py" in here.kit.workload_files and "metrics.py" in here.kit.workload_files
     assert here.kit.git_commit or here.kit.unreadable["git_commit"]
 
 

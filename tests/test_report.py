@@ -248,6 +248,20 @@ def test_verify_names_every_changed_missing_and_added_file(smoke_run):
     ]
 
 
+def test_verify_holds_the_run_to_the_digest_its_report_printed(smoke_run):
+    digest = hashlib.sha256((smoke_run / "SHA256SUMS").read_bytes()).hexdigest()
+
+    def verify_with(expected: str):
+        return subprocess.run([sys.executable, "-m", "kit.cli", "report", str(smoke_run), "--verify", "--expect-digest", expected],
+                              capture_output=True, text=True)  # fmt: skip
+
+    assert verify_with(digest).returncode == 0
+    assert verify_with(digest[:16] + "…").returncode == 0  # as the page footer prints it
+    other = verify_with("0" * 16)
+    assert other.returncode == 1 and f"evidence digest {digest}, not the expected" in " ".join(other.stderr.split())
+    assert verify_with("xyz").returncode == 1
+
+
 def test_a_run_without_evidence_is_named_with_its_status(smoke_run):
     (smoke_run / "SHA256SUMS").unlink()
     [problem] = verify(smoke_run)

@@ -4,8 +4,8 @@
 never rendered from a run that changed after it was written.
 """
 
-from kit.report.evidence import EvidenceError, newest_run, verify
+from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
 from kit.results import UnreadableRun
 from kit.report.render import render
 
-__all__ = ["EvidenceError", "UnreadableRun", "newest_run", "render", "verify"]
+__all__ = ["EvidenceError", "UnreadableRun", "digest_mismatch", "newest_run", "render", "verify"]

@@ -74,6 +74,16 @@ def read_sums(run_dir: Path) -> list[EvidenceFile]:
     return files
 
 
+def digest_mismatch(run_dir: Path, expected: str) -> list[str]:
+    """Why the run's evidence digest is not the one a report printed (the whole SHA-256, or at
+    least its first 16 characters as the page footer shows them), or []."""
+    wanted = expected.strip().lower().rstrip("….")
+    if not re.fullmatch(r"[0-9a-f]{16,64}", wanted):
+        return [f"--expect-digest takes 16 to 64 hexadecimal characters, not {expected[:80]!r}"]
+    actual = evidence_digest(run_dir)
+    return [] if actual.startswith(wanted) else [f"evidence digest {actual}, not the expected {wanted}…"]
+
+
 def evidence_digest(run_dir: Path) -> str:
     """SHA-256 of SHA256SUMS itself: one digest that pins every file of the run."""
     return sha256_file(Path(run_dir) / SUMS_FILE)
