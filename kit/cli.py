@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import signal
@@ -12,6 +13,8 @@ import click
 
 from kit import __version__
 
+# A disk full, over quota, read-only or not ours: the user's to fix, said in one line.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
 SMOKE_NOTICE = "No GPU found: running the smoke profile (tiny Llama on CPU; not comparable to the reference)."
 
 
@@ -446,6 +449,12 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        click.echo(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system (df -h) "
+                   "or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on.", err=True)  # fmt: skip
+        sys.exit(1)
     except Exception as exc:
         # Only a command that read a manifest or a run directory can have failed on one, or found it in use.
         from kit.manifest import ManifestError

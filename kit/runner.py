@@ -8,6 +8,7 @@ A failing case is a recorded result; only an interruption (Ctrl-C, kill) stops t
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 from datetime import datetime, timezone
@@ -207,8 +208,9 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             run.write_sums()  # the evidence so far: what a resume checks the run directory against
     except BaseException:
         info.status = "interrupted"
-        run.write_info(info)
-        run.write_sums()
+        with contextlib.suppress(OSError):  # a full disk may be why: the first error is the one to tell
+            run.write_info(info)
+            run.write_sums()
         raise
     after = collect()
     atomic_write_model(run.fingerprint_after_path, after)
