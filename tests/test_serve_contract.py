@@ -64,6 +64,7 @@ def test_each_engine_image_serves_a_case_through_the_docker_executor(stand_ins, 
         assert launch["image"] == stand_ins[f"serve-{engine}"] and launch["port"]["host"].startswith("127.0.0.1:")
         assert launch["user"].startswith("root")  # the image's own USER: the kit sets none
         assert launch["stop"]["exit_code"] == 0  # it stopped on SIGTERM, as a server does
+        assert launch["confinement"]["CapDrop"] == ["ALL"] and "no-new-privileges" in launch["confinement"]["SecurityOpt"]
         tokens = details["tokens"]
         assert tokens["equal"] and tokens["client_counted"] == tokens["server_counters"]["generated_tokens"] == 24 * 32
         assert details["bounds"]["unavailable"].startswith("no peak figures")

@@ -379,7 +379,7 @@ class ContainerPlacement:
         def run(arguments: list[str]) -> tuple[int, str]:
             container = images.engine().containers.run(
                 reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
-                user=f"{os.getuid()}:{os.getgid()}", labels=self._labels(case),
+                user=f"{os.getuid()}:{os.getgid()}", labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
                 environment={"KIT_CACHE": CACHE_MOUNT, "HF_HOME": "/tmp/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
                 volumes={str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
                          str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"}},
@@ -408,9 +408,12 @@ class ContainerPlacement:
         host_port = free_port()
         container = images.engine().containers.run(
             image.id, command or None, detach=True, environment=environment,
-            ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},
+            ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},  # reachable from this host only
             volumes={str(model_dir.resolve()): {"bind": inside, "mode": "ro"}},
             shm_size=engine.shm_size,
+            # As the image's USER (the engines' own images run as root), without capabilities: an
+            # engine serves from its model folder and /dev/shm and needs none of root's powers.
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
             device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
             labels=self._labels(case),
         )  # fmt: skip
@@ -423,6 +426,7 @@ class ContainerPlacement:
             "command": command, "environment": environment, "container_id": container.id,
             "port": {"container": engine.container_port, "host": f"127.0.0.1:{host_port}"},
             "version": images.load_lock().images[case.image].versions.get(engine.name),
+            "confinement": {key: (container.attrs.get("HostConfig") or {}).get(key) for key in ("CapDrop", "SecurityOpt", "NetworkMode")},
         }  # fmt: skip
 
 
