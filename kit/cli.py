@@ -172,10 +172,12 @@ def _stop_on_sigterm() -> None:
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
+@click.option("--redact", is_flag=True,
+              help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight,
-        accept_changes) -> None:  # fmt: skip
+        redact, accept_changes) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
@@ -187,13 +189,14 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight:
+        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
             raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
         info = run_dir.read_info()
         executor = None if info.executor == "auto" else info.executor
+        redact = info.redacted
         cases = [c for c in info.plan.cases if c.id in set(info.selected)]
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}
         for case_id in finished:  # a finished case that cannot be read is refused here, never run again over it
@@ -220,12 +223,17 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     _remove_leftovers()
     from kit.execute import describe_choice, needs_local_frameworks
 
+    if redact:
+        from kit.redact import use_machine_salt
+
+        use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
+
     if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
             raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
         console.print("checking the environment (kit doctor)...")
-        fingerprint, checks = runner.preflight(plan, executor=executor)
+        fingerprint, checks = runner.preflight(plan, redact=redact, executor=executor)
         failed = runner.failing(checks)
         if failed and not force:
             console.print(checks_table(checks))
@@ -251,7 +259,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
-            image_preparation=prepared,
+            image_preparation=prepared, redact=redact,
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
@@ -277,6 +285,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             console.print(preflight_table(checked))
             info.preflight = checked.model_dump(mode="json")
         run_dir.write_info(info)
+        runner.redact_in_place(run_dir, info)
     console.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:

@@ -183,6 +183,7 @@ class RunInfo(BaseModel):
     preflight: dict[str, Any] | None = None  # kit.preflight.Preflight, as checked before the first case
     no_preflight: bool = False  # started with --no-preflight
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
+    redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
     # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
     # images it needed, and whether each was present, built or pulled first, and in how long.

@@ -43,7 +43,7 @@ def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
 
 def host_summary(host: Host) -> dict:
     return {
-        "hostname": platform.node(),
+        "hostname": platform.node(),  # a redacted run's is made a token when the run directory is sealed
         "os": platform.platform(),
         "python": platform.python_version(),
         "gpus": host.gpu_names,
@@ -82,6 +82,7 @@ def start_run(
     forced: bool,
     skip_predicted_oom: bool = False,
     image_preparation: list | None = None,
+    redact: bool = False,
 ) -> RunDir:
     run = RunDir(out)
     run.lock()
@@ -102,9 +103,19 @@ def start_run(
         started_at=utc_now(),
         skip_predicted_oom=skip_predicted_oom,
         image_preparation=image_preparation or [],
+        redacted=redact,
     )
     run.write_info(info)
+    redact_in_place(run, info)
     return run
+
+
+def redact_in_place(run: RunDir, info: RunInfo) -> None:
+    """A redacted run's files, redacted now (before its evidence is first written)."""
+    if info.redacted:
+        from kit.redact import Redactor
+
+        Redactor(run.root).tree(run.root)
 
 
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
@@ -205,21 +216,28 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             progress.case_finished(result, done, total)
             if record_images(info, result):
                 run.write_info(info)
-            run.write_sums()  # the evidence so far: what a resume checks the run directory against
+            seal(run, info)  # the evidence so far: what a resume checks the run directory against
     except BaseException:
         info.status = "interrupted"
         with contextlib.suppress(OSError):  # a full disk may be why: the first error is the one to tell
             run.write_info(info)
-            run.write_sums()
+            seal(run, info)
         raise
-    after = collect()
+    after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
     before = Fingerprint.model_validate_json(run.fingerprint_path.read_text(encoding="utf-8"))
     info.findings = drift(before, after)
     info.status, info.finished_at = "finished", utc_now()
     run.write_info(info)
-    run.write_sums()
+    seal(run, info)
     return run.results()
+
+
+def seal(run: RunDir, info: RunInfo) -> None:
+    """SHA256SUMS over the run directory as it is now; a redacted run is redacted first, so that
+    the evidence is of what can be shared."""
+    redact_in_place(run, info)
+    run.write_sums()
 
 
 # Statuses that say the kit could not measure what the case asked for; anything else (ok, oom,

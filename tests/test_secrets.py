@@ -3,6 +3,7 @@ manifest is read, and tokens in the environment kit runs in are used, never writ
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -61,3 +62,34 @@ def test_tokens_in_kits_environment_appear_in_no_artifact_of_a_run_or_its_report
              for name, value in PLANTED.items() if value.encode() in content]  # fmt: skip
     assert found == []
     assert done.stdout.count(PLANTED["HF_TOKEN"]) == done.stderr.count(PLANTED["HF_TOKEN"]) == 0
+
+
+@pytest.mark.e2e
+def test_a_redacted_run_names_no_host_user_or_identifying_path_in_any_file_and_resumes_with_its_tokens(tmp_path):
+    import getpass
+    import platform
+    import re
+    from pathlib import Path
+
+    from kit.cache import cache_dir
+
+    run = tmp_path / "run"
+    cases = ["comm.all_reduce.g2", "profile.tiny-llama.base.g1", "serve.tiny-llama.vllm.g1"]
+    done = subprocess.run([*KIT, "run", "--profile", "smoke", *[a for c in cases for a in ("--case", c)], "--executor", "local",
+                           "--redact", "--out", str(run)], capture_output=True, text=True, timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    identifying = [str(run.resolve()), str(cache_dir().resolve()), str(Path.home()) + "/", str(Path(__file__).resolve().parent.parent)]
+    words = [platform.node()] + ([getpass.getuser()] if getpass.getuser() != "root" else [])
+    found = []
+    for path in run.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            found += [(str(path.relative_to(run)), s) for s in identifying if s in text]
+            found += [(str(path.relative_to(run)), w) for w in words if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text)]
+    assert found == []
+    info = json.loads((run / "run.json").read_text())
+    assert info["redacted"] and info["host"]["hostname"].startswith("redacted-")
+    before = json.loads((run / "fingerprint.json").read_text())["host"]["hostname"]
+    assert before == info["host"]["hostname"] == json.loads((run / "fingerprint-after.json").read_text())["host"]["hostname"]
+    check = subprocess.run([*KIT, "report", str(run), "--verify"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr[-2000:]
