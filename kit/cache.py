@@ -121,6 +121,10 @@ def ensure_entry(
     virtual environment: its scripts name their own path) is made `in_place`, in its final
     folder, under the same lock and with the marker still written last.
     """
+    try:  # whole already: nothing to write, not even the lock (a read-only mount of the cache holds it)
+        return read_marker(target)
+    except CacheEntryInvalid:
+        pass
     target.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(target.with_name(target.name + ".lock"), what, say):
         try:

@@ -109,10 +109,13 @@ def test_by_default_a_cpu_case_whose_image_is_missing_runs_locally(smoke_plan, m
 
 @pytest.fixture(scope="module")
 def docker_run(tmp_path_factory):
-    """One `kit run --executor docker` of a smoke pre-training and a smoke fine-tuning case."""
+    """One `kit run --executor docker` of a smoke pre-training and a smoke fine-tuning case, on an
+    empty kit cache (as a fresh machine has it: the ops and the checkpoint are made by the run)."""
     smoke_image_or_skip()
-    run = tmp_path_factory.mktemp("docker-run") / "run"
-    done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--case", FINETUNE, "--out", str(run))
+    folder = tmp_path_factory.mktemp("docker-run")
+    run = folder / "run"
+    env = {**os.environ, "KIT_CACHE": str(folder / "cache")}
+    done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--case", FINETUNE, "--out", str(run), env=env)
     return run, done
 
 
@@ -135,6 +138,9 @@ def test_a_smoke_case_runs_in_the_smoke_container(docker_run, case_id):
     log = (run / "cases" / case_id / "log.txt").read_text()
     assert f"docker image kit/smoke:0.1.0 ({result.samples[0].container.image_digest})" in log
     assert "rank 0, run 1: ok" in log  # the workload's own output, streamed from the container
+    if case_id == FINETUNE:  # LoRA loads a checkpoint: made first by the kit's image, then mounted read-only
+        assert "making the synthetic checkpoint of tiny-llama" in log
+        assert all(rank.details["weights"].startswith("synthetic checkpoint tiny-llama-") for rank in result.samples[0].ranks)
 
 
 @pytest.mark.docker
@@ -191,7 +197,7 @@ def test_a_training_container_has_no_network_no_capabilities_and_its_own_shared_
         assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
         assert host["IpcMode"] != "host" and host["ShmSize"] == 16 * 2**30
         binds = {bind.split(":")[1]: bind.split(":")[2] for bind in host["Binds"]}
-        assert binds[docker.SOURCE_MOUNT] == "ro" and binds[f"{docker.CACHE_MOUNT}/checkpoints"] == "rw"
+        assert binds[docker.SOURCE_MOUNT] == "ro" and binds[f"{docker.CACHE_MOUNT}/checkpoints"] == "ro"
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)

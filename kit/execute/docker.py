@@ -130,7 +130,8 @@ def gpu_request(case: Case, host_gpus: int):
 
 def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
     """The kit's source (read-only), the case folder, a cache of this image's built ops, and the
-    host's synthetic checkpoints (one per model, whichever case or engine made it first)."""
+    host's synthetic checkpoints (read-only: one per model, made before the case by the kit's
+    own image where it needs one)."""
     cache = cache_dir() / "containers" / image_name
     (cache / "home").mkdir(parents=True, exist_ok=True)
     checkpoints = cache_dir() / "checkpoints"
@@ -139,7 +140,7 @@ def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
         str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
         str(case_dir.resolve()): {"bind": CASE_MOUNT, "mode": "rw"},
         str(cache.resolve()): {"bind": CACHE_MOUNT, "mode": "rw"},
-        str(checkpoints.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"},
+        str(checkpoints.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "ro"},
     }
 
 
@@ -467,6 +468,13 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
         image = client.images.get(reference)
     except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
         return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
+    from kit.serve.checkpoints import needs_checkpoint
+
+    if needs_checkpoint(case):  # made first, by the kit's own image: the case's mount of it is read-only
+        try:
+            ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
+        except (RuntimeError, docker.errors.DockerException) as exc:
+            return failed(f"the synthetic checkpoint could not be made: {exc}")
     binary = nccl_tests.runs_binary(case)
     command = container_command(case, indices)
     environment = container_environment(case)

@@ -1,10 +1,11 @@
-"""A serve case's synthetic checkpoint, made once into the host's cache by the kit's own code.
+"""A case's synthetic checkpoint, made once into the host's cache by the kit's own code.
 
-An engine that cannot make random weights itself loads a checkpoint. It is never made inside an
+An engine that cannot make random weights itself loads a checkpoint, as does training that
+quantises or adds LoRA to a pre-trained model. It is never made inside an
 engine's image (their transformers differ, and a 70B checkpoint would be written once per
 engine): the kit's own workload code makes it, in this Python or in the kit's own image, into
 `$KIT_CACHE/checkpoints` (kit.workloads.synthetic, a cache entry made once, whole), and the
-engine gets it mounted read-only.
+engine, or the training container, gets it mounted read-only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ from pathlib import Path
 from kit.cache import CacheEntryInvalid, cache_dir, read_marker
 from kit.model_files import model_key
 from kit.protocol import Case
+
+
+def needs_checkpoint(case: Case) -> bool:
+    """Whether the case loads a checkpoint: a serve case, or training that quantises or adds
+    LoRA to a pre-trained model (otherwise training starts from random initialisation)."""
+    if case.workload == "serve":
+        return True
+    params = case.params
+    return case.workload == "train" and (params.quantization != "none" or params.peft != "none")
 
 
 def checkpoint_path(case: Case) -> Path:
