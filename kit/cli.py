@@ -202,6 +202,11 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         for case_id in finished:  # a finished case that cannot be read is refused here, never run again over it
             run_dir.read_result(case_id)
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
+        if not dry_run:  # held from here on, and checked against its evidence before anything is said or done
+            try:
+                run_dir = runner.resume(resume_dir, accept_changes)
+            except runner.EvidenceChanged as exc:
+                raise UsageFailure(str(exc)) from None
     else:
         if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
             raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
@@ -250,12 +255,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     console.print(describe_choice(pending, executor))
 
     _stop_on_sigterm()
-    if resume_dir:
-        try:
-            run_dir = runner.resume(resume_dir, accept_changes)
-        except runner.EvidenceChanged as exc:
-            raise UsageFailure(str(exc)) from None
-    else:
+    if not resume_dir:
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,

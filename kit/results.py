@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
@@ -185,6 +185,13 @@ class RunInfo(BaseModel):
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
     redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
+
+    @model_validator(mode="after")
+    def _selected_cases_are_in_the_plan(self) -> "RunInfo":
+        unknown = sorted(set(self.selected) - {case.id for case in self.plan.cases})
+        if unknown:
+            raise ValueError(f"selected case {unknown[0]!r} is not in the run's plan")
+        return self
     # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
     # images it needed, and whether each was present, built or pulled first, and in how long.
     image_preparation: list[ImagePreparation] = []

@@ -23,7 +23,18 @@ from kit.fingerprint import Fingerprint, collect, probe_this_python
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
-from kit.results import SUMS_FILE, AcceptedChanges, Result, RunDir, RunInfo, RunSample, atomic_write_model, utc_now
+from kit.results import (
+    SUMS_FILE,
+    AcceptedChanges,
+    Result,
+    RunDir,
+    RunInfo,
+    RunSample,
+    UnreadableRun,
+    atomic_write_model,
+    read_model,
+    utc_now,
+)
 
 
 class Progress:
@@ -225,8 +236,10 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
         raise
     after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
-    before = Fingerprint.model_validate_json(run.fingerprint_path.read_text(encoding="utf-8"))
-    info.findings = drift(before, after)
+    try:
+        info.findings = drift(read_model(run.fingerprint_path, Fingerprint), after)
+    except UnreadableRun:  # accepted on resume, or lost before the evidence had it: no drift to tell
+        info.findings = []
     info.status, info.finished_at = "finished", utc_now()
     run.write_info(info)
     seal(run, info)
@@ -263,7 +276,10 @@ def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
         return []
     from kit.report.evidence import differences, read_sums
 
-    listed = {entry.path for entry in read_sums(run.root)}
+    try:
+        listed = {entry.path for entry in read_sums(run.root)}
+    except (ValueError, OSError) as exc:  # cut short, binary, not a sums file: nothing can be trusted
+        return [f"unreadable: {SUMS_FILE} ({str(exc)[:200]})"]
     redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
     return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
 

@@ -39,6 +39,10 @@ DAMAGE = {
     "case id absolute": lambda run: edit_info(run, lambda info: hostile_id(info, "/tmp/kit-escape")),
     "case id with a NUL": lambda run: edit_info(run, lambda info: hostile_id(info, "comm\u0000x")),
     "model name climbs out": lambda run: edit_info(run, lambda info: info["plan"]["cases"][0].update(model="../m")),
+    "selected case not in the plan": lambda run: edit_info(run, lambda info: info["selected"].append("comm.nothing.g2")),
+    "SHA256SUMS not a sums file": lambda run: (run / "SHA256SUMS").write_bytes(b"\x00garbage\n" * 10),
+    "fingerprint.json garbage": lambda run: (run / "fingerprint.json").write_text("{]"),
+    "a rank file deleted": lambda run: (run / "cases" / CASE / "runs" / "1" / "rank-0.json").unlink(),
     "result.json cut short": lambda run: cut(run / "cases" / CASE / "result.json"),
     "result.json binary": lambda run: (run / "cases" / CASE / "result.json").write_bytes(b"\xff\xfe\x00" * 50),
 }
@@ -54,6 +58,11 @@ def cut(path) -> None:
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
 
 
+def files_of(run) -> dict:
+    """Every file's bytes, but the lock's note (who holds the run: not evidence, rewritten by each kit)."""
+    return {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != "kit.lock"}
+
+
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_run_directory_is_refused_in_one_line_and_nothing_outside_it_changes(real_run, tmp_path, damage):
     root = tmp_path / "a" / "b"
@@ -63,15 +72,14 @@ def test_a_damaged_run_directory_is_refused_in_one_line_and_nothing_outside_it_c
     sentinel.mkdir()
     (sentinel / "keep.txt").write_text("not the kit's")
     DAMAGE[damage](run)
-    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    before = files_of(run)
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert str(run) in done.stderr
     assert (sentinel / "keep.txt").read_text() == "not the kit's" and not (tmp_path / "kit-escape").exists()
     assert not any(tmp_path.rglob("*escape*/*.json"))
-    after = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
-    assert after == before, "a refused resume changed the run directory"
+    assert files_of(run) == before, "a refused resume changed the run directory"
 
 
 def test_a_second_kit_on_a_run_in_use_is_refused_naming_the_holder_and_a_crash_frees_it(real_run, tmp_path):
@@ -151,3 +159,17 @@ def test_the_evidence_covers_dot_files_and_records_a_link_without_following_it(r
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stderr[-3000:]
     assert f"added: cases/{CASE}/.hidden" in done.stderr and f"added: cases/{CASE}/elsewhere" in done.stderr
+
+
+def test_a_run_killed_before_its_evidence_with_its_fingerprint_lost_still_finishes(real_run, tmp_path):
+    """No SHA256SUMS yet (killed during its first case) and fingerprint.json unreadable: nothing
+    to check against, so the resume runs the case and the run ends without a drift comparison."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    (run / "SHA256SUMS").unlink()
+    shutil.rmtree(run / "cases" / CASE)
+    (run / "fingerprint.json").write_text("{]")
+    edit_info(run, lambda info: info.update(status="interrupted"))
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert json.loads((run / "cases" / CASE / "result.json").read_text())["status"] == "ok"
