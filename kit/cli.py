@@ -47,13 +47,19 @@ def cli() -> None:
     kit run --resume RUN_DIR      finish an interrupted run
     kit images verify             the pinned images: lock vs this host
     """
+    from kit.execute.owners import dead_marks
+
+    marks = dead_marks()  # a kit that was killed with containers running: whatever runs next removes them
+    if marks and _remove_leftovers() is not None:
+        for mark in marks:
+            mark.unlink(missing_ok=True)
 
 
-def _remove_leftovers() -> None:
+def _remove_leftovers() -> list[str] | None:
     """Containers of a kit that was killed (kill -9, a lost session) go before new ones start."""
     from kit.execute.docker import remove_leftovers
 
-    remove_leftovers(say=lambda line: click.echo(line, err=True))
+    return remove_leftovers(say=lambda line: click.echo(line, err=True))
 
 
 @cli.command("doctor")

@@ -23,6 +23,7 @@ from kit.cache import cache_dir
 from kit.comm import topology_facts
 from kit.execute.local import launcher_command
 from kit.execute import processes
+from kit.execute.owners import mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples
 from kit.host import gpu_names
 from kit.protocol import Case
@@ -144,15 +145,6 @@ def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
     }
 
 
-def process_start_ticks(pid: int) -> str | None:
-    """When a process started (clock ticks since boot): a pid plus this names one process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[19]
-    except (OSError, IndexError):
-        return None
-
-
 def owner_labels(case: Case, run_dir: Path, index: int) -> dict[str, str]:
     return {
         LABEL_RUN: run_dir.name,
@@ -177,19 +169,16 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return started is not None and started == labels.get(LABEL_OWNER_START)
 
 
-def remove_leftovers(say=None) -> list[str]:
-    """Remove the containers of kit processes that no longer exist; the names of those removed.
-
-    Called when `kit` starts. Cheap when there is no engine: nothing is imported or contacted
-    unless a docker socket may exist.
-    """
+def remove_leftovers(say=None) -> list[str] | None:
+    """Remove the containers of kit processes that no longer exist; the names of those removed,
+    or None where the engine could not be asked (they may still be there)."""
     if not images.engine_socket_may_exist():
         return []
     try:
         client = images.engine()
         found = client.containers.list(all=True, filters={"label": LABEL_RUN})
     except Exception:
-        return []
+        return None
     removed = []
     for container in found:
         labels = container.labels or {}
@@ -265,6 +254,7 @@ def _create_and_start(client, settings: dict, log):
     import docker
 
     ulimits = dict(settings["ulimits"])
+    mark_this_process()
     while True:
         container = client.containers.create(**{
             **settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]})
@@ -378,6 +368,7 @@ class ContainerPlacement:
         host_folder.mkdir(parents=True, exist_ok=True)
 
         def run(arguments: list[str]) -> tuple[int, str]:
+            mark_this_process()
             container = images.engine().containers.run(
                 reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
                 user=f"{os.getuid()}:{os.getgid()}", labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
@@ -407,6 +398,7 @@ class ContainerPlacement:
         command = [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)]
         environment = {**engine.environment(case), **case.params.env}
         host_port = free_port()
+        mark_this_process()
         container = images.engine().containers.run(
             image.id, command or None, detach=True, environment=environment,
             ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},  # reachable from this host only
