@@ -83,3 +83,35 @@ def test_a_self_timing_workload_returns_its_details_as_the_sample(monkeypatch, s
     sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
     assert (sample.status, workload) == ("ok", None)
     assert sample.details == {"rows": [{"bytes": 8, "time_us": 1.5}]} and sample.step_s == []
+
+
+@pytest.mark.e2e
+def test_a_real_out_of_memory_on_cpu_is_recorded_as_oom(smoke_plan, tmp_path):
+    """The real training workload, one process, building Llama2-7B in bf16 (13 GB of weights)
+    under an 8 GiB address-space limit: torch's own allocator refuses, and the sample says oom."""
+    import json
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    from kit.protocol import load_protocol
+    from kit.results import atomic_write_model
+
+    case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
+    big = case.model_copy(update={"id": "pretrain.llama2-7b.naive.g1", "gpus": 1, "model": "llama2-7b",
+                                  "shape": load_protocol().models["llama2-7b"]})  # fmt: skip
+    atomic_write_model(tmp_path / "case.json", big)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+    limit = 8 * 2**30
+    done = subprocess.run([sys.executable, "-m", "kit.workloads", "--case", str(tmp_path / "case.json"), "--out", str(tmp_path / "out")],
+                          env=env, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    sample = json.loads((tmp_path / "out" / "rank-0.json").read_text())
+    assert sample["status"] == "oom", done.stderr[-2000:]
+    assert "can't allocate memory" in sample["reason"] and done.returncode != 0

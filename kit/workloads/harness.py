@@ -61,11 +61,13 @@ class StepWorkload(Protocol):
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA OOM (torch.OutOfMemoryError is a RuntimeError), host MemoryError, allocator messages."""
+    """CUDA OOM (torch.OutOfMemoryError is a RuntimeError), host MemoryError, and torch's CPU
+    allocator refusing (a RuntimeError: "DefaultCPUAllocator: can't allocate memory ... Error
+    code 12 (Cannot allocate memory)", as a process under a memory limit gets it)."""
     if isinstance(exc, MemoryError):
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return "outofmemoryerror" in text or "out of memory" in text
+    return any(words in text for words in ("outofmemoryerror", "out of memory", "can't allocate memory", "cannot allocate memory"))
 
 
 def framework_versions() -> dict[str, str]:
