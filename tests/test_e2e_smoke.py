@@ -94,3 +94,14 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
     assert info.preflight and all(line["status"] == "ok" for line in info.preflight["lines"])
     assert "Preflight before the first case" in html and "one streamed request" in html
     assert "Duration by stage: estimated before the run, and actual" in html
+    # The pre-training table, read back: each method's row gives result.json's figures.
+    from kit.report.cells import mean_std, method_label
+
+    pretrain = html[html.index('<section id="pretrain"'):]
+    for case in plan.cases:
+        result = RunDir(run).read_result(case.id)
+        if case.stage == "pretrain" and result.status == "ok":
+            row = (f'<td colspan="1" class="tone-strong">{method_label(case.method)}</td>'
+                   f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["tokens_per_s"], "10^3 tokens/s")}</td>'
+                   f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["peak_memory_gib"])}</td>')  # fmt: skip
+            assert row in pretrain, case.id
