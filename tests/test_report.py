@@ -318,6 +318,16 @@ def test_the_p_value_without_scipy_is_the_cauchy_tail_at_one_degree_of_freedom(m
     assert p_value == pytest.approx(1 - 2 * math.atan(2.0) / math.pi, rel=1e-12)
 
 
+@pytest.mark.parametrize("t, df", [(0.3, 2.0), (2.0, 3.96), (4.7, 3.96), (-1.5, 10.5), (12.0, 4.0), (0.05, 1.0)])
+def test_the_p_value_without_scipy_is_scipys(monkeypatch, t, df):
+    from scipy.stats import t as student_t
+
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # the kit's continued fraction, as without scipy
+    p_value, method = stats.two_sided_p_value(t, df)
+    assert method == "continued fraction"
+    assert p_value == pytest.approx(2 * student_t.sf(abs(t), df), rel=1e-9)
+
+
 def test_welchs_test_finds_a_clear_difference_and_its_degrees_of_freedom():
     test = stats.welch_t_test([1.0, 1.2, 0.9], [1.5, 1.7, 1.4, 1.6])
     assert test.t == pytest.approx(4.7274557, rel=1e-6)
