@@ -10,6 +10,7 @@ resumed run keeps its tokens and two runs of one machine can still be told apart
 from __future__ import annotations
 
 import getpass
+import gzip
 import os
 import platform
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from kit.cache import cache_dir
 from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
-from kit.results import atomic_write_text
+from kit.results import atomic_write_bytes, atomic_write_text
 
 SALT_FILE = "redaction-salt"
 
@@ -60,14 +61,18 @@ class Redactor:
         return text
 
     def tree(self, folder: Path) -> None:
-        """Every text file under `folder`, redacted in place (atomically); binary files and links as they are."""
+        """Every text file under `folder`, gzipped ones too (the profiler's traces name the host),
+        redacted in place (atomically); other binary files and links as they are."""
         for path in sorted(Path(folder).rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
+            zipped = path.suffix == ".gz"
             try:
-                original = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
+                raw = path.read_bytes()
+                original = (gzip.decompress(raw) if zipped else raw).decode("utf-8")
+            except (UnicodeDecodeError, OSError, EOFError):
                 continue
             redacted = self.text(original)
             if redacted != original:
-                atomic_write_text(path, redacted)
+                data = redacted.encode("utf-8")
+                atomic_write_bytes(path, gzip.compress(data, mtime=0) if zipped else data)

@@ -199,11 +199,16 @@ class RunInfo(BaseModel):
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename: readers see all or nothing."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """atomic_write_text's bytes: a temporary file in the same folder, synced, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

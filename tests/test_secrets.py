@@ -3,6 +3,7 @@ manifest is read, and tokens in the environment kit runs in are used, never writ
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -55,7 +56,8 @@ def test_tokens_in_kits_environment_appear_in_no_artifact_of_a_run_or_its_report
     assert done.returncode == 0, done.stderr[-3000:]
     report = subprocess.run([*KIT, "report", str(run)], capture_output=True, text=True, env=env, timeout=900)
     assert report.returncode == 0, report.stderr[-3000:]
-    texts = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    texts = {path: gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+             for path in run.rglob("*") if path.is_file()}  # fmt: skip
     pdf_text = subprocess.run(["pdftotext", str(run / "report.pdf"), "-"], capture_output=True, check=True).stdout
     texts[run / "report.pdf (text)"] = pdf_text
     found = [(str(path.relative_to(run)), name) for path, content in texts.items()
@@ -83,7 +85,8 @@ def test_a_redacted_run_names_no_host_user_or_identifying_path_in_any_file_and_r
     found = []
     for path in run.rglob("*"):
         if path.is_file():
-            text = path.read_bytes().decode("utf-8", errors="replace")
+            raw = path.read_bytes()
+            text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
             found += [(str(path.relative_to(run)), s) for s in identifying if s in text]
             found += [(str(path.relative_to(run)), w) for w in words if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text)]
     assert found == []
