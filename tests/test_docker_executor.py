@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docker_engine import containers_of_run, engine_or_skip, smoke_image_or_skip
+from recorded_nccl_tests import FIXTURES, case_for, stand_in
 
 from kit.execute import choose, describe_choice, docker, local, owners
 from kit.results import RunDir
@@ -296,21 +297,23 @@ def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_m
     assert containers_of_run(tmp_path / "run") == []
 
 
+RECORDED_COMM = "rtx2080ti-nvlink-old-format-headerless"  # all_gather_perf -g 2, two RTX 2080 Ti
+
+
 @pytest.fixture(scope="module")
 def comm_stand_in_image(tmp_path_factory):
-    """An image whose all_reduce_perf prints a real run's output (tests/fixtures/nccl_tests), on
-    the comm image's PATH: the docker path of an nccl-tests case without a GPU toolchain here."""
+    """An image whose all_gather_perf answers its recorded command with that real run's output
+    (tests/recorded_nccl_tests.py), on the comm image's PATH: the docker path of an nccl-tests
+    case without a GPU toolchain here."""
     client, smoke = smoke_image_or_skip()
     context = tmp_path_factory.mktemp("comm-stand-in")
-    fixture = Path(__file__).parent / "fixtures" / "nccl_tests" / "h100x16-two-nodes-all_reduce.txt"
-    (context / "out.txt").write_bytes(fixture.read_bytes())
-    (context / "all_reduce_perf").write_text("#!/bin/sh\ncat /opt/nccl-tests/out.txt\n")
-    (context / "all_reduce_perf").chmod(0o755)
+    (context / "out.txt").write_bytes((FIXTURES / f"{RECORDED_COMM}.txt").read_bytes())
+    stand_in(context, RECORDED_COMM, output_at="/opt/nccl-tests/out.txt")
     (context / "Dockerfile").write_text(
-        f"FROM {smoke.id}\nCOPY all_reduce_perf /opt/nccl-tests/all_reduce_perf\n"
+        f"FROM {smoke.id}\nCOPY all_gather_perf /opt/nccl-tests/all_gather_perf\n"
         "COPY out.txt /opt/nccl-tests/out.txt\nENV PATH=/opt/nccl-tests:$PATH\n"
     )
-    tag = "kit-test/comm-stand-in:1"
+    tag = "kit-test/comm-stand-in:2"
     client.images.build(path=str(context), tag=tag, rm=True)
     yield tag
     client.images.remove(tag, force=True)
@@ -324,7 +327,7 @@ def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
     lock["images"]["comm"]["reference"] = comm_stand_in_image
     (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
     # A CPU case: this engine has no GPUs to give (the device request is tested above).
-    case = next(c for c in paper_plan.cases if c.id == "comm.all_reduce.g8").model_copy(update={"device": "cpu"})
+    case = case_for(paper_plan.cases, RECORDED_COMM).model_copy(update={"device": "cpu"})
     case_dir = tmp_path / "run" / "cases" / case.id
     case_dir.mkdir(parents=True)
     with (case_dir / "log.txt").open("w") as log:
@@ -332,10 +335,9 @@ def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
     assert sample.status == "ok", sample.reason
     assert sample.container.image == comm_stand_in_image and sample.container.exit_code == 0
     [rank] = sample.ranks
-    assert rank.details["command"][:2] == ["all_reduce_perf", "-b"] and len(rank.details["rows"]) == 31
+    assert rank.details["command"][:2] == ["all_gather_perf", "-b"] and len(rank.details["rows"]) == 12
     out = case_dir / "runs" / "1"
-    assert (out / "all_reduce_perf.out.txt").read_text() == (Path(__file__).parent / "fixtures" / "nccl_tests" /
-                                                             "h100x16-two-nodes-all_reduce.txt").read_text()  # fmt: skip
+    assert (out / "all_gather_perf.out.txt").read_text() == (FIXTURES / f"{RECORDED_COMM}.txt").read_text()
     assert (out / "rank-0.json").is_file()
     assert containers_of_run(tmp_path / "run") == []
 
