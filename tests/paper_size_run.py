@@ -65,6 +65,7 @@ from kit.predictions import (
     device_memory_bytes,
     predicted_oom,
     predicted_training_memory,
+    serving_bounds,
 )
 from kit.protocol import Case, Plan, build_plan, load_protocol
 from kit.results import (
@@ -79,6 +80,7 @@ from kit.results import (
 )
 from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
+from kit.serve.engines import ENGINES
 from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
@@ -179,12 +181,11 @@ class Host:
         started = self.clock.stamp()
         return RankSample(
             rank=rank,
-            world_size=case.gpus,
             device=case.device,
-            device_name=self.device_name,
             started_at=started,
             finished_at=self.clock.stamp(),
-            **{"status": "ok", "versions": self.versions(case), **fields},
+            **{"world_size": case.gpus, "device_name": self.device_name, "status": "ok",
+               "versions": self.versions(case), **fields},  # fmt: skip
         )
 
 
@@ -640,7 +641,10 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
 
 
 def burst_records(case: Case, host: Host, rng: random.Random, failed_from: int | None) -> list[RequestRecord]:
-    """One burst: every prompt sent at t ~ 0, prefills queued, decode steps shared by the batch."""
+    """One burst: every prompt sent at t ~ 0, prefills queued, decode steps shared by the batch.
+    As on a real engine that runs ahead of its reader, some stream chunks carry two tokens
+    (vLLM lists each chunk's token ids): fewer token events than tokens, one gap per event after
+    the first."""
     params = case.params
     step = DECODE_STEP_S.get(case.model, 0.02) * ENGINE_FACTOR.get(params.engine, 1.0) / host.speed
     prefill = step * 0.8
@@ -655,42 +659,71 @@ def burst_records(case: Case, host: Host, rng: random.Random, failed_from: int |
                     index=index,
                     input_tokens=params.input_tokens,
                     sent_at=sent,
+                    ended_at=sent + ttft,
                     status=503,
                     error="HTTP 503: Model is overloaded",
                 )
             )
             continue
-        itl = [step * rng.uniform(0.9, 1.25) for _ in range(params.max_output_tokens - 1)]
+        tokens = params.max_output_tokens
+        doubled = rng.randint(0, tokens // 16)  # chunks that carried two tokens
+        itl = [step * rng.uniform(0.9, 1.25) * (2 if k < doubled else 1) for k in range(tokens - doubled - 1)]
+        latency = ttft + sum(itl)
         records.append(
             RequestRecord(
                 index=index,
                 input_tokens=params.input_tokens,
                 server_prompt_tokens=params.input_tokens if params.engine == "vllm" else None,
                 sent_at=sent,
+                ended_at=sent + latency,
                 ttft=ttft,
                 itl=itl,
-                latency=ttft + sum(itl),
-                output_tokens=params.max_output_tokens,
+                latency=latency,
+                output_tokens=tokens,
                 output_tokens_source="server",
-                token_events=params.max_output_tokens,
+                token_events=tokens - doubled,
+                streamed_tokens=tokens,
                 status=200,
             )
         )
     return records
 
 
+def engine_launch(case: Case, host: Host, index: int) -> dict:
+    """What kit.execute.docker's engine placement records of the container it started, for the
+    case's published image: its real command line (kit.serve.engines) and the image's facts."""
+    engine = ENGINES[case.params.engine]
+    container = host.container(case, index, exit_code=0)
+    inside = f"/models/{case.model}-seed{case.params.seed}"
+    environment = {**engine.environment(case), **case.params.env}
+    return {
+        "name": engine.name, "label": engine.label, "placement": "docker",
+        "image": container.image, "image_digest": container.image_digest, "repo_digests": container.repo_digests,
+        "entrypoint": list(engine.entrypoint), "user": "root (the image sets none)",
+        "command": [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)],
+        "environment": environment, "container_id": container.container_id,
+        "port": {"container": engine.container_port, "host": f"127.0.0.1:{40000 + index}"},
+        "version": host.versions(case).get(engine.name),
+        "confinement": {"CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"], "NetworkMode": "bridge"},
+    }  # fmt: skip
+
+
+def serving_gpus(case: Case, host: Host) -> str:
+    """The driver names every GPU the engine was given (kit.serve.session._device_names)."""
+    return ", ".join([host.device_name] * case.gpus)
+
+
 def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    """One driver process per run (the engine brings its own): one rank sample, world size 1, as
+    kit.serve.session.run_once writes it."""
     params = case.params
-    locked = host.lock.images.get(case.image)
-    idle = {"role": "idle: rank 0 drives the engine, which shards itself over the case's GPUs"}
-    memory = PeakMemory(host_rss_bytes=420 * 2**20)
     if params.engine in UNAVAILABLE_ENGINES:
-        reason = f"{params.engine} is not installed in this environment (it runs in the {case.image} image)"
-        here = {"python": "3.11.7"}  # the host's Python, where the engine is missing
-        ranks = [host.rank(case, 0, status="unavailable", reason=reason, peak_memory=memory, versions=here)]
-        ranks += [host.rank(case, r, details=idle, peak_memory=memory, versions=here) for r in range(1, case.gpus)]
+        locked = host.lock.images[case.image]
+        hint = "pull" if locked.build is None else "build"
+        reason = f"image {locked.reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
+        ranks = [host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), status="unavailable", reason=reason)]
         write_ranks(folder, 1, ranks)
-        return [finish_run(host, case, 1, ranks, 9.0, exit_code=0).model_copy(update={"container": None})]
+        return [finish_run(host, case, 1, ranks, 0.2, exit_code=1).model_copy(update={"container": None})]
     runs = []
     for index in range(1, params.runs + 1):
         out = folder / "runs" / str(index)
@@ -698,7 +731,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
         failed_from = params.prompts - 12 if ERROR_CASES.get(case.id) == "failed-requests" else None
         records = burst_records(case, host, rng, failed_from)
         atomic_write_text(out / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
-        duration = max(r.sent_at + (r.latency or 0.0) for r in records)
+        duration = max(r.ended_at for r in records)
         totals = aggregate(records, duration)
         load = ClientLoad(
             cpu_s=0.21 * duration,
@@ -708,33 +741,17 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             loop_lag_p99_s=0.0016,
             loop_lag_max_s=0.0094,
         )
-        engine = {
-            "name": params.engine,
-            "label": {"vllm": "vLLM", "tgi": "TGI"}.get(params.engine, params.engine),
-            "argv": [
-                f"{params.engine}-server",
-                "--model",
-                "/cache/kit/checkpoints/" + case.model,
-                "--tensor-parallel-size",
-                str(case.gpus),
-            ],
-            "port": 40000 + index,
-            "pid": 7000 + index,
-            "ready_s": rng.uniform(60, 240),
-            "version": next(iter(locked.versions.values())) if locked and locked.versions else None,
-            "stop": {"stopped_by": "SIGTERM", "exit_code": 0},
-        }
-        atomic_write_text(
-            out / "engine.json",
-            json.dumps({k: engine[k] for k in ("name", "label", "argv", "port", "pid")}, indent=2) + "\n",
-        )
+        engine = {**engine_launch(case, host, index), "ready_s": rng.uniform(60, 240),
+                  "stop": {"stopped_by": "SIGTERM", "exit_code": 0}}  # fmt: skip
+        atomic_write_text(out / "engine.json", json.dumps(engine, indent=2) + "\n")
         atomic_write_text(out / "engine.log", f"INFO: serving {case.model} on {case.gpus} GPUs\nINFO: ready\n")
         checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
+        client_tokens = sum(r.streamed_tokens for r in records)
         details = {
             "engine": engine,
             "model": {
-                "kind": "synthetic",
-                "path": f"/cache/kit/checkpoints/{case.model}-seed{params.seed}",
+                "kind": "config and tokenizer; the engine makes random weights",
+                "path": f"/cache/kit/weightless/{case.model}-seed{params.seed}",
                 "sha256": checkpoint,
                 "files": {"config.json": checkpoint},
             },
@@ -746,7 +763,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             },
             "ignore_eos": params.ignore_eos,
             "ignore_eos_note": None,
-            "files": {"requests": "requests.jsonl", "engine_log": "engine.log"},
+            "files": {"requests": "requests.jsonl", "engine_log": "engine.log", "engine": "engine.json"},
             "warmup": {
                 "requests": params.warmup_requests,
                 "duration_s": 4 * DECODE_STEP_S.get(case.model, 0.02) * 256,
@@ -754,7 +771,16 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             },
             "aggregates": totals.model_dump(),
             "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
-            "saturation": saturation(load, totals.itl_s.median if totals.itl_s else None, duration).model_dump(),
+            "saturation": saturation(load, totals.tpot_s.median if totals.tpot_s else None, duration).model_dump(),
+            "tokens": {
+                "client_counted": client_tokens,
+                "token_events": load.events,
+                "engine_reported_per_request": sum(r.output_tokens for r in records if r.ok),
+                "server_counters": {"generated_tokens": client_tokens, "finished_requests": totals.completed,
+                                    "source": "vllm:generation_tokens_total, vllm:request_success_total"},  # fmt: skip
+                "equal": True,
+            },
+            "bounds": serving_bounds(case, host.spec, params.max_output_tokens).model_dump(mode="json"),
             "short_outputs": 0,
         }
         if totals.errors:
@@ -763,14 +789,13 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
                 f"{totals.errors} of {totals.requests} requests failed (first: {first}); {totals.completed} of "
                 f"{totals.requests} requests finished and are kept in requests.jsonl; engine log: engine.log"
             )
-            lead = host.rank(case, 0, status="error", reason=reason, details=details, peak_memory=memory)
+            lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), status="error",
+                             reason=reason, details=details)  # fmt: skip
         else:
-            lead = host.rank(case, 0, details=details, peak_memory=memory)
-        ranks = [lead] + [host.rank(case, r, details=idle, peak_memory=memory) for r in range(1, case.gpus)]
-        write_ranks(folder, index, ranks)
-        runs.append(
-            finish_run(host, case, index, ranks, duration + engine["ready_s"] + 30, exit_code=1 if totals.errors else 0)
-        )
+            lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), details=details)
+        write_ranks(folder, index, [lead])
+        runs.append(finish_run(host, case, index, [lead], duration + engine["ready_s"] + 30,
+                               exit_code=1 if totals.errors else 0))  # fmt: skip
         if totals.errors:
             break
     return runs

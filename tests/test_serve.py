@@ -410,6 +410,25 @@ def test_kit_run_stage_serve_runs_the_real_vllm_and_writes_rows_and_aggregates(t
     assert report.returncode == 0, report.stderr[-3000:]
     html = (run / "report.html").read_text()
     assert "the burst of each engine" in html and "no peak figures for a CPU" in html and "ITL, the gaps" in html
+    # The paper-size synthetic run the report's tests read has this real sample's shape.
+    [synthetic] = synthetic_serve_ranks(tmp_path / "synthetic")
+    [real] = result["samples"][0]["ranks"]
+    assert synthetic.world_size == real["world_size"] == 1 and set(synthetic.details) == set(details)
+    assert set(synthetic.details["tokens"]) == set(tokens) and set(synthetic.details["engine"]) >= {"name", "label", "placement", "version", "ready_s", "stop"}
+
+
+def synthetic_serve_ranks(folder: Path):
+    """The rank samples of the first run of the paper-size synthetic run's vLLM case."""
+    import random
+
+    from paper_size_run import Host, serve_runs
+
+    from kit.protocol import build_plan, load_protocol
+
+    plan = build_plan(load_protocol(), "paper")
+    case = next(c for c in plan.cases if c.workload == "serve" and c.params.engine == "vllm")
+    host = Host(plan, "NVIDIA A800-SXM4-80GB", seed=0, speed=1.0)
+    return serve_runs(case, folder, host, random.Random(0))[0].ranks
 
 
 def claim_metrics(reference, stage: str) -> set[str]:
