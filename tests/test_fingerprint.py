@@ -368,7 +368,8 @@ def test_collect_names_the_kit_and_hashes_its_workloads(here):
     measuring = fingerprint.measuring_sources()
     assert here.kit.workload_sources_sha256 == fingerprint.sources_sha256(fingerprint.PACKAGE_DIR, measuring)
     assert "workloads/probe.py" in here.kit.workload_files and "metrics.py" in here.kit.workload_files
-    assert here.kit.git_commit or here.kit.unreadable["git_commit"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=fingerprint.PACKAGE_DIR)
+    assert here.kit.git_commit == head.stdout.strip() and "git_commit" not in here.kit.unreadable
 
 
 def test_fingerprint_survives_a_json_round_trip(here):
@@ -376,10 +377,16 @@ def test_fingerprint_survives_a_json_round_trip(here):
 
 
 def test_collect_takes_the_image_probe():
-    probed = {"python": "3.10.12", "torch": "2.11.0+cu130", "cuda_runtime": "13.0",
-              "packages": {"transformers": "5.8.1", "vllm": None}}
-    fp = fingerprint.collect(image_probe=probed)
-    assert fp.image.torch == "2.11.0+cu130" and fp.image.packages["vllm"] is None
+    """The probe's real output (run here, as it runs in an image) lands in the fingerprint as the
+    versions this Python has."""
+    import torch
+    import transformers
+
+    done = subprocess.run([sys.executable, "-m", "kit.workloads.probe"], capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, check=True)  # fmt: skip
+    fp = fingerprint.collect(image_probe=fingerprint.read_probe_output(done.stdout))
+    assert fp.image.torch == torch.__version__ and fp.image.python == platform.python_version()
+    assert fp.image.packages["transformers"] == transformers.__version__ and fp.image.packages["flash-attn"] is None
 
 
 def test_gpu_names_is_empty_without_nvml_or_nvidia_smi():
