@@ -291,6 +291,10 @@ class Fingerprint(BaseModel):
     image: ImageProbe | None = None
     images_cuda: list[ImageCuda] = Field(default_factory=list)  # the images the plan runs in
     kit: KitInfo
+    # NCCL_* variables of the kit's own environment: they reach every case the local executor
+    # runs (a stray NCCL_P2P_DISABLE=1 would make every case a p2p-off variant); docker cases
+    # get only their case's variables. A variant's own variables are in its case's params.env.
+    nccl_environment: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -929,5 +933,6 @@ def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
         image=None if image_probe is None else ImageProbe.model_validate(image_probe),
         images_cuda=images_cuda or [],
         kit=kit_info(),
+        nccl_environment={key: value for key, value in sorted(os.environ.items()) if key.startswith("NCCL_")},
     )
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint

@@ -176,6 +176,15 @@ class Option(Strict):
     excludes: tuple[str, ...] = ()
 
 
+class Variant(Strict):
+    """A named change of a case's environment that the paper measured as a platform of its own
+    (RTX3090 with and without NVLink): the case again, with `env` on top of its own."""
+
+    label: str
+    env: Annotated[dict[str, str], AfterValidator(checked_env), Field(min_length=1)]
+    cpu_note: str  # what the variables do (nothing) where a case runs on CPU over gloo
+
+
 class Matrix(Strict):
     """The axes a stage is crossed over; a profile may narrow any of them."""
 
@@ -197,12 +206,15 @@ class Stage(Strict):
     # than the host has is skipped, saying so); `sweep` 1, 2, 4, ... up to all of the host's
     # GPUs; `all` every GPU of the host (at least 2: a collective needs two).
     fit: Literal["fixed", "sweep", "all"] = "fixed"
+    # Variants (Protocol.variants) each of the stage's multi-GPU cases is run in as well.
+    variants: tuple[Name, ...] = ()
 
 
 class ProfileStage(Strict):
     models: tuple[Name, ...] | None = None
     methods: tuple[Name, ...] | None = None
     gpus: tuple[GpuCount, ...] | None = None
+    variants: tuple[Name, ...] | None = None
     params: dict[str, Any] = {}
 
 
@@ -225,6 +237,7 @@ class Protocol(Strict):
     paper: str
     models: dict[Name, ModelSpec]
     option_sets: dict[str, dict[str, Option]]
+    variants: dict[Name, Variant] = {}
     stages: dict[Name, Stage]
     profiles: dict[Name, Profile]
 
@@ -234,10 +247,14 @@ class Protocol(Strict):
         for stage_name, stage in self.stages.items():
             if stage.options not in self.option_sets:
                 raise ValueError(f"stage {stage_name!r} uses unknown option set {stage.options!r}")
+            for variant in set(stage.variants) - set(self.variants):
+                raise ValueError(f"stage {stage_name!r} names unknown variant {variant!r}")
         for profile_name, profile in self.profiles.items():
-            for stage_name in profile.stages:
+            for stage_name, narrowed in profile.stages.items():
                 if stage_name not in self.stages:
                     raise ValueError(f"profile {profile_name!r} names unknown stage {stage_name!r}")
+                for variant in set(narrowed.variants or ()) - set(self.variants):
+                    raise ValueError(f"profile {profile_name!r} stage {stage_name!r} names unknown variant {variant!r}")
         return self
 
 
@@ -258,6 +275,8 @@ class Case(BaseModel):
     params: Params
     unpublished: tuple[str, ...]
     interpretation: dict[str, str]
+    variant: Name | None = None  # Protocol.variants: its env is in params.env
+    variant_of: Name | None = None  # the case this one repeats with the variant's env
 
 
 class Plan(BaseModel):
@@ -310,11 +329,23 @@ def method_tokens(method: str) -> list[str]:
 
 
 def case_id(stage: str, model: str | None, method: str, gpus: int, micro_batch: int | None) -> str:
-    """`pretrain.llama2-7b.z3+o.g8`; a non-default micro-batch adds `.b2`."""
+    """`pretrain.llama2-7b.z3+o.g8`; a non-default micro-batch adds `.b2`, a variant its name
+    (`variant_case`)."""
     parts = [stage] + ([model] if model else []) + [method, f"g{gpus}"]
     if micro_batch not in (None, 1):
         parts.append(f"b{micro_batch}")
     return ".".join(parts)
+
+
+def variant_case(case: Case, name: str, variant: Variant) -> Case:
+    """`case` again under the variant: `comm.all_gather.g8.p2p-off`, its env on top of the case's."""
+    params = case.params.model_copy(update={"env": {**case.params.env, **variant.env}})
+    settings = ", ".join(f"{key}={value}" for key, value in variant.env.items())
+    said = f"{variant.label} ({settings}); the case without it: {case.id}" + (
+        f". {variant.cpu_note}" if case.device == "cpu" else ""
+    )
+    return case.model_copy(update={"id": f"{case.id}.{name}", "params": params, "variant": name, "variant_of": case.id,
+                                   "interpretation": {**case.interpretation, "variant": said}})  # fmt: skip
 
 
 def _method_params(method: str, options: dict[str, Option]) -> dict[str, Any]:
@@ -390,7 +421,9 @@ def _stage_cases(
                         interpretation=stage.interpretation,
                     )
                 )
-    return cases
+    variants = narrowed.variants if narrowed.variants is not None else stage.variants
+    # One GPU has no peer to talk to: a variant of a one-GPU case would measure the case again.
+    return cases + [variant_case(case, name, protocol.variants[name]) for name in variants for case in cases if case.gpus > 1]
 
 
 def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None) -> Plan:

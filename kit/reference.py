@@ -153,6 +153,9 @@ class PlatformSpec(Strict):
     label: str
     device_name_contains: tuple[str, ...] = Field(min_length=1)
     interconnect: Literal["nvlink", "pcie", "any"] = "any"
+    # A PCIe platform measured on an NVLink host of the same GPUs: each case's variant of this
+    # name (protocol.yaml `variants`, e.g. p2p-off) stands for the case on this platform.
+    variant_on_nvlink: str | None = None
 
 
 class Published(Strict):
@@ -530,6 +533,23 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
     )
 
 
+def variant_standing_for(spec: PlatformSpec, run: MeasuredRun) -> str | None:
+    """The variant whose cases stand for the platform on this run: a PCIe platform that names
+    one, on a run of its GPUs linked by NVLink; else None."""
+    if spec.variant_on_nvlink is None or run.interconnect != "nvlink":
+        return None
+    same_gpus = platform_mismatch(spec.model_copy(update={"interconnect": "nvlink"}), run) is None
+    return spec.variant_on_nvlink if same_gpus else None
+
+
+def variant_case_id(case_id: str, variant: str | None) -> str:
+    """The case that stands for `case_id` under `variant`: its variant, or the case itself on
+    one GPU, where there is no peer-to-peer traffic to change (no variant is planned)."""
+    if variant is None or parse_case_id(case_id).gpus < 2:
+        return case_id
+    return f"{case_id}.{variant}"
+
+
 def platform_mismatch(spec: PlatformSpec, run: MeasuredRun) -> str | None:
     """Why a run is not on the platform, or None when it is."""
     if not run.gpu_names:
@@ -608,14 +628,16 @@ class CaseParts(NamedTuple):
     method: str
     gpus: int
     batch: int | None
+    variant: str | None = None
 
 
 def parse_case_id(case_id: str) -> CaseParts:
     parts = case_id.split(".")
+    variant = parts.pop() if not re.fullmatch(r"[bg]\d+", parts[-1]) else None
     batch = int(parts.pop()[1:]) if re.fullmatch(r"b\d+", parts[-1]) else None
     gpus = int(parts.pop()[1:])
     method = parts.pop()
-    return CaseParts(parts[0], parts[1] if len(parts) > 1 else None, method, gpus, batch)
+    return CaseParts(parts[0], parts[1] if len(parts) > 1 else None, method, gpus, batch, variant)
 
 
 def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
@@ -634,7 +656,7 @@ def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
     candidates = {
         parts.gpus: cid
         for cid, parts in peers.items()
-        if (parts.model, parts.method, parts.batch) == (model, wanted.method, wanted.batch)
+        if (parts.model, parts.method, parts.batch, parts.variant) == (model, wanted.method, wanted.batch, wanted.variant)
     }
     if wanted.gpus in candidates:
         return candidates[wanted.gpus]
@@ -651,20 +673,29 @@ class ClaimContext:
     def platform_label(self, name: str) -> str:
         return self.reference.platforms[name].label
 
-    def run_for(self, platforms: Sequence[str], cross_platform: bool) -> tuple[MeasuredRun | None, str | None]:
-        """The first run on one of `platforms` (the reported run when there are none). A
-        single-platform relation falls back to the reported run for information, with the
+    def run_for(
+        self, platforms: Sequence[str], cross_platform: bool
+    ) -> tuple[MeasuredRun | None, str | None, str | None]:
+        """The first run on one of `platforms` (the reported run when there are none), the
+        caveat, and the variant whose cases stand for the platform on that run (None: the cases
+        themselves). A run really on the platform comes before one that plays it by a variant.
+        A single-platform relation falls back to the reported run for information, with the
         mismatch as its caveat; a cross-platform one needs the real platform."""
         if not platforms:
-            return self.runs[0], None
+            return self.runs[0], None, None
+        specs = [self.reference.platforms[name] for name in platforms]
         for run in self.runs:
-            if any(platform_mismatch(self.reference.platforms[name], run) is None for name in platforms):
-                return run, None
+            if any(platform_mismatch(spec, run) is None for spec in specs):
+                return run, None, None
+        for run in self.runs:
+            variant = next((v for v in (variant_standing_for(spec, run) for spec in specs) if v), None)
+            if variant is not None:
+                return run, None, variant
         if cross_platform:
-            return None, " or ".join(platforms)
-        mismatch = platform_mismatch(self.reference.platforms[platforms[0]], self.runs[0])
+            return None, " or ".join(platforms), None
+        mismatch = platform_mismatch(specs[0], self.runs[0])
         about = " or ".join(self.platform_label(name) for name in platforms)
-        return self.runs[0], f"the claim is about {about}; {mismatch}"
+        return self.runs[0], f"the claim is about {about}; {mismatch}", None
 
     def gather(self, readings: Sequence[Reading]) -> Evidence:
         """Caveats, stand-ins and gaps of a relation's readings. Two claim cases played by one run
@@ -691,13 +722,13 @@ class ClaimContext:
         return f"needs a run on {' and one on '.join(platforms)}, which no run of this report is on"
 
     def read(self, case: str, metric: str, platforms: Sequence[str], cross_platform: bool) -> Reading:
-        run, platform_caveat = self.run_for(platforms, cross_platform)
+        run, platform_caveat, variant = self.run_for(platforms, cross_platform)
         if run is None:
             return Reading(None, inapplicable=platform_caveat)
         caveats = [platform_caveat] if platform_caveat else []
         if not run.comparable_to_reference:
             caveats.append(f"run {run.label} (profile {run.profile}) is not comparable to the reference")
-        used, stand_in = case, None
+        used, stand_in = variant_case_id(case, variant), None
         if case not in run.results and not run.comparable_to_reference:
             used = stand_in_case(case, run) or case
             stand_in = (case, used) if used != case else None
@@ -840,23 +871,27 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
         f"{relation.numerator_platform} / on {relation.denominator_platform}"
     )
     published = relation.published.describe(TIMES)
-    top_run, top_gap = context.run_for([relation.numerator_platform], True)
-    bottom_run, bottom_gap = context.run_for([relation.denominator_platform], True)
+    top_run, top_gap, top_variant = context.run_for([relation.numerator_platform], True)
+    bottom_run, bottom_gap, bottom_variant = context.run_for([relation.denominator_platform], True)
     if top_run is None or bottom_run is None:
         return outcome(
             text, published, Evidence([], {}, (), context.needs([g for g in (top_gap, bottom_gap) if g]), None)
         )
-    if top_run is bottom_run:
+    if top_run is bottom_run and top_variant == bottom_variant:
         return outcome(text, published, Evidence([], {}, (), f"both platforms resolve to run {top_run.label}", None))
+
+    def completed(run: MeasuredRun, cid: str) -> bool:
+        return cid in run.results and run.results[cid].status == "ok"
+
     cases = list(
         relation.cases
         or sorted(
             cid
             for cid, result in top_run.results.items()
             if result.stage == relation.stage
-            and result.status == "ok"
-            and cid in bottom_run.results
-            and bottom_run.results[cid].status == "ok"
+            and result.case.variant is None
+            and completed(top_run, variant_case_id(cid, top_variant))
+            and completed(bottom_run, variant_case_id(cid, bottom_variant))
         )
     )
     ratios, readings, gaps = [], [], []

@@ -140,6 +140,8 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         status, reason = "error", not_in_effect
     elif case.workload in metrics.CASE_METRICS:
         case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+    if case.variant is not None:
+        notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
     return Result(
         case_id=case.id,
         stage=case.stage,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import copy
 import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -154,6 +155,12 @@ class Host:
         self.lock = load_lock()
         self.seed, self.speed = seed, speed
         self.clock = Clock()
+
+    def slower(self, factor: float) -> Host:
+        """This host, its throughputs scaled by `factor` (the same clock and images)."""
+        slower = copy.copy(self)
+        slower.speed = self.speed * factor
+        return slower
 
     def rng(self, case: Case) -> random.Random:
         return random.Random(f"{self.seed}:{case.id}")
@@ -807,7 +814,22 @@ WORKLOAD_RUNS = {"train": train_runs, "comm": comm_runs, "profile": profile_runs
 # --- The run directory --------------------------------------------------------------------------
 
 
-def synthetic_fingerprint(plan: Plan, gpu_name: str, collected: datetime) -> Fingerprint:
+TOPOLOGIES = {
+    "nvlink-all-pairs": TopologyClass(gpu_count=8, interconnect="nvlink-all-pairs", nvlink_bonds=[8],
+                                      label="8 GPUs, all pairs NVLink (NV8)"),
+    # GeForce cards joined two by two with NVLink bridges (RTX 3090: NV4); other pairs over PCIe.
+    "nvlink-partial": TopologyClass(gpu_count=8, interconnect="nvlink-partial", nvlink_bonds=[4],
+                                    label="8 GPUs, NVLink between 4 pairs (NV4), the rest PCIe"),
+    "pcie-only": TopologyClass(gpu_count=8, interconnect="pcie-only", label="8 GPUs, PCIe only"),
+}  # fmt: skip
+# A variant's throughput against its twin's, per workload: peer-to-peer off sends GPU-to-GPU
+# traffic through host memory, which costs training about the 10 % the paper reports (C8).
+VARIANT_SPEED = {"p2p-off": {"train": 0.9, "comm": 0.45}}
+
+
+def synthetic_fingerprint(
+    plan: Plan, gpu_name: str, collected: datetime, interconnect: str = "nvlink-all-pairs"
+) -> Fingerprint:
     gpus = (
         [
             Gpu(
@@ -829,9 +851,7 @@ def synthetic_fingerprint(plan: Plan, gpu_name: str, collected: datetime) -> Fin
     )
     topology = (
         Topology(
-            topology_class=TopologyClass(
-                gpu_count=8, interconnect="nvlink-all-pairs", nvlink_bonds=[8], label="8 GPUs, all pairs NVLink (NV8)"
-            )
+            topology_class=TOPOLOGIES[interconnect]
         )
         if gpus
         else Topology(unavailable="no NVIDIA GPU")
@@ -877,6 +897,7 @@ def write_run(
     seed: int = 0,
     speed: float = 1.0,
     gpu_name: str = A800,
+    interconnect: str = "nvlink-all-pairs",
     cases: list[str] | None = None,
     fingerprint: bool = True,
 ) -> Path:
@@ -887,7 +908,7 @@ def write_run(
     root = Path(root)
     host = Host(plan, gpu_name, seed, speed)
     selected = [case for case in plan.cases if cases is None or case.id in cases]
-    before = synthetic_fingerprint(plan, gpu_name, host.clock.now)
+    before = synthetic_fingerprint(plan, gpu_name, host.clock.now, interconnect)
     checks = evaluate(before, load_expectations(), 8 if plan.device == "cuda" else None)
     run = RunDir(root)
     if fingerprint:
@@ -916,7 +937,8 @@ def write_run(
         started = host.clock.stamp()
         folder = run.prepare_case(case)
         rng = host.rng(case)
-        runs = WORKLOAD_RUNS[case.workload](case, folder, host, rng)
+        case_host = host if case.variant is None else host.slower(VARIANT_SPEED[case.variant][case.workload])
+        runs = WORKLOAD_RUNS[case.workload](case, folder, case_host, rng)
         executor = "docker" if any(sample.container for sample in runs) else "local"
         log = [
             f"=== run {s.index}: torchrun --nproc-per-node {case.gpus} -m kit.workloads --case case.json\n"

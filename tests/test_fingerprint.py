@@ -420,3 +420,11 @@ def test_probe_prints_one_json_object_of_versions():
     assert probed.python == platform.python_version()
     assert set(probed.packages) == set(probe.FRAMEWORKS)
     assert json.loads(done.stdout)["packages"] == probed.packages
+
+
+def test_the_kits_nccl_variables_are_recorded(monkeypatch):
+    """A stray NCCL_P2P_DISABLE=1 in the kit's environment turns every local case into a p2p-off
+    variant: the fingerprint names it."""
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    assert fingerprint.collect().nccl_environment == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1"}

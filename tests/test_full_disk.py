@@ -55,5 +55,5 @@ def test_a_full_disk_ends_the_run_in_one_line_keeps_finished_cases_and_resume_fi
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(path.read_text()) for path in run.glob("cases/*/result.json")]
-    assert len(results) == 4 and all(result["status"] == "ok" for result in results)
+    assert len(results) == 8 and all(result["status"] == "ok" for result in results)
     assert all(path.read_bytes() == content for path, content in kept.items())

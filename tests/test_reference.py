@@ -103,9 +103,11 @@ def test_for_each_expands_a_relation_once_per_model(reference):
 
 
 def test_case_ids_parse_into_their_axes():
-    assert parse_case_id("scaling.llama2-7b.q.g8.b2") == ("scaling", "llama2-7b", "q", 8, 2)
-    assert parse_case_id("comm.all_gather.g8") == ("comm", None, "all_gather", 8, None)
-    assert parse_case_id("pretrain.llama2-70b.z3+o+r+f.g8") == ("pretrain", "llama2-70b", "z3+o+r+f", 8, None)
+    assert parse_case_id("scaling.llama2-7b.q.g8.b2") == ("scaling", "llama2-7b", "q", 8, 2, None)
+    assert parse_case_id("comm.all_gather.g8") == ("comm", None, "all_gather", 8, None, None)
+    assert parse_case_id("pretrain.llama2-70b.z3+o+r+f.g8") == ("pretrain", "llama2-70b", "z3+o+r+f", 8, None, None)
+    assert parse_case_id("scaling.llama2-7b.q.g8.b2.p2p-off") == ("scaling", "llama2-7b", "q", 8, 2, "p2p-off")
+    assert parse_case_id("comm.all_gather.g8.p2p-off") == ("comm", None, "all_gather", 8, None, "p2p-off")
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,11 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
             f"docker {runtime.docker_server_version or 'not found'}; NVIDIA toolkit "
             f"{runtime.nvidia_container_toolkit or 'not found'}",
         ),
+        (
+            "NCCL variables of the kit",
+            ", ".join(f"{key}={value}" for key, value in fingerprint.nccl_environment.items())
+            or "none (a variant's own are in its case)",
+        ),
     ]
 
 
@@ -570,7 +575,7 @@ def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
             Table(
                 caption="Cases that ended without a measurement",
                 header=["Case", "Status", "Reason"],
-                widths=[30, 11, 59],
+                widths=[36, 10, 54],  # the longest id (pretrain.llama2-70b.z3+o+r+f.g8.p2p-off) on one line
                 rows=rows,
                 notes=[
                     "Each was recorded as it happened; the run went on. "

@@ -500,9 +500,57 @@ def generic_stage(stage: str, run: LoadedRun) -> Section:
     return section
 
 
+# The figure a variant is set beside its twin by, per workload.
+VARIANT_METRICS = {"train": "tokens_per_s", "comm": "bus_bandwidth_gb_s"}
+
+
+def variants_section(run: LoadedRun, protocol: Protocol) -> Section | None:
+    """Each variant case beside the case it repeats (its twin), by the stage's headline figure:
+    with NVLink and without it on one host (claims C4, C8, C27)."""
+    variants = [case for case in run.info.plan.cases if case.variant is not None]
+    if not variants:
+        return None
+    section = Section(anchor="variants", title="Variants beside their twins")
+    for name in dict.fromkeys(case.variant for case in variants):
+        spec = protocol.variants.get(name)
+        rows = []
+        for case in (c for c in variants if c.variant == name):
+            metric = VARIANT_METRICS.get(case.workload)
+            twin, variant = run.results.get(case.variant_of), run.results.get(case.id)
+            cells = [Cell(text=case.variant_of, tone="mono"), Cell(text=metric_label(metric) if metric else "-")]
+            if metric is None or not has_metrics(twin, metric) or not has_metrics(variant, metric):
+                missing = variant if not has_metrics(variant, metric or "") else twin
+                cells.append(status_cell(missing, case.id in run.info.selected or case.variant_of in run.info.selected, 3))
+            else:
+                ratio = variant.metrics[metric].mean / twin.metrics[metric].mean if twin.metrics[metric].mean else None
+                cells += [metric_cell(twin, metric), metric_cell(variant, metric),
+                          Cell(text=f"{ratio:.2f} ×" if ratio is not None else "-")]  # fmt: skip
+            rows.append(Row(cells=cells))
+        notes = [f"{spec.label}: {', '.join(f'{k}={v}' for k, v in spec.env.items())} on top of the twin's environment."] if spec else []
+        if run.info.plan.device == "cpu" and spec:
+            notes.append(spec.cpu_note + ": the pairs show run-to-run spread only.")
+        section.tables.append(
+            Table(
+                caption=f"{name}: each case without and with the variant",
+                header=["Case (twin)", "Figure", "Twin", name, f"{name} / twin"],
+                rows=rows,
+                notes=notes,
+            )
+        )
+    return section
+
+
+def without_variants(run: LoadedRun) -> LoadedRun:
+    """The run as the stage sections lay it out: the variant cases have a section of their own."""
+    plan = run.info.plan.model_copy(update={"cases": [c for c in run.info.plan.cases if c.variant is None]})
+    return run.model_copy(update={"info": run.info.model_copy(update={"plan": plan})})
+
+
 def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
     planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
     order = list(STAGE_TITLES) + [stage for stage in planned if stage not in STAGE_TITLES]
+    paired = variants_section(run, protocol)
+    run = without_variants(run)
     sections = []
     for stage in order:
         reason = stage_not_run(stage, run, protocol)
@@ -518,4 +566,4 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
             sections.append(serve_section(run))
         else:
             sections.append(generic_stage(stage, run))
-    return sections
+    return sections + ([paired] if paired else [])
