@@ -143,11 +143,22 @@ def train_case_metrics(
     return found, notes
 
 
+def training_case_metrics(
+    case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
+) -> tuple[dict[str, Metric | None], list[str]]:
+    """A training case's figures; a max-batch case's are those of its largest trial that ran."""
+    if case.params.max_batch_search is not None:
+        from kit.maxbatch import maxbatch_case_metrics
+
+        return maxbatch_case_metrics(case, runs, lambda trial, best: train_case_metrics(trial, best, hardware))
+    return train_case_metrics(case, runs, hardware)
+
+
 # Workload kind -> how its case metrics are computed from the runs; a kind without an entry
 # records its samples and no metrics.
 # Comm: busbw and time as nccl-tests defines them, kit/comm.py.
 # Profile: phase, part and idle figures of one dissected step, kit/breakdown.py.
-CASE_METRICS = {"train": train_case_metrics, "comm": comm_case_metrics, "profile": profile_case_metrics,
+CASE_METRICS = {"train": training_case_metrics, "comm": comm_case_metrics, "profile": profile_case_metrics,
                 "serve": serve_case_metrics}  # fmt: skip
 
 # The one figure per workload kind that a run summary shows first.

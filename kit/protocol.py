@@ -97,6 +97,16 @@ class StepParams(CaseParams):
     attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
 
 
+class MaxBatchSearch(Strict):
+    """The largest micro-batch a training case holds (paper Table IV): trials from `start`
+    (None: the memory model's prediction on a GPU, 1 on CPU) doubling until one runs out of
+    memory, then bisecting; each trial its own launch, at most `max_trials` of them."""
+
+    start: int | None = Field(default=None, gt=0)
+    max_trials: int = Field(default=12, gt=1, le=40)
+    largest: int = Field(default=4096, gt=0)  # no trial beyond: a bound for the doubling
+
+
 class TrainParams(StepParams):
     """Every knob of a pre-training or fine-tuning case."""
 
@@ -116,6 +126,12 @@ class TrainParams(StepParams):
     # model and engine anew while the imports and the process group are kept (the CPU smoke
     # profile: seconds of imports per run are most of its time). Recorded in every result.
     launch: Literal["per_run", "shared"] = "per_run"
+    # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
+    max_batch_search: MaxBatchSearch | None = None
+    # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
+    # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
+    # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
+    memory_cap_gib: float | None = Field(default=None, gt=0)
 
 
 class ProfileParams(StepParams):
@@ -404,6 +420,9 @@ def _stage_cases(
                 first = exc.errors()[0]  # type: ignore[attr-defined]
                 key = ".".join(str(p) for p in first["loc"])
                 raise ManifestError(path, f"{where} ({method}).params.{key}", first["msg"]) from None
+            if profile.device == "cuda" and getattr(params, "memory_cap_gib", None) is not None:
+                raise ManifestError(path, f"{where} ({method}).params.memory_cap_gib",
+                                    "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles")  # fmt: skip
             for gpus in gpu_counts:
                 cases.append(
                     Case(

@@ -134,7 +134,18 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
     status, reason, case_metrics, notes = "ok", None, {}, []
     options, not_in_effect = effective.merge(case, runs)
     failed = next((run for run in runs if run.status != "ok"), None)
-    if failed is not None:
+    searched = getattr(case.params, "max_batch_search", None) is not None
+    if searched:  # out-of-memory trials are how the search finds its boundary
+        from kit.maxbatch import outcome, trials_note
+
+        status, reason = outcome(case, runs)
+        notes = [trials_note(runs)] if status != "ok" else []
+        options, not_in_effect = effective.merge(case, [run for run in runs if run.status == "ok"])
+        if status == "ok" and not_in_effect is not None:
+            status, reason = "error", not_in_effect
+        elif status == "ok":
+            case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+    elif failed is not None:
         status, reason = failed.status, failed.reason
     elif not_in_effect is not None:
         status, reason = "error", not_in_effect
@@ -181,7 +192,9 @@ def execute_case(
     runs: list[RunSample] = []
     indices = list(range(1, case.params.runs + 1))
     with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
-        if getattr(case.params, "launch", "per_run") == "shared" and hasattr(executor, "run_launch"):
+        if getattr(case.params, "max_batch_search", None) is not None:
+            runs = search_max_batch(case, case_dir, executor, log, progress, host)
+        elif getattr(case.params, "launch", "per_run") == "shared" and hasattr(executor, "run_launch"):
             progress.run_started(case, 1, case.params.runs)
             for sample in executor.run_launch(case, case_dir, indices, log):
                 runs.append(effective.judged(case, sample))
@@ -196,6 +209,27 @@ def execute_case(
     result = result_of(case, runs, executor.NAME, started)
     run.write_result(result)
     return result
+
+
+def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progress, host: Host) -> list[RunSample]:
+    """The trials of a max-batch case (kit.maxbatch), each a run of the executor; the case's
+    case.json holds a trial's case while it runs (the executors launch what it says), each
+    trial's own copy stays in its run folder, and the search's case is put back at the end."""
+    from kit.maxbatch import search
+
+    def run_trial(trial: Case, index: int) -> RunSample:
+        progress.run_started(case, index, case.params.max_batch_search.max_trials)
+        log.write(f"\n=== trial {index}: micro-batch {trial.params.micro_batch}\n")
+        atomic_write_model(case_dir / "case.json", trial)
+        sample = effective.judged(trial, executor.run_once(trial, case_dir, index, log))
+        atomic_write_model(case_dir / "runs" / str(index) / "case.json", trial)
+        return sample
+
+    memory = host.gpu_memory_bytes[: case.gpus] if case.device == "cuda" else []
+    try:
+        return search(case, run_trial, min(memory) if memory else None)
+    finally:
+        atomic_write_model(case_dir / "case.json", case)
 
 
 def record_images(info: RunInfo, result: Result) -> bool:

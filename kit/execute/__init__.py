@@ -23,6 +23,12 @@ def processes(case: Case) -> int:
     return 1 if case.workload == "serve" or runs_binary(case) else case.gpus
 
 
+def memory_cap_bytes(case: Case) -> int | None:
+    """The data limit each process of a CPU case holds to (TrainParams.memory_cap_gib), or None."""
+    cap = getattr(case.params, "memory_cap_gib", None)
+    return None if cap is None or case.device != "cpu" else int(cap * 2**30)
+
+
 def choose(case: Case, requested: str | None = None) -> ModuleType:
     """The executor module for a case: the one asked for, else the best available here.
 

@@ -22,7 +22,7 @@ from kit import images, nccl_tests
 from kit.cache import cache_dir
 from kit.comm import topology_facts
 from kit.execute.local import launcher_command
-from kit.execute import processes
+from kit.execute import memory_cap_bytes, processes
 from kit.execute.owners import mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples
 from kit.host import gpu_names
@@ -40,7 +40,7 @@ CACHE_MOUNT = "/kit/cache"
 # unlimited locked memory, a 64 MiB stack.
 SHM_SIZE = "16g"
 ULIMITS = {"memlock": (-1, -1), "stack": (67108864, 67108864)}
-RLIMIT_TYPES = {"memlock": 8, "stack": 3}  # Linux RLIMIT_* numbers, as runc names a refused one
+RLIMIT_TYPES = {"memlock": 8, "stack": 3, "data": 2}  # Linux RLIMIT_* numbers, as runc names a refused one
 # A token for gated models is passed on when the user set one, under these names, and never
 # written to the case, the log or the result.
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -98,6 +98,12 @@ def container_command(case: Case, indices: list[int]) -> list[str]:
         return nccl_tests.command(case, nccl_tests.binary_name(case))
     out_dirs = [Path(f"{CASE_MOUNT}/runs/{index}") for index in indices]
     return launcher_command(case, Path(f"{CASE_MOUNT}/case.json"), out_dirs, python="python")
+
+
+def memory_cap_ulimit(case: Case) -> dict[str, tuple[int, int]]:
+    """A CPU case's memory cap (TrainParams.memory_cap_gib) as the `data` ulimit of its processes."""
+    cap = memory_cap_bytes(case)
+    return {} if cap is None else {"data": (cap, cap)}
 
 
 def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
@@ -486,7 +492,7 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         shm_size=SHM_SIZE,
-        ulimits=dict(ULIMITS),
+        ulimits={**ULIMITS, **memory_cap_ulimit(case)},
         device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
         init=True,
         labels=owner_labels(case, run_dir_of(case_dir), index),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from kit import nccl_tests
 from kit.cache import torch_extensions_dir
 from kit.comm import topology_facts
-from kit.execute import processes
+from kit.execute import memory_cap_bytes, processes
 from kit.execute.samples import launch_samples, run_sample
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, atomic_write_model, utc_now
@@ -130,9 +131,14 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
 
 
 def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
-    return subprocess.Popen(
-        command, env=process_environment(case), start_new_session=True, preexec_fn=die_with_parent, **streams
-    )
+    cap = memory_cap_bytes(case)
+
+    def before_exec() -> None:  # in the child: the launcher and its ranks inherit the limit
+        die_with_parent()
+        if cap is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+    return subprocess.Popen(command, env=process_environment(case), start_new_session=True, preexec_fn=before_exec, **streams)
 
 
 def _wait(process: subprocess.Popen, case: Case, timeout_s: float | None = None) -> bool:

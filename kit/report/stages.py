@@ -27,6 +27,7 @@ from kit.results import Metric, Result
 TRAIN_MATRIX_STAGES = ("pretrain", "finetune")
 STAGE_TITLES = {
     "pretrain": "Pre-training",
+    "maxbatch": "The largest micro-batch each method holds",
     "scaling": "Data-parallel scaling",
     "profile": "Module breakdown of a pre-training step",
     "finetune": "Fine-tuning",
@@ -35,6 +36,8 @@ STAGE_TITLES = {
 }
 # What each stage's section shows once it runs; said in its place while it does not.
 STAGE_PURPOSE = {
+    "maxbatch": "the largest micro-batch each pre-training method holds, found by trials, and the throughput and "
+    "memory there (paper Table IV)",
     "profile": "time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
     "serve": "output tokens/s beside its roofline bound, requests/s and the per-request latency distribution "
     "of each engine under a burst (paper Sec. V)",
@@ -164,6 +167,43 @@ def train_matrix(stage: str, run: LoadedRun) -> Section:
                 caption="Mean throughput over the runs of each case; error bars: one standard deviation.",
             )
         )
+    return section
+
+
+def maxbatch_section(run: LoadedRun) -> Section:
+    """Table IV: per method, the largest micro-batch that ran its warm-up and measured steps,
+    with that trial's throughput and memory, and every trial of the search."""
+    section = Section(anchor="maxbatch", title=STAGE_TITLES["maxbatch"])
+    cases = [case for case in run.info.plan.cases if case.stage == "maxbatch"]
+    rows = []
+    for case in cases:
+        result = run.results.get(case.id)
+        cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus))]
+        if has_metrics(result, "max_micro_batch", "tokens_per_s"):
+            cells += [Cell(text=f"{result.metrics['max_micro_batch'].mean:.0f}"),
+                      metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "peak_memory_gib")]  # fmt: skip
+        else:
+            cells.append(status_cell(result, case.id in run.info.selected, colspan=3))
+        trials = result.samples if result else []
+        cells.append(Cell(text=", ".join(f"{t.micro_batch} {t.status}" for t in trials) or "-", tone="muted"))
+        rows.append(Row(cells=cells))
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes"
+    section.tables.append(
+        Table(
+            caption="Table IV: the largest micro-batch per method, its throughput and peak memory",
+            header=["Model", "Method", device, "largest micro-batch", "10^3 tokens/s", "peak memory (GiB)",
+                    "trials (micro-batch: status, in order)"],  # fmt: skip
+            widths=[11, 12, 7, 10, 13, 12, 35],
+            rows=rows,
+            notes=[
+                "Each trial is a fresh launch at one micro-batch through the case's warm-up and measured steps: from "
+                "the start (the memory model's prediction on a GPU) doubling until one runs out of memory, then "
+                "bisecting. The figures are those of the trial at the largest micro-batch that ran.",
+                *([f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
+                   "standing in for a GPU's memory." for case in cases[:1] if getattr(case.params, "memory_cap_gib", None)]),
+            ],  # fmt: skip
+        )
+    )
     return section
 
 
@@ -558,6 +598,8 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
             sections.append(Section(anchor=stage, title=STAGE_TITLES.get(stage, stage), not_run=reason))
         elif stage in TRAIN_MATRIX_STAGES:
             sections.append(train_matrix(stage, run))
+        elif stage == "maxbatch":
+            sections.append(maxbatch_section(run))
         elif stage == "scaling":
             sections.append(scaling_section(run))
         elif stage == "comm":
