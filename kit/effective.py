@@ -19,6 +19,7 @@ from kit.results import EffectiveOption, RunSample
 
 # Option -> how a reason names it ("recomputation requested but not active: ...").
 LABELS = {
+    "framework": "training engine",
     "zero_stage": "ZeRO stage",
     "offload": "offload",
     "recompute": "recomputation",
@@ -34,6 +35,8 @@ def options_of(params: TrainParams) -> list[str]:
     """The options a training case's method sets. The ZeRO stage and the attention kernel are
     always chosen (Naive is stage 0; "FlashAttention off" is eager attention); the others only
     where the method names them."""
+    if params.framework == "megatron":  # its engine, parallel layout and optimizer in one judgement
+        return ["framework", "attention"]
     names = ["zero_stage", "attention"]
     names += ["offload"] if params.offload else []
     names += ["recompute"] if params.recompute else []

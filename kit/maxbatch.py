@@ -102,7 +102,7 @@ def maxbatch_case_metrics(case: Case, trials: Sequence[RunSample], train_metrics
     from kit.metrics import summarize
 
     best = max((t for t in trials if t.status == "ok"), key=lambda t: t.micro_batch)
-    tokens = {rank.tokens_per_step for rank in best.ranks}
+    tokens = {rank.tokens_per_step for rank in best.ranks} - {0}  # 0: a tensor-parallel peer (Megatron)
     if tokens != {best.micro_batch * case.params.seq_len}:
         raise ValueError(f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step")
     found, notes = train_metrics(trial_case(case, best.micro_batch), [best])

@@ -81,6 +81,8 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
             "(frozen NF4 linear layers, 8-bit AdamW on the rest)",
         )
     optimizer = ADAM_MIXED_PRECISION_BYTES_PER_PARAM if element == 2 else ADAM_FP32_BYTES_PER_PARAM
+    if params.framework == "megatron":
+        return _megatron_memory(case, element, optimizer)
     offload_params = params.offload and params.zero_stage == 3
     memory = training_memory_per_gpu(
         case.shape, world_size=case.gpus, zero_stage=params.zero_stage, micro_batch=params.micro_batch,
@@ -115,6 +117,22 @@ def describe_memory(prediction: MemoryPrediction) -> str:
     if memory.offloaded_to_host:
         line += f"; {memory.offloaded_to_host / GIB:.3g} GiB offloaded to host memory"
     return line + f"; {prediction.basis}; kit.analysis.training_memory_per_gpu)"
+
+
+def _megatron_memory(case: Case, element: int, optimizer_bytes: float) -> MemoryPrediction:
+    """megatron-core as kit/workloads/megatron.py configures it: its distributed optimizer shards
+    the fp32 main weights and Adam states over the data-parallel ranks (as ZeRO-1 does), and the
+    gradients live whole in an fp32 buffer (grad_reduce_in_fp32)."""
+    params = case.params
+    if params.tensor_parallel > 1:
+        return MemoryPrediction(memory=None, basis="not predicted: tensor parallelism is not in the memory model")
+    memory = training_memory_per_gpu(
+        case.shape, world_size=case.gpus, zero_stage=1, micro_batch=params.micro_batch, seq_len=params.seq_len,
+        recompute=False, flash_attention=False, weight_bytes=element, grad_bytes=4, optimizer_bytes_per_param=optimizer_bytes,
+        activation_bytes=element, master_gradient_bytes=0,
+    )  # fmt: skip
+    return MemoryPrediction(memory=memory, basis=f"Megatron-LM, distributed optimizer over {case.gpus} data-parallel ranks "
+                                                 f"(as ZeRO-1), fp32 gradient buffer, {params.dtype}")
 
 
 def device_memory_bytes(spec: GpuSpec) -> float | None:

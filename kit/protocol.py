@@ -126,12 +126,23 @@ class TrainParams(StepParams):
     # model and engine anew while the imports and the process group are kept (the CPU smoke
     # profile: seconds of imports per run are most of its time). Recorded in every result.
     launch: Literal["per_run", "shared"] = "per_run"
+    # The training engine: DeepSpeed's (every paper method), or Megatron-LM's (megatron-core:
+    # tensor parallel over `tensor_parallel` ranks, data parallel over the rest, its distributed
+    # optimizer), the paper's Table II comparison.
+    framework: Literal["deepspeed", "megatron"] = "deepspeed"
+    tensor_parallel: int = Field(default=1, gt=0)
     # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
     max_batch_search: MaxBatchSearch | None = None
     # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
     # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
     # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
     memory_cap_gib: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _tensor_parallel_is_megatrons(self) -> "TrainParams":
+        if self.tensor_parallel > 1 and self.framework != "megatron":
+            raise ValueError("tensor_parallel splits layers in Megatron-LM's engine only (framework: megatron)")
+        return self
 
 
 class ProfileParams(StepParams):

@@ -22,11 +22,12 @@ import gzip
 import hashlib
 import json
 import copy
+import shutil
 import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kit import effective, nccl_tests
+from kit import effective, maxbatch, nccl_tests
 from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
     BLOCKS,
@@ -71,6 +72,7 @@ from kit.predictions import (
 from kit.protocol import Case, Plan, build_plan, load_protocol
 from kit.results import (
     ContainerRun,
+    EffectiveOption,
     PeakMemory,
     RankSample,
     RunDir,
@@ -298,6 +300,11 @@ def options_in_effect(case: Case) -> dict:
         "quantization": effective.quantization(effective.expected_quantized_modules(case), DTYPES[params.dtype],
                                                [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case)),
         "lora": effective.lora(effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank),
+        "framework": EffectiveOption(  # as kit/workloads/megatron.py reports megatron-core's engine
+            requested=f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
+            observed=f"DistributedDataParallel over GPTModel, tensor parallel {params.tensor_parallel}, data parallel "
+                     f"{case.gpus // params.tensor_parallel}, ChainedOptimizer of DistributedOptimizer",
+            in_effect=True, evidence="parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func"),
     }  # fmt: skip
     return {name: judged[name].model_dump() for name in effective.options_of(params)}
 
@@ -808,6 +815,21 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
     return runs
 
 
+def maxbatch_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
+    """The search's trials as kit.maxbatch runs them (each a training run at one micro-batch in
+    its own run folder), a trial running out of memory where the memory model says it would."""
+    def run_trial(trial: Case, index: int) -> RunSample:
+        scratch = folder / "trial"
+        [sample] = train_runs(trial, scratch, host, rng)
+        (folder / "runs").mkdir(exist_ok=True)
+        (scratch / "runs" / "1").rename(folder / "runs" / str(index))
+        shutil.rmtree(scratch)
+        atomic_write_model(folder / "runs" / str(index) / "case.json", trial)
+        return sample.model_copy(update={"index": index})
+
+    return maxbatch.search(case, run_trial, device_memory_bytes(host.spec) if host.cuda else None)
+
+
 WORKLOAD_RUNS = {"train": train_runs, "comm": comm_runs, "profile": profile_runs, "serve": serve_runs}
 
 
@@ -938,7 +960,8 @@ def write_run(
         folder = run.prepare_case(case)
         rng = host.rng(case)
         case_host = host if case.variant is None else host.slower(VARIANT_SPEED[case.variant][case.workload])
-        runs = WORKLOAD_RUNS[case.workload](case, folder, case_host, rng)
+        make_runs = maxbatch_runs if getattr(case.params, "max_batch_search", None) else WORKLOAD_RUNS[case.workload]
+        runs = make_runs(case, folder, case_host, rng)
         executor = "docker" if any(sample.container for sample in runs) else "local"
         log = [
             f"=== run {s.index}: torchrun --nproc-per-node {case.gpus} -m kit.workloads --case case.json\n"

@@ -762,8 +762,11 @@ def _case_list(cases: Sequence[str], run: LoadedRun) -> str:
     parts = []
     for stage, members in by_stage.items():
         every = [cid for cid, result in run.results.items() if result.stage == stage]
-        if len(members) > LISTED_PER_STAGE and set(members) == set(every):
+        others = [cid for cid in every if cid not in set(members)]
+        if len(members) > LISTED_PER_STAGE and not others:
             parts.append(f"every {stage} case ({len(members)})")
+        elif len(members) > LISTED_PER_STAGE and len(others) <= 2 * LISTED_PER_STAGE:
+            parts.append(f"every {stage} case but {', '.join(others)} ({len(members)} of {len(every)})")
         else:
             parts.append(", ".join(members))
     return "; ".join(parts)

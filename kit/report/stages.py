@@ -207,6 +207,46 @@ def maxbatch_section(run: LoadedRun) -> Section:
     return section
 
 
+def framework_section(run: LoadedRun) -> Section | None:
+    """Table II: Megatron-LM's engine beside DeepSpeed's naive configuration, model by model, at
+    micro-batch 1 (pre-training) and at each one's largest micro-batch (the max-batch search)."""
+    megatron = [c for c in run.info.plan.cases if getattr(c.params, "framework", None) == "megatron" and c.variant is None]
+    if not megatron:
+        return None
+    by_key = {(c.stage, c.model, c.method, c.gpus): c for c in run.info.plan.cases if c.variant is None}
+    rows = []
+    for case in megatron:
+        twin = by_key.get((case.stage, case.model, "naive", case.gpus))
+        when = "largest micro-batch" if case.stage == "maxbatch" else f"micro-batch {case.params.micro_batch}"
+        for engine, member in (("Megatron-LM", case), ("DeepSpeed (naive)", twin)):
+            cells = [Cell(text=f"{case.model}, {case.gpus} {'GPUs' if case.device == 'cuda' else 'processes'}"),
+                     Cell(text=when), Cell(text=engine, tone="strong")]  # fmt: skip
+            result = run.results.get(member.id) if member else None
+            if member is None:
+                cells.append(Cell(text="not in the protocol", tone="muted", colspan=4))
+            elif has_metrics(result, "tokens_per_s"):
+                batch = result.metrics.get("max_micro_batch")
+                cells += [Cell(text=f"{batch.mean:.0f}" if batch else str(member.params.micro_batch)),
+                          metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "step_time_s"),
+                          metric_cell(result, "peak_memory_gib")]  # fmt: skip
+            else:
+                cells.append(status_cell(result, member.id in run.info.selected, colspan=4))
+            rows.append(Row(cells=cells))
+    section = Section(anchor="framework", title="Megatron-LM beside DeepSpeed")
+    section.tables.append(
+        Table(
+            caption="Table II: Megatron-LM's engine and DeepSpeed's naive configuration, same model, sequence and dtype",
+            header=["Model", "Batch", "Engine", "micro-batch", "10^3 tokens/s", "step time (s)", "peak memory (GiB)"],
+            widths=[18, 16, 16, 10, 14, 12, 14],
+            rows=rows,
+            notes=["DeepSpeed naive: data parallel without ZeRO. Megatron-LM: megatron-core's data parallelism with "
+                   "its distributed optimizer (and tensor parallelism where the method says tp2). At the largest "
+                   "micro-batch each engine runs its own, found by the max-batch search."],  # fmt: skip
+        )
+    )
+    return section
+
+
 MEMORY_VIEWS = (
     ("peak_memory_gib", "allocated"),
     ("peak_reserved_gib", "reserved"),
@@ -590,6 +630,7 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
     planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
     order = list(STAGE_TITLES) + [stage for stage in planned if stage not in STAGE_TITLES]
     paired = variants_section(run, protocol)
+    frameworks = framework_section(run)
     run = without_variants(run)
     sections = []
     for stage in order:
@@ -608,4 +649,4 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
             sections.append(serve_section(run))
         else:
             sections.append(generic_stage(stage, run))
-    return sections + ([paired] if paired else [])
+    return sections + [extra for extra in (frameworks, paired) if extra is not None]

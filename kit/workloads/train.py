@@ -162,6 +162,10 @@ def _client_optimizer(params: TrainParams, trainable):
 def build(case: Case) -> TrainStep:
     params: TrainParams = case.params
     check_available(case)
+    if params.framework == "megatron":  # Megatron-LM's engine instead of DeepSpeed's
+        from kit.workloads.megatron import build as build_megatron
+
+        return build_megatron(case)
     import deepspeed
     import torch
     import torch.distributed as dist
