@@ -14,7 +14,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import kit
 from kit import effective, metrics
 from kit.execute import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations

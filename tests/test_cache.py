@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -124,3 +125,20 @@ def test_a_checkpoint_left_with_a_marker_and_no_weights_is_rebuilt(tmp_path):
     assert path == broken and (path / "model.safetensors").is_file() and (path / MARKER).is_file()
     assert any("rebuilding a broken cache entry" in line for line in said)
     assert synthetic_checkpoint("tiny-llama", shape, 1234, root=tmp_path, say=said.append) == path
+
+
+@pytest.mark.e2e
+def test_a_deepspeed_op_builds_in_a_process_under_a_cpu_cases_data_cap(smoke_plan, tmp_path):
+    """A maxbatch case's ranks run under its data cap, and the first run on a machine builds the
+    shared-memory comm op from inside a rank: the compiler needs more than the cap, so the build
+    must lift it (the executors leave the hard limit open for that) or the case ends `oom`."""
+    from kit.execute import memory_cap_bytes
+
+    case = next(c for c in smoke_plan.cases if memory_cap_bytes(c) is not None)
+    cap = memory_cap_bytes(case)
+    script = "from kit.workloads.deepspeed_ops import prepare_ops; print(prepare_ops(['ShareMemCommBuilder']))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)},
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY)))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert str(tmp_path) in done.stdout

@@ -63,6 +63,8 @@ def test_a_cpu_sample_says_why_it_has_no_device_telemetry(monkeypatch, smoke_pla
         (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
         (ValueError("shapes do not match"), "error"),
         (harness.Unavailable("flash-attn is not installed"), "unavailable"),
+        # g++ short of memory while building an op (its own words) is not the case running out
+        (harness.SetupFailed("cc1plus: out of memory; virtual memory exhausted: Cannot allocate memory"), "error"),
     ],
 )
 def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, error, status, tmp_path):

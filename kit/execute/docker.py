@@ -101,9 +101,10 @@ def container_command(case: Case, indices: list[int]) -> list[str]:
 
 
 def memory_cap_ulimit(case: Case) -> dict[str, tuple[int, int]]:
-    """A CPU case's memory cap (TrainParams.memory_cap_gib) as the `data` ulimit of its processes."""
+    """A CPU case's memory cap (TrainParams.memory_cap_gib) as the soft `data` ulimit of its
+    processes, the hard one unlimited (-1) so that a one-off build of an op can lift it."""
     cap = memory_cap_bytes(case)
-    return {} if cap is None else {"data": (cap, cap)}
+    return {} if cap is None else {"data": (cap, -1)}
 
 
 def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:

@@ -135,8 +135,8 @@ def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
 
     def before_exec() -> None:  # in the child: the launcher and its ranks inherit the limit
         die_with_parent()
-        if cap is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+        if cap is not None:  # soft only: a one-off build of an op lifts it (deepspeed_ops)
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY))
 
     return subprocess.Popen(command, env=process_environment(case), start_new_session=True, preexec_fn=before_exec, **streams)
 

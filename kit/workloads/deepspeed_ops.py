@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, ensure_entry
 from kit.protocol import TrainParams
+from kit.workloads.harness import SetupFailed
 
 BUILD_TIMEOUT_S = 1800
 
@@ -59,6 +61,13 @@ def _import_built(name: str, folder: Path):
     return module
 
 
+def _without_data_cap() -> None:
+    """In the compiler's process: lift a CPU case's data cap (RLIMIT_DATA, set soft with the hard
+    limit left open) so that the cap binds the measured process and not a one-off build of an op."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
 def _build_into(staging: Path, builder_name: str, op_name: str, say) -> dict:
     """Build the op in a fresh process (torch's JIT keeps per-process state) into `staging`."""
     scratch = staging / ".torch-build"
@@ -66,10 +75,10 @@ def _build_into(staging: Path, builder_name: str, op_name: str, say) -> dict:
     say(f"building DeepSpeed op {op_name} (once; cached)")
     done = subprocess.run(
         [sys.executable, "-m", "kit.workloads.deepspeed_ops", builder_name],
-        env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+        env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, preexec_fn=_without_data_cap,
     )  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"building DeepSpeed op {op_name} failed: {(done.stderr or done.stdout)[-1500:]}")
+        raise SetupFailed(f"building DeepSpeed op {op_name} failed: {(done.stderr or done.stdout)[-1500:]}")
     for path in (scratch / op_name).iterdir():
         if path.name != "lock":
             path.rename(staging / path.name)

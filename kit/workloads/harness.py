@@ -49,6 +49,12 @@ class MeasureFailed(Exception):
         self.details = details
 
 
+class SetupFailed(Exception):
+    """A step before the measurement failed (building an op, making a checkpoint): an `error`,
+    never `oom`, even when what failed was a compiler short of memory, since no measured
+    process ran out of it."""
+
+
 class StepWorkload(Protocol):
     tokens_per_step: int  # tokens this process consumes per step
     details: dict
@@ -204,6 +210,9 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
         status, reason = "unavailable", str(exc)
     except MeasureFailed as exc:
         status, reason, partial = "error", str(exc)[:2000], exc.details
+    except SetupFailed as exc:
+        traceback.print_exc()
+        status, reason = "error", f"setup failed: {exc}"[:2000]
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded result
         traceback.print_exc()
         status = "oom" if is_out_of_memory(exc) else "error"
