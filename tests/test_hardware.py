@@ -82,6 +82,27 @@ def test_every_null_figure_says_why_it_is_unknown(table):
         "NVIDIA GeForce RTX 3090",
         "NVIDIA B200",
         "AMD Instinct MI300X",
+        # The GPUs buyers compare today (issue 17), as the driver names them: the "Compatible
+        # GPUs" table of NVIDIA's open kernel modules README, and nvidia-smi outputs for V100.
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA H100 NVL",
+        "NVIDIA H800",
+        "NVIDIA GH200 480GB",
+        "NVIDIA H200 NVL",
+        "NVIDIA GB200",
+        "NVIDIA B300 SXM6 AC",
+        "NVIDIA L4",
+        "NVIDIA L40",
+        "NVIDIA A10",
+        "NVIDIA RTX A6000",
+        "NVIDIA RTX 6000 Ada Generation",
+        "NVIDIA GeForce RTX 5090",
+        "Tesla V100-SXM2-32GB",
+        "Tesla V100-SXM2-16GB",
+        "Tesla V100-PCIE-32GB",
+        "Tesla V100-PCIE-16GB",
+        "AMD Instinct MI325X",
     ],
 )
 def test_lookup_by_exact_reported_name_finds_the_gpu(table, nvml_name):
@@ -95,20 +116,46 @@ def test_lookup_ignores_case_and_runs_of_whitespace(table):
 
 def test_lookup_by_listed_alias_finds_the_gpu(table):
     assert table.lookup("AMD Instinct MI300X VF") is table.lookup("AMD Instinct MI300X")
+    assert table.lookup("AMD Instinct MI325X VF") is table.lookup("AMD Instinct MI325X")
+
+
+def test_every_listed_name_finds_its_own_entry(table):
+    for key, spec in table.gpus.items():
+        for name in spec.names:
+            assert table.lookup(name) is spec, f"{name!r} does not find {key}"
+
+
+def test_no_device_name_is_listed_twice(table):
+    names = [" ".join(name.split()).casefold() for spec in table.gpus.values() for name in spec.names]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "not_this_entry"),
+    [
+        # Neighbours of listed parts, named as the driver reports them (NVIDIA's open kernel
+        # modules README): each is another product and must not borrow its neighbour's peaks.
+        ("NVIDIA GeForce RTX 4090 D", "rtx-4090"),
+        ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090"),
+        ("NVIDIA A800 80GB PCIe", "a800-sxm4-80gb"),
+        ("NVIDIA A800-SXM4-40GB", "a800-sxm4-80gb"),
+        ("NVIDIA H800 PCIe", "h800-sxm5-80gb"),
+        ("NVIDIA H800 NVL", "h800-sxm5-80gb"),
+        ("NVIDIA GH200 144G HBM3e", "gh200-96gb"),
+        ("NVIDIA GH200 120GB", "gh200-96gb"),
+        ("NVIDIA A10G", "a10"),
+        ("NVIDIA GeForce RTX 5090 D", "rtx-5090"),
+        ("NVIDIA GB300", "b300-sxm6-288gb"),
+        ("NVIDIA L40S", "l40"),
+    ],
+)
+def test_a_neighbouring_part_does_not_resolve_to_the_listed_one(table, nvml_name, not_this_entry):
+    assert table.lookup(nvml_name) is not table.gpus[not_this_entry]
 
 
 @pytest.mark.parametrize(
     "nvml_name",
-    [
-        "NVIDIA A100-PCIE-40GB",
-        "NVIDIA A100-SXM4-40GB",
-        "NVIDIA H100 NVL",
-        "NVIDIA H200 NVL",
-        "NVIDIA H800",
-        "NVIDIA GeForce RTX 4090 D",
-        "Tesla V100-SXM2-32GB",
-        "",
-    ],
+    ["NVIDIA GeForce RTX 4090 D", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA A800 80GB PCIe", "NVIDIA H800 PCIe", ""],
 )
 def test_unknown_gpu_returns_none(table, nvml_name):
     assert table.lookup(nvml_name) is None
@@ -137,9 +184,23 @@ def test_peaks_are_dense_not_the_sparse_datasheet_figure(table):
     assert peak_tflops(table.lookup("NVIDIA A100-SXM4-80GB"), "fp16") == 312
 
 
+def test_nvl_cards_have_their_own_peaks_not_the_sxm_parts(table):
+    # NVIDIA prints 1,671 TFLOPS with sparsity for both NVL cards; the table holds half.
+    assert peak_tflops(table.lookup("NVIDIA H100 NVL"), "bf16") == 835.5
+    assert peak_tflops(table.lookup("NVIDIA H200 NVL"), "bf16") == 835.5
+    assert peak_tflops(table.lookup("NVIDIA H200"), "bf16") == 989.5
+
+
 def test_geforce_fp16_peak_is_the_fp32_accumulate_rate(table):
     assert peak_tflops(table.lookup("NVIDIA GeForce RTX 4090"), "fp16") == 165.2
     assert peak_tflops(table.lookup("NVIDIA GeForce RTX 3090"), "fp16") == 71
+    assert peak_tflops(table.lookup("NVIDIA GeForce RTX 5090"), "fp16") == 209.5
+
+
+def test_volta_has_an_fp16_tensor_peak_and_no_bf16_one(table):
+    v100 = table.lookup("Tesla V100-SXM2-32GB")
+    assert (peak_tflops(v100, "fp16"), peak_tflops(v100, "bf16")) == (125, None)
+    assert v100.bf16_dense_tflops.note and "BF16" in v100.bf16_dense_tflops.note
 
 
 def test_peak_is_none_where_no_vendor_document_gives_it(table):

@@ -31,12 +31,14 @@ from kit.fingerprint import (
     Topology,
     TopologyClass,
 )
+from kit.hardware import load_hardware
 from kit.metrics import train_case_metrics
 from kit.protocol import Plan
 from kit.reference import load_reference
 from kit.report import EvidenceError, newest_run, render, stats, verify
 from kit.report.build import build_report
 from kit.report.render import render_html
+from kit.report.sections import peak_figures
 from kit.results import (
     ContainerRun,
     PeakMemory,
@@ -515,6 +517,36 @@ def test_host_checks_come_from_the_fingerprint_before_the_run(tmp_path, paper_pl
     assert facts["GPUs"] == f"8 × {A800}" and facts["CPU"].startswith("AMD EPYC 7402")
     assert checks["gpus_same_model"] == "pass" and checks["gpu_count_matches_profile"] == "pass"
     assert after.not_run.startswith("Not recorded (no fingerprint-after.json in the run directory)")
+
+
+PEAK_FIGURES = "Peak figures (manifests/hardware.yaml)"
+
+
+def recorded_facts(report) -> dict[str, str]:
+    return dict((row[0], row[1]) for row in texts(section(report, "environment").subsections[0].tables[0]))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "described"),
+    [
+        # A real product name (NVIDIA's driver lists it) that hardware.yaml does not list.
+        ("NVIDIA GeForce RTX 4090 D", "NVIDIA GeForce RTX 4090 D: no peak figures: MFU and bounds not computed"),
+        (A800, f"{A800}: A800 SXM4 80GB, BF16 312 / FP16 312 TFLOPS dense, 2.039 TB/s"),
+    ],
+)
+def test_the_environment_names_each_gpu_with_the_peak_figures_it_has(tmp_path, smoke_plan, report_of, gpu, described):
+    run = write_run(tmp_path / "a", smoke_plan, {"pretrain.tiny-llama.naive.g2": 0.1}, gpus=[gpu] * 2)
+    assert recorded_facts(report_of(run, []))[PEAK_FIGURES] == described
+
+
+def test_a_cpu_run_has_no_peak_figures_row(smoke_report):
+    assert PEAK_FIGURES not in recorded_facts(smoke_report)
+
+
+def test_a_listed_gpu_without_vendor_peaks_says_what_is_not_computed():
+    assert peak_figures(["NVIDIA H800"], load_hardware()) == (
+        "NVIDIA H800: H800 SXM5 80GB, no tensor peak: MFU not computed, no memory bandwidth: bounds not computed"
+    )
 
 
 def test_redaction_replaces_the_host_name_and_gpu_uuids(tmp_path, paper_plan, report_of):

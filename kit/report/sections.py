@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from kit.environment import comparable, drift, evaluate, load_expectations
 from kit.fingerprint import Fingerprint
+from kit.hardware import HardwareTable, load_hardware, peak_tflops
 from kit.protocol import Case, Protocol
 from kit.reference import (
     ClaimOutcome,
@@ -116,6 +117,25 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
     ]
 
 
+def peak_figures(gpu_names: Sequence[str], hardware: HardwareTable) -> str:
+    """What manifests/hardware.yaml gives each GPU model for the figures derived from vendor peaks
+    (MFU, roofline and link bounds), so that a GPU it lacks is named rather than silently skipped."""
+    described = []
+    for name in sorted(set(gpu_names)):
+        spec = hardware.lookup(name)
+        if spec is None:
+            described.append(f"{name}: no peak figures: MFU and bounds not computed")
+            continue
+        peaks = [f"{dtype.upper()} {value:g}" for dtype in ("bf16", "fp16") if (value := peak_tflops(spec, dtype))]
+        bandwidth = spec.memory_bandwidth_tb_per_s.value
+        figures = (
+            [f"{' / '.join(peaks)} TFLOPS dense" if peaks else "no tensor peak: MFU not computed"]
+            + [f"{bandwidth:g} TB/s" if bandwidth else "no memory bandwidth: bounds not computed"]
+        )
+        described.append(f"{name}: {spec.model}, {', '.join(figures)}")
+    return "; ".join(described)
+
+
 def environment_section(run: LoadedRun) -> Section:
     """run.json's host, the framework versions, and the fingerprints before and after the run."""
     info = run.info
@@ -131,6 +151,8 @@ def environment_section(run: LoadedRun) -> Section:
                     ("Operating system", str(info.host.get("os") or "not recorded")),
                     ("Python (host)", str(info.host.get("python") or "not recorded")),
                     ("Devices", run.measured.devices),
+                    *([("Peak figures (manifests/hardware.yaml)", peak_figures(run.measured.gpu_names, load_hardware()))]
+                      if run.measured.gpu_names else []),  # fmt: skip
                     ("Executor", info.executor),
                     ("Command", " ".join(info.argv)),
                     ("Kit", f"{info.kit.version}, commit {commit}" + {True: ", with uncommitted changes (dirty checkout)",
