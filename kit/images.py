@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kit.cache import cache_dir, exclusive
 from kit.manifest import ManifestError, load_manifest, manifests_dir
+from kit.results import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 PINNED_REFERENCE = re.compile(r"^[^@\s]+:[^@:/\s]+@sha256:[0-9a-f]{64}$")
@@ -559,17 +560,6 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
 # ---------------------------------------------------------------------------------------------
 # Prepare: what a GPU run needs, built or pulled before its first case
 # ---------------------------------------------------------------------------------------------
-
-
-class ImagePreparation(BaseModel):
-    """What `kit run` did to have one image of its plan here, and how long it took."""
-
-    name: str
-    reference: str
-    action: Literal["present", "built", "pulled", "failed"]
-    seconds: float
-    image_id: str | None = None
-    error: str | None = None
 
 
 def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print) -> list[ImagePreparation]:

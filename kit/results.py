@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
-from kit.images import ImagePreparation
 from kit.protocol import Case, Name, Plan, checked_name
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
@@ -158,6 +157,17 @@ class AcceptedChanges(BaseModel):
 
     at: str
     files: list[str]
+
+
+class ImagePreparation(BaseModel):
+    """What `kit run` did to have one image of its plan here, and how long it took."""
+
+    name: str
+    reference: str
+    action: Literal["present", "built", "pulled", "failed"]
+    seconds: float
+    image_id: str | None = None
+    error: str | None = None
 
 
 class RunInfo(BaseModel):
