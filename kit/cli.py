@@ -232,7 +232,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         click.echo(plan_text(title, cases, finished or set()))
         return
     _remove_leftovers()
-    from kit.execute import describe_choice, needs_local_frameworks
+    from kit.execute.choice import describe_choice, needs_local_frameworks
 
     if redact:
         from kit.redact import use_machine_salt

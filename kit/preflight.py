@@ -167,7 +167,7 @@ def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Pat
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
     training image also runs an all-reduce across all of them."""
-    from kit.execute import choose
+    from kit.execute.choice import choose
 
     started = time.monotonic()
     work = out_dir or Path(tempfile.mkdtemp(prefix="kit-preflight-"))

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kit import effective, metrics
-from kit.execute import choose as choose_executor
+from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
 from kit.fingerprint import Fingerprint, collect, probe_this_python

@@ -22,7 +22,8 @@ import yaml
 from docker_engine import containers_of_run, engine_or_skip, smoke_image_or_skip
 from recorded_nccl_tests import FIXTURES, case_for, stand_in
 
-from kit.execute import choose, describe_choice, docker, local, owners
+from kit.execute import docker, local, owners
+from kit.execute.choice import choose, describe_choice
 from kit.results import RunDir
 
 KIT = [sys.executable, "-m", "kit.cli"]

@@ -2,16 +2,13 @@
 
 An executor knows how to launch one independent run of a case and collect what its processes
 wrote (`run_once`); what a run means (status, metrics) is decided once, in `samples` and
-`kit.metrics`, so a case is judged the same way wherever it ran.
+`kit.metrics`, so a case is judged the same way wherever it ran. Which executor a case runs in:
+kit.execute.choice. This module: what every executor launches for a case.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from kit.protocol import Case
-
-EXECUTORS = ("docker", "local")
 
 
 def processes(case: Case) -> int:
@@ -27,51 +24,3 @@ def memory_cap_bytes(case: Case) -> int | None:
     """The data limit each process of a CPU case holds to (TrainParams.memory_cap_gib), or None."""
     cap = getattr(case.params, "memory_cap_gib", None)
     return None if cap is None or case.device != "cpu" else int(cap * 2**30)
-
-
-def choose(case: Case, requested: str | None = None) -> ModuleType:
-    """The executor module for a case: the one asked for, else the best available here.
-
-    By default a GPU case runs in docker, in its pinned image (never silently in this Python: that
-    takes `--executor local`); a CPU case (the smoke profile) runs in docker when an engine answers
-    and its image is present locally, else in this Python (local).
-    """
-    from kit.execute import docker, local
-
-    if requested not in (None, *EXECUTORS):
-        raise ValueError(f"unknown executor {requested!r} (known: {', '.join(EXECUTORS)})")
-    if requested == "docker":
-        return docker
-    if requested == "local":
-        return local
-    if case.device == "cuda":
-        return docker
-    return docker if docker.unavailable_reason(case) is None else local
-
-
-def describe_choice(cases: list[Case], requested: str | None = None) -> str:
-    """One line for the user: which executor the cases will run in, and why."""
-    from kit.execute import docker
-
-    if requested is not None:
-        return f"executor: {requested} (as asked)"
-    if any(case.device == "cuda" for case in cases):
-        return "executor: docker, each case in its pinned image (--executor local runs them in this Python)"
-    first_of_image = {case.image: case for case in reversed(cases)}
-    reasons = {image: docker.unavailable_reason(case) for image, case in first_of_image.items()}
-    in_docker = sorted(image for image, reason in reasons.items() if reason is None)
-    elsewhere = {image: reason for image, reason in reasons.items() if reason is not None}
-    if not elsewhere:
-        return f"executor: docker (images present: {', '.join(in_docker) or 'none needed'})"
-    why = "; ".join(sorted(set(elsewhere.values())))
-    if not in_docker:
-        return f"executor: local, in this Python ({why})"
-    return f"executor: docker for {', '.join(in_docker)}; local for {', '.join(sorted(elsewhere))} ({why})"
-
-
-def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> bool:
-    """Whether any case will run in this Python (which then needs torch and the frameworks);
-    an nccl-tests case runs its binary and needs neither."""
-    from kit.nccl_tests import runs_binary
-
-    return any(choose(case, requested).NAME == "local" and not runs_binary(case) for case in cases)
