@@ -420,20 +420,22 @@ def images_verify(names, no_probe, as_json) -> None:
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
 def report(run_dir, compare, formats, out, redact, verify_only, expect_digest) -> None:
     """Render a run as HTML and PDF, compared with the paper and/or another run (default: newest run)."""
-    from kit import report as reporting
     from kit.console import console
+    from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
+    from kit.report.render import render
+    from kit.results import UnreadableRun
 
     if run_dir is None:
         try:
-            run_dir = reporting.newest_run()
+            run_dir = newest_run()
         except (FileNotFoundError, ValueError) as exc:
             raise UsageFailure(str(exc)) from None
     if expect_digest is not None and not verify_only:
         raise UsageFailure("--expect-digest goes with --verify")
     if verify_only:
-        problems = reporting.verify(run_dir)
+        problems = verify(run_dir)
         if expect_digest is not None and not problems:
-            problems = reporting.digest_mismatch(run_dir, expect_digest)
+            problems = digest_mismatch(run_dir, expect_digest)
         for problem in problems:
             console.print(f"[red]{problem}[/]")
         console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
@@ -442,11 +444,11 @@ def report(run_dir, compare, formats, out, redact, verify_only, expect_digest) -
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     try:
-        written = reporting.render(run_dir, list(compare), wanted, out or run_dir, redact)
-    except reporting.EvidenceError as exc:
+        written = render(run_dir, list(compare), wanted, out or run_dir, redact)
+    except EvidenceError as exc:
         console.print(f"[red]{exc}[/]")
         sys.exit(1)
-    except (ValueError, reporting.UnreadableRun) as exc:
+    except (ValueError, UnreadableRun) as exc:
         raise UsageFailure(str(exc)) from None
     for path in written:
         console.print(f"wrote {path}")

@@ -35,9 +35,10 @@ from kit.hardware import load_hardware
 from kit.metrics import train_case_metrics
 from kit.protocol import Plan
 from kit.reference import load_reference
-from kit.report import EvidenceError, newest_run, render, stats, verify
+from kit.report import stats
+from kit.report.evidence import EvidenceError, newest_run, verify
 from kit.report.build import build_report
-from kit.report.render import render_html
+from kit.report.render import render, render_html
 from kit.report.sections import peak_figures
 from kit.results import (
     ContainerRun,

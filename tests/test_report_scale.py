@@ -24,7 +24,7 @@ import pytest
 from paper_size_run import write_paper_size_run, write_run
 
 from kit.protocol import build_plan, load_protocol
-from kit.report import verify
+from kit.report.evidence import verify
 from kit.results import RankSample, RunDir
 
 KIT = [sys.executable, "-m", "kit.cli"]

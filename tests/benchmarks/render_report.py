@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from paper_size_run import write_paper_size_run  # noqa: E402
 
-from kit.report import render  # noqa: E402
+from kit.report.render import render  # noqa: E402
 from kit.results import RunDir  # noqa: E402
 
 VARIANTS = {"html": ["html"], "pdf": ["pdf"], "html+pdf": ["html", "pdf"]}
