@@ -1,5 +1,5 @@
 """Collective communication, host side: bus bandwidth, the size sweep, nccl-tests output as rows,
-the link rate a bus bandwidth cannot exceed, and the figures of a comm case.
+and the link rate a bus bandwidth cannot exceed (the comm stage's figures: kit/stages/comm.py).
 
 Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md of NVIDIA/nccl-tests, "Bus bandwidth" and
 its summary of correction factors; the same factors are in the `*GetBw` functions of its
@@ -25,8 +25,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from kit.hardware import GpuSpec, HardwareTable, load_hardware
-from kit.protocol import Case
-from kit.results import Metric, RunSample
 
 NCCL_TESTS_PERFORMANCE_DOC = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
 GB = 1e9  # nccl-tests reports GB/s in 10^9 bytes per second, as link datasheets do
@@ -678,76 +676,6 @@ def topology_facts(ranks: int) -> TopologyFacts:
     return facts
 
 
-# ---------------------------------------------------------------------------------------------
-# Case metrics
-# ---------------------------------------------------------------------------------------------
-
-
-def sweep_of(run: RunSample) -> CommSweep:
-    """Rank 0's sweep of a run (every rank reports the same rows; rank 0's is the record)."""
-    ranks = sorted(run.ranks, key=lambda rank: rank.rank)
-    if not ranks:
-        raise ValueError(f"run {run.index} has no rank sample")
-    return CommSweep.model_validate(ranks[0].details)
-
-
-def sweep_figures(sweep: CommSweep) -> dict[str, float]:
-    """The headline figures of one sweep; the per-size rows stay in the sample."""
-    if not sweep.rows:
-        raise ValueError(f"the {sweep.collective} sweep has no rows")
-    rows = sorted(sweep.rows, key=lambda row: row.size_bytes)
-    return {
-        "bus_bandwidth_gb_s": max(row.timing.busbw_gbps for row in rows),
-        "bus_bandwidth_at_largest_gb_s": rows[-1].timing.busbw_gbps,
-        "algorithm_bandwidth_gb_s": max(row.timing.algbw_gbps for row in rows),
-        "time_at_smallest_us": rows[0].timing.time_us,
-    }
-
-
-COMM_UNITS = {
-    "bus_bandwidth_gb_s": "GB/s",
-    "bus_bandwidth_at_largest_gb_s": "GB/s",
-    "algorithm_bandwidth_gb_s": "GB/s",
-    "time_at_smallest_us": "us",
-}
-
-
-def comm_case_metrics(
-    case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
-) -> tuple[dict[str, Metric | None], list[str]]:
-    """Peak busbw (bus_bandwidth_gb_s), busbw at the largest size, peak algbw and the time of
-    the smallest size, each over the independent runs; busbw against the link's bound where one
-    is known, and a note flagging a busbw above it as impossible."""
-    from kit.metrics import summarize  # kit.metrics registers this function: import late
-
-    sweeps = [sweep_of(run) for run in runs]
-    per_run = [sweep_figures(sweep) for sweep in sweeps]
-    found: dict[str, Metric | None] = {
-        name: summarize([figures[name] for figures in per_run], unit) for name, unit in COMM_UNITS.items()
-    }
-    first = sweeps[0]
-    sizes = sorted(row.size_bytes for row in first.rows)
-    notes = [
-        f"{first.backend}, {first.ranks} ranks, {first.dtype}: {len(sizes)} sizes from {sizes[0]} B to {sizes[-1]} B; "
-        f"time = {first.time_statistic}; per-size rows in each rank sample's details.rows"
-    ]
-    bound = sweep_bound(first, case.device, hardware)
-    if not bound.known:
-        notes.append(f"bus bandwidth bound: none ({bound.reason})")
-        return found, notes
-    notes.append(f"bus bandwidth bound: {bound.gbps:.1f} GB/s, {bound.link}")
-    found["bus_bandwidth_fraction_of_bound"] = summarize(
-        [figures["bus_bandwidth_gb_s"] / bound.gbps for figures in per_run], "fraction"
-    )
-    over = [figures["bus_bandwidth_gb_s"] for figures in per_run if figures["bus_bandwidth_gb_s"] > bound.gbps]
-    if over:
-        notes.append(
-            f"bus bandwidth {max(over):.1f} GB/s above the {bound.gbps:.1f} GB/s link bound: impossible, so the "
-            "measurement, the topology or the link rate is wrong"
-        )
-    return found, notes
-
-
 def spread(values: Iterable[float]) -> dict[str, float]:
     """Median and spread of per-iteration times (quantiles by the exclusive method, as
     statistics.quantiles computes them; with fewer than 2 values min = max = median)."""
@@ -765,8 +693,7 @@ def spread(values: Iterable[float]) -> dict[str, float]:
 __all__ = [
     "COLLECTIVES", "BufferLayout", "BusBandwidthBound", "CommRow", "CommSweep", "NcclTestsOutput", "Timing",
     "TopologyFacts", "algorithm_bandwidth_gbps", "buffer_layout", "bus_bandwidth_factor", "bus_bandwidth_gbps",
-    "busbw_bound", "comm_case_metrics", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs",
-    "split_runs", "spread", "sweep_bound",
-    "sweep_figures", "sweep_of", "topology_facts",
+    "busbw_bound", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs", "split_runs",
+    "spread", "sweep_bound", "topology_facts",
 ]  # fmt: skip
 

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from kit import runner
 from kit.environment import Check
-from kit.metrics import HEADLINE_METRIC
 from kit.protocol import Case
 from kit.results import Result
+from kit.stages import unit_of
 
 console = Console(stderr=True)
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -50,7 +50,8 @@ def figure(result: Result, name: str, digits: int = 1, unit: bool = False) -> st
 
 def headline(result: Result) -> str:
     """The figure that says most about a case of this kind (tokens/s, busbw, ...), with its unit."""
-    name = HEADLINE_METRIC.get(result.case.workload)
+    unit = unit_of(result.case)
+    name = unit.headline if unit else None
     return figure(result, name, digits=2 if result.case.workload == "comm" else 1, unit=True) if name else "-"
 
 

@@ -36,6 +36,8 @@ T = TypeVar("T")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 WORKLOADS_DIR = PACKAGE_DIR / "workloads"
+STAGES_DIR = PACKAGE_DIR / "stages"
+REPORT_ONLY = ("report", "reference")  # kit.<these>: what shows figures, never what computes them
 INFINIBAND_SYSFS = Path("/sys/class/infiniband")
 REDACTION_SALT_ENV = "KIT_REDACTION_SALT"
 
@@ -518,10 +520,12 @@ def sources_sha256(root: Path, files) -> str:
 
 
 def measuring_sources() -> list[Path]:
-    """The code a measured figure depends on: the workloads, and every kit module that kit.metrics
-    imports, directly or not (the maths that turns samples into figures), found from the imports."""
+    """The code a measured figure depends on: the workloads, the stages' units (kit/stages/, each
+    stating its figures from the samples), the serving aggregates a client computes as a burst
+    ends, and every kit module those import, directly or not, found from the imports; not the
+    report nor the paper's reference, which the units' sections read and no figure depends on."""
     found: set[Path] = set()
-    pending = [*WORKLOADS_DIR.glob("*.py"), PACKAGE_DIR / "metrics.py"]
+    pending = [*WORKLOADS_DIR.glob("*.py"), *STAGES_DIR.glob("*.py"), PACKAGE_DIR / "serve" / "aggregate.py"]
     while pending:
         path = pending.pop()
         if path in found or not path.is_file():
@@ -531,7 +535,7 @@ def measuring_sources() -> list[Path]:
             names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
                 [alias.name for alias in node.names] if isinstance(node, ast.Import) else []  # fmt: skip
             for name in names:
-                if name.startswith("kit."):
+                if name.startswith("kit.") and name.split(".")[1] not in REPORT_ONLY:
                     module = PACKAGE_DIR.parent / Path(*name.split("."))
                     pending.append(module / "__init__.py" if module.is_dir() else module.with_suffix(".py"))
     return sorted(found)

@@ -122,7 +122,7 @@ class RunSample(BaseModel):
     wall_s: float
     ranks: list[RankSample]
     container: ContainerRun | None = None  # set by the docker executor
-    micro_batch: int | None = None  # a max-batch search's trial (kit.maxbatch): the micro-batch it ran
+    micro_batch: int | None = None  # a max-batch search's trial (kit.stages.maxbatch): the micro-batch it ran
 
 
 class Metric(BaseModel):

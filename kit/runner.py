@@ -14,7 +14,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kit import effective, metrics
+from kit import effective
 from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
@@ -34,6 +34,8 @@ from kit.results import (
     read_model,
     utc_now,
 )
+from kit.stages import unit_of
+from kit.stages.unit import first_failure
 
 
 class Progress:
@@ -129,27 +131,16 @@ def redact_in_place(run: RunDir, info: RunInfo) -> None:
 
 
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
-    """Status and metrics of a case from its runs; metrics only when every run succeeded."""
-    status, reason, case_metrics, notes = "ok", None, {}, []
-    options, not_in_effect = effective.merge(case, runs)
-    failed = next((run for run in runs if run.status != "ok"), None)
-    searched = getattr(case.params, "max_batch_search", None) is not None
-    if searched:  # out-of-memory trials are how the search finds its boundary
-        from kit.maxbatch import outcome, trials_note
-
-        status, reason = outcome(case, runs)
-        notes = [trials_note(runs)] if status != "ok" else []
-        options, not_in_effect = effective.merge(case, [run for run in runs if run.status == "ok"])
-        if status == "ok" and not_in_effect is not None:
-            status, reason = "error", not_in_effect
-        elif status == "ok":
-            case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
-    elif failed is not None:
-        status, reason = failed.status, failed.reason
-    elif not_in_effect is not None:
+    """Status and metrics of a case from its runs, as its stage's unit judges and measures them;
+    metrics only when the case is ok and every option it asked for was in effect."""
+    unit = unit_of(case)
+    judgement = (unit.judge if unit else first_failure)(case, runs)
+    status, reason, case_metrics, notes = judgement.status, judgement.reason, {}, list(judgement.notes)
+    options, not_in_effect = effective.merge(case, judgement.evidence)
+    if status == "ok" and not_in_effect is not None:
         status, reason = "error", not_in_effect
-    elif case.workload in metrics.CASE_METRICS:
-        case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+    elif status == "ok" and unit is not None and unit.case_metrics is not None:
+        case_metrics, notes = unit.case_metrics(case, runs)
     if case.variant is not None:
         notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
     return Result(
@@ -211,10 +202,10 @@ def execute_case(
 
 
 def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progress, host: Host) -> list[RunSample]:
-    """The trials of a max-batch case (kit.maxbatch), each a run of the executor; the case's
+    """The trials of a max-batch case (kit.stages.maxbatch), each a run of the executor; the case's
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
-    from kit.maxbatch import search
+    from kit.stages.maxbatch import search
 
     def run_trial(trial: Case, index: int) -> RunSample:
         progress.run_started(case, index, case.params.max_batch_search.max_trials)

@@ -6,7 +6,7 @@ its fingerprint), fingerprint.json and fingerprint-after.json, and for each case
 log.txt, one rank sample per process of each run (runs/<k>/rank-<r>.json, holding the details
 each workload writes: DeepSpeed settings, nccl-tests sweeps, module breakdowns, served bursts),
 the raw files beside them (nccl-tests output, profiler traces, requests.jsonl), and result.json
-from `kit.runner.result_of`, so every metric comes from `kit.metrics.CASE_METRICS` with its real
+from `kit.runner.result_of`, so every metric comes from its stage's unit (kit/stages/) with its real
 name and unit. Then SHA256SUMS. `write_run` does the same for any plan (the smoke plan on CPU).
 
 THE NUMBERS ARE SYNTHETIC. A seeded generator draws them around a crude performance model so
@@ -27,7 +27,7 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kit import effective, maxbatch, nccl_tests
+from kit import effective, nccl_tests
 from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
     BLOCKS,
@@ -84,6 +84,7 @@ from kit.results import (
 from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
+from kit.stages import maxbatch
 from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
@@ -816,7 +817,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
 
 
 def maxbatch_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
-    """The search's trials as kit.maxbatch runs them (each a training run at one micro-batch in
+    """The search's trials as kit.stages.maxbatch runs them (each a training run at one micro-batch in
     its own run folder), a trial running out of memory where the memory model says it would."""
     def run_trial(trial: Case, index: int) -> RunSample:
         scratch = folder / "trial"

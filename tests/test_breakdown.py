@@ -16,11 +16,9 @@ from kit.breakdown import (
     Mark,
     StepBounds,
     average_module_times,
-    breakdown_figures,
     paper_block,
     paper_part,
     phase_times,
-    profile_case_metrics,
     step_times,
     subtract,
     trace_activity,
@@ -28,7 +26,6 @@ from kit.breakdown import (
 )
 from kit.hardware import load_hardware
 from kit.host import Host, skip_reason
-from kit.metrics import train_case_metrics
 from kit.predictions import (
     host_gpu_spec,
     predicted_oom,
@@ -38,6 +35,8 @@ from kit.predictions import (
 )
 from kit.protocol import build_plan
 from kit.results import PeakMemory, RankSample, RunDir, RunSample
+from kit.stages.profile import breakdown_figures, profile_case_metrics
+from kit.stages.training import train_case_metrics
 
 H100 = "NVIDIA H100 80GB HBM3"
 KIT = [sys.executable, "-m", "kit.cli"]

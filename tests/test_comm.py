@@ -18,14 +18,14 @@ from kit.comm import (
     bus_bandwidth_factor,
     bus_bandwidth_gbps,
     busbw_bound,
-    comm_case_metrics,
     message_sizes,
     parse_nccl_tests,
     parse_nccl_tests_runs,
 )
 from kit.hardware import load_hardware
 from kit.results import Metric, RankSample, Result, RunSample
-from kit.scaling import scaling_rows
+from kit.stages.comm import comm_case_metrics
+from kit.stages.scaling import scaling_rows
 
 from recorded_nccl_tests import case_for, stand_in
 

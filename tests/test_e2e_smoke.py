@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kit.effective import options_of
-from kit.metrics import HEADLINE_METRIC
 from kit.protocol import build_plan, load_protocol
 from kit.results import RunDir
+from kit.stages import unit_of
 
 pytestmark = pytest.mark.e2e
 KIT = [sys.executable, "-m", "kit.cli"]
@@ -68,7 +68,7 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
         assert result.status == "ok", f"{case.id}: {result.reason}"
         # Each kind's headline figure over its runs; the details of comm, profile and serve
         # results are checked in test_comm.py, test_breakdown.py and test_serve.py.
-        figure = result.metrics[HEADLINE_METRIC[case.workload]]
+        figure = result.metrics[unit_of(case).headline]
         assert figure.n == case.params.runs == len(result.samples)
         assert figure.mean > 0 and all(value > 0 for value in figure.per_run)
         if case.workload != "train":

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kit.maxbatch import next_trial, outcome, predicted_start, trial_case
+from kit.stages.maxbatch import next_trial, outcome, predicted_start, trial_case
 from kit.predictions import predicted_training_memory
 from kit.results import RunSample
 

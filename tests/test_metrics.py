@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from kit.metrics import step_times, summarize, tokens_per_second, train_case_metrics
+from kit.metrics import step_times, summarize, tokens_per_second
 from kit.results import PeakMemory, RankSample, RunSample
+from kit.stages.training import train_case_metrics
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -1,8 +1,8 @@
 """kit.report: evidence checks, statistics, the report model, and the rendered HTML and PDF.
 
 Run directories are written here with kit.results the way the runner writes them: run.json, one
-folder per case with case.json, log.txt, rank samples and result.json (metrics from kit.metrics),
-then SHA256SUMS.
+folder per case with case.json, log.txt, rank samples and result.json (metrics from the case's
+stage unit, kit/stages/), then SHA256SUMS.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from kit.fingerprint import (
     TopologyClass,
 )
 from kit.hardware import load_hardware
-from kit.metrics import train_case_metrics
+from kit.stages.training import train_case_metrics
 from kit.protocol import Plan
 from kit.reference import load_reference
 from kit.report import stats

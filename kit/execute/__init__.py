@@ -1,9 +1,9 @@
 """Executors: where a case's runs happen (this Python, or its pinned container).
 
 An executor knows how to launch one independent run of a case and collect what its processes
-wrote (`run_once`); what a run means (status, metrics) is decided once, in `samples` and
-`kit.metrics`, so a case is judged the same way wherever it ran. Which executor a case runs in:
-kit.execute.choice. This module: what every executor launches for a case.
+wrote (`run_once`); what a run means (status, metrics) is decided once, in `samples` and the
+case's stage unit (kit/stages/), so a case is judged the same way wherever it ran. Which executor
+a case runs in: kit.execute.choice. This module: what every executor launches for a case.
 """
 
 from __future__ import annotations

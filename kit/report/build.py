@@ -29,7 +29,7 @@ from kit.report.sections import (
     status_counts,
     summary_section,
 )
-from kit.report.stages import stage_sections
+from kit.report.stage_sections import stage_sections
 
 REFERENCE = "reference"
 

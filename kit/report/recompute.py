@@ -2,16 +2,16 @@
 
 SHA256SUMS proves that files did not change after the run; it cannot prove that result.json's
 aggregates are what its samples give (someone could edit a mean and re-hash). So each ok result's
-metrics are computed again, by the same kit.metrics functions, from the rank files
-(runs/<k>/rank-<r>.json) beside it, and a report is refused where a stored figure differs.
+metrics are computed again, by its stage's unit (kit/stages/) as the runner computed them, from the
+rank files (runs/<k>/rank-<r>.json) beside it, and a report is refused where a stored figure differs.
 """
 
 from __future__ import annotations
 
 import math
 
-from kit.metrics import CASE_METRICS
 from kit.results import RankSample, Result, RunDir, read_model
+from kit.stages import unit_of
 
 
 def raw_runs(run: RunDir, result: Result) -> list:
@@ -26,10 +26,11 @@ def raw_runs(run: RunDir, result: Result) -> list:
 
 def differences(run: RunDir, result: Result) -> list[str]:
     """Each stored figure of an ok result that its raw samples do not give, in one line each."""
-    if result.status != "ok" or result.case.workload not in CASE_METRICS:
+    unit = unit_of(result.case)
+    if result.status != "ok" or unit is None or unit.case_metrics is None:
         return []
     try:
-        fresh, _ = CASE_METRICS[result.case.workload](result.case, raw_runs(run, result))
+        fresh, _ = unit.case_metrics(result.case, raw_runs(run, result))
     except Exception as exc:  # noqa: BLE001 - raw samples that cannot give the figures are the finding
         return [f"{result.case_id}: its raw samples give no figures ({type(exc).__name__}: {str(exc)[:200]})"]
     found = []

@@ -157,7 +157,7 @@ def environment_section(run: LoadedRun) -> Section:
                     ("Command", " ".join(info.argv)),
                     ("Kit", f"{info.kit.version}, commit {commit}" + {True: ", with uncommitted changes (dirty checkout)",
                                                                        False: ", clean checkout", None: ""}[info.kit.dirty]),  # fmt: skip
-                    ("Measuring code (SHA-256)", f"{info.kit.workload_sources_sha256} (the workloads and the metric maths: "
+                    ("Measuring code (SHA-256)", f"{info.kit.workload_sources_sha256} (the workloads and the stages' metric code: "
                                                  f"{len(info.kit.workload_files)} files)"),  # fmt: skip
                     ("Kit source (SHA-256)", info.kit.source_sha256 or "not recorded"),
                     ("Manifests (SHA-256)", "; ".join(f"{name} {digest[:16]}…" for name, digest in info.kit.manifests_sha256.items())

@@ -11,9 +11,21 @@ warm-up and measured steps, with that trial's throughput and memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from kit.protocol import Case, MaxBatchSearch
+from kit.hardware import HardwareTable
+from kit.metrics import summarize
+from kit.predictions import predicted_training_memory
+from kit.protocol import Case, MaxBatchSearch, Protocol
+from kit.report.cells import has_metrics, method_label, metric_cell, status_cell
+from kit.report.model import Cell, Row, Section, Table
+from kit.report.stage_common import stage_cases
 from kit.results import Metric, RunSample
+from kit.stages.training import train_case_metrics
+from kit.stages.unit import Judgement, Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
 
 
 def trial_case(case: Case, micro_batch: int) -> Case:
@@ -26,8 +38,6 @@ def trial_case(case: Case, micro_batch: int) -> Case:
 def predicted_start(case: Case, device_bytes: float | None) -> int:
     """The largest micro-batch the memory model says fits `device_bytes` (1 without a device or
     a prediction): where the search starts, so that a GPU needs few trials."""
-    from kit.predictions import predicted_training_memory
-
     search: MaxBatchSearch = case.params.max_batch_search
     if search.start is not None:
         return search.start
@@ -96,15 +106,68 @@ def trials_note(trials: Sequence[RunSample]) -> str:
     return f"{len(trials)} trials (micro-batch: status): " + ", ".join(f"{t.micro_batch}: {t.status}" for t in trials)
 
 
-def maxbatch_case_metrics(case: Case, trials: Sequence[RunSample], train_metrics) -> tuple[dict[str, Metric | None], list[str]]:
-    """The largest micro-batch that ran, and the figures of that trial (`train_metrics`, the
-    training case metrics); its micro-batch checked against the tokens its ranks processed."""
-    from kit.metrics import summarize
+def judge(case: Case, trials: Sequence[RunSample]) -> Judgement:
+    """Out-of-memory trials are how the search finds its boundary, so the case is judged by where
+    its search ended (`outcome`); the options in effect are those of the trials that ran."""
+    status, reason = outcome(case, trials)
+    notes = [trials_note(trials)] if status != "ok" else []
+    return Judgement(status, reason, [trial for trial in trials if trial.status == "ok"], notes)
 
+
+def maxbatch_case_metrics(
+    case: Case, trials: Sequence[RunSample], hardware: HardwareTable | None = None
+) -> tuple[dict[str, Metric | None], list[str]]:
+    """The largest micro-batch that ran, and the training figures of that trial; its micro-batch
+    checked against the tokens its ranks processed."""
     best = max((t for t in trials if t.status == "ok"), key=lambda t: t.micro_batch)
     tokens = {rank.tokens_per_step for rank in best.ranks} - {0}  # 0: a tensor-parallel peer (Megatron)
     if tokens != {best.micro_batch * case.params.seq_len}:
         raise ValueError(f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step")
-    found, notes = train_metrics(trial_case(case, best.micro_batch), [best])
+    found, notes = train_case_metrics(trial_case(case, best.micro_batch), [best], hardware)
     found = {"max_micro_batch": summarize([best.micro_batch], "sequences"), **found}
     return found, [trials_note(trials), f"figures of trial {best.index}, at the largest micro-batch", *notes]
+
+
+def maxbatch_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """Table IV: per method, the largest micro-batch that ran its warm-up and measured steps,
+    with that trial's throughput and memory, and every trial of the search."""
+    section = Section(anchor=stage.name, title=stage.title)
+    cases = stage_cases(run, stage.name)
+    rows = []
+    for case in cases:
+        result = run.results.get(case.id)
+        cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus))]
+        if has_metrics(result, "max_micro_batch", "tokens_per_s"):
+            cells += [Cell(text=f"{result.metrics['max_micro_batch'].mean:.0f}"),
+                      metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "peak_memory_gib")]  # fmt: skip
+        else:
+            cells.append(status_cell(result, case.id in run.info.selected, colspan=3))
+        trials = result.samples if result else []
+        cells.append(Cell(text=", ".join(f"{t.micro_batch} {t.status}" for t in trials) or "-", tone="muted"))
+        rows.append(Row(cells=cells))
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes"
+    section.tables.append(
+        Table(
+            caption="Table IV: the largest micro-batch per method, its throughput and peak memory",
+            header=["Model", "Method", device, "largest micro-batch", "10^3 tokens/s", "peak memory (GiB)",
+                    "trials (micro-batch: status, in order)"],  # fmt: skip
+            widths=[11, 12, 7, 10, 13, 12, 35],
+            rows=rows,
+            notes=[
+                "Each trial is a fresh launch at one micro-batch through the case's warm-up and measured steps: from "
+                "the start (the memory model's prediction on a GPU) doubling until one runs out of memory, then "
+                "bisecting. The figures are those of the trial at the largest micro-batch that ran.",
+                *([f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
+                   "standing in for a GPU's memory." for case in cases[:1] if getattr(case.params, "memory_cap_gib", None)]),
+            ],  # fmt: skip
+        )
+    )
+    return section
+
+
+MAXBATCH = Stage(
+    name="maxbatch", title="The largest micro-batch each method holds", section=maxbatch_section,
+    case_metrics=maxbatch_case_metrics, headline="tokens_per_s", judge=judge,
+    purpose="the largest micro-batch each pre-training method holds, found by trials, and the throughput and "
+    "memory there (paper Table IV)",
+)  # fmt: skip

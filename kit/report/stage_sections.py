@@ -1,0 +1,39 @@
+"""The stages' sections in the report: each stage's own (kit/stages/<stage>.py), in the stages'
+order, with the reason in its place where a stage has nothing to show; then the comparisons
+across stages, each where the run has a case it selects."""
+
+from __future__ import annotations
+
+from kit.protocol import Protocol
+from kit.report.load import LoadedRun
+from kit.report.model import Section
+from kit.report.stage_common import generic_stage, stage_not_run
+from kit.stages import STAGES
+from kit.stages.megatron import MEGATRON
+from kit.stages.unit import Stage
+from kit.stages.variants import VARIANTS
+
+COMPARISONS = (MEGATRON, VARIANTS)
+
+
+def without_variants(run: LoadedRun) -> LoadedRun:
+    """The run as the stage sections lay it out: the variant cases have a section of their own."""
+    plan = run.info.plan.model_copy(update={"cases": [c for c in run.info.plan.cases if c.variant is None]})
+    return run.model_copy(update={"info": run.info.model_copy(update={"plan": plan})})
+
+
+def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
+    planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
+    known = {stage.name for stage in STAGES}
+    stages = [*STAGES, *(Stage(name=name, title=name, section=generic_stage) for name in planned if name not in known)]
+    compared = [comparison.section(comparison, run, protocol) for comparison in COMPARISONS
+                if any(comparison.cases(case) for case in run.info.plan.cases)]  # fmt: skip
+    run = without_variants(run)
+    sections = []
+    for stage in stages:
+        reason = stage_not_run(stage.name, stage.purpose, run, protocol)
+        if reason is not None:
+            sections.append(Section(anchor=stage.name, title=stage.title, not_run=reason))
+        else:
+            sections.append(stage.section(stage, run, protocol))
+    return sections + compared

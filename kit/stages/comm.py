@@ -1,0 +1,195 @@
+"""The communication stage (paper Sec. VI): each NCCL collective swept over message sizes, as
+nccl-tests measures it (kit.comm parses its output and bounds the bus bandwidth by the link);
+the figures of a run come from rank 0's sweep, the section sets the collectives side by side.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kit.comm import COLLECTIVES, CommSweep, sweep_bound
+from kit.hardware import HardwareTable
+from kit.metrics import summarize
+from kit.protocol import Case, Protocol
+from kit.report import charts
+from kit.report.cells import metric_cell, status_cell
+from kit.report.model import Cell, Chart, Row, Section, Table
+from kit.report.stage_common import runs_note, stage_cases
+from kit.results import Metric, Result, RunSample
+from kit.stages.unit import Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
+
+
+
+
+def sweep_of(run: RunSample) -> CommSweep:
+    """Rank 0's sweep of a run (every rank reports the same rows; rank 0's is the record)."""
+    ranks = sorted(run.ranks, key=lambda rank: rank.rank)
+    if not ranks:
+        raise ValueError(f"run {run.index} has no rank sample")
+    return CommSweep.model_validate(ranks[0].details)
+
+
+def sweep_figures(sweep: CommSweep) -> dict[str, float]:
+    """The headline figures of one sweep; the per-size rows stay in the sample."""
+    if not sweep.rows:
+        raise ValueError(f"the {sweep.collective} sweep has no rows")
+    rows = sorted(sweep.rows, key=lambda row: row.size_bytes)
+    return {
+        "bus_bandwidth_gb_s": max(row.timing.busbw_gbps for row in rows),
+        "bus_bandwidth_at_largest_gb_s": rows[-1].timing.busbw_gbps,
+        "algorithm_bandwidth_gb_s": max(row.timing.algbw_gbps for row in rows),
+        "time_at_smallest_us": rows[0].timing.time_us,
+    }
+
+
+COMM_UNITS = {
+    "bus_bandwidth_gb_s": "GB/s",
+    "bus_bandwidth_at_largest_gb_s": "GB/s",
+    "algorithm_bandwidth_gb_s": "GB/s",
+    "time_at_smallest_us": "us",
+}
+
+
+def comm_case_metrics(
+    case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
+) -> tuple[dict[str, Metric | None], list[str]]:
+    """Peak busbw (bus_bandwidth_gb_s), busbw at the largest size, peak algbw and the time of
+    the smallest size, each over the independent runs; busbw against the link's bound where one
+    is known, and a note flagging a busbw above it as impossible."""
+    sweeps = [sweep_of(run) for run in runs]
+    per_run = [sweep_figures(sweep) for sweep in sweeps]
+    found: dict[str, Metric | None] = {
+        name: summarize([figures[name] for figures in per_run], unit) for name, unit in COMM_UNITS.items()
+    }
+    first = sweeps[0]
+    sizes = sorted(row.size_bytes for row in first.rows)
+    notes = [
+        f"{first.backend}, {first.ranks} ranks, {first.dtype}: {len(sizes)} sizes from {sizes[0]} B to {sizes[-1]} B; "
+        f"time = {first.time_statistic}; per-size rows in each rank sample's details.rows"
+    ]
+    bound = sweep_bound(first, case.device, hardware)
+    if not bound.known:
+        notes.append(f"bus bandwidth bound: none ({bound.reason})")
+        return found, notes
+    notes.append(f"bus bandwidth bound: {bound.gbps:.1f} GB/s, {bound.link}")
+    found["bus_bandwidth_fraction_of_bound"] = summarize(
+        [figures["bus_bandwidth_gb_s"] / bound.gbps for figures in per_run], "fraction"
+    )
+    over = [figures["bus_bandwidth_gb_s"] for figures in per_run if figures["bus_bandwidth_gb_s"] > bound.gbps]
+    if over:
+        notes.append(
+            f"bus bandwidth {max(over):.1f} GB/s above the {bound.gbps:.1f} GB/s link bound: impossible, so the "
+            "measurement, the topology or the link rate is wrong"
+        )
+    return found, notes
+
+
+def _mean_sweep(result: Result) -> charts.Sweep:
+    """The mean over a comm case's runs at each message size (rank 0's rows, as `sweep_of` reads them)."""
+    by_size: dict[int, list[tuple[float, float]]] = {}
+    for sample in result.samples:
+        for row in sweep_of(sample).rows:
+            by_size.setdefault(row.size_bytes, []).append((row.timing.busbw_gbps, row.timing.time_us))
+    return charts.Sweep(
+        label=_collective_label(result.case.method),
+        points=[
+            charts.SweepPoint(
+                size_bytes=size,
+                bus_bandwidth_gb_s=statistics.fmean(b for b, _ in values),
+                time_us=statistics.fmean(t for _, t in values),
+            )
+            for size, values in sorted(by_size.items())
+        ],
+    )
+
+
+def _collective_label(method: str) -> str:
+    known = COLLECTIVES.get(method)
+    return known.label if known else method
+
+
+def comm_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """Each collective's bus bandwidth (nccl-tests' definition, kit.comm) and its sweep over sizes."""
+    section = Section(anchor=stage.name, title=stage.title)
+    cases = stage_cases(run, stage.name)
+    rows, sweeps, unreadable = [], [], []
+    for case in cases:
+        result = run.results.get(case.id)
+        label = Cell(text=_collective_label(case.method), detail=case.id, tone="strong")
+        if result is None or result.status != "ok":
+            rows.append(
+                Row(
+                    cells=[
+                        label,
+                        Cell(text=str(case.gpus)),
+                        status_cell(result, case.id in run.info.selected, colspan=4),
+                    ]
+                )
+            )
+            continue
+        rows.append(
+            Row(
+                cells=[
+                    label,
+                    Cell(text=str(case.gpus)),
+                    metric_cell(result, "bus_bandwidth_gb_s"),
+                    metric_cell(result, "bus_bandwidth_at_largest_gb_s"),
+                    metric_cell(result, "algorithm_bandwidth_gb_s"),
+                    metric_cell(result, "time_at_smallest_us"),
+                ]
+            )
+        )
+        try:
+            sweeps.append(_mean_sweep(result))
+        except ValueError as exc:
+            unreadable.append(f"{case.id}: {str(exc).splitlines()[0]}")
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
+    section.tables.append(
+        Table(
+            caption="Collectives: peak bus bandwidth over the sizes, and at the largest size",
+            header=[
+                "Collective",
+                device,
+                "peak busbw (GB/s)",
+                "busbw, largest (GB/s)",
+                "peak algbw (GB/s)",
+                "time, smallest (µs)",
+            ],
+            widths=[22, 10, 17, 17, 17, 17],
+            rows=rows,
+            notes=[
+                runs_note(run.results[c.id] for c in cases if c.id in run.results),
+                "Bus bandwidth as nccl-tests defines it: algorithm bandwidth × the collective's factor, comparable "
+                "with the link rate whatever the number of ranks. The bound each case was held against is in its "
+                "notes (Deviations and failures).",
+            ]
+            + ([f"Sweeps that could not be read: {'; '.join(unreadable)}."] if unreadable else []),
+        )
+    )
+    if run.info.plan.device == "cpu":
+        section.paragraphs.append(
+            "This run is on CPU: the processes exchange data through host memory (gloo), so "
+            "these bandwidths say nothing about NVLink or PCIe."
+        )
+    if sweeps:
+        section.charts.append(
+            Chart(
+                title="Bus bandwidth and time over message sizes",
+                svg=charts.sweep_chart("comm", sweeps),
+                caption="Mean over the runs at each size. Small messages are bound by latency (time flat), large ones "
+                "by bandwidth (bus bandwidth flat).",
+            )
+        )
+    return section
+
+
+COMM = Stage(
+    name="comm", title="Communication bandwidth", section=comm_section, case_metrics=comm_case_metrics,
+    headline="bus_bandwidth_gb_s",
+    purpose="bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe (paper Sec. VI)",
+)  # fmt: skip

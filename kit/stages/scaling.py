@@ -1,0 +1,176 @@
+"""Data-parallel scaling across the scaling stage's cases of a run (paper, Figure 4): each case
+is a training case, measured as one; the stage's own figure is its efficiency.
+
+The efficiency itself is defined once, in kit.analysis.scaling_efficiency
+(throughput(N) / (N x throughput(1))); this module only finds, for every case of the stage, the
+one-device case of the same series to hold it against, from the Results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from kit.analysis import scaling_efficiency
+from kit.protocol import Case, Protocol
+from kit.report import charts
+from kit.report.cells import mean_std, method_label, metric_cell, percent, status_cell
+from kit.report.model import Cell, Chart, Row, Section, Table
+from kit.report.stage_common import runs_note, stage_cases
+from kit.results import Metric, Result
+from kit.stages.training import train_case_metrics
+from kit.stages.unit import Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
+
+THROUGHPUT = "tokens_per_s"
+
+
+class ScalingRow(BaseModel):
+    """One device count of one series (model, method, micro-batch)."""
+
+    series: str  # "tiny-llama q, micro-batch 2"
+    model: str | None
+    method: str
+    micro_batch: int | None
+    devices: int
+    case_id: str
+    status: str
+    throughput: Metric | None = None  # tokens/s over the independent runs
+    per_device: float | None = None  # mean tokens/s / devices
+    efficiency: float | None = None  # fraction; 1.0 is linear scaling
+    baseline_case_id: str | None = None
+    reason: str | None = None  # why there is no efficiency
+
+
+def scaling_rows(results: Iterable[Result], stage: str = "scaling") -> list[ScalingRow]:
+    """Per series, one row per device count in increasing order, each with its efficiency
+    against the same series on one device, from the mean throughputs of the runs.
+    Rows without an efficiency say why (case not ok, no one-device case, ...)."""
+    series: dict[tuple, list[Result]] = {}
+    for result in results:
+        if result.stage != stage:
+            continue
+        case = result.case
+        key = (case.model, case.method, getattr(case.params, "micro_batch", None))
+        series.setdefault(key, []).append(result)
+    rows: list[ScalingRow] = []
+    for (model, method, micro_batch), members in series.items():
+        members.sort(key=lambda result: result.case.gpus)
+        label = f"{model or '-'} {method}" + (f", micro-batch {micro_batch}" if micro_batch else "")
+        base = next((r for r in members if r.case.gpus == 1), None)
+        base_throughput = _throughput(base)
+        for result in members:
+            throughput = _throughput(result)
+            row = ScalingRow(
+                series=label, model=model, method=method, micro_batch=micro_batch, devices=result.case.gpus,
+                case_id=result.case_id, status=result.status, throughput=throughput,
+                per_device=throughput.mean / result.case.gpus if throughput else None,
+            )  # fmt: skip
+            if throughput is None:
+                row.reason = f"case {result.status}" + (f": {result.reason}" if result.reason else "")
+            elif base is None:
+                row.reason = "no one-device case in this run"
+            elif base_throughput is None:
+                row.reason = f"the one-device case {base.case_id} is {base.status}"
+            else:
+                row.efficiency = scaling_efficiency(throughput.mean, base_throughput.mean, result.case.gpus)
+                row.baseline_case_id = base.case_id
+            rows.append(row)
+    return rows
+
+
+def _throughput(result: Result | None) -> Metric | None:
+    if result is None or result.status != "ok":
+        return None
+    return result.metrics.get(THROUGHPUT)
+
+
+def scaling_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """Scaling efficiency 1 -> N from the scaling stage (paper Figure 4), each series' rows as
+    `scaling_rows` finds them, the cases without a measurement by their status."""
+    section = Section(anchor=stage.name, title=stage.title)
+    cases = stage_cases(run, stage.name)
+    results = [run.results[case.id] for case in cases if case.id in run.results]
+    measured = {row.case_id: row for row in scaling_rows(results, stage.name)}
+    device_word, devices_word = ("GPU", "GPUs") if run.info.plan.device == "cuda" else ("process", "processes")
+    series_of: dict[tuple, list[Case]] = {}
+    for case in cases:
+        series_of.setdefault((case.model, case.method, getattr(case.params, "micro_batch", None)), []).append(case)
+    lines = []
+    for (model, method, batch), members in series_of.items():
+        members.sort(key=lambda case: case.gpus)
+        points, rows = [], []
+        for case in members:
+            row = measured.get(case.id)
+            if row is None or row.throughput is None:
+                cell = status_cell(run.results.get(case.id), case.id in run.info.selected, colspan=4)
+                rows.append(Row(cells=[Cell(text=str(case.gpus)), cell]))
+                continue
+            result, throughput, efficiency = run.results[case.id], row.throughput, row.efficiency
+            points.append(
+                charts.ScalingPoint(
+                    gpus=case.gpus,
+                    throughput=throughput.mean / 1e3,
+                    error=(throughput.std or 0) / 1e3,
+                    efficiency=efficiency,
+                )
+            )
+            per_device = Metric(
+                mean=throughput.mean / case.gpus,
+                std=None if throughput.std is None else throughput.std / case.gpus,
+                n=throughput.n,
+                unit=throughput.unit,
+                per_run=[v / case.gpus for v in throughput.per_run],
+            )
+            efficiency_text = (
+                "no 1-" + device_word + " baseline"
+                if efficiency is None
+                else percent(efficiency) + (" (baseline)" if case.gpus == 1 else "")
+            )
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=str(case.gpus)),
+                        Cell(text=mean_std(throughput, "10^3 tokens/s")),
+                        Cell(text=mean_std(per_device, "10^3 tokens/s")),
+                        Cell(text=efficiency_text),
+                        metric_cell(result, "peak_memory_gib"),
+                    ]
+                )
+            )
+        label = f"{model} {method_label(method)}, micro-batch {batch}"
+        lines.append(charts.ScalingSeries(label=label, points=points))
+        section.tables.append(
+            Table(
+                caption=f"Scaling of {label}",
+                header=[devices_word, "10^3 tokens/s", f"per {device_word}", "efficiency vs 1", "peak memory (GiB)"],
+                rows=rows,
+                notes=[
+                    runs_note(run.results[c.id] for c in members if c.id in run.results),
+                    "Scaling efficiency = T(N) / (N × T(1)) from the mean throughputs (paper, Figure 4).",
+                ],
+            )
+        )
+    if run.info.plan.device == "cpu":
+        section.paragraphs.append(
+            "This run is on CPU: each of a case's N \"GPUs\" is a process sharing the host's cores, so the "
+            "efficiency below describes this host's CPU, not any GPU or interconnect."
+        )
+    if any(line.points for line in lines):
+        section.charts.append(
+            Chart(
+                title="Scaling 1 → N",
+                svg=charts.scaling_chart("scaling", [line for line in lines if line.points], device_word, devices_word),
+                caption="Left: measured throughput (error bars: one standard deviation) and the ideal N × T(1). "
+                "Right: scaling efficiency; 100 % is linear scaling.",
+            )
+        )
+    return section
+
+
+SCALING = Stage(name="scaling", title="Data-parallel scaling", section=scaling_section,
+                case_metrics=train_case_metrics, headline="tokens_per_s")  # fmt: skip

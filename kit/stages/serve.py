@@ -1,0 +1,141 @@
+"""The serving stage (paper Sec. V): each engine under a burst of requests; the figures of a run
+are the aggregates its client computed from the requests (kit.serve.aggregate, vLLM's
+definitions), the section sets throughput beside its roofline bound and the latency distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kit.hardware import HardwareTable
+from kit.metrics import summarize
+from kit.protocol import Case, Protocol
+from kit.report.cells import metric_cell, status_cell
+from kit.report.model import Cell, Row, Section, Table
+from kit.report.stage_common import generic_stage, stage_cases
+from kit.results import Metric, Result, RunSample
+from kit.stages.unit import Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
+
+# Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
+# burst), which `aggregate` computed from the run's requests.jsonl rows.
+SERVE_FIGURES = {
+    "request_throughput": ("requests/s", lambda a: a["request_throughput"]),
+    "output_throughput": ("tokens/s", lambda a: a["output_throughput"]),
+    "total_token_throughput": ("tokens/s", lambda a: a["total_token_throughput"]),
+    "duration_s": ("s", lambda a: a["duration_s"]),
+    **{
+        f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
+        for name in ("ttft", "tpot", "itl", "latency")
+        for stat in ("mean", "median", "p90", "p99")
+    },
+}
+
+
+def serve_case_metrics(
+    case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
+) -> tuple[dict[str, Metric | None], list[str]]:
+    """Each figure of the burst over the runs; notes on a client that may have limited it, short
+    outputs, the roofline bound and a token count the engine disagrees with."""
+    driver = [next(rank for rank in run.ranks if rank.rank == 0) for run in runs]
+    found, notes = {}, []
+    for name, (unit, pick) in SERVE_FIGURES.items():
+        values = []
+        for rank in driver:
+            try:
+                values.append(float(pick(rank.details["aggregates"])))
+            except (KeyError, TypeError):
+                break
+        found[name] = summarize(values, unit) if len(values) == len(driver) else None
+    for index, rank in enumerate(driver, start=1):
+        verdict = rank.details.get("saturation", {})
+        if verdict.get("client_limited"):
+            notes.append(f"run {index}: the client may have limited throughput: {'; '.join(verdict['reasons'])}")
+        short = rank.details.get("short_outputs")
+        if short:
+            notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
+    bounds = [rank.details.get("bounds") or {} for rank in driver]
+    if driver and all("max_output_tokens_per_s" in bound for bound in bounds):
+        found["output_throughput_bound"] = summarize([bound["max_output_tokens_per_s"] for bound in bounds], "tokens/s")
+    elif driver:
+        notes.append(f"output throughput bound: {bounds[0].get('unavailable', 'not computed')}")
+    for index, rank in enumerate(driver, start=1):
+        tokens = rank.details.get("tokens") or {}
+        counters = tokens.get("server_counters") or {}
+        if counters.get("unavailable"):
+            notes.append(f"run {index}: the engine's own token count is unknown: {counters['unavailable']}")
+        elif tokens and not tokens.get("equal"):
+            notes.append(f"run {index}: the client counted {tokens['client_counted']} tokens, the engine "
+                         f"{counters.get('generated_tokens')}: the rows do not match the engine's count")  # fmt: skip
+    engine_note = driver[0].details.get("ignore_eos_note") if driver else None
+    if engine_note:
+        notes.append(engine_note)
+    return found, notes
+
+
+# The serving table's columns: metric (SERVE_FIGURES) and its heading.
+SERVE_COLUMNS = (
+    ("output_throughput", "output tokens/s"),
+    ("request_throughput", "requests/s"),
+    ("ttft_median_s", "TTFT median (s)"),
+    ("ttft_p99_s", "TTFT p99 (s)"),
+    ("itl_median_s", "ITL median (s)"),
+    ("latency_median_s", "E2E median (s)"),
+    ("latency_p99_s", "E2E p99 (s)"),
+)
+
+
+def _serving_bound(result: Result) -> Cell:
+    """The roofline's ceiling on output tokens/s beside the measured value, or why there is none."""
+    if result.metrics.get("output_throughput_bound"):
+        return metric_cell(result, "output_throughput_bound")
+    driver = result.samples[0].ranks[0] if result.samples and result.samples[0].ranks else None
+    reason = ((driver.details.get("bounds") or {}).get("unavailable") if driver else None) or "not computed"
+    return Cell(text="none", detail=reason, tone="muted")
+
+
+def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """Each engine's burst: throughput beside its roofline bound, and the latency distribution;
+    then every measured metric, as for any stage."""
+    section = generic_stage(stage, run)
+    rows = []
+    for case in stage_cases(run, stage.name):
+        result = run.results.get(case.id)
+        name = Cell(text=f"{case.model} {case.method}", detail=case.id, tone="strong")
+        if result is None or result.status != "ok":
+            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 1)]))
+            continue
+        measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
+        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:]]))
+    section.tables.insert(
+        0,
+        Table(
+            caption=f"{section.title}: the burst of each engine, mean ± std over its runs",
+            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]]],
+            widths=[16, 11, 11, 9, 9, 9, 9, 13, 13],
+            rows=rows,
+            dense=True,
+            notes=[
+                "Definitions are those of vLLM's `vllm bench serve`: TTFT from sending a request to its first token "
+                "event; ITL, the gaps between successive token events of a request, each stamped as the client reads "
+                "it (events read together are microseconds apart, so a median ITL near zero says they arrived in "
+                "bursts); E2E from sending to the end of the stream; throughput over the burst's duration, from its "
+                "release to the end of its last request.",
+                "bound: the roofline's ceiling on output tokens/s for this burst on this host's GPUs (weights and KV "
+                "cache read once per decode step, FLOPs at the dense peak of manifests/hardware.yaml); none where no "
+                "peak is known, with the reason.",
+            ],
+        )
+    )
+    return section
+
+
+SERVE = Stage(
+    name="serve", title="Serving throughput and latency", section=serve_section, case_metrics=serve_case_metrics,
+    headline="output_throughput",
+    purpose="output tokens/s beside its roofline bound, requests/s and the per-request latency distribution "
+    "of each engine under a burst (paper Sec. V)",
+)  # fmt: skip

@@ -1,0 +1,230 @@
+"""The training stages, pre-training and fine-tuning (the paper's Sec. IV tables): every case's
+throughput, step time and memory from its rank samples, the FLOPs it achieved where the FLOPs model
+applies, and the paper's table layout of configurations x models.
+
+Throughput follows the paper (arXiv:2311.03687, Sec. IV): tokens/s = micro-batch x sequence
+length x GPUs / step time, summed over all GPUs, with the step time averaged over the measured
+steps (kit.metrics).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from kit.analysis import achieved_tflops, mfu, model_flops_per_token
+from kit.hardware import HardwareTable, load_hardware, peak_tflops
+from kit.metrics import (
+    device_used_memory_gib,
+    global_tokens_per_step,
+    peak_memory_gib,
+    reserved_memory_gib,
+    step_times,
+    summarize,
+    tokens_per_second,
+)
+from kit.predictions import model_notes
+from kit.protocol import Case, Protocol
+from kit.report import charts
+from kit.report.cells import has_metrics, method_label, metric_cell, status_cell
+from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table
+from kit.report.stage_common import memory_source, runs_note, stage_cases
+from kit.results import Metric, Result, RunSample
+from kit.stages.unit import Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
+
+
+def train_run_figures(run: RunSample) -> dict[str, float]:
+    """The figures of one training run, each traceable to that run's rank samples."""
+    times = step_times(run.ranks)
+    tokens = global_tokens_per_step(run.ranks)
+    return {
+        "tokens_per_s": tokens_per_second(tokens, times),
+        "step_time_s": statistics.fmean(times),
+        "peak_memory_gib": max(peak_memory_gib(rank) for rank in run.ranks),
+    }
+
+
+TRAIN_UNITS = {"tokens_per_s": "tokens/s", "step_time_s": "s", "peak_memory_gib": "GiB"}
+
+
+# Memory views beside the allocator's peak, each present only where every rank of every run has it.
+OPTIONAL_MEMORY = {"peak_reserved_gib": reserved_memory_gib, "peak_device_used_gib": device_used_memory_gib}
+
+
+def train_metrics(runs: Sequence[RunSample]) -> dict[str, Metric]:
+    per_run = [train_run_figures(run) for run in runs]
+    found = {name: summarize([figures[name] for figures in per_run], unit) for name, unit in TRAIN_UNITS.items()}
+    for name, read in OPTIONAL_MEMORY.items():
+        values = [[read(rank) for rank in run.ranks] for run in runs]
+        if values and all(per_rank and None not in per_rank for per_rank in values):
+            found[name] = summarize([max(per_rank) for per_rank in values], "GiB")
+    return found
+
+
+def full_training(case: Case) -> bool:
+    """Model FLOPs (forward + 2x forward backward) hold only when every weight gets a gradient;
+    frozen 4-bit weights (Q) and LoRA bases skip the weight-gradient matmuls."""
+    params = case.params
+    return params.quantization == "none" and params.peft == "none"
+
+
+def train_case_metrics(
+    case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
+) -> tuple[dict[str, Metric | None], list[str]]:
+    """Throughput, step time and memory of every training case; achieved TFLOPS where the FLOPs
+    model applies; MFU where the device's peak is known too. Each omission says why."""
+    found: dict[str, Metric | None] = dict(train_metrics(runs))
+    # The analytical model beside the measurement: predicted memory, the step's lower bound, flags.
+    notes: list[str] = model_notes(
+        case, [rank.device_name for run in runs for rank in run.ranks],
+        found["step_time_s"].per_run, found["peak_memory_gib"].per_run, hardware,
+    )  # fmt: skip
+    if not full_training(case):
+        notes.append("achieved TFLOPS and MFU: not computed, the FLOPs model covers full training only")
+        return found, notes
+    flops = model_flops_per_token(case.shape, case.params.seq_len)
+    tflops = [achieved_tflops(flops, value) for value in found["tokens_per_s"].per_run]
+    found["achieved_tflops"] = summarize(tflops, "TFLOP/s")
+    device_names = sorted({rank.device_name for run in runs for rank in run.ranks})
+    if case.device != "cuda":
+        notes.append("MFU: not computed, no peak FLOPS is known for a CPU")
+        return found, notes
+    hardware = hardware or load_hardware()
+    spec = hardware.lookup(device_names[0]) if len(device_names) == 1 else None
+    peak = peak_tflops(spec, case.params.dtype) if spec and case.params.dtype in ("bf16", "fp16") else None
+    if peak is None:
+        notes.append(f"MFU: not computed, no {case.params.dtype} peak in hardware.yaml for {', '.join(device_names)}")
+        return found, notes
+    found["mfu"] = summarize([mfu(value, peak, case.gpus) for value in tflops], "fraction")
+    if max(found["mfu"].per_run) > 1:
+        notes.append("MFU above 100 %: impossible, so the measurement or the device's peak is wrong")
+    return found, notes
+
+
+def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """The paper's table layout: configurations x models, throughput and peak memory."""
+    title = stage.title
+    section = Section(anchor=stage.name, title=title)
+    cases = stage_cases(run, stage.name)
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(
+            (case.gpus, getattr(case.params, "micro_batch", None), getattr(case.params, "seq_len", None)), []
+        ).append(case)
+    stage_results = [run.results[c.id] for c in cases if c.id in run.results]
+    device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
+    for (gpus, batch, seq_len), members in groups.items():
+        models = list(dict.fromkeys(case.model for case in members))
+        methods = list(dict.fromkeys(case.method for case in members))
+        by_key = {(case.model, case.method): case for case in members}
+        rows = []
+        for method in methods:
+            cells = [Cell(text=method_label(method), tone="strong")]
+            for model in models:
+                case = by_key.get((model, method))
+                if case is None:
+                    cells.append(Cell(text="not in the protocol", tone="muted", colspan=2))
+                    continue
+                result = run.results.get(case.id)
+                if result is not None and result.status == "ok":
+                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s"))
+                    cells.append(metric_cell(result, "peak_memory_gib"))
+                elif result is not None and result.status == "oom":
+                    cells += [Cell(text="-", tone="warn"), Cell(text="-", tone="warn")]
+                else:
+                    cells.append(status_cell(result, case.id in run.info.selected, colspan=2))
+            rows.append(Row(cells=cells))
+        section.tables.append(
+            Table(
+                caption=f"{title}: {gpus} {device}, micro-batch {batch}, sequence {seq_len} tokens",
+                header=["Method"] + ["10^3 tokens/s", "peak memory (GiB)"] * len(models),
+                widths=[16] + [round(84 / (2 * len(models)))] * (2 * len(models)),
+                groups=[HeaderGroup(label="", span=1)] + [HeaderGroup(label=model or "", span=2) for model in models],
+                rows=rows,
+                notes=[
+                    runs_note(stage_results) + " Throughput is summed over all processes.",
+                    memory_source(stage_results),
+                    "- : out of memory (OOM), a result as in the paper. unavailable, skipped, error, timeout: "
+                    "see Deviations and failures. not run: in the profile, not selected for this run.",
+                ],
+            )
+        )
+    effective = effective_table(title, stage_results)
+    if effective is not None:
+        section.tables.append(effective)
+    bars = [
+        charts.Bar(
+            label=method_label(result.case.method),
+            group=result.case.model or "",
+            value=result.metrics["tokens_per_s"].mean / 1e3,
+            error=(result.metrics["tokens_per_s"].std or 0) / 1e3,
+        )
+        for result in stage_results
+        if has_metrics(result, "tokens_per_s")
+    ]
+    if bars:
+        section.charts.append(
+            Chart(
+                title=f"{title} throughput by method",
+                svg=charts.bar_chart(f"{stage.name}-throughput", bars, "10^3 tokens/s"),
+                caption="Mean throughput over the runs of each case; error bars: one standard deviation.",
+            )
+        )
+    return section
+
+
+MEMORY_VIEWS = (
+    ("peak_memory_gib", "allocated"),
+    ("peak_reserved_gib", "reserved"),
+    ("peak_device_used_gib", "device used (NVML)"),
+)
+
+
+def effective_table(title: str, results: list[Result]) -> Table | None:
+    """Beside each result, what the running engine reported of every option its method names,
+    and peak memory in each view the run recorded, each labelled for what it is."""
+    shown = [result for result in results if result.effective or result.status == "ok"]
+    if not shown:
+        return None
+    rows = []
+    for result in shown:
+        options = [
+            Cell(text=f"{name}: {option.observed}", detail=f"requested {option.requested}; {option.evidence}",
+                 tone="good" if option.in_effect else "bad")  # fmt: skip
+            for name, option in result.effective.items()
+        ] or [Cell(text="no option to prove (the method names none)", tone="muted")]
+        memory = [
+            metric_cell(result, name) if result.metrics.get(name) else Cell(text="not recorded", tone="muted")
+            for name, _ in MEMORY_VIEWS
+        ]
+        case = Cell(text=f"{result.case.model} {method_label(result.case.method)}", detail=result.status)
+        rows.append(Row(cells=[case, options[0], *memory]))
+        rows += [Row(cells=[Cell(text=""), option, *[Cell(text="")] * len(MEMORY_VIEWS)]) for option in options[1:]]
+    return Table(
+        caption=f"{title}: each option in effect, as the running engine reported it, and peak memory (GiB)",
+        header=["Case", "Option: observed", *[label for _, label in MEMORY_VIEWS]],
+        widths=[18, 46, 12, 12, 12],
+        rows=rows,
+        dense=True,
+        notes=[
+            "A case whose requested option was not in effect ends error, never ok (the option in red).",
+            "allocated: the framework allocator's peak (torch max_memory_allocated), or the host's peak RSS on a CPU; "
+            "reserved: what the allocator held from the GPU, cached blocks included (max_memory_reserved); "
+            "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
+            "every other allocation included, the figure a GPU is sized by. Each is the largest over the processes.",
+        ],
+    )
+
+
+PRETRAIN = Stage(
+    name="pretrain", title="Pre-training", section=train_matrix, case_metrics=train_case_metrics,
+    headline="tokens_per_s",
+)  # fmt: skip
+FINETUNE = Stage(
+    name="finetune", title="Fine-tuning", section=train_matrix, case_metrics=train_case_metrics,
+    headline="tokens_per_s",
+)  # fmt: skip
