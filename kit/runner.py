@@ -34,7 +34,7 @@ from kit.results import (
     read_model,
     utc_now,
 )
-from kit.stages import unit_of
+from kit.stages import maxbatch, unit_of
 from kit.stages.unit import first_failure
 
 
@@ -205,8 +205,6 @@ def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progre
     """The trials of a max-batch case (kit.stages.maxbatch), each a run of the executor; the case's
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
-    from kit.stages.maxbatch import search
-
     def run_trial(trial: Case, index: int) -> RunSample:
         progress.run_started(case, index, case.params.max_batch_search.max_trials)
         log.write(f"\n=== trial {index}: micro-batch {trial.params.micro_batch}\n")
@@ -217,7 +215,7 @@ def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progre
 
     memory = host.gpu_memory_bytes[: case.gpus] if case.device == "cuda" else []
     try:
-        return search(case, run_trial, min(memory) if memory else None)
+        return maxbatch.search(case, run_trial, min(memory) if memory else None)
     finally:
         atomic_write_model(case_dir / "case.json", case)
 

@@ -5,7 +5,8 @@ case at one micro-batch in a fresh launch (a CUDA out-of-memory leaves the alloc
 from the start (the memory model's prediction on a GPU), doubling until a trial runs out of
 memory, then bisecting between the largest that ran and the smallest that did not. Every trial
 is kept as a run sample with its micro-batch; the result is the largest that completed its
-warm-up and measured steps, with that trial's throughput and memory.
+warm-up and measured steps, with that trial's throughput and memory. The stage's section is the
+paper's Table IV: per method, that micro-batch and every trial of its search.
 """
 
 from __future__ import annotations
