@@ -7,6 +7,7 @@ trace to a vendor document is null with a note saying why, never an estimate.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
@@ -109,8 +110,21 @@ class HardwareTable(_Strict):
 
 
 def load_hardware(path: Path | None = None) -> HardwareTable:
-    """Read the hardware table (default: manifests/hardware.yaml)."""
-    return load_manifest(path or manifests_dir() / HARDWARE_FILE, HardwareTable)
+    """Read the hardware table (default: manifests/hardware.yaml), once per version of the file:
+    a report asks for it per case, and a paper-size run has hundreds of them."""
+    path = Path(path or manifests_dir() / HARDWARE_FILE).resolve()
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_manifest(path, HardwareTable)  # which says in one line what is wrong
+    return _load_hardware(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4)
+def _load_hardware(path: Path, _mtime_ns: int, _size: int) -> HardwareTable:
+    """The table read from `path`; the file's mtime and size are part of the key, so an edited
+    file is read again. Callers only read the table, never change it."""
+    return load_manifest(path, HardwareTable)
 
 
 _PEAKS = {"bf16": "bf16_dense_tflops", "fp16": "fp16_dense_tflops"}
