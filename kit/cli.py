@@ -204,15 +204,16 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         executor = None if info.executor == "auto" else info.executor
         redact = info.redacted
         cases = [c for c in info.plan.cases if c.id in set(info.selected)]
-        finished = {c.id for c in cases if run_dir.is_finished(c.id)}
-        for case_id in finished:  # a finished case that cannot be read is refused here, never run again over it
-            run_dir.read_result(case_id)
-        title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
+        for case in cases:  # a finished case that cannot be read is refused here, never run again over it
+            if run_dir.is_finished(case.id):
+                run_dir.read_result(case.id)
         if not dry_run:  # held from here on, and checked against its evidence before anything is said or done
             try:
                 run_dir = runner.resume(resume_dir, accept_changes)
             except runner.EvidenceChanged as exc:
                 raise UsageFailure(str(exc)) from None
+        finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
+        title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
         if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
             raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")

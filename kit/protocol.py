@@ -75,8 +75,12 @@ def checked_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class CaseParams(Strict):
-    """What every case has: its independent runs, a seed, a time limit, its environment."""
+    """What every case has: its independent runs, a seed, a time limit, its environment.
 
+    Numbers and flags as written: pydantic would otherwise read `runs: true` as 1, `"350"` as
+    350 and `recompute: "yes"` as on, and the case would run what nobody wrote."""
+
+    model_config = ConfigDict(strict=True)
     runs: int = Field(gt=0)
     seed: int
     timeout_s: int = Field(gt=0)
@@ -120,7 +124,7 @@ class TrainParams(StepParams):
     peft: Literal["none", "lora", "qlora"] = "none"
     lora_rank: int = Field(default=64, gt=0)
     lora_alpha: int = Field(default=16, gt=0)
-    lora_targets: tuple[str, ...] = ()
+    lora_targets: tuple[str, ...] = Field(default=(), strict=False)  # a YAML list
     # How a case's independent runs get their processes: `per_run`, a fresh launch each (the
     # protocol's runs); `shared`, one launch does them one after another, each run building its
     # model and engine anew while the imports and the process group are kept (the CPU smoke
@@ -180,6 +184,12 @@ class CommParams(CaseParams):
     step_factor: int = Field(gt=1)
     warmup_iters: int = Field(ge=0)
     iters: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _sizes_ascend(self) -> "CommParams":
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}): the sweep would have no size")
+        return self
 
 
 Params = Annotated[

@@ -267,6 +267,8 @@ class RunDir:
         say) is refused, naming the holder, instead of running the same cases twice. The kernel
         lock (flock on the folder itself) goes with the process, however it ends."""
         self.root.mkdir(parents=True, exist_ok=True)
+        if (self.root / LOCK_NOTE).is_dir():
+            raise UnreadableRun(f"{self.root / LOCK_NOTE}: a folder where the kit writes who holds the run")
         fd = os.open(self.root, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -290,7 +292,15 @@ class RunDir:
         return self.root / "fingerprint-after.json"
 
     def case_dir(self, case_id: str) -> Path:
-        return self.root / "cases" / checked_name(case_id)  # never a path out of the run directory
+        """The case's folder, never a path out of the run directory: its name is one segment,
+        and neither it nor `cases` may be a link (written or removed through, it would reach
+        outside the run) or a file."""
+        folder = self.root / "cases" / checked_name(case_id)
+        for path in (folder.parent, folder):
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                kind = "a symbolic link" if path.is_symlink() else "not a folder"
+                raise UnreadableRun(f"{path}: {kind}; the kit writes and removes a run's cases only in folders of the run itself")
+        return folder
 
     def result_path(self, case_id: str) -> Path:
         return self.case_dir(case_id) / "result.json"

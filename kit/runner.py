@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import shutil
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -293,29 +294,59 @@ class EvidenceChanged(ValueError):
     """Files of a run directory that differ from the evidence the run wrote (SHA256SUMS)."""
 
 
+def listed_in_evidence(run: RunDir) -> set[str] | None:
+    """The paths SHA256SUMS lists; None where the run wrote none; ValueError where it is not a
+    sums file."""
+    if not (run.root / SUMS_FILE).exists():
+        return None
+    from kit.report.evidence import read_sums
+
+    return {entry.path for entry in read_sums(run.root)}
+
+
+def unsealed_cases(run: RunDir, info: RunInfo) -> list[str]:
+    """Cases with a result.json that SHA256SUMS does not list: killed between a case's result and
+    the evidence after it, or taken out of SHA256SUMS by hand. Nothing vouches for them, so a
+    resume runs them again instead of keeping them."""
+    try:
+        listed = listed_in_evidence(run)
+    except (ValueError, OSError):
+        return []  # unreadable evidence: a change the resume was told to accept, and keeps
+    if listed is None:
+        return []
+    return [cid for cid in info.selected if run.is_finished(cid) and f"cases/{cid}/result.json" not in listed]
+
+
 def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
     """What differs from SHA256SUMS, leaving out the folders of cases the evidence does not show
-    finished (a resume discards and redoes those); [] where the run wrote no evidence yet."""
-    if not (run.root / SUMS_FILE).is_file():
-        return []
-    from kit.report.evidence import differences, read_sums
-
+    finished (a resume discards and redoes those). Without SHA256SUMS a run that has finished
+    cases lost its evidence: that is a change too (only a run killed in its first case, before
+    any evidence, has none to check)."""
     try:
-        listed = {entry.path for entry in read_sums(run.root)}
+        listed = listed_in_evidence(run)
     except (ValueError, OSError) as exc:  # cut short, binary, not a sums file: nothing can be trusted
         return [f"unreadable: {SUMS_FILE} ({str(exc)[:200]})"]
+    if listed is None:
+        finished = [cid for cid in info.selected if run.is_finished(cid)]
+        return [f"missing: {SUMS_FILE} ({len(finished)} finished cases without evidence)"] if finished else []
+    from kit.report.evidence import differences
+
     redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
     return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
 
 
 def resume(path: Path, accept_changes: bool = False) -> RunDir:
     """The run directory, held, checked against its evidence (a tampered run is refused unless
-    the changes are accepted, which run.json records), and marked running again."""
+    the changes are accepted, which run.json records), its cases without evidence discarded to
+    be run again, and marked running again."""
     run = RunDir(path)
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
     info = run.read_info()
+    sums = run.root / SUMS_FILE
+    if sums.is_symlink() or (sums.exists() and not sums.is_file()):  # the seal could not replace it
+        raise UnreadableRun(f"{sums}: not a file; a run's evidence is the file the kit writes")
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
@@ -323,6 +354,8 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
                               "--accept-changes (recorded in run.json)")  # fmt: skip
     if changed:
         info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
+    for case_id in unsealed_cases(run, info):
+        shutil.rmtree(run.case_dir(case_id))
     info.resumed_at.append(utc_now())
     info.status = "running"
     run.write_info(info)

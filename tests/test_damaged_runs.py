@@ -41,6 +41,8 @@ DAMAGE = {
     "model name climbs out": lambda run: edit_info(run, lambda info: info["plan"]["cases"][0].update(model="../m")),
     "selected case not in the plan": lambda run: edit_info(run, lambda info: info["selected"].append("comm.nothing.g2")),
     "SHA256SUMS not a sums file": lambda run: (run / "SHA256SUMS").write_bytes(b"\x00garbage\n" * 10),
+    "SHA256SUMS a folder": lambda run: ((run / "SHA256SUMS").unlink(), (run / "SHA256SUMS").mkdir()),
+    "kit.lock a folder": lambda run: ((run / "kit.lock").unlink(missing_ok=True), (run / "kit.lock").mkdir()),
     "fingerprint.json garbage": lambda run: (run / "fingerprint.json").write_text("{]"),
     "a rank file deleted": lambda run: (run / "cases" / CASE / "runs" / "1" / "rank-0.json").unlink(),
     "result.json cut short": lambda run: cut(run / "cases" / CASE / "result.json"),
@@ -173,3 +175,72 @@ def test_a_run_killed_before_its_evidence_with_its_fingerprint_lost_still_finish
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert json.loads((run / "cases" / CASE / "result.json").read_text())["status"] == "ok"
+
+
+def before_any_evidence(run) -> None:
+    """As a run killed during its first case leaves it: no SHA256SUMS, no finished case."""
+    (run / "SHA256SUMS").unlink()
+    shutil.rmtree(run / "cases" / CASE)
+    edit_info(run, lambda info: info.update(status="interrupted"))
+
+
+@pytest.mark.parametrize("form", ["cases a link out", "the case's folder a link out", "the case's folder a file"])
+def test_a_run_without_evidence_is_never_written_or_removed_through_a_link_or_a_file(real_run, tmp_path, form):
+    """Nothing to check it against yet, so only the kit's own rule keeps a resume inside the run."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    before_any_evidence(run)
+    outside = tmp_path / "outside"
+    (outside / CASE).mkdir(parents=True)
+    (outside / CASE / "keep.txt").write_text("not the kit's")
+    if form == "cases a link out":
+        shutil.rmtree(run / "cases")
+        (run / "cases").symlink_to(outside)
+    elif form == "the case's folder a link out":
+        (run / "cases" / CASE).symlink_to(outside / CASE)
+    else:
+        (run / "cases" / CASE).write_text("a file")
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(done.stderr.strip().splitlines()) == 1 and str(run) in done.stderr, done.stderr
+    assert sorted(p.name for p in (outside / CASE).iterdir()) == ["keep.txt"]
+
+
+def test_a_run_whose_evidence_was_deleted_is_not_resumed_unless_that_is_accepted(real_run, tmp_path):
+    """Deleting SHA256SUMS is no way around the check: a run with finished cases has had one."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    result = run / "cases" / CASE / "result.json"
+    bent = json.loads(result.read_text())
+    bent["reason"] = "edited after the run"
+    result.write_text(json.dumps(bent))
+    (run / "SHA256SUMS").unlink()
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "missing: SHA256SUMS (1 finished cases without evidence)" in done.stderr
+    assert not (run / "SHA256SUMS").exists()
+
+    done = subprocess.run([*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    accepted = json.loads((run / "run.json").read_text())["accepted_changes"]
+    assert [a["files"] for a in accepted] == [["missing: SHA256SUMS (1 finished cases without evidence)"]]
+
+
+def test_a_finished_case_the_evidence_does_not_list_is_run_again(real_run, tmp_path):
+    """Killed between a case's result.json and the SHA256SUMS after it, or taken out of
+    SHA256SUMS by hand: nothing vouches for the result, so the resume measures the case again."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    sums = run / "SHA256SUMS"
+    sums.write_text("".join(line for line in sums.read_text().splitlines(keepends=True) if f"cases/{CASE}/" not in line))
+    result = run / "cases" / CASE / "result.json"
+    bent = json.loads(result.read_text())
+    bent["metrics"]["bus_bandwidth_gb_s"]["mean"] *= 10
+    result.write_text(json.dumps(bent))
+    done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads(result.read_text())
+    assert again["status"] == "ok" and again["started_at"] != bent["started_at"]
+    assert again["metrics"]["bus_bandwidth_gb_s"]["mean"] != bent["metrics"]["bus_bandwidth_gb_s"]["mean"]
+    check = subprocess.run([*KIT, "report", "--verify", str(run)], capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr

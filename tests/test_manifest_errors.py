@@ -32,6 +32,11 @@ def kit(*args, env_manifests):
         ("params: &smoke_train {runs: 3,", "params: &smoke_train {zero_stage: 3, runs: 3,",
          "profiles.smoke.stages.pretrain.params.zero_stage", "method 'z2' sets it to 2; a profile cannot change it"),
         pytest.param("  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"),
+        # Read as written, not coerced: `true` is not 1 run, "5" not 5 steps, "yes" not on.
+        ("&smoke_train {runs: 3,", "&smoke_train {runs: true,", "profiles.smoke.stages.pretrain (naive).params.runs", "valid integer"),
+        ("measured_steps: 5, optimizer_impl", 'measured_steps: "5", optimizer_impl', "(naive).params.measured_steps", "valid integer"),
+        ("params: {recompute: true, micro_batch: 16}", 'params: {recompute: "yes", micro_batch: 16}', "(r).params.recompute", "valid boolean"),
+        ("      min_bytes: 8\n", "      min_bytes: 2147483648\n", "params", "min_bytes (2147483648) is above max_bytes (1073741824)"),
     ],
 )
 def test_malformed_protocol_gives_one_line_and_exit_2(manifests_copy, old, new, key, reason):
