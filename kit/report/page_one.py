@@ -77,7 +77,7 @@ def paper_cell(reference: Reference | None, case_id: str, metrics: Sequence[str]
     """The value the reference file records for this case and metric (a transcribed table value
     or a claim's published value), labelled with where and on which platform."""
     if reference is None:
-        return Cell(text="not compared", detail="no --compare reference", tone="muted")
+        return Cell(text="not compared", tone="muted")
     found = []
     for value in reference.tables:
         if value.case == case_id and value.metric in metrics:
@@ -117,7 +117,7 @@ def cost_cell(result: Result, throughput: Metric, gpu_hour_price: float | None, 
     if result.case.device != "cuda":
         return Cell(text="not priced", detail="a CPU case uses no GPU-hours", tone="muted", link=link)
     if gpu_hour_price is None:
-        return Cell(text="no price given", detail=PRICE_HINT, tone="muted", link=link)
+        return Cell(text="no price given", detail="set --gpu-hour-price", tone="muted", link=link)
     costs = [cost_per_million_tokens(value, result.case.gpus, gpu_hour_price) for value in throughput.per_run]
     return Cell(text=mean_std(_per_run(throughput, costs, "per 1M tokens")), link=link)
 
@@ -280,7 +280,8 @@ def headline_table(
             "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
             "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
             f"no model of typical efficiency, so it expects nothing else. Paper: the value {reference_path().name} "
-            "records for the case and metric, with its platform.",
+            "records for the case and metric, with its platform"
+            + (" (not compared: the report was rendered without --compare reference)." if reference is None else "."),
             "Energy: 1000 × joules_per_token (NVML's energy counter over the measured interval, all the case's GPUs). "
             "Cost: GPUs × price per GPU-hour × the hours a million tokens take at the measured throughput (rental "
             "time, not electricity)" + (f", at {format_value(gpu_hour_price, trim=True)} per GPU-hour."
