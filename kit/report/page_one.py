@@ -14,18 +14,17 @@ from collections.abc import Collection, Sequence
 from kit.comm import sweep_bound, sweep_of
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
+from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
 from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
-from kit.protocol import Case
 from kit.results import Metric, Result
 
 TRAINING_STAGES = {"pretrain": "Pre-training", "finetune": "Fine-tuning"}
 JOULES_PER_TOKEN = "joules_per_token"  # NVML's energy over the measured interval per token (kit/energy.py)
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
-RAW_DATA_ANCHOR = "#raw-data"
 PRICE_HINT = "give a price per GPU-hour: kit report --gpu-hour-price 2.50"
 SECONDS_PER_HOUR = 3600.0
 MILLION = 1e6
@@ -122,11 +121,10 @@ def cost_cell(result: Result, throughput: Metric, gpu_hour_price: float | None, 
     return Cell(text=mean_std(_per_run(throughput, costs, "per 1M tokens")), link=link)
 
 
-def figure_cell(text: str, result: Result | Case, section: str) -> Cell:
+def figure_cell(text: str, case: Case, section: str) -> Cell:
     """The figure's name, linked to its section, over the folder of its raw samples in the run
     directory (result.json, runs/<k>/rank-<r>.json), which the raw-data index lists with its digest."""
-    case_id = result.case_id if isinstance(result, Result) else result.id
-    return Cell(text=text, detail=f"cases/{case_id}/", tone="strong", link=f"#{section}")
+    return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
 
 
 def _devices_word(case: Case) -> str:
@@ -172,7 +170,7 @@ def training_row(result: Result, reference: Reference | None, gpu_hour_price: fl
         else Cell(text="no expectation", detail=_training_gap(result), tone="muted")
     )
     link = energy or f"#{result.stage}"
-    label = figure_cell(f"{case.model} {method_label(case.method)}, {_devices_word(case)}", result, result.stage)
+    label = figure_cell(f"{case.model} {method_label(case.method)}, {_devices_word(case)}", case, result.stage)
     return Row(cells=[label, measured, expected, paper_cell(reference, case.id, ("tokens_per_s", "mfu")),
                       energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
 
