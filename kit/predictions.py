@@ -224,6 +224,18 @@ def training_step_bound(case: Case, spec: GpuSpec | None) -> LatencyBound | None
     return roofline(flops, weights, peak, bandwidth)
 
 
+def training_throughput_bound(case: Case, spec: GpuSpec | None) -> float | None:
+    """Most tokens/s a full-training case can reach on `spec`: every data-parallel GPU runs its
+    micro-batch in training_step_bound's least time. None where that bound is None, or with
+    tensor parallelism, whose split layers the bound does not model."""
+    if getattr(case.params, "tensor_parallel", 1) > 1:
+        return None
+    bound = training_step_bound(case, spec)
+    if bound is None:
+        return None
+    return case.params.micro_batch * case.params.seq_len * case.gpus / bound.seconds
+
+
 def below_bound(what: str, measured_s: float, bound: LatencyBound | None) -> str | None:
     """Flag a measured time shorter than the physical lower bound."""
     if bound is None or measured_s >= bound.seconds:

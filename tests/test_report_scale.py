@@ -187,6 +187,26 @@ def test_the_summary_counts_the_outcomes_of_the_result_files(text, results):
     assert f"failed with an error: {statuses['error']}" in summary
 
 
+def test_page_one_holds_every_headline_figure_of_the_result_files_and_no_more(pages, results):
+    """The fastest pre-training and fine-tuning case of each model, each engine's throughput and
+    the all-reduce bus bandwidth, all on the first page, which ends before the second begins."""
+    first = flat(pages[0])
+    measured = [r for r in results.values() if r.status == "ok" and r.case.variant is None]
+    for stage in ("pretrain", "finetune"):
+        for model in dict.fromkeys(r.case.model for r in measured if r.stage == stage):
+            fastest = max((r for r in measured if r.stage == stage and r.case.model == model),
+                          key=lambda r: r.metrics["tokens_per_s"].mean)  # fmt: skip
+            assert f"{mean_std_text(fastest.metrics['tokens_per_s'].per_run)} tokens/s" in first, fastest.case_id
+    headline = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}
+    shown = [r for r in measured if r.stage == "serve" or r.case_id == "comm.all_reduce.g8"]
+    assert len(shown) > 1
+    for result in shown:
+        mean = result.metrics[headline[result.stage]].mean
+        assert f"{mean:.{significant(mean)}f}" in first, result.case_id
+    assert "Energy: 1000 × joules_per_token" in first  # the table's last note
+    assert flat(pages[1]).startswith("This report")
+
+
 def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(text, results):
     needs_layout_text()
     failures = between(text, "Cases that ended without a measurement", "Each was recorded as it happened")

@@ -19,6 +19,7 @@ from kit.reference import (
 from kit.report.cells import STATUS_TONES, VERDICT_TONES
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
+from kit.report.page_one import page_one
 from kit.report.sections import (
     appendix_section,
     claims_section,
@@ -92,9 +93,10 @@ def build_report(
     redact: bool = False,
     reference: Reference | None = None,
     protocol: Protocol | None = None,
+    gpu_hour_price: float | None = None,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
-    The manifests are read from manifests/ unless given."""
+    The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens."""
     run = load_run(Path(run_dir), redact)
     others = [load_run(Path(item), redact) for item in compare if item != REFERENCE]
     protocol = protocol or load_protocol()
@@ -134,5 +136,6 @@ def build_report(
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol),
         sections=sections,
+        page_one=page_one(run, reference, sections, gpu_hour_price),
         footer=footer,
     )

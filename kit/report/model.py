@@ -17,6 +17,7 @@ class Cell(BaseModel):
     detail: str | None = None
     tone: Tone = "plain"
     colspan: int = 1
+    link: str | None = None  # an anchor of the report ("#pretrain") the text links to
 
 
 class Row(BaseModel):
@@ -82,11 +83,20 @@ class Cover(BaseModel):
     case_counts: list[Count]
 
 
+class PageOne(BaseModel):
+    """The page a reviewer reads first: the host, and the headline figures beside what the kit
+    expects of this host and what the paper published (kit/report/page_one.py)."""
+
+    host: list[Fact]
+    headline: Table
+
+
 class Report(BaseModel):
     """One rendered report: the cover, the sections in order, and the text of every page's margins."""
 
     run_id: str
     banner: str | None
     footer: str
+    page_one: PageOne
     cover: Cover
     sections: list[Section]

@@ -1,0 +1,327 @@
+"""Page one of the report, for a reviewer who reads one page: the host (GPUs, interconnect,
+driver, images by digest) and the headline figures with their spread, the fastest pre-training
+and fine-tuning per model, each engine's serving, the all-reduce bus bandwidth. Beside each
+figure: what the kit's analytical model lets it expect of this host's GPUs, the paper's value,
+energy per 1k tokens and cost per 1M tokens; each links to its section and names the case
+folder of its raw samples."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Collection, Sequence
+
+from kit.comm import sweep_bound, sweep_of
+from kit.hardware import load_hardware
+from kit.predictions import device_spec, training_throughput_bound
+from kit.protocol import Case
+from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
+from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label
+from kit.report.load import LoadedRun
+from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
+from kit.report.sections import fingerprint_facts, image_section, peak_figures
+from kit.results import Metric, Result
+
+TRAINING_STAGES = {"pretrain": "Pre-training", "finetune": "Fine-tuning"}
+JOULES_PER_TOKEN = "joules_per_token"  # NVML's energy over the measured interval per token (kit/energy.py)
+ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
+PRICE_HINT = "give a price per GPU-hour: kit report --gpu-hour-price 2.50"
+SECONDS_PER_HOUR = 3600.0
+MILLION = 1e6
+COLUMNS = 6
+
+
+def cost_per_million_tokens(tokens_per_s: float, gpus: int, gpu_hour_price: float) -> float:
+    """Rental time, not electricity: `gpus` GPUs at `gpu_hour_price` each per hour, for the
+    hours a million tokens take at `tokens_per_s`."""
+    if tokens_per_s <= 0 or gpus < 1:
+        raise ValueError("pricing a token needs a positive throughput and at least one GPU")
+    return gpus * gpu_hour_price * MILLION / tokens_per_s / SECONDS_PER_HOUR
+
+
+def _per_run(metric: Metric, values: Sequence[float], unit: str) -> Metric:
+    """The same runs' spread of a figure derived run by run from `metric`."""
+    values = list(values)
+    return metric.model_copy(update={
+        "mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
+        "per_run": values, "unit": unit,
+    })  # fmt: skip
+
+
+def with_unit(metric: Metric, unit: str, runs: bool = False) -> str:
+    """`mean ± std unit`; for one run the value alone, said to be one run's where `runs`."""
+    if metric.std is None:
+        return f"{format_value(metric.mean)} {unit}" + (" (1 run)" if runs else "")
+    return f"{mean_std(metric)} {unit}"
+
+
+def _note_about(result: Result, *words: str) -> str | None:
+    """The first of the result's notes that speaks of any of `words`."""
+    return next((note for note in result.notes if any(word in note.casefold() for word in words)), None)
+
+
+def _devices(result: Result) -> list[str]:
+    return [rank.device_name for sample in result.samples for rank in sample.ranks]
+
+
+def _ratio(measured: float, bound: float) -> str:
+    ratio = measured / bound
+    return f"measured {format_value(ratio)} × bound" + (": above it, impossible" if ratio > 1 else "")
+
+
+# --- Beside each figure -------------------------------------------------------------------------
+
+
+def paper_cell(reference: Reference | None, case_id: str, metrics: Sequence[str]) -> Cell:
+    """The value the reference file records for this case and metric (a transcribed table value
+    or a claim's published value), labelled with where and on which platform."""
+    if reference is None:
+        return Cell(text="not compared", tone="muted")
+    found = []
+    for value in reference.tables:
+        if value.case == case_id and value.metric in metrics:
+            spread = f" ± {format_value(value.std, trim=True)}" if value.std else ""
+            found.append((value.metric, f"{format_value(value.mean, trim=True)}{spread} {value.unit}",
+                          f"{value.table}, on {reference.platforms[value.platform].label}"))  # fmt: skip
+    for claim in reference.claims:
+        platforms = ", ".join(reference.platforms[name].label for name in claim.platform_names) or "any platform"
+        for relation in claim.relations:
+            if isinstance(relation, ValueRelation) and relation.measure.case == case_id and relation.measure.metric in metrics:
+                published = relation.published.describe(unit_scale(relation.published.unit))
+                found.append((relation.measure.metric, published, f"{claim.id}, on {platforms}"))
+    if not found:
+        return Cell(text="none", tone="muted")
+    prefix = len({metric for metric, _, _ in found}) > 1
+    return Cell(
+        text="; ".join(f"{metric_label(metric)} {text}" if prefix else text for metric, text, _ in found),
+        detail="; ".join(dict.fromkeys(where for _, _, where in found)),
+    )
+
+
+def energy_cell(result: Result, link: str) -> Cell:
+    """Joules per 1k tokens with their spread, or why there is no reading: never a zero."""
+    metric = result.metrics.get(JOULES_PER_TOKEN)
+    if metric is not None:
+        return Cell(text=with_unit(_per_run(metric, [1000 * v for v in metric.per_run], "J"), "J"), link=link)
+    reason = _note_about(result, "energy", "joules")
+    if reason is not None:
+        return Cell(text="not measured", detail=reason.split("not measured, ", 1)[-1], tone="muted", link=link)
+    if result.case.device != "cuda":
+        return Cell(text="no energy reading (CPU)", tone="muted", link=link)
+    return Cell(text="not measured", detail="none in result.json", tone="muted", link=link)
+
+
+def cost_cell(result: Result, throughput: Metric, gpu_hour_price: float | None, link: str) -> Cell:
+    """Cost per 1M tokens at the price given, run by run; or how to give a price."""
+    if result.case.device != "cuda":
+        return Cell(text="not priced", detail="a CPU case uses no GPU-hours", tone="muted", link=link)
+    if gpu_hour_price is None:
+        return Cell(text="no price given", detail="set --gpu-hour-price", tone="muted", link=link)
+    costs = [cost_per_million_tokens(value, result.case.gpus, gpu_hour_price) for value in throughput.per_run]
+    return Cell(text=mean_std(_per_run(throughput, costs, "per 1M tokens")), link=link)
+
+
+def figure_cell(text: str, case: Case, section: str) -> Cell:
+    """The figure's name, linked to its section, over the folder of its raw samples in the run
+    directory (result.json, runs/<k>/rank-<r>.json), which the raw-data index lists with its digest."""
+    return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
+
+
+def _devices_word(case: Case) -> str:
+    return f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}" if case.device == "cuda" else f"{case.gpus} CPU processes"
+
+
+def _without_measurement(label: Cell, result: Result | None) -> Row:
+    """A figure whose case ended without one: its status and reason across the row."""
+    if result is None:
+        status = Cell(text="no result", detail="the run ended before this case finished", tone="bad")
+    else:
+        status = Cell(text=result.status, detail=result.reason, tone=STATUS_TONES.get(result.status, "plain"))
+    return Row(cells=[label, status.model_copy(update={"colspan": COLUMNS - 1})])
+
+
+# --- The headline figures -----------------------------------------------------------------------
+
+
+def _training_gap(result: Result) -> str:
+    """Why the model gives no throughput bound (nor MFU) for a training case."""
+    case, params = result.case, result.case.params
+    if case.device != "cuda":
+        return "no peak FLOPS is known for a CPU"
+    if params.quantization != "none" or params.peft != "none":
+        return "FLOPs model: full training only"
+    if getattr(params, "tensor_parallel", 1) > 1:
+        return "the bound does not model tensor parallelism"
+    return f"no {params.dtype} peak in manifests/hardware.yaml for {', '.join(sorted(set(_devices(result))))}"
+
+
+def training_row(result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str) -> Row:
+    case, throughput = result.case, result.metrics["tokens_per_s"]
+    mfu = result.metrics.get("mfu")
+    measured = Cell(
+        text=with_unit(throughput, "tokens/s", runs=True),
+        detail=f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}" if mfu
+        else f"MFU not computed: {_training_gap(result)}",
+    )  # fmt: skip
+    bound = training_throughput_bound(case, device_spec(case, _devices(result), load_hardware()))
+    expected = (
+        Cell(text=f"≤ {format_value(bound)} tokens/s", detail=_ratio(throughput.mean, bound))
+        if bound
+        else Cell(text="no expectation", detail=_training_gap(result), tone="muted")
+    )
+    link = energy or f"#{result.stage}"
+    label = figure_cell(f"{case.model} {method_label(case.method)}, {_devices_word(case)}", case, result.stage)
+    return Row(cells=[label, measured, expected, paper_cell(reference, case.id, ("tokens_per_s", "mfu")),
+                      energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
+
+
+def training_rows(run: LoadedRun, stage: str, reference: Reference | None, gpu_hour_price: float | None, energy: str) -> list[Row]:
+    """Per model, the case of the stage with the highest mean tokens/s (variants left out)."""
+    cases = [c for c in run.info.plan.cases if c.stage == stage and c.variant is None and c.id in run.info.selected]
+    rows = []
+    for model in dict.fromkeys(case.model for case in cases):
+        results = [run.results.get(case.id) for case in cases if case.model == model]
+        done = [result for result in results if has_metrics(result, "tokens_per_s")]
+        if done:
+            best = max(done, key=lambda result: result.metrics["tokens_per_s"].mean)
+            rows.append(training_row(best, reference, gpu_hour_price, energy))
+            continue
+        statuses = Counter(result.status if result else "no result" for result in results)
+        rows.append(Row(cells=[
+            Cell(text=f"{model}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}"),
+            Cell(text="no measurement", detail=", ".join(f"{count} {status}" for status, count in statuses.items()),
+                 tone="bad", colspan=COLUMNS - 1),
+        ]))  # fmt: skip
+    return rows
+
+
+def _ttft_bound_s(result: Result) -> float | None:
+    """The least time to first token of a prompt served alone (kit.predictions.serving_bounds),
+    as each run's driver recorded it."""
+    bounds = [(rank.details.get("bounds") or {}).get("prefill_one") for sample in result.samples
+              for rank in sample.ranks if rank.rank == 0]  # fmt: skip
+    return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
+
+
+def serving_row(case: Case, result: Result | None, reference: Reference | None, gpu_hour_price: float | None,
+                energy: str) -> Row:  # fmt: skip
+    label = figure_cell(f"{case.model} {case.method}, {_devices_word(case)}", case, "serve")
+    if not has_metrics(result, "output_throughput", "ttft_median_s", "ttft_p99_s"):
+        return _without_measurement(label, result)
+    throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
+    measured = Cell(text=with_unit(throughput, "tokens/s", runs=True),
+                    detail=f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}")  # fmt: skip
+    bound, ttft_bound = result.metrics.get("output_throughput_bound"), _ttft_bound_s(result)
+    if bound is None:
+        expected = Cell(text="no expectation", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
+    else:
+        detail = _ratio(throughput.mean, bound.mean)
+        if ttft_bound:
+            detail += f"; TTFT median {format_value(median.mean / ttft_bound)} × its bound {format_value(1000 * ttft_bound)} ms"
+        expected = Cell(text=f"≤ {format_value(bound.mean)} tokens/s", detail=detail)
+    link = energy or "#serve"
+    return Row(cells=[label, measured, expected,
+                      paper_cell(reference, case.id, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
+                      energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
+
+
+def comm_row(case: Case, result: Result | None, reference: Reference | None) -> Row:
+    label = figure_cell(f"all-reduce, {_devices_word(case)}", case, "comm")
+    if not has_metrics(result, "bus_bandwidth_gb_s"):
+        return _without_measurement(label, result)
+    busbw = result.metrics["bus_bandwidth_gb_s"]
+    bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
+    expected = (
+        Cell(text=f"≤ {format_value(bound.gbps)} GB/s", detail=f"link bound ({bound.link.split(':')[0]}); "
+             f"{_ratio(busbw.mean, bound.gbps)}")  # fmt: skip
+        if bound.known
+        else Cell(text="no expectation", detail=bound.reason, tone="muted")
+    )
+    return Row(cells=[label, Cell(text=with_unit(busbw, "GB/s", runs=True), detail="bus bandwidth, peak over the sizes"),
+                      expected, paper_cell(reference, case.id, ("bus_bandwidth_gb_s",)),
+                      Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
+
+
+def headline_table(
+    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None
+) -> Table:
+    selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
+    anchors: Collection[str] = {section.anchor for section in sections}
+    energy = f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else ""
+    not_run = {section.anchor: section.not_run for section in sections if section.not_run}
+    groups = {
+        **{stage: (f"{title}: the fastest method per model", training_rows(run, stage, reference, gpu_hour_price, energy))
+           for stage, title in TRAINING_STAGES.items()},
+        "serve": ("Serving: each engine and model, a burst of requests",
+                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy)
+                   for c in selected if c.stage == "serve"]),
+        "comm": ("Communication: all-reduce between the GPUs",
+                 [comm_row(c, run.results.get(c.id), reference)
+                  for c in selected if c.stage == "comm" and c.method == "all_reduce"]),
+    }  # fmt: skip
+    rows = []
+    for anchor, (title, members) in groups.items():
+        rows.append(Row(heading=True, cells=[Cell(text=title, tone="strong", link=f"#{anchor}", colspan=COLUMNS)]))
+        rows += members or [Row(cells=[Cell(text=not_run.get(anchor) or "No case of this kind in the run.",
+                                            tone="muted", colspan=COLUMNS)])]  # fmt: skip
+    price = f" ({format_value(gpu_hour_price, trim=True)} / GPU-hour)" if gpu_hour_price is not None else ""
+    return Table(
+        caption="Headline figures: measured on this host, expected of it, and published",
+        header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
+                "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
+        widths=[25, 20, 22, 7, 13, 13],
+        rows=rows,
+        notes=[
+            "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
+            "the model's cases in the stage. Each figure links to its section; under it, the case's folder of raw "
+            "samples in the run directory (result.json, runs/), with its digest in the raw-data index.",
+            "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
+            "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
+            f"no model of typical efficiency, so it expects nothing else. Paper: the value {reference_path().name} "
+            "records for the case and metric, with its platform"
+            + (" (not compared: the report was rendered without --compare reference)." if reference is None else "."),
+            "Energy: 1000 × joules_per_token (NVML's energy counter over the measured interval, all the case's GPUs). "
+            "Cost: GPUs × price per GPU-hour × the hours a million tokens take at the measured throughput (rental "
+            "time, not electricity)" + (f", at {format_value(gpu_hour_price, trim=True)} per GPU-hour."
+                                        if gpu_hour_price is not None else f"; {PRICE_HINT}."),
+        ],  # fmt: skip
+    )
+
+
+def short_digest(reference: str) -> str:
+    """`[repository@]sha256:` and the digest's first 16 hex digits, as a reader compares them."""
+    head, _, digest = reference.rpartition("sha256:")
+    return f"{head}sha256:{digest[:16]}…" if len(digest) > 16 else reference
+
+
+def host_facts(run: LoadedRun) -> list[Fact]:
+    """The machine as its fingerprint describes it, the peaks the kit holds it to, and the images
+    its cases ran in by digest."""
+    info = run.info
+    facts = [Fact(label="Run", value=f"{info.run_id}, profile {info.profile}, {info.started_at} to "
+                                     f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}")]  # fmt: skip
+    fingerprint = run.before.fingerprint
+    if fingerprint is None:
+        facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing})"))
+    else:
+        described = dict(fingerprint_facts(fingerprint, run.hostname))
+        facts += [Fact(label="GPUs", value=described["GPUs"]),
+                  Fact(label="Link, driver", value=f"{described['GPU topology']}; driver, CUDA "
+                                                           f"{described['Driver, CUDA (driver)']}")]  # fmt: skip
+    gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
+    if gpu_names:
+        facts.append(Fact(label="Peak figures", value=peak_figures(gpu_names, load_hardware())))
+    images = image_section(run)
+    if images.not_run:
+        facts.append(Fact(label="Images", value=images.not_run, tone="muted"))
+    else:
+        listed = [f"{row.cells[0].text} {short_digest(row.cells[1].text)}" for row in images.tables[0].rows]
+        facts.append(Fact(label="Images", value="; ".join(listed) + " (full digests: Appendix, Image digests)"))
+    return facts
+
+
+def page_one(
+    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None = None
+) -> PageOne:
+    """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to."""
+    return PageOne(host=host_facts(run), headline=headline_table(run, reference, sections, gpu_hour_price))

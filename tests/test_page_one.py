@@ -1,0 +1,255 @@
+"""Page one of the report (kit/report/page_one.py): the host, the verdict counts and the headline
+figures beside the kit's expectation, the paper's value, energy and cost.
+
+The runs are tests/paper_size_run.py's: cases of the real `paper` plan on 8 x A800 (synthetic
+numbers, every metric from kit.metrics with its real name) and the smoke plan on CPU. The
+rendered PDF's first page is read back with pdftotext and held against each case's result.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from paper_size_run import write_run
+
+from kit.hardware import load_hardware
+from kit.predictions import device_spec, training_step_bound, training_throughput_bound
+from kit.protocol import build_plan, load_protocol
+from kit.reference import load_reference
+from kit.report.build import build_report
+from kit.report.load import load_run
+from kit.report.page_one import cost_per_million_tokens, energy_cell, paper_cell
+from kit.report.render import render_html, write_pdf
+from kit.results import Metric
+
+CASES = [
+    "pretrain.llama2-7b.naive.g8",  # out of memory in the synthetic run
+    "pretrain.llama2-7b.z2+f.g8",
+    "pretrain.llama2-7b.q.g8",
+    "finetune.llama2-7b.l+f.g8",
+    "finetune.llama2-70b.ql+z3+o+r+f.g8",  # the case of claim C21's published value
+    "serve.llama2-7b.vllm.g8",
+    "serve.llama2-7b.lightllm.g8",  # its engine's image is absent: unavailable
+    "comm.all_reduce.g8",
+]
+PRICE = 2.5
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory) -> Path:
+    plan = build_plan(load_protocol(), "paper")
+    return write_run(tmp_path_factory.mktemp("runs") / "a800-run", plan, cases=CASES)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory) -> Path:
+    """The smoke plan's training on CPU (the generator writes GPU collectives and engines only)."""
+    plan = build_plan(load_protocol(), "smoke")
+    cases = [case.id for case in plan.cases if case.workload == "train"]
+    return write_run(tmp_path_factory.mktemp("runs") / "smoke-run", plan, cases=cases)
+
+
+@pytest.fixture(scope="module")
+def report(gpu_run):
+    return build_report(gpu_run, ["reference"], gpu_hour_price=PRICE)
+
+
+def result_json(run: Path, case_id: str) -> dict:
+    return json.loads((run / "cases" / case_id / "result.json").read_text())
+
+
+def rows_by_case(report) -> dict[str, list]:
+    """The headline rows, keyed by the case folder named under each figure."""
+    found = {}
+    for row in report.page_one.headline.rows:
+        detail = row.cells[0].detail or ""
+        if detail.startswith("cases/"):
+            found[detail.removeprefix("cases/").rstrip("/")] = row.cells
+    return found
+
+
+def numbers(text: str) -> list[float]:
+    return [float(n) for n in re.findall(r"\d+(?:\.\d+)?", text)]
+
+
+def shown(value: float) -> str:
+    """Three significant digits, as a reviewer reads them (no exponent at these sizes)."""
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def spread(metric: dict, scale: float = 1.0) -> str:
+    mean = metric["mean"] * scale
+    if metric["std"] is None:
+        return shown(mean)
+    return f"{shown(mean)} ± {metric['std'] * scale:.{max(0, 2 - math.floor(math.log10(abs(mean))))}f}"
+
+
+# --- Which figures, and their values ------------------------------------------------------------
+
+
+def test_the_headline_is_the_fastest_case_of_each_model_with_its_spread_from_result_json(report, gpu_run):
+    rows = rows_by_case(report)
+    pretrain = {cid: result_json(gpu_run, cid) for cid in CASES if cid.startswith("pretrain.")}
+    done = {cid: r["metrics"]["tokens_per_s"]["mean"] for cid, r in pretrain.items() if r["status"] == "ok"}
+    fastest = max(done, key=done.get)
+    assert fastest in rows and not set(done) - {fastest} & set(rows)
+    metrics = pretrain[fastest]["metrics"]
+    measured = rows[fastest][1]
+    assert measured.text == f"{spread(metrics['tokens_per_s'])} tokens/s"
+    assert measured.detail == f"MFU {spread(metrics['mfu'], 100)} %"
+
+
+def test_a_serving_row_has_output_throughput_and_median_and_p99_ttft(report, gpu_run):
+    metrics = result_json(gpu_run, "serve.llama2-7b.vllm.g8")["metrics"]
+    measured = rows_by_case(report)["serve.llama2-7b.vllm.g8"][1]
+    assert measured.text.startswith(f"{spread(metrics['output_throughput'])} tokens/s")
+    assert measured.detail == (
+        f"TTFT median {spread(metrics['ttft_median_s'])} s, p99 {spread(metrics['ttft_p99_s'])} s"
+    )
+
+
+def test_a_case_without_a_measurement_shows_its_status_and_reason(report, gpu_run):
+    result = result_json(gpu_run, "serve.llama2-7b.lightllm.g8")
+    _, status = rows_by_case(report)["serve.llama2-7b.lightllm.g8"]
+    assert (status.text, status.detail) == ("unavailable", result["reason"])
+
+
+# --- Expected on this host ----------------------------------------------------------------------
+
+
+def test_the_all_reduce_is_held_against_the_a800s_nvlink_rate(report, gpu_run):
+    """hardware.yaml gives the A800 SXM4 400 GB/s NVLink in both directions: 200 GB/s each way."""
+    busbw = result_json(gpu_run, "comm.all_reduce.g8")["metrics"]["bus_bandwidth_gb_s"]["mean"]
+    expected = rows_by_case(report)["comm.all_reduce.g8"][2]
+    assert expected.text == "≤ 200 GB/s"
+    assert f"measured {shown(busbw / 200)} × bound" in expected.detail
+
+
+def test_full_training_is_expected_below_its_roofline_and_lora_has_no_expectation(report, gpu_run):
+    rows = rows_by_case(report)
+    full = next(cid for cid in rows if cid.startswith("pretrain."))
+    result = load_run(gpu_run, False).results[full]
+    spec = device_spec(result.case, ["NVIDIA A800-SXM4-80GB"], load_hardware())
+    bound = training_throughput_bound(result.case, spec)
+    assert rows[full][2].text == f"≤ {shown(bound)} tokens/s"
+    assert rows[full][2].detail == f"measured {shown(result.metrics['tokens_per_s'].mean / bound)} × bound"
+    lora = rows["finetune.llama2-7b.l+f.g8"]
+    assert (lora[2].text, lora[2].detail) == ("no expectation", "FLOPs model: full training only")
+    assert lora[1].detail == "MFU not computed: FLOPs model: full training only"
+
+
+def test_the_training_throughput_bound_is_the_step_bound_over_every_gpus_micro_batch(gpu_run):
+    results = load_run(gpu_run, False).results
+    spec = load_hardware().lookup("NVIDIA A800-SXM4-80GB")
+    case = results["pretrain.llama2-7b.z2+f.g8"].case
+    tokens = case.params.micro_batch * case.params.seq_len * case.gpus
+    assert training_throughput_bound(case, spec) * training_step_bound(case, spec).seconds == pytest.approx(tokens)
+    assert training_throughput_bound(results["finetune.llama2-7b.l+f.g8"].case, spec) is None
+    megatron = next(c for c in build_plan(load_protocol(), "smoke").cases if c.params.kind == "train"
+                    and getattr(c.params, "tensor_parallel", 1) > 1)  # fmt: skip
+    assert training_throughput_bound(megatron.model_copy(update={"device": "cuda"}), spec) is None
+
+
+# --- The paper's value, energy and cost ---------------------------------------------------------
+
+
+def test_the_papers_value_is_the_reference_files_with_its_claim_and_platform(report):
+    cell = paper_cell(load_reference(), "finetune.llama2-70b.ql+z3+o+r+f.g8", ("tokens_per_s", "mfu"))
+    assert cell.text == "200 tokens/s ± 40 tokens/s"  # as the claims table writes a published value
+    assert cell.detail.startswith("C21, on ") and "4090" in cell.detail and "3090" in cell.detail
+    assert rows_by_case(report)["finetune.llama2-70b.ql+z3+o+r+f.g8"][3] == cell
+    assert paper_cell(load_reference(), "pretrain.llama2-7b.z2+f.g8", ("tokens_per_s",)).text == "none"
+    assert paper_cell(None, "pretrain.llama2-7b.z2+f.g8", ("tokens_per_s",)).text == "not compared"
+
+
+def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(report, gpu_run):
+    # 8 GPUs at 2.50 per GPU-hour make 20 per hour; at 10^6 tokens/s a million tokens take 1 s.
+    assert cost_per_million_tokens(1e6, 8, 2.5) == pytest.approx(20 / 3600)
+    per_run = result_json(gpu_run, "finetune.llama2-7b.l+f.g8")["metrics"]["tokens_per_s"]["per_run"]
+    costs = [cost_per_million_tokens(value, 8, PRICE) for value in per_run]
+    cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][5]
+    assert numbers(cell.text)[0] == pytest.approx(sum(costs) / len(costs), rel=5e-3)
+    unpriced = build_report(gpu_run, ["reference"])
+    cell = rows_by_case(unpriced)["finetune.llama2-7b.l+f.g8"][5]
+    assert (cell.text, cell.detail) == ("no price given", "set --gpu-hour-price")
+    assert "kit report --gpu-hour-price 2.50" in unpriced.page_one.headline.notes[-1]
+
+
+def test_energy_is_absent_with_its_reason_never_zero(report, cpu_run):
+    gpu_cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][4]
+    assert (gpu_cell.text, gpu_cell.detail) == ("not measured", "none in result.json")
+    smoke = build_report(cpu_run, ["reference"], gpu_hour_price=PRICE)
+    rows = rows_by_case(smoke)
+    for cells in rows.values():
+        if len(cells) == 6 and cells[4].text != "not a token figure":
+            assert cells[4].text == "no energy reading (CPU)" and cells[5].text == "not priced"
+
+
+def test_energy_per_1k_tokens_is_a_thousand_joules_per_token_and_a_note_says_why_not(gpu_run):
+    """joules_per_token is the metric kit/energy.py writes from NVML's energy counter."""
+    result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
+    measured = result.model_copy(update={"metrics": {**result.metrics, "joules_per_token": Metric(
+        mean=0.5, std=0.01, n=3, unit="J/token", per_run=[0.49, 0.5, 0.51])}})  # fmt: skip
+    assert energy_cell(measured, "#finetune").text == "500 ± 10 J"
+    note = "joules per token and mean power per GPU: not measured, NVML gave no power reading"
+    unread = result.model_copy(update={"notes": [*result.notes, note]})
+    cell = energy_cell(unread, "#finetune")
+    assert (cell.text, cell.detail) == ("not measured", "NVML gave no power reading")
+
+
+# --- The host and the links ---------------------------------------------------------------------
+
+
+def test_the_host_is_described_from_its_fingerprint_with_images_by_digest(report, gpu_run):
+    facts = {fact.label: fact.value for fact in report.page_one.host}
+    assert facts["GPUs"] == "8 × NVIDIA A800-SXM4-80GB"
+    assert "all pairs NVLink" in facts["Link, driver"] and "550.54.15" in facts["Link, driver"]
+    assert facts["Peak figures"].startswith("NVIDIA A800-SXM4-80GB: A800")
+    recorded = json.loads((gpu_run / "run.json").read_text())["images"]
+    for image, digest in recorded.items():
+        assert f"{image} {digest.split('sha256:')[0]}sha256:{digest.split('sha256:')[1][:16]}…" in facts["Images"]
+
+
+def test_every_link_of_page_one_leads_to_an_anchor_of_the_report(report):
+    html = render_html(report)
+    links = {cell.link for row in report.page_one.headline.rows for cell in row.cells if cell.link}
+    assert {"#pretrain", "#finetune", "#serve", "#comm"} <= links
+    for link in links:
+        assert f'id="{link[1:]}"' in html, link
+
+
+# --- The printed page ---------------------------------------------------------------------------
+
+
+def pdf_page(pdf: Path, number: int) -> str:
+    """One page's text in reading order (pdftotext -f N -l N)."""
+    if not shutil.which("pdftotext"):
+        pytest.skip("needs pdftotext (poppler-utils)")
+    page = str(number)
+    return subprocess.run(["pdftotext", "-f", page, "-l", page, str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+
+
+def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(report, gpu_run, tmp_path):
+    pdf = tmp_path / "report.pdf"
+    write_pdf(render_html(report, "print"), pdf)
+    page_one = pdf_page(pdf, 1)
+    first = " ".join(page_one.split())
+    headline = rows_by_case(report)
+    assert {"pretrain.llama2-7b.z2+f.g8", "serve.llama2-7b.vllm.g8", "comm.all_reduce.g8"} <= set(headline)
+    for case_id in headline:
+        assert f"cases/{case_id}/" in "".join(page_one.split())  # a long folder name wraps in its cell
+        result = result_json(gpu_run, case_id)
+        metric = {"pretrain": "tokens_per_s", "finetune": "tokens_per_s", "serve": "output_throughput",
+                  "comm": "bus_bandwidth_gb_s"}[result["stage"]]  # fmt: skip
+        if result["status"] == "ok":
+            assert spread(result["metrics"][metric]) in first, case_id
+    assert "Energy: 1000 × joules_per_token" in first  # the last note: nothing spilled onto page two
+    assert " ".join(pdf_page(pdf, 2).split()).startswith("This report")
