@@ -11,7 +11,8 @@ import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
 
-from kit.comm import sweep_bound, sweep_of
+from kit.comm import sweep_bound
+from kit.stages.comm import sweep_of
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
