@@ -42,6 +42,7 @@ VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "not measured", "not 
 CASE_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)?\.[a-z0-9_+-]+\.g[1-9][0-9]*(\.b[1-9][0-9]*)?$"
 CaseId = Annotated[str, Field(pattern=CASE_ID_PATTERN)]
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
+SCALING_METRIC = "tokens_per_s"  # a scaling efficiency divides throughputs (paper, Figure 4)
 
 # Units a published value may be written in: each is (dimension, factor to the dimension's base).
 UNITS: dict[str, tuple[str, float]] = {
@@ -421,6 +422,27 @@ def relation_cases(relation: Relation) -> list[str]:
     if isinstance(relation, PlatformRatioRelation):
         return list(relation.cases or ())
     return [item.case for tier in relation.tiers for item in tier]
+
+
+def relation_metrics(relation: Relation) -> set[tuple[str, str]]:
+    """Every (stage, metric name) a relation reads: what a real result of that stage must carry."""
+    def stage(case: str) -> str:
+        return case.split(".")[0]
+
+    if isinstance(relation, ValueRelation):
+        return {(stage(relation.measure.case), relation.measure.metric)}
+    if isinstance(relation, RatioRelation):
+        return {
+            (stage(case), q.metric if isinstance(q, CaseMetric) else SCALING_METRIC)
+            for q in (relation.numerator, relation.denominator) for case in _quantity_cases(q)
+        }  # fmt: skip
+    if isinstance(relation, ScalingEfficiencyRelation):
+        return {(stage(relation.base), SCALING_METRIC), (stage(relation.target), SCALING_METRIC)}
+    if isinstance(relation, ShareRelation):
+        return {(stage(relation.case), relation.part), (stage(relation.case), relation.whole)}
+    if isinstance(relation, PlatformRatioRelation):
+        return {(relation.stage, relation.metric)} | {(stage(case), relation.metric) for case in relation.cases or ()}
+    return {(stage(item.case), item.metric) for tier in relation.tiers for item in tier}
 
 
 def _quantity_cases(quantity: Quantity) -> list[str]:
@@ -897,7 +919,7 @@ def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, va
 def _scaling(
     context: ClaimContext, base: str, target: str, platforms: list[str], cross: bool
 ) -> tuple[float | None, list[Reading]]:
-    readings = [context.read(case, "tokens_per_s", platforms, cross) for case in (base, target)]
+    readings = [context.read(case, SCALING_METRIC, platforms, cross) for case in (base, target)]
     base_reading, target_reading = readings
     if base_reading.value is None or target_reading.value is None or not base_reading.value:
         return None, readings
