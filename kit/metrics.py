@@ -161,6 +161,18 @@ def training_case_metrics(
 CASE_METRICS = {"train": training_case_metrics, "comm": comm_case_metrics, "profile": profile_case_metrics,
                 "serve": serve_case_metrics}  # fmt: skip
 
+
+
+def case_metrics(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str, Metric | None], list[str]]:
+    """Everything a case's result.json carries: its workload's figures (CASE_METRICS) and,
+    beside them, joules per token and mean power per GPU (kit/energy.py) or why they are absent."""
+    from kit.energy import energy_case_metrics
+
+    found, notes = CASE_METRICS[case.workload](case, runs)
+    energy, energy_notes = energy_case_metrics(case, runs)
+    return {**found, **energy}, [*notes, *energy_notes]
+
+
 # The one figure per workload kind that a run summary shows first.
 HEADLINE_METRIC = {
     "train": "tokens_per_s",

@@ -144,13 +144,13 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         if status == "ok" and not_in_effect is not None:
             status, reason = "error", not_in_effect
         elif status == "ok":
-            case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+            case_metrics, notes = metrics.case_metrics(case, runs)
     elif failed is not None:
         status, reason = failed.status, failed.reason
     elif not_in_effect is not None:
         status, reason = "error", not_in_effect
     elif case.workload in metrics.CASE_METRICS:
-        case_metrics, notes = metrics.CASE_METRICS[case.workload](case, runs)
+        case_metrics, notes = metrics.case_metrics(case, runs)
     if case.variant is not None:
         notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
     return Result(

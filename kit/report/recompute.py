@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from kit.metrics import CASE_METRICS
+from kit.metrics import CASE_METRICS, case_metrics
 from kit.results import RankSample, Result, RunDir, read_model
 
 
@@ -29,7 +29,7 @@ def differences(run: RunDir, result: Result) -> list[str]:
     if result.status != "ok" or result.case.workload not in CASE_METRICS:
         return []
     try:
-        fresh, _ = CASE_METRICS[result.case.workload](result.case, raw_runs(run, result))
+        fresh, _ = case_metrics(result.case, raw_runs(run, result))
     except Exception as exc:  # noqa: BLE001 - raw samples that cannot give the figures are the finding
         return [f"{result.case_id}: its raw samples give no figures ({type(exc).__name__}: {str(exc)[:200]})"]
     found = []
