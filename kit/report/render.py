@@ -11,6 +11,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from kit.report.build import REFERENCE, assess, build_report
 from kit.report.evidence import EvidenceError, verify
+from kit.report.export import export_csv, export_json
 from kit.report.model import Report
 from kit.results import REPORT_FILES
 
@@ -73,8 +74,6 @@ def render(
     each file that changed, is missing or was added. `gpu_hour_price` prices a million tokens.
     Returns the files written.
     """
-    from kit.report.export import export_csv, export_json
-
     wanted = list(dict.fromkeys(formats))
     unknown = [name for name in wanted if name not in FORMATS]
     if unknown or not wanted:
