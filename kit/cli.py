@@ -413,14 +413,17 @@ def images_verify(names, no_probe, as_json) -> None:
 @cli.command("report")
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
-@click.option("--format", "formats", default="html,pdf", show_default=True, help="html, pdf or both")
-@click.option("--out", type=click.Path(path_type=Path), help="folder for report.html and report.pdf (default: the run directory)")
+@click.option("--format", "formats", default="html,pdf", show_default=True,
+              help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
+@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE",
+              help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
+@click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-def report(run_dir, compare, formats, out, redact, verify_only, expect_digest) -> None:
-    """Render a run as HTML and PDF, compared with the paper and/or another run (default: newest run)."""
+def report(run_dir, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
+    """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run)."""
     from kit.console import console
     from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
     from kit.report.render import render
@@ -445,7 +448,7 @@ def report(run_dir, compare, formats, out, redact, verify_only, expect_digest) -
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     try:
-        written = render(run_dir, list(compare), wanted, out or run_dir, redact)
+        written = render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price)
     except EvidenceError as exc:
         console.print(f"[red]{exc}[/]")
         sys.exit(1)

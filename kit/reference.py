@@ -24,11 +24,13 @@ from itertools import product
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from kit.analysis import scaling_efficiency
 from kit.fingerprint import Fingerprint
+from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
+from kit.protocol import Case
 from kit.results import Result, RunInfo
 
 REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
@@ -40,6 +42,7 @@ VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "not measured", "not 
 CASE_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)?\.[a-z0-9_+-]+\.g[1-9][0-9]*(\.b[1-9][0-9]*)?$"
 CaseId = Annotated[str, Field(pattern=CASE_ID_PATTERN)]
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
+SCALING_METRIC = "tokens_per_s"  # a scaling efficiency divides throughputs (paper, Figure 4)
 
 # Units a published value may be written in: each is (dimension, factor to the dimension's base).
 UNITS: dict[str, tuple[str, float]] = {
@@ -148,14 +151,32 @@ class Strict(BaseModel):
 
 
 class PlatformSpec(Strict):
-    """How a run's GPUs are recognised as one of the paper's platforms."""
+    """How a run's GPUs are recognised as one of the paper's platforms: exactly, by the names
+    (NVML name and aliases) of its hardware.yaml entries, as the hardware table matches a GPU.
+    A GPU whose name only contains one of `similar_names_contain` (an RTX 4090 D for the RTX
+    4090, an A800 PCIe for the A800 SXM4) is a similar platform, which the mismatch says."""
 
     label: str
-    device_name_contains: tuple[str, ...] = Field(min_length=1)
+    gpus: tuple[str, ...] = Field(min_length=1)  # hardware.yaml keys
+    similar_names_contain: tuple[str, ...] = ()
     interconnect: Literal["nvlink", "pcie", "any"] = "any"
     # A PCIe platform measured on an NVLink host of the same GPUs: each case's variant of this
     # name (protocol.yaml `variants`, e.g. p2p-off) stands for the case on this platform.
     variant_on_nvlink: str | None = None
+    _names: frozenset[str] = PrivateAttr(default=frozenset())
+
+    def resolve(self, hardware: HardwareTable) -> None:
+        """Take the exact device names of the platform's GPUs from the hardware table."""
+        unknown = [key for key in self.gpus if key not in hardware.gpus]
+        if unknown:
+            raise ValueError(f"GPU {unknown[0]!r} is not in hardware.yaml")
+        self._names = frozenset(normalise_name(name) for key in self.gpus for name in hardware.gpus[key].names)
+
+    def is_exactly(self, device_name: str) -> bool:
+        return normalise_name(device_name) in self._names
+
+    def is_similar(self, device_name: str) -> bool:
+        return any(part.casefold() in device_name.casefold() for part in self.similar_names_contain)
 
 
 class Published(Strict):
@@ -252,28 +273,53 @@ class ScalingOf(Strict):
 Quantity = Union[CaseMetric, ScalingOf]
 
 
-class _Relation(Strict):
+class OtherReading(Strict):
+    """Another way the paper's sentence can be read, with the bound that reading gives."""
+
+    label: str
+    published: Published
+
+
+class _Bounded(Strict):
+    """A relation checked against a published bound. Where the sentence admits more than one
+    reading ("34.9 % faster": 34.9 % less time, or 1.349 × the speed), `reading` names the
+    first and `other_readings` the rest; each is judged, and only when every reading deviates
+    does the relation deviate."""
+
+    published: Published
+    reading: str | None = None
+    other_readings: tuple[OtherReading, ...] = ()
+
+    @model_validator(mode="after")
+    def _readings_are_named(self) -> _Bounded:
+        if self.other_readings and self.reading is None:
+            raise ValueError("a relation with other_readings names its own with `reading`")
+        return self
+
+    @property
+    def readings(self) -> list[tuple[str | None, Published]]:
+        return [(self.reading, self.published), *((other.label, other.published) for other in self.other_readings)]
+
+
+class _Relation(_Bounded):
     platform: str | None = None
 
 
 class ValueRelation(_Relation):
     kind: Literal["value"]
     measure: CaseMetric
-    published: Published
 
 
 class RatioRelation(_Relation):
     kind: Literal["ratio"]
     numerator: Quantity
     denominator: Quantity
-    published: Published
 
 
 class ScalingEfficiencyRelation(_Relation):
     kind: Literal["scaling_efficiency"]
     base: CaseId
     target: CaseId
-    published: Published
 
     @model_validator(mode="after")
     def _base_one_gpu(self) -> ScalingEfficiencyRelation:
@@ -286,21 +332,32 @@ class ShareRelation(_Relation):
     case: CaseId
     part: str
     whole: str
-    published: Published
 
 
-class PlatformRatioRelation(Strict):
+class PlatformRatioRelation(_Bounded):
+    """One metric of the same case (so the same method) on two platforms, the median of the
+    per-case ratios. Without a list of cases it takes every case of `stage` both runs
+    completed, of one kind only: quantised methods (`quantised: true`) or the rest (`false`),
+    never a mix, since quantisation changes what a GPU's throughput is bound by."""
+
     kind: Literal["platform_ratio"]
     numerator_platform: str
     denominator_platform: str
     stage: str
     metric: str
     cases: tuple[CaseId, ...] | None = None
-    published: Published
+    quantised: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_kind_of_case(self) -> PlatformRatioRelation:
+        if self.cases is None and self.quantised is None:
+            raise ValueError("a platform ratio over a whole stage says `quantised: true` or `false`; the two are not mixed")
+        return self
 
 
-class OrderingRelation(_Relation):
+class OrderingRelation(Strict):
     kind: Literal["ordering"]
+    platform: str | None = None
     metric: str | None = None
     direction: Literal["descending", "ascending"]
     tiers: tuple[tuple[CaseMetric, ...], ...] = Field(min_length=2)
@@ -365,6 +422,27 @@ def relation_cases(relation: Relation) -> list[str]:
     if isinstance(relation, PlatformRatioRelation):
         return list(relation.cases or ())
     return [item.case for tier in relation.tiers for item in tier]
+
+
+def relation_metrics(relation: Relation) -> set[tuple[str, str]]:
+    """Every (stage, metric name) a relation reads: what a real result of that stage must carry."""
+    def stage(case: str) -> str:
+        return case.split(".")[0]
+
+    if isinstance(relation, ValueRelation):
+        return {(stage(relation.measure.case), relation.measure.metric)}
+    if isinstance(relation, RatioRelation):
+        return {
+            (stage(case), q.metric if isinstance(q, CaseMetric) else SCALING_METRIC)
+            for q in (relation.numerator, relation.denominator) for case in _quantity_cases(q)
+        }  # fmt: skip
+    if isinstance(relation, ScalingEfficiencyRelation):
+        return {(stage(relation.base), SCALING_METRIC), (stage(relation.target), SCALING_METRIC)}
+    if isinstance(relation, ShareRelation):
+        return {(stage(relation.case), relation.part), (stage(relation.case), relation.whole)}
+    if isinstance(relation, PlatformRatioRelation):
+        return {(relation.stage, relation.metric)} | {(stage(case), relation.metric) for case in relation.cases or ()}
+    return {(stage(item.case), item.metric) for tier in relation.tiers for item in tier}
 
 
 def _quantity_cases(quantity: Quantity) -> list[str]:
@@ -460,6 +538,12 @@ class Reference(Strict):
 
     @model_validator(mode="after")
     def _names_resolve(self) -> Reference:
+        hardware = load_hardware()
+        for name, spec in self.platforms.items():
+            try:
+                spec.resolve(hardware)
+            except ValueError as exc:
+                raise ValueError(f"platform {name}: {exc}") from None
         seen: set[str] = set()
         for claim in self.claims:
             if claim.id in seen:
@@ -554,8 +638,9 @@ def platform_mismatch(spec: PlatformSpec, run: MeasuredRun) -> str | None:
     """Why a run is not on the platform, or None when it is."""
     if not run.gpu_names:
         return f"run {run.label} has {run.devices}"
-    wanted = [needle.casefold() for needle in spec.device_name_contains]
-    strangers = [name for name in run.gpu_names if not any(n in name.casefold() for n in wanted)]
+    strangers = [name for name in run.gpu_names if not spec.is_exactly(name)]
+    if strangers and all(spec.is_exactly(name) or spec.is_similar(name) for name in run.gpu_names):
+        return f"run {run.label} has {', '.join(run.gpu_names)}: a similar platform, not the paper's {spec.label}"
     if strangers:
         return f"run {run.label} has {', '.join(run.gpu_names)}"
     if spec.interconnect != "any":
@@ -569,6 +654,15 @@ def platform_mismatch(spec: PlatformSpec, run: MeasuredRun) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------
+
+
+class ReadingOutcome(BaseModel):
+    """A relation's verdict under one reading of the paper's sentence."""
+
+    label: str
+    published: str
+    verdict: Verdict
+    finding: str
 
 
 class RelationOutcome(BaseModel):
@@ -587,6 +681,7 @@ class RelationOutcome(BaseModel):
     caveats: list[str] = []
     stand_ins: dict[str, str] = {}
     runs: tuple[str, ...] = ()
+    readings: list[ReadingOutcome] = []  # where the sentence admits several: the verdict under each
 
 
 class ClaimOutcome(BaseModel):
@@ -788,24 +883,43 @@ def outcome(
     return RelationOutcome(verdict=verdict, measured=measured, measured_value=value, finding=finding, **common)
 
 
-def bounded(
-    relation: str, published: Published, scale: Scale, evidence: Evidence, value: float | None
-) -> RelationOutcome:
-    """A relation whose measured value is checked against a published bound."""
-    shown = published.describe(scale)
+def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, value: float | None) -> RelationOutcome:
+    """A relation whose measured value is checked against its published bound, under every
+    reading of the sentence: it holds when one reading holds, and deviates only when all do."""
+    readings = bound.readings
+    shown = " or ".join(
+        published.describe(scale) + (f" (read as {label})" if len(readings) > 1 else "") for label, published in readings
+    )
     if value is None and not (evidence.missing or evidence.inapplicable):
         evidence = evidence._replace(missing="a computable value (a denominator is 0)")
     if value is None or evidence.missing or evidence.inapplicable:
         return outcome(relation, shown, evidence)
-    holds = published.holds(value)
-    finding = "within the published bound" if holds else published.deviation(value, scale)
-    return outcome(relation, shown, evidence, scale.show(value), value, holds, finding)
+    judged = [
+        (label, published, published.holds(value),
+         "within the published bound" if published.holds(value) else published.deviation(value, scale))
+        for label, published in readings
+    ]  # fmt: skip
+    holds = any(within for _, _, within, _ in judged)
+    if len(judged) == 1:
+        finding = judged[0][3]
+    else:
+        finding = "; ".join(f"read as {label}: {text}" for label, _, _, text in judged)
+        finding += "; consistent under one reading" if holds else "; deviates under every reading"
+    result = outcome(relation, shown, evidence, scale.show(value), value, holds, finding)
+    if len(judged) > 1:
+        per_reading = [
+            ReadingOutcome(label=label or "", published=published.describe(scale), finding=text,
+                           verdict="not applicable" if result.verdict == "not applicable" else ("consistent" if within else "deviates"))
+            for label, published, within, text in judged
+        ]  # fmt: skip
+        result = result.model_copy(update={"readings": per_reading})
+    return result
 
 
 def _scaling(
     context: ClaimContext, base: str, target: str, platforms: list[str], cross: bool
 ) -> tuple[float | None, list[Reading]]:
-    readings = [context.read(case, "tokens_per_s", platforms, cross) for case in (base, target)]
+    readings = [context.read(case, SCALING_METRIC, platforms, cross) for case in (base, target)]
     base_reading, target_reading = readings
     if base_reading.value is None or target_reading.value is None or not base_reading.value:
         return None, readings
@@ -838,7 +952,7 @@ def _evaluate_value(context: ClaimContext, relation: ValueRelation) -> RelationO
             evidence = evidence._replace(
                 missing=f"{measure.metric} in {relation.published.unit} (the run has {reading.unit})"
             )
-    return bounded(text, relation.published, unit_scale(relation.published.unit), evidence, value)
+    return bounded(text, relation, unit_scale(relation.published.unit), evidence, value)
 
 
 def _evaluate_ratio(context: ClaimContext, relation: RatioRelation) -> RelationOutcome:
@@ -847,13 +961,13 @@ def _evaluate_ratio(context: ClaimContext, relation: RatioRelation) -> RelationO
     bottom, bottom_readings, bottom_text = _quantity(context, relation.denominator, relation.platform, cross)
     evidence = context.gather(top_readings + bottom_readings)
     ratio = top / bottom if top is not None and bottom else None
-    return bounded(f"{top_text} / {bottom_text}", relation.published, TIMES, evidence, ratio)
+    return bounded(f"{top_text} / {bottom_text}", relation, TIMES, evidence, ratio)
 
 
 def _evaluate_scaling(context: ClaimContext, relation: ScalingEfficiencyRelation) -> RelationOutcome:
     text = f"tokens/s of {relation.target} / (N × tokens/s of {relation.base})"
     value, readings = _scaling(context, relation.base, relation.target, context.platforms_of(relation.platform), False)
-    return bounded(text, relation.published, PERCENT, context.gather(readings), value)
+    return bounded(text, relation, PERCENT, context.gather(readings), value)
 
 
 def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationOutcome:
@@ -861,11 +975,17 @@ def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationO
     platforms = context.platforms_of(relation.platform)
     part, whole = (context.read(relation.case, metric, platforms, False) for metric in (relation.part, relation.whole))
     share = part.value / whole.value if part.value is not None and whole.value else None
-    return bounded(text, relation.published, PERCENT, context.gather([part, whole]), share)
+    return bounded(text, relation, PERCENT, context.gather([part, whole]), share)
+
+
+def quantised(case: Case) -> bool:
+    """Whether a case's weights are quantised (QLoRA, the paper's Q)."""
+    return getattr(case.params, "quantization", "none") != "none"
 
 
 def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelation) -> RelationOutcome:
-    scope = "the listed cases" if relation.cases else f"every {relation.stage} case both runs completed"
+    kind = "quantised" if relation.quantised else "non-quantised"
+    scope = "the listed cases" if relation.cases else f"every {kind} {relation.stage} case both runs completed"
     text = (
         f"median over {scope} of {metric_label(relation.metric)} on "
         f"{relation.numerator_platform} / on {relation.denominator_platform}"
@@ -890,11 +1010,12 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
             for cid, result in top_run.results.items()
             if result.stage == relation.stage
             and result.case.variant is None
+            and quantised(result.case) == relation.quantised
             and completed(top_run, variant_case_id(cid, top_variant))
             and completed(bottom_run, variant_case_id(cid, bottom_variant))
         )
     )
-    ratios, readings, gaps = [], [], []
+    ratios, readings, gaps, used = [], [], [], []
     for case in cases:
         pair = [
             context.read(case, relation.metric, [platform], True)
@@ -905,12 +1026,14 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
             gaps += [r.missing for r in pair if r.missing]
             continue
         ratios.append(pair[0].value / pair[1].value)
+        used.append(case)
     evidence = context.gather(readings)._replace(
         missing=None if ratios else (", ".join(gaps) or f"a {relation.stage} case on both")
     )
-    result = bounded(text, relation.published, TIMES, evidence, statistics.median(ratios) if ratios else None)
+    result = bounded(text, relation, TIMES, evidence, statistics.median(ratios) if ratios else None)
     if ratios:
-        spread = f"{len(ratios)} cases, ratios {format_value(min(ratios))} to {format_value(max(ratios))}"
+        spread = (f"{len(ratios)} cases, the same case on both: {', '.join(used)}; "
+                  f"ratios {format_value(min(ratios))} to {format_value(max(ratios))}")  # fmt: skip
         skipped = f"; missing: {', '.join(gaps)}" if gaps else ""
         result = result.model_copy(update={"finding": f"{result.finding} ({spread}{skipped})"})
     return result

@@ -8,7 +8,8 @@ Layout:
     RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
     RUN_DIR/cases/<case-id>/runs/<k>/rank-<r>.json   raw samples of each process of run k
     RUN_DIR/SHA256SUMS                    evidence: the digest of every other file
-    RUN_DIR/report.html, report.pdf       rendered from the above by `kit report` (not evidence)
+    RUN_DIR/report.html, report.pdf       rendered from the above by `kit report` (not evidence);
+    RUN_DIR/report.json, report-*.csv     its export for spreadsheets (`kit report --format json,csv`)
 A case is finished exactly when its result.json exists, which is what `--resume` relies on.
 """
 
@@ -36,7 +37,7 @@ Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
 SUMS_FILE = "SHA256SUMS"
 # Rendered from the run, never measured: they may be (re)written beside it without changing
 # the evidence, which covers everything else.
-REPORT_FILES = ("report.html", "report.pdf")
+REPORT_FILES = ("report.html", "report.pdf", "report.json", "report-claims.csv", "report-metrics.csv")
 # atomic_write_text's temporary file: a write cut short by a crash, never evidence.
 ATOMIC_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]+\.tmp")
 # Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.

@@ -35,7 +35,7 @@ from kit.results import (
     read_model,
     utc_now,
 )
-from kit.stages import maxbatch, unit_of
+from kit.stages import maxbatch, measure, unit_of
 from kit.stages.unit import first_failure
 
 
@@ -141,7 +141,7 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
     if status == "ok" and not_in_effect is not None:
         status, reason = "error", not_in_effect
     elif status == "ok" and unit is not None and unit.case_metrics is not None:
-        case_metrics, notes = unit.case_metrics(case, runs)
+        case_metrics, notes = measure(case, runs)
     if case.variant is not None:
         notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
     return Result(

@@ -70,8 +70,10 @@ from kit.predictions import (
     serving_bounds,
 )
 from kit.protocol import Case, Plan, build_plan, load_protocol
+from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.results import (
     ContainerRun,
+    DeviceTelemetry,
     EffectiveOption,
     PeakMemory,
     RankSample,
@@ -116,6 +118,7 @@ PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
 CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
 DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.061}
 ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07}
+SYNTHETIC_POWER_W = 330.0  # a GPU's draw under load, below the A800 SXM4's 400 W board power
 COMM_PEAK_BUSBW = {
     "all_reduce": 152.0,
     "all_gather": 141.0,
@@ -186,6 +189,15 @@ class Host:
             oom_killed=oom_killed,
             ulimits={"memlock": -1, "stack": 67108864},
         )
+
+    def telemetry(self, gpus: int, seconds: float) -> DeviceTelemetry:
+        """NVML over a measured interval of `gpus` GPUs, as kit.telemetry summarises it: a steady
+        draw (no random draw, so every other number is what it was without telemetry); a CPU
+        case's sample says why it has none."""
+        if not self.cuda:
+            return NoDevice().stop()
+        return DeviceTelemetry(source="nvml", energy_j=gpus * SYNTHETIC_POWER_W * seconds, mean_power_w=SYNTHETIC_POWER_W,
+                               samples=max(1, int(seconds / SAMPLE_INTERVAL_S)))  # fmt: skip
 
     def rank(self, case: Case, rank: int, **fields) -> RankSample:
         started = self.clock.stamp()
@@ -396,6 +408,7 @@ def train_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
                     step_s=measured,
                     tokens_per_step=params.micro_batch * params.seq_len,
                     peak_memory=rank_memory,
+                    telemetry=host.telemetry(1, sum(measured)),
                     details=train_details(case, r),
                 )
             )
@@ -808,6 +821,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
                              reason=reason, details=details)  # fmt: skip
         else:
             lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), details=details)
+        lead.telemetry = host.telemetry(case.gpus, duration)
         write_ranks(folder, index, [lead])
         runs.append(finish_run(host, case, index, [lead], duration + engine["ready_s"] + 30,
                                exit_code=1 if totals.errors else 0))  # fmt: skip

@@ -34,6 +34,7 @@ from kit.reference import (
     load_reference,
     measured_run,
     parse_case_id,
+    platform_mismatch,
     reference_path,
     stand_in_case,
 )
@@ -318,19 +319,106 @@ def test_stand_ins_take_the_largest_multi_process_count_and_keep_one_gpu(smoke_p
 
 
 def test_cross_platform_claims_need_a_run_on_each_platform(reference, paper_plan):
-    cases = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.r.g8"]
+    cases = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.r.g8"]
     a800 = run_on(A800, [result(paper_plan, c, tokens_per_s=50_000) for c in cases], label="a800")
-    rtx = run_on(
-        RTX4090, [result(paper_plan, c, tokens_per_s=v) for c, v in zip(cases, (800, 1000, 1200))], label="rtx"
-    )
+    rtx = run_on(RTX4090, [result(paper_plan, c, tokens_per_s=v) for c, v in zip(cases, (800, 1200))], label="rtx")
     alone = evaluate_claim(claim(reference, "C5"), reference, [a800])
     assert alone.verdict == "not applicable" and alone.reason.startswith(
         "needs a run on RTX4090, which no run of this report is on"
     )
     both = evaluate_claim(claim(reference, "C5"), reference, [a800, rtx])
     assert both.verdict == "consistent"
-    assert both.relations[0].measured == "50.0 ×"
-    assert "3 cases, ratios 41.7 to 62.5" in both.relations[0].finding
+    assert both.relations[0].measured == "52.1 ×"
+    assert "2 cases, the same case on both: pretrain.llama2-7b.r.g8, pretrain.llama2-7b.z3+o.g8; ratios 41.7 to 62.5" \
+        in both.relations[0].finding
+
+
+def test_c5_compares_like_with_like_and_leaves_quantised_cases_to_c6(reference, paper_plan):
+    """Quantised cases run at about half the A800's speed on RTX GPUs (C6); mixed into C5's
+    median of about 50 × they would drag it to 26 ×."""
+    plain, quantised = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.r.g8"], ["pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.q+r.g8"]
+    a800 = run_on(A800, [result(paper_plan, c, tokens_per_s=50_000) for c in plain + quantised], label="a800")
+    rtx = run_on(RTX4090, [result(paper_plan, c, tokens_per_s=1_000) for c in plain]
+                 + [result(paper_plan, c, tokens_per_s=25_000) for c in quantised], label="rtx")  # fmt: skip
+    outcome = evaluate_claim(claim(reference, "C5"), reference, [a800, rtx])
+    assert outcome.verdict == "consistent"
+    relation = outcome.relations[0]
+    assert relation.measured == "50.0 ×" and relation.relation.startswith("median over every non-quantised pretrain case")
+    assert "pretrain.llama2-7b.r.g8, pretrain.llama2-7b.z3+o.g8;" in relation.finding
+    assert "q.g8" not in relation.finding and "q+r" not in relation.finding
+    # C7 reads both kinds, each on its own: the quantised median is never mixed with the rest.
+    rtx3090 = run_on(RTX3090, [result(paper_plan, c, tokens_per_s=v) for c, v in
+                               zip(plain + quantised, (700, 700, 16_000, 16_000))], label="rtx3090", interconnect="nvlink")  # fmt: skip
+    c7 = evaluate_claim(claim(reference, "C7"), reference, [rtx, rtx3090])
+    assert [r.measured for r in c7.relations] == ["1.43 ×", "1.56 ×"]
+
+
+def test_a_stage_wide_platform_ratio_must_say_which_kind_of_case_it_takes(tmp_path):
+    text = reference_path().read_text(encoding="utf-8").replace("        quantised: false\n", "", 1)
+    (tmp_path / "reference.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ManifestError, match="quantised: true` or `false`; the two are not mixed"):
+        load_reference(tmp_path / "reference.yaml")
+
+
+def profile_run(plan, with_flash: float, without: float) -> MeasuredRun:
+    cases = {"profile.llama2-7b.f.g1": with_flash, "profile.llama2-7b.base.g1": without}
+    return run_on(A800, [result(plan, c, attention_forward_s=v, attention_backward_s=v) for c, v in cases.items()])
+
+
+@pytest.mark.parametrize(
+    "ratio, verdict, under_each",
+    [
+        (0.65, "consistent", ["consistent", "deviates"]),  # 35 % less time
+        (0.74, "consistent", ["deviates", "consistent"]),  # 1.35 x the speed
+        (0.70, "consistent", ["consistent", "consistent"]),
+        (0.90, "deviates", ["deviates", "deviates"]),
+    ],
+)
+def test_c13_is_judged_under_both_readings_and_deviates_only_when_both_do(reference, paper_plan, ratio, verdict, under_each):
+    outcome = evaluate_claim(claim(reference, "C13"), reference, [profile_run(paper_plan, ratio, 1.0)])
+    relation = outcome.relations[0]
+    assert outcome.verdict == relation.verdict == verdict
+    assert [(r.label, r.verdict) for r in relation.readings] == list(zip(["34.9 % less time", "1.349 × the speed"], under_each))
+    assert relation.published == "0.651 × ± 0.05 (read as 34.9 % less time) or 0.741 × ± 0.05 (read as 1.349 × the speed)"
+    assert relation.finding.startswith("read as 34.9 % less time: ")
+
+
+def test_c14_has_the_same_two_readings(reference, paper_plan):
+    relation = evaluate_claim(claim(reference, "C14"), reference, [profile_run(paper_plan, 0.84, 1.0)]).relations[0]
+    assert [(r.label, r.verdict) for r in relation.readings] == [("24.7 % less time", "deviates"), ("1.247 × the speed", "consistent")]
+
+
+@pytest.mark.parametrize(
+    "seconds_70b, verdict, under_each",
+    [
+        (400, "consistent", ["consistent", "deviates"]),  # 3.3 x: within "up to 13 x", far from 13.3 x
+        (1700, "consistent", ["deviates", "consistent"]),  # 14.2 x: past the bound, near 120 s -> 1600 s
+        (2000, "deviates", ["deviates", "deviates"]),  # 16.7 x
+    ],
+)
+def test_c25_is_judged_as_a_bound_and_as_the_example_durations(reference, paper_plan, seconds_70b, verdict, under_each):
+    run = run_on(RTX4090, [result(paper_plan, "serve.llama2-7b.vllm.g8", duration_s=120),
+                           result(paper_plan, "serve.llama2-70b.vllm.g8", duration_s=seconds_70b)])  # fmt: skip
+    relation = evaluate_claim(claim(reference, "C25"), reference, [run]).relations[0]
+    assert relation.verdict == verdict
+    assert [r.verdict for r in relation.readings] == under_each
+
+
+@pytest.mark.parametrize(
+    "gpu, platform, paper",
+    [
+        ("NVIDIA GeForce RTX 4090 D", "RTX4090", "8 × RTX4090-24G"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX3090", "8 × RTX3090-24G, NVLink"),
+        ("NVIDIA A800 80GB PCIe", "A800", "8 × A800-80G, NVLink"),
+    ],
+)
+def test_a_similar_gpu_is_not_the_papers_platform_and_is_called_similar(reference, gpu, platform, paper):
+    run = run_on(gpu, [], interconnect="nvlink")
+    mismatch = platform_mismatch(reference.platforms[platform], run)
+    assert mismatch is not None and f"{gpu}: a similar platform, not the paper's {paper}" in mismatch
+    exact = {"RTX4090": RTX4090, "RTX3090": RTX3090, "A800": A800}[platform]
+    assert platform_mismatch(reference.platforms[platform], run_on(exact, [], interconnect="nvlink")) is None
+    assert "similar" not in platform_mismatch(reference.platforms[platform], run_on("NVIDIA H100 80GB HBM3", []))
 
 
 def test_nvlink_and_pcie_runs_of_one_gpu_model_are_different_platforms(reference, paper_plan):

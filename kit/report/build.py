@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from kit import __version__
 from kit.protocol import Protocol, load_protocol
 from kit.reference import (
     ClaimOutcome,
+    MeasuredRun,
     Reference,
+    TableComparison,
     evaluate_claims,
     evaluate_tables,
     load_reference,
     verdict_counts,
 )
+from kit.report.energy_section import energy_section
 from kit.report.cells import STATUS_TONES, VERDICT_TONES
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
@@ -87,6 +91,35 @@ def cover_of(
     )
 
 
+class Assessment(NamedTuple):
+    """The runs of a report and what the reference says of them, read and evaluated once for
+    every output (HTML, PDF, CSV, JSON)."""
+
+    run: LoadedRun
+    others: list[LoadedRun]
+    reference: Reference | None
+    outcomes: list[ClaimOutcome] | None  # None: the reference is not compared
+    tables: list[TableComparison]
+
+    @property
+    def runs(self) -> list[MeasuredRun]:
+        return [self.run.measured] + [other.measured for other in self.others]
+
+
+def assess(
+    run_dir: Path, compare: Sequence[str] = (REFERENCE,), redact: bool = False, reference: Reference | None = None
+) -> Assessment:
+    """A (verified) run directory and the runs it is compared with, the claims evaluated on them
+    where the reference is compared. The reference is read from manifests/ unless given."""
+    run = load_run(Path(run_dir), redact)
+    others = [load_run(Path(item), redact) for item in compare if item != REFERENCE]
+    unjudged = Assessment(run, others, None, None, [])
+    if REFERENCE not in compare:
+        return unjudged
+    reference, runs = reference or load_reference(), unjudged.runs
+    return unjudged._replace(reference=reference, outcomes=evaluate_claims(reference, runs), tables=evaluate_tables(reference, runs))
+
+
 def build_report(
     run_dir: Path,
     compare: Sequence[str] = (REFERENCE,),
@@ -94,19 +127,14 @@ def build_report(
     reference: Reference | None = None,
     protocol: Protocol | None = None,
     gpu_hour_price: float | None = None,
+    assessment: Assessment | None = None,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
     The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens."""
-    run = load_run(Path(run_dir), redact)
-    others = [load_run(Path(item), redact) for item in compare if item != REFERENCE]
+    assessment = assessment or assess(run_dir, compare, redact, reference)
+    run, others, reference, outcomes, table_comparisons = assessment
+    runs = assessment.runs
     protocol = protocol or load_protocol()
-    runs = [run.measured] + [other.measured for other in others]
-    if REFERENCE in compare:
-        reference = reference or load_reference()
-        outcomes: list[ClaimOutcome] | None = evaluate_claims(reference, runs)
-        table_comparisons = evaluate_tables(reference, runs)
-    else:
-        reference, outcomes, table_comparisons = None, None, []
     stages = stage_sections(run, protocol)
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
@@ -121,6 +149,7 @@ def build_report(
         summary_section(run, outcomes, stages, ab_comparisons),
         environment_section(run),
         *stages,
+        energy_section(run, gpu_hour_price),
         claims_section(reference, outcomes or [], table_comparisons, run, runs),
         *(c.section for c in ab_comparisons),
         issues_section(run, outcomes or []),

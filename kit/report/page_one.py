@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 
 from kit.comm import sweep_bound
-from kit.stages.comm import sweep_of
+from kit.energy import JOULES_PER_TOKEN, PRICE_HINT, cost_per_million_tokens
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
@@ -22,22 +22,11 @@ from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
 from kit.results import Metric, Result
+from kit.stages.comm import sweep_of
 
 TRAINING_STAGES = {"pretrain": "Pre-training", "finetune": "Fine-tuning"}
-JOULES_PER_TOKEN = "joules_per_token"  # NVML's energy over the measured interval per token (kit/energy.py)
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
-PRICE_HINT = "give a price per GPU-hour: kit report --gpu-hour-price 2.50"
-SECONDS_PER_HOUR = 3600.0
-MILLION = 1e6
 COLUMNS = 6
-
-
-def cost_per_million_tokens(tokens_per_s: float, gpus: int, gpu_hour_price: float) -> float:
-    """Rental time, not electricity: `gpus` GPUs at `gpu_hour_price` each per hour, for the
-    hours a million tokens take at `tokens_per_s`."""
-    if tokens_per_s <= 0 or gpus < 1:
-        raise ValueError("pricing a token needs a positive throughput and at least one GPU")
-    return gpus * gpu_hour_price * MILLION / tokens_per_s / SECONDS_PER_HOUR
 
 
 def _per_run(metric: Metric, values: Sequence[float], unit: str) -> Metric:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from kit.results import RankSample, Result, RunDir, read_model
-from kit.stages import unit_of
+from kit.stages import measure, unit_of
 
 
 def raw_runs(run: RunDir, result: Result) -> list:
@@ -30,7 +30,7 @@ def differences(run: RunDir, result: Result) -> list[str]:
     if result.status != "ok" or unit is None or unit.case_metrics is None:
         return []
     try:
-        fresh, _ = unit.case_metrics(result.case, raw_runs(run, result))
+        fresh, _ = measure(result.case, raw_runs(run, result))
     except Exception as exc:  # noqa: BLE001 - raw samples that cannot give the figures are the finding
         return [f"{result.case_id}: its raw samples give no figures ({type(exc).__name__}: {str(exc)[:200]})"]
     found = []

@@ -9,12 +9,13 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from kit.report.build import REFERENCE, build_report
+from kit.report.build import REFERENCE, assess, build_report
 from kit.report.evidence import EvidenceError, verify
+from kit.report.export import export_csv, export_json
 from kit.report.model import Report
 from kit.results import REPORT_FILES
 
-FORMATS = ("html", "pdf")
+FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
@@ -61,19 +62,24 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def render(
-    run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False
+    run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
+    gpu_hour_price: float | None = None,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
-    report.html and report.pdf are the only files the evidence leaves out) as `report.html` / `.pdf`.
+    the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
+    for spreadsheets `report.json` and `report-claims.csv` + `report-metrics.csv` (kit.report.export).
 
     `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
     Every run directory involved is verified against its SHA256SUMS first; EvidenceError names
-    each file that changed, is missing or was added. Returns the files written.
+    each file that changed, is missing or was added. `gpu_hour_price` prices a million tokens.
+    Returns the files written.
     """
     wanted = list(dict.fromkeys(formats))
     unknown = [name for name in wanted if name not in FORMATS]
     if unknown or not wanted:
         raise ValueError(f"report formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
+    if gpu_hour_price is not None and gpu_hour_price <= 0:
+        raise ValueError(f"a GPU-hour price is positive; got {gpu_hour_price}")
     run_dirs = [Path(run_dir)] + [Path(item) for item in compare if item != REFERENCE]
     for folder in run_dirs[1:]:
         if not (folder / "run.json").is_file():
@@ -87,16 +93,25 @@ def render(
                 f"the report cannot be written inside the run directory {folder}: "
                 "it would change the evidence it reports"
             )
-    report = build_report(Path(run_dir), list(compare), redact)
+    assessment = assess(Path(run_dir), list(compare), redact)
+    report = build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price, assessment=assessment) \
+        if {"html", "pdf"} & set(wanted) else None  # fmt: skip
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = []
     if "html" in wanted:
         html = render_html(report, "screen")
-        written.append(_replace(out_dir / REPORT_FILES[0], lambda part: part.write_text(html, "utf-8")))
+        written.append(_replace(out_dir / html_file, lambda part: part.write_text(html, "utf-8")))
     if "pdf" in wanted:
         printed = render_html(report, "print")
-        written.append(_replace(out_dir / REPORT_FILES[1], lambda part: write_pdf(printed, part)))
+        written.append(_replace(out_dir / pdf_file, lambda part: write_pdf(printed, part)))
+    if "json" in wanted:
+        document = export_json(assessment, gpu_hour_price)
+        written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
+    if "csv" in wanted:
+        for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price)):
+            written.append(_replace(out_dir / name, lambda part, text=text: part.write_text(text, "utf-8")))
     return written
 
 

@@ -8,7 +8,11 @@ headline figures through `unit_of`, so they are listed where the report assemble
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from kit.energy import energy_case_metrics
 from kit.protocol import Case
+from kit.results import Metric, RunSample
 from kit.stages.comm import COMM
 from kit.stages.maxbatch import MAXBATCH
 from kit.stages.profile import PROFILE
@@ -31,3 +35,11 @@ def unit_of(case: Case) -> Stage | None:
         return MAXBATCH
     unit = BY_NAME.get(case.stage)
     return unit if unit is not None and unit is not MAXBATCH else BY_WORKLOAD.get(case.workload)
+
+
+def measure(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str, Metric | None], list[str]]:
+    """Everything an ok case's result.json carries: its unit's figures and, beside them, joules
+    per token and mean power per GPU (kit/energy.py) or why they are absent."""
+    found, notes = unit_of(case).case_metrics(case, runs)
+    energy, energy_notes = energy_case_metrics(case, runs)
+    return {**found, **energy}, [*notes, *energy_notes]

@@ -1,0 +1,102 @@
+"""The report's numbers for spreadsheets: every claim verdict and every case's metrics, with units.
+
+report.json holds all of it in one document; the CSV export is two flat tables, since a
+spreadsheet wants one kind of row per sheet:
+    report-claims.csv   one row per relation of each claim (the claim's verdict repeated)
+    report-metrics.csv  one row per metric of each case; a case without metrics gets one row
+                        with its status and reason
+Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+from kit import __version__
+from kit.energy import COST_PER_MILLION_TOKENS, cost_metric
+from kit.report.build import Assessment
+from kit.report.energy_section import token_throughput
+from kit.results import Metric, Result
+
+CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published",
+                 "measured", "finding", "readings", "caveats"]  # fmt: skip
+METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean", "std", "n", "unit", "per_run", "note"]
+
+
+def case_metrics(result: Result, gpu_hour_price: float | None) -> dict[str, Metric]:
+    """A result's metrics, and its cost per 1M tokens where a price was given and it ran on GPUs."""
+    found = {name: metric for name, metric in result.metrics.items() if metric is not None}
+    throughput = token_throughput(result) if result.status == "ok" else None
+    if gpu_hour_price is not None and throughput is not None and result.case.device == "cuda":
+        found[COST_PER_MILLION_TOKENS] = cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price)
+    return found
+
+
+def export_document(assessment: Assessment, gpu_hour_price: float | None) -> dict:
+    run = assessment.run
+    return {
+        "run_id": run.info.run_id,
+        "profile": run.info.profile,
+        "comparable_to_reference": run.info.plan.comparable_to_reference,
+        "evidence_digest": run.evidence_digest,
+        "exported_by": f"kit {__version__}",
+        "gpu_hour_price": gpu_hour_price,
+        "claims": None if assessment.outcomes is None else [o.model_dump(mode="json") for o in assessment.outcomes],
+        "tables": [t.model_dump(mode="json") for t in assessment.tables],
+        "cases": [
+            {
+                "case": result.case_id, "stage": result.stage, "device": result.case.device, "gpus": result.case.gpus,
+                "status": result.status, "reason": result.reason,
+                "metrics": {name: metric.model_dump(mode="json") for name, metric in case_metrics(result, gpu_hour_price).items()},
+                "notes": result.notes,
+            }  # fmt: skip
+            for result in run.results.values()
+        ],
+    }
+
+
+def export_json(assessment: Assessment, gpu_hour_price: float | None) -> str:
+    return json.dumps(export_document(assessment, gpu_hour_price), indent=2) + "\n"
+
+
+def claim_rows(assessment: Assessment) -> Iterator[dict]:
+    for claim in assessment.outcomes or []:
+        for relation in claim.relations:
+            yield {
+                "claim": claim.id, "statement": claim.statement, "claim_verdict": claim.verdict,
+                "claim_reason": claim.reason, "relation": relation.relation, "verdict": relation.verdict,
+                "published": relation.published, "measured": relation.measured or "", "finding": relation.finding,
+                "readings": "; ".join(f"{r.label}: {r.verdict}" for r in relation.readings),
+                "caveats": "; ".join(relation.caveats),
+            }  # fmt: skip
+
+
+def metric_rows(assessment: Assessment, gpu_hour_price: float | None) -> Iterator[dict]:
+    for result in assessment.run.results.values():
+        case = {"case": result.case_id, "stage": result.stage, "device": result.case.device, "gpus": result.case.gpus,
+                "status": result.status}  # fmt: skip
+        found = case_metrics(result, gpu_hour_price)
+        if not found:
+            yield {**case, "note": result.reason or "; ".join(result.notes)}
+        for name, metric in found.items():
+            yield {
+                **case, "metric": name, "mean": metric.mean, "std": "" if metric.std is None else metric.std,
+                "n": metric.n, "unit": metric.unit, "per_run": ";".join(repr(value) for value in metric.per_run),
+            }  # fmt: skip
+
+
+def csv_text(columns: list[str], rows: Iterator[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def export_csv(assessment: Assessment, gpu_hour_price: float | None) -> tuple[str, str]:
+    """(report-claims.csv, report-metrics.csv)."""
+    return (csv_text(CLAIM_COLUMNS, claim_rows(assessment)),
+            csv_text(METRIC_COLUMNS, metric_rows(assessment, gpu_hour_price)))  # fmt: skip

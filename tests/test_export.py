@@ -1,0 +1,115 @@
+"""Energy and cost in the report, and its export for spreadsheets (`kit report --format json,csv`).
+
+The run directories are tests/paper_size_run.py's: synthetic numbers in the real layout, every
+result from kit.runner.result_of, so the energy figures come from the rank samples' telemetry
+the way a real GPU run's do, and a CPU run's samples say why they have none.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paper_size_run import write_run
+from kit.report.build import build_report
+
+GPU_CASES = ["pretrain.llama2-7b.z3.g8", "serve.llama2-7b.vllm.g8", "comm.all_reduce.g8",
+             "profile.llama2-7b.f.g1", "profile.llama2-7b.base.g1"]  # fmt: skip
+CPU_CASES = ["pretrain.tiny-llama.naive.g2"]
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory, paper_plan) -> Path:
+    return write_run(tmp_path_factory.mktemp("gpu") / "a800", paper_plan, cases=GPU_CASES)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, smoke_plan) -> Path:
+    return write_run(tmp_path_factory.mktemp("cpu") / "smoke", smoke_plan, cases=CPU_CASES)
+
+
+def kit_report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kit.cli", "report", *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+
+
+def energy_rows(run: Path, **options) -> dict[str, list[str]]:
+    section = next(s for s in build_report(run, **options).sections if s.anchor == "energy")
+    return {row.cells[0].text: [f"{c.text} | {c.detail}" if c.detail else c.text for c in row.cells[1:]]
+            for row in section.tables[0].rows}  # fmt: skip
+
+
+def test_the_energy_section_prices_a_million_tokens_at_the_price_given(gpu_run):
+    rows = energy_rows(gpu_run, compare=(), gpu_hour_price=2.5)
+    # Training: 330 W per GPU (the generator's draw) over the tokens of the measured steps.
+    training = rows["pretrain.llama2-7b.z3.g8"]
+    assert training[2].startswith("330 ") and training[3].endswith("| at 2.5 per GPU-hour, 8 GPUs")
+    assert "serve.llama2-7b.vllm.g8" in rows
+    assert "comm.all_reduce.g8" not in rows  # no tokens to price
+    assert rows["profile.llama2-7b.base.g1"][1] == "absent | the profile workload does not sample NVML"
+
+
+def test_without_a_price_the_report_says_how_to_give_one(gpu_run):
+    report = build_report(gpu_run, compare=())
+    section = next(s for s in report.sections if s.anchor == "energy")
+    assert "kit report --gpu-hour-price 2.50" in section.paragraphs[1]
+    assert energy_rows(gpu_run, compare=())["pretrain.llama2-7b.z3.g8"][3].startswith("no price given | give a price")
+
+
+def test_on_a_cpu_run_the_energy_is_absent_with_the_reason_and_nothing_is_priced(cpu_run):
+    row = energy_rows(cpu_run, compare=(), gpu_hour_price=2.5)["pretrain.tiny-llama.naive.g2"]
+    assert row[1] == "absent | the case runs on the CPU; NVML measures NVIDIA GPUs only"
+    assert row[2] == "not priced | the case runs on the CPU: no GPU-hours"
+
+
+def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp_path):
+    done = kit_report(str(gpu_run), "--compare", "reference", "--format", "json", "--gpu-hour-price", "2.5",
+                      "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert document["gpu_hour_price"] == 2.5
+    assert [claim["id"] for claim in document["claims"]] == [f"C{n}" for n in range(1, 28)]
+    c13 = next(claim for claim in document["claims"] if claim["id"] == "C13")
+    assert [r["label"] for r in c13["relations"][0]["readings"]] == ["34.9 % less time", "1.349 × the speed"]
+    cases = {case["case"]: case for case in document["cases"]}
+    assert sorted(cases) == sorted(GPU_CASES)
+    training = cases["pretrain.llama2-7b.z3.g8"]["metrics"]
+    assert training["joules_per_token"]["unit"] == "J/token" and training["mean_power_per_gpu_w"]["mean"] == 330
+    assert training["cost_per_million_tokens"]["unit"] == "currency/1M tokens"
+    assert all(metric["unit"] for case in cases.values() for metric in case["metrics"].values())
+
+
+def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_run, tmp_path):
+    done = kit_report(str(gpu_run), "--compare", "reference", "--format", "csv", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    claims = list(csv.DictReader(io.StringIO((tmp_path / "report-claims.csv").read_text())))
+    assert {row["claim"] for row in claims} == {f"C{n}" for n in range(1, 28)}
+    c25 = [row for row in claims if row["claim"] == "C25"]
+    assert len(c25) == 3 and all(row["readings"].startswith("up to 13 ×, a bound: ") for row in c25 if row["measured"])
+    metrics = list(csv.DictReader(io.StringIO((tmp_path / "report-metrics.csv").read_text())))
+    power = next(row for row in metrics if row["case"] == "serve.llama2-7b.vllm.g8" and row["metric"] == "mean_power_per_gpu_w")
+    assert (float(power["mean"]), power["unit"], power["n"]) == (330.0, "W", "1")  # the paper plan serves once
+    assert not any(row["metric"] == "cost_per_million_tokens" for row in metrics)  # no price given
+    cpu = kit_report(str(cpu_run), "--format", "csv", "--out", str(tmp_path / "cpu"))
+    assert cpu.returncode == 0, cpu.stderr
+    assert (tmp_path / "cpu" / "report-claims.csv").read_text().strip() == ",".join(
+        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published", "measured",
+         "finding", "readings", "caveats"])  # fmt: skip  # the reference was not compared: no rows
+
+
+def test_the_exports_beside_the_run_are_not_evidence_and_a_bad_price_is_refused(cpu_run):
+    done = kit_report(str(cpu_run), "--format", "json,csv", "--gpu-hour-price", "2.5")
+    assert done.returncode == 0, done.stderr
+    assert kit_report("--verify", str(cpu_run)).returncode == 0
+    refused = kit_report(str(cpu_run), "--format", "json", "--gpu-hour-price", "-1")
+    assert refused.returncode == 2 and "a GPU-hour price is positive" in refused.stderr
+    unknown = kit_report(str(cpu_run), "--format", "xlsx")
+    assert unknown.returncode == 2 and "html, pdf, json, csv" in unknown.stderr
