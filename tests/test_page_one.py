@@ -182,14 +182,20 @@ def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(r
     assert "kit report --gpu-hour-price 2.50" in unpriced.page_one.headline.notes[-1]
 
 
-def test_energy_is_absent_with_its_reason_never_zero(report, cpu_run):
-    gpu_cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][4]
+def without_energy(result):
+    return result.model_copy(update={"metrics": {k: v for k, v in result.metrics.items() if k != "joules_per_token"}})
+
+
+def test_energy_is_absent_with_its_reason_never_zero(cpu_run, gpu_run):
+    result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
+    gpu_cell = energy_cell(without_energy(result), "#finetune")
     assert (gpu_cell.text, gpu_cell.detail) == ("not measured", "none in result.json")
     smoke = build_report(cpu_run, ["reference"], gpu_hour_price=PRICE)
     rows = rows_by_case(smoke)
     for cells in rows.values():
         if len(cells) == 6 and cells[4].text != "not a token figure":
-            assert cells[4].text == "no energy reading (CPU)" and cells[5].text == "not priced"
+            assert (cells[4].text, cells[5].text) == ("not measured", "not priced")
+            assert "the case runs on the CPU" in cells[4].detail  # the result's own note, kit/energy.py
 
 
 def test_energy_per_1k_tokens_is_a_thousand_joules_per_token_and_a_note_says_why_not(gpu_run):
@@ -199,7 +205,7 @@ def test_energy_per_1k_tokens_is_a_thousand_joules_per_token_and_a_note_says_why
         mean=0.5, std=0.01, n=3, unit="J/token", per_run=[0.49, 0.5, 0.51])}})  # fmt: skip
     assert energy_cell(measured, "#finetune").text == "500 ± 10 J"
     note = "joules per token and mean power per GPU: not measured, NVML gave no power reading"
-    unread = result.model_copy(update={"notes": [*result.notes, note]})
+    unread = without_energy(result).model_copy(update={"notes": [*result.notes, note]})
     cell = energy_cell(unread, "#finetune")
     assert (cell.text, cell.detail) == ("not measured", "NVML gave no power reading")
 
