@@ -186,6 +186,7 @@ class RunInfo(BaseModel):
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
     redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
+    slurm: dict[str, Any] | None = None  # --executor slurm: its options (kit.execute.slurm_script.SlurmOptions)
 
     @model_validator(mode="after")
     def _selected_cases_are_in_the_plan(self) -> "RunInfo":

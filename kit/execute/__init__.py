@@ -1,4 +1,4 @@
-"""Executors: where a case's runs happen (this Python, or its pinned container).
+"""Executors: where a case's runs happen (this Python, its pinned container, or a Slurm job).
 
 An executor knows how to launch one independent run of a case and collect what its processes
 wrote (`run_once`); what a run means (status, metrics) is decided once, in `samples` and
@@ -11,7 +11,7 @@ from types import ModuleType
 
 from kit.protocol import Case
 
-EXECUTORS = ("docker", "local")
+EXECUTORS = ("docker", "local", "slurm")
 
 
 def processes(case: Case) -> int:
@@ -29,21 +29,26 @@ def memory_cap_bytes(case: Case) -> int | None:
     return None if cap is None or case.device != "cpu" else int(cap * 2**30)
 
 
-def choose(case: Case, requested: str | None = None) -> ModuleType:
-    """The executor module for a case: the one asked for, else the best available here.
+def choose(case: Case, requested=None) -> ModuleType:
+    """The executor for a case: the one asked for (a name, or an executor with its options, as
+    the Slurm executor is), else the best available here.
 
     By default a GPU case runs in docker, in its pinned image (never silently in this Python: that
     takes `--executor local`); a CPU case (the smoke profile) runs in docker when an engine answers
     and its image is present locally, else in this Python (local).
     """
-    from kit.execute import docker, local
+    from kit.execute import docker, local, slurm
 
+    if isinstance(requested, slurm.SlurmExecutor):
+        return requested
     if requested not in (None, *EXECUTORS):
         raise ValueError(f"unknown executor {requested!r} (known: {', '.join(EXECUTORS)})")
     if requested == "docker":
         return docker
     if requested == "local":
         return local
+    if requested == "slurm":
+        return slurm.SlurmExecutor()
     if case.device == "cuda":
         return docker
     return docker if docker.unavailable_reason(case) is None else local
@@ -70,8 +75,12 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
 
 def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> bool:
-    """Whether any case will run in this Python (which then needs torch and the frameworks);
-    an nccl-tests case runs its binary and needs neither."""
+    """Whether any case will run in this Python (which then needs torch and the frameworks), here
+    or, with Slurm and no containers, on the compute nodes; an nccl-tests case runs its binary
+    and needs neither."""
     from kit.nccl_tests import runs_binary
 
-    return any(choose(case, requested).NAME == "local" and not runs_binary(case) for case in cases)
+    def this_python(executor) -> bool:
+        return getattr(executor, "uses_this_python", executor.NAME == "local")
+
+    return any(this_python(choose(case, requested)) and not runs_binary(case) for case in cases)
