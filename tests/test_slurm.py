@@ -16,8 +16,10 @@ from kit.cli import cli
 from kit.execute import choose, needs_local_frameworks
 from kit.execute.slurm import SlurmExecutor, judged
 from kit.execute.slurm_jobs import (
+    FailedTask,
     JobState,
     ended_by_slurm,
+    first_failed_task,
     parse_fields,
     parse_sacct,
     parse_scontrol_job,
@@ -113,7 +115,17 @@ def test_slurm_s_end_names_the_run_where_the_launch_stopped_and_leaves_finished_
     assert [run.status for run in runs] == ["ok", "timeout"] and "time limit" in runs[1].reason
     assert judged([_sample(1, "ok")], timeout)[0].status == "ok"
     failed = parse_scontrol_job(recorded("scontrol-failed.txt"))
-    assert judged([_sample(1, "error", "rank 1: boom")], failed)[0].reason == "rank 1: boom"
+    assert judged([_sample(1, "oom", "rank 0: CUDA out of memory")], failed)[0].reason == "rank 0: CUDA out of memory"
+
+
+def test_srun_names_the_rank_that_failed_first_not_those_it_stopped_for_it():
+    assert first_failed_task(recorded("srun-rank-failed.out")) == FailedTask(node="n2", tasks="1", how="Exited with exit code 3")
+    assert first_failed_task("srun: error: n1: task 0: Terminated\n") is None
+    assert first_failed_task("srun: error: gpu7: tasks 4-7: Killed\n").tasks == "4-7"
+    failed = parse_scontrol_job(recorded("scontrol-failed.txt"))
+    run = judged([_sample(1, "error", "rank 0: connection reset by peer")], failed, recorded("srun-rank-failed.out"))[0]
+    assert run.reason == ("rank 1 on n2: Exited with exit code 3 (srun; its log: slurm/job-3-rank-1.log); "
+                          "rank 0: connection reset by peer")  # fmt: skip
 
 
 # --- ranks and nodes -------------------------------------------------------------------------

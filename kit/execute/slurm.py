@@ -19,7 +19,15 @@ from pathlib import Path
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
 from kit.execute.samples import launch_samples, run_sample
-from kit.execute.slurm_jobs import SACCT_FORMAT, JobState, ended_by_slurm, parse_sacct, parse_scontrol_job, parse_submitted
+from kit.execute.slurm_jobs import (
+    SACCT_FORMAT,
+    JobState,
+    ended_by_slurm,
+    first_failed_task,
+    parse_sacct,
+    parse_scontrol_job,
+    parse_submitted,
+)
 from kit.execute.slurm_script import SlurmOptions, batch_script, check_script, layout, pyxis_arguments
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, utc_now
@@ -107,21 +115,39 @@ def run_job(script_text: str, script: Path, say) -> tuple[JobState, float]:
         raise
 
 
-def append_rank_logs(log, job_id: str, folder: Path) -> None:
-    """Each rank's own output (srun --output, one file per task) into the case log, in rank order."""
+def read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+
+
+def append_job_logs(log, job_id: str, folder: Path) -> str:
+    """The job's own output (srun's messages) and each rank's (srun --output, one file per task)
+    into the case log, in rank order; the job's output, returned."""
+    job_output = read_text(folder / f"job-{job_id}.out")
+    log.write(f"--- job-{job_id}.out\n{job_output}")
     for path in sorted(folder.glob(f"job-{job_id}-rank-*.log"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
-        log.write(f"--- {path.name}\n{path.read_text(encoding='utf-8', errors='replace')}")
+        log.write(f"--- {path.name}\n{read_text(path)}")
     log.flush()
+    return job_output
 
 
-def judged(samples: list[RunSample], job: JobState) -> list[RunSample]:
+def judged(samples: list[RunSample], job: JobState, job_output: str = "") -> list[RunSample]:
     """The launch's samples, the last one (where the launch stopped) given Slurm's status and
-    reason when Slurm ended the job: a time limit explains the ranks it stopped."""
-    ended = ended_by_slurm(job)
-    if ended is None or samples[-1].status == "ok":
+    reason when Slurm ended the job (a time limit explains the ranks it stopped), or, when a rank
+    failed, naming the rank srun saw fail first and its log (the others were stopped for it)."""
+    last = samples[-1]
+    if last.status == "ok":
         return samples
-    status, reason = ended
-    return [*samples[:-1], samples[-1].model_copy(update={"status": status, "reason": reason})]
+    ended = ended_by_slurm(job)
+    if ended is not None:
+        status, reason = ended
+    else:
+        failed = first_failed_task(job_output)
+        if failed is None or last.status != "error":
+            return samples
+        first = failed.tasks.split(",")[0].split("-")[0]
+        log_name = f"slurm/job-{job.job_id}-rank-{first}.log"
+        status, reason = "error", f"rank {failed.tasks} on {failed.node}: {failed.how} (srun; its log: {log_name}); {last.reason}"
+    return [*samples[:-1], last.model_copy(update={"status": status, "reason": reason})]
 
 
 def not_run(case: Case, index: int, status: str, reason: str) -> RunSample:
@@ -194,13 +220,13 @@ class SlurmExecutor:
             log.flush()
 
         job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
-        append_rank_logs(log, job.job_id, job_files)
+        job_output = append_job_logs(log, job.job_id, job_files)
         log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
                   f"after {wall_s:.1f} s\n")  # fmt: skip
         log.flush()
         samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=job.exit_code,
                                  wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
-        return judged(samples, job)
+        return judged(samples, job, job_output)
 
 
 def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:

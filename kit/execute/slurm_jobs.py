@@ -24,6 +24,8 @@ ENDED_BY_SLURM = {
     "PREEMPTED": ("error", "the job was preempted (Slurm PREEMPTED)"),
 }
 _KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:]*)=")
+# srun's line for a task that ended badly: `srun: error: n2: task 1: Exited with exit code 3`.
+_TASK_ENDED = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,-]+): (?P<how>.+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,21 @@ def ended_by_slurm(job: JobState) -> tuple[str, str] | None:
     detail = f"; Slurm's reason: {job.reason}" if job.reason and job.reason != "None" else ""
     return status, f"Slurm job {job.job_id}: {reason}{detail}"
 
+
+
+@dataclass(frozen=True)
+class FailedTask:
+    """The task (rank) srun names first as having ended badly on its own, not stopped by srun."""
+
+    node: str
+    tasks: str
+    how: str
+
+
+def first_failed_task(job_output: str) -> FailedTask | None:
+    """From the batch job's output: the first task srun says failed (an exit code, a signal),
+    leaving out the tasks srun itself terminated because of it."""
+    for match in _TASK_ENDED.finditer(job_output):
+        if match.group("how").strip() != "Terminated":
+            return FailedTask(node=match.group("node"), tasks=match.group("tasks"), how=match.group("how").strip())
+    return None
