@@ -119,3 +119,19 @@ def test_ctrl_c_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, tmp_path):
     assert not processes_with("SLURM_PROCID=0", f"{run}/cases/") and not processes_with("SLURM_PROCID=1", f"{run}/cases/")
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     assert "cancelled" in (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
+
+
+def test_nodes_that_cannot_reach_the_run_directory_stop_the_run_saying_so(slurm_nodes, tmp_path):
+    """The check job runs as another user (`sbatch --uid`, root only), to whom the run directory
+    is closed: as to nodes that do not mount it."""
+    if os.geteuid() != 0:
+        pytest.skip("sbatch --uid, which makes the run directory unreachable to the job, needs root")
+    run = tmp_path / "run"
+    done = subprocess.run(kit_run(run, TWO_PROCESS_CASES[0], extra=("--sbatch-arg=--uid=nobody",)), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert f"the compute nodes do not see the run directory {run}" in said
+    assert "of the 2 node(s) of check job" in said and "wrote their file (none)" in said
+    assert not (run / "cases" / TWO_PROCESS_CASES[0] / "result.json").exists()
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
