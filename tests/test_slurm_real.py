@@ -105,16 +105,17 @@ def test_a_rank_that_dies_ends_its_case_error_naming_that_rank_and_its_log(slurm
     assert "-rank-1.log\n" in log and "srun: error: n2: task 1:" in log
 
 
-def test_ctrl_c_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, tmp_path):
+@pytest.mark.parametrize("stop, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, tmp_path, stop, exit_code):
     run = tmp_path / "run"
     kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not any(line.endswith("RUNNING") for line in queued_jobs("kit-pretrain")):
         assert kit.poll() is None and time.monotonic() < deadline, "the case's job never ran"
         time.sleep(0.5)
-    kit.send_signal(signal.SIGINT)
+    kit.send_signal(stop)
     output, _ = kit.communicate(timeout=120)
-    assert kit.returncode == 130, output[-3000:]
+    assert kit.returncode == exit_code, output[-3000:]
     assert not queued_jobs(), "a job of the interrupted run is still queued"
     assert not processes_with("SLURM_PROCID=0", f"{run}/cases/") and not processes_with("SLURM_PROCID=1", f"{run}/cases/")
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
