@@ -56,10 +56,14 @@ def cli() -> None:
 
 
 def _remove_leftovers() -> list[str] | None:
-    """Containers of a kit that was killed (kill -9, a lost session) go before new ones start."""
+    """Containers and Slurm jobs of a kit that was killed (kill -9, a lost session) go before new
+    ones start; None where docker or Slurm could not be asked."""
     from kit.execute.docker import remove_leftovers
+    from kit.execute.slurm import cancel_leftovers
 
-    return remove_leftovers(say=lambda line: click.echo(line, err=True))
+    say = (lambda line: click.echo(line, err=True))
+    jobs, containers = cancel_leftovers(say), remove_leftovers(say)
+    return None if jobs is None or containers is None else jobs + containers
 
 
 @cli.command("doctor")

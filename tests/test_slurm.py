@@ -20,6 +20,8 @@ from kit.execute.slurm_jobs import (
     JobState,
     ended_by_slurm,
     first_failed_task,
+    owner_comment,
+    owner_of,
     parse_fields,
     parse_sacct,
     parse_scontrol_job,
@@ -126,6 +128,12 @@ def test_srun_names_the_rank_that_failed_first_not_those_it_stopped_for_it():
     run = judged([_sample(1, "error", "rank 0: connection reset by peer")], failed, recorded("srun-rank-failed.out"))[0]
     assert run.reason == ("rank 1 on n2: Exited with exit code 3 (srun; its log: slurm/job-3-rank-1.log); "
                           "rank 0: connection reset by peer")  # fmt: skip
+
+
+def test_a_job_comment_names_the_kit_process_that_submitted_it():
+    assert owner_of(owner_comment("node-a.example", 4242, "987654")) == ("node-a.example", "4242", "987654")
+    assert owner_of(owner_comment("h", 1, None)) == ("h", "1", "unknown")
+    assert owner_of("") is None and owner_of("someone else's job") is None and owner_of("kit-owner:h:1") is None
 
 
 # --- ranks and nodes -------------------------------------------------------------------------

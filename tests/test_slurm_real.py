@@ -136,3 +136,21 @@ def test_nodes_that_cannot_reach_the_run_directory_stop_the_run_saying_so(slurm_
     assert "of the 2 node(s) of check job" in said and "wrote their file (none)" in said
     assert not (run / "cases" / TWO_PROCESS_CASES[0] / "result.json").exists()
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_the_job_of_a_kit_killed_outright_is_cancelled_by_the_next_kit_start(slurm_nodes, tmp_path):
+    run = tmp_path / "run"
+    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not any(line.endswith("RUNNING") for line in queued_jobs("kit-pretrain")):
+        assert kit.poll() is None and time.monotonic() < deadline, "the case's job never ran"
+        time.sleep(0.5)
+    kit.kill()  # SIGKILL: no chance to cancel its job
+    kit.wait()
+    assert queued_jobs("kit-pretrain"), "the job went with the kit: nothing left to test"
+    done = subprocess.run([*KIT, "list", "--profile", "smoke"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and f"left by kit pid {kit.pid}" in done.stderr, done.stderr[-2000:]
+    deadline = time.monotonic() + 60
+    while queued_jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not processes_with("SLURM_PROCID=1", f"{run}/cases/")

@@ -6,11 +6,15 @@ it), and reads what the ranks wrote through the file system the run directory li
 the compute nodes must share (`check_shared_run_dir`, before the first case). A job Slurm ended
 (time limit, memory, node failure, cancel) gives its run that status with Slurm's words; a job
 its ranks ended is judged from their samples as on one host. Ctrl-C, or the kit being stopped,
-cancels the job (`scancel`) and waits until Slurm no longer lists it.
+cancels the job (`scancel`) and waits until Slurm no longer lists it; the jobs of a kit killed
+outright are cancelled by the next kit start.
 """
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -18,12 +22,15 @@ from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
+from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
     SACCT_FORMAT,
     JobState,
     ended_by_slurm,
     first_failed_task,
+    owner_comment,
+    owner_of,
     parse_sacct,
     parse_scontrol_job,
     parse_submitted,
@@ -54,8 +61,12 @@ def slurm_command(arguments: list[str]) -> subprocess.CompletedProcess:
 
 
 def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`: the job id."""
-    done = slurm_command(["sbatch", "--parsable", str(script)])
+    """`sbatch --parsable SCRIPT`: the job id. The job's comment names this kit process, and the
+    kit's cache holds a mark of it first, so that a kit killed outright has its jobs cancelled by
+    the next kit start (`cancel_leftovers`)."""
+    mark_this_process()
+    comment = owner_comment(platform.node(), os.getpid(), process_start_ticks(os.getpid()))
+    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}", str(script)])
     if done.returncode != 0:
         raise SlurmUnavailable(f"sbatch refused {script.name}: {(done.stderr or done.stdout).strip()[:500]}")
     return parse_submitted(done.stdout)
@@ -85,6 +96,27 @@ def follow(job_id: str, say) -> tuple[JobState, float]:
         if not job.active:
             return job, time.monotonic() - (started or time.monotonic())
         time.sleep(POLL_S)
+
+
+def cancel_leftovers(say=None) -> list[str] | None:
+    """Cancel the jobs of kit processes of this host that no longer run; the ids of those
+    cancelled, or None where squeue could not be asked (they may still be there)."""
+    if shutil.which("squeue") is None:
+        return []
+    done = subprocess.run(["squeue", "-h", "--me", "-o", "%i|%k"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    if done.returncode != 0:
+        return None
+    cancelled = []
+    for line in done.stdout.splitlines():
+        job_id, _, comment = line.partition("|")
+        owner = owner_of(comment)
+        if owner is None or alive(*owner):
+            continue
+        slurm_command(["scancel", job_id])
+        cancelled.append(job_id)
+        if say:
+            say(f"cancelled Slurm job {job_id} left by kit pid {owner[1]}")
+    return cancelled
 
 
 def listed(job_id: str) -> bool:

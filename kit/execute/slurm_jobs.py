@@ -130,3 +130,19 @@ def first_failed_task(job_output: str) -> FailedTask | None:
         if match.group("how").strip() != "Terminated":
             return FailedTask(node=match.group("node"), tasks=match.group("tasks"), how=match.group("how").strip())
     return None
+
+
+OWNER_PREFIX = "kit-owner:"
+
+
+def owner_comment(host: str, pid: int, start_ticks: str | None) -> str:
+    """The job comment naming the kit process that submitted it (`sbatch --comment`)."""
+    return f"{OWNER_PREFIX}{host}:{pid}:{start_ticks or 'unknown'}"
+
+
+def owner_of(comment: str) -> tuple[str, str, str] | None:
+    """(host, pid, start ticks) from a job comment the kit wrote; None for anyone else's job."""
+    if not comment.startswith(OWNER_PREFIX):
+        return None
+    parts = comment[len(OWNER_PREFIX):].rsplit(":", 2)
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
