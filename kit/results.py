@@ -113,6 +113,18 @@ class ContainerRun(BaseModel):
     ulimits: dict[str, int] = {}  # as applied (an engine may refuse memlock=unlimited; -1 is unlimited)
 
 
+class SlurmJob(BaseModel):
+    """The batch job a run happened in (Slurm executor), as Slurm reported its end."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    time_limit: str = ""
+    nodes: str = ""
+
+
 class RunSample(BaseModel):
     """One independent run (its own processes) of a case."""
 
@@ -123,6 +135,7 @@ class RunSample(BaseModel):
     wall_s: float
     ranks: list[RankSample]
     container: ContainerRun | None = None  # set by the docker executor
+    slurm_job: SlurmJob | None = None  # set by the Slurm executor
     micro_batch: int | None = None  # a max-batch search's trial (kit.maxbatch): the micro-batch it ran
 
 

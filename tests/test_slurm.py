@@ -115,6 +115,7 @@ def test_slurm_s_end_names_the_run_where_the_launch_stopped_and_leaves_finished_
     timeout = parse_scontrol_job(recorded("scontrol-timeout.txt"))
     runs = judged([_sample(1, "ok"), _sample(2, "error", "ranks [0, 1] wrote no sample")], timeout)
     assert [run.status for run in runs] == ["ok", "timeout"] and "time limit" in runs[1].reason
+    assert [run.slurm_job.model_dump() for run in runs] == [timeout.model_dump()] * 2  # where each run happened
     assert judged([_sample(1, "ok")], timeout)[0].status == "ok"
     failed = parse_scontrol_job(recorded("scontrol-failed.txt"))
     assert judged([_sample(1, "oom", "rank 0: CUDA out of memory")], failed)[0].reason == "rank 0: CUDA out of memory"

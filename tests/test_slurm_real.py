@@ -57,6 +57,7 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
         figure = result.metrics[HEADLINE_METRIC[result.case.workload]]
         assert figure.n == result.case.params.runs == len(result.samples) and figure.mean > 0
         for sample in result.samples:
+            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == "n[1-2]"
             assert sorted(rank.rank for rank in sample.ranks) == [0, 1]
             assert all(rank.world_size == 2 and rank.status == "ok" for rank in sample.ranks)
         job_files = run / "cases" / case_id / "slurm"

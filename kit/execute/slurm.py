@@ -37,7 +37,7 @@ from kit.execute.slurm_jobs import (
 )
 from kit.execute.slurm_script import SlurmOptions, batch_script, check_script, layout, pyxis_arguments
 from kit.protocol import Case
-from kit.results import RankSample, RunSample, utc_now
+from kit.results import RankSample, RunSample, SlurmJob, utc_now
 
 NAME = "slurm"
 POLL_S = 2.0
@@ -163,9 +163,11 @@ def append_job_logs(log, job_id: str, folder: Path) -> str:
 
 
 def judged(samples: list[RunSample], job: JobState, job_output: str = "") -> list[RunSample]:
-    """The launch's samples, the last one (where the launch stopped) given Slurm's status and
-    reason when Slurm ended the job (a time limit explains the ranks it stopped), or, when a rank
-    failed, naming the rank srun saw fail first and its log (the others were stopped for it)."""
+    """The launch's samples, each naming its job; the last one (where the launch stopped) given
+    Slurm's status and reason when Slurm ended the job (a time limit explains the ranks it
+    stopped), or, when a rank failed, naming the rank srun saw fail first and its log (the others
+    were stopped for it)."""
+    samples = [sample.model_copy(update={"slurm_job": SlurmJob(**job.model_dump())}) for sample in samples]
     last = samples[-1]
     if last.status == "ok":
         return samples

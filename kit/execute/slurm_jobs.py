@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kit.results import SlurmJob
+
 # A job in one of these states may still run; any other state is its end.
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT",
                  "SIGNALING", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED")  # fmt: skip
@@ -28,17 +30,8 @@ _KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:]*)=")
 _TASK_ENDED = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,-]+): (?P<how>.+)$", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class JobState:
+class JobState(SlurmJob):
     """A job as Slurm reports it: its state, why, exit status, limit and nodes."""
-
-    job_id: str
-    state: str
-    reason: str = ""
-    exit_code: int | None = None
-    signal: int | None = None
-    time_limit: str = ""
-    nodes: str = ""
 
     @property
     def active(self) -> bool:
