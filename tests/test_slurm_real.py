@@ -155,3 +155,10 @@ def test_the_job_of_a_kit_killed_outright_is_cancelled_by_the_next_kit_start(slu
     while queued_jobs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not processes_with("SLURM_PROCID=1", f"{run}/cases/")
+
+
+def test_a_job_sbatch_refuses_ends_its_case_error_with_slurm_s_words(slurm_nodes, smoke_plan, tmp_path):
+    case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
+    log = io.StringIO()
+    (run,) = SlurmExecutor(SlurmOptions(nodes=2, partition="no-such-partition")).run_launch(case, tmp_path / case.id, [1], log)
+    assert run.status == "error" and "sbatch refused" in run.reason and "Invalid partition name" in run.reason, run.reason

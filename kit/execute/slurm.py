@@ -54,10 +54,13 @@ class RunDirNotShared(RuntimeError):
 
 
 def slurm_command(arguments: list[str]) -> subprocess.CompletedProcess:
+    """A Slurm command's output; one that does not answer in time reads as a failed command."""
     try:
         return subprocess.run(arguments, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmUnavailable(f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s")
 
 
 def submit(script: Path) -> str:
@@ -72,10 +75,14 @@ def submit(script: Path) -> str:
     return parse_submitted(done.stdout)
 
 
-def job_state(job_id: str) -> JobState:
+def job_state(job_id: str) -> JobState | None:
     """The job as scontrol knows it; once Slurm let go of it (MinJobAge), as the accounting
-    database (sacct) or, without one, the job completion file (sacct -c) has it."""
-    job = parse_scontrol_job(slurm_command(["scontrol", "show", "job", "-o", job_id]).stdout)
+    database (sacct) or, without one, the job completion file (sacct -c) has it; None when the
+    controller did not answer (a busy or restarting slurmctld: ask again later)."""
+    shown = slurm_command(["scontrol", "show", "job", "-o", job_id])
+    if shown.returncode != 0 and "Invalid job id" not in shown.stderr:
+        return None
+    job = parse_scontrol_job(shown.stdout)
     for source in ([], ["-c"]):
         if job is not None:
             return job
@@ -88,6 +95,9 @@ def follow(job_id: str, say) -> tuple[JobState, float]:
     seen, started = None, None
     while True:
         job = job_state(job_id)
+        if job is None:
+            time.sleep(POLL_S)
+            continue
         if (job.state, job.reason) != seen:
             seen = (job.state, job.reason)
             say(f"Slurm job {job_id}: {job.state}" + (f" ({job.reason})" if job.reason not in ("", "None") else ""))
@@ -253,7 +263,11 @@ class SlurmExecutor:
             log.write(f"=== {line}\n")
             log.flush()
 
-        job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
+        try:
+            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
+        except SlurmUnavailable as exc:  # sbatch refused the job (a partition, an account): the case's answer
+            say(str(exc))
+            return [not_run(case, indices[0], "error", str(exc))]
         job_output = append_job_logs(log, job.job_id, job_files)
         log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
                   f"after {wall_s:.1f} s\n")  # fmt: skip
