@@ -283,10 +283,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         executor = "docker"
     chosen = executor
     if executor == "slurm":
-        from kit.execute.slurm import SlurmExecutor
-        from kit.execute.slurm_script import SlurmOptions
+        from kit.execute.slurm import configured
 
-        chosen = SlurmExecutor(SlurmOptions.model_validate(slurm_options or {}))
+        chosen = configured(slurm_options)
     if needs_local_frameworks(pending, chosen) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
     console.print(describe_choice(pending, chosen))
@@ -302,7 +301,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
         info = run_dir.read_info()
         if executor == "slurm":
-            _check_shared_run_dir(run_dir, info, pending, chosen)
+            _check_shared_run_dir(run_dir, pending, chosen)
         from kit.estimate import RUNS_ROOT, estimates
 
         info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
@@ -325,6 +324,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             info.preflight = checked.model_dump(mode="json")
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
+    elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start
+        _check_shared_run_dir(run_dir, pending, chosen)
     console.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
@@ -342,7 +343,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         sys.exit(1)
 
 
-def _check_shared_run_dir(run_dir, info, cases, executor) -> None:
+def _check_shared_run_dir(run_dir, cases, executor) -> None:
     """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
     could come back, and the run stops here (resumable once the directory is shared)."""
     from kit.console import console
@@ -353,6 +354,7 @@ def _check_shared_run_dir(run_dir, info, cases, executor) -> None:
     try:
         seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: console.print(f"  {line}"))
     except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
+        info = run_dir.read_info()
         info.status = "interrupted"
         run_dir.write_info(info)
         console.print(f"[red]{exc}[/]", soft_wrap=True)

@@ -249,10 +249,9 @@ def record_images(info: RunInfo, result: Result) -> bool:
 def executor_of(info: RunInfo):
     """The executor run.json asks for (None: chosen per case), the Slurm executor with its options."""
     if info.executor == "slurm":
-        from kit.execute.slurm import SlurmExecutor
-        from kit.execute.slurm_script import SlurmOptions
+        from kit.execute.slurm import configured
 
-        return SlurmExecutor(SlurmOptions.model_validate(info.slurm or {}))
+        return configured(info.slurm)
     return None if info.executor == "auto" else info.executor
 
 

@@ -277,6 +277,11 @@ class SlurmExecutor:
         return judged(samples, job, job_output)
 
 
+def configured(options: dict | None) -> SlurmExecutor:
+    """The executor with the options run.json keeps (SlurmOptions, as a dict)."""
+    return SlurmExecutor(SlurmOptions.model_validate(options or {}))
+
+
 def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
     """The most nodes one of these cases' jobs asks for."""
     counts = []
