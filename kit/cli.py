@@ -56,10 +56,14 @@ def cli() -> None:
 
 
 def _remove_leftovers() -> list[str] | None:
-    """Containers of a kit that was killed (kill -9, a lost session) go before new ones start."""
+    """Containers and Slurm jobs of a kit that was killed (kill -9, a lost session) go before new
+    ones start; None where docker or Slurm could not be asked."""
     from kit.execute.docker import remove_leftovers
+    from kit.execute.slurm import cancel_leftovers
 
-    return remove_leftovers(say=lambda line: click.echo(line, err=True))
+    say = (lambda line: click.echo(line, err=True))
+    jobs, containers = cancel_leftovers(say), remove_leftovers(say)
+    return None if jobs is None or containers is None else jobs + containers
 
 
 @cli.command("doctor")
@@ -173,8 +177,17 @@ def _stop_on_sigterm() -> None:
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
 @click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
-@click.option("--executor", type=click.Choice(["docker", "local"]),
-              help="where cases run (default: docker when an engine answers and the image is here, else local)")
+@click.option("--executor", type=click.Choice(["docker", "local", "slurm"]),
+              help="where cases run (default: docker when an engine answers and the image is here, else local; "
+                   "slurm: each launch a batch job)")
+@click.option("--partition", help="slurm: the partition jobs go to")
+@click.option("--account", help="slurm: the account jobs are charged to")
+@click.option("--nodes", type=click.IntRange(min=1), help="slurm: nodes per job (default: as many as the ranks need)")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="slurm: GPUs of a node; a GPU case's ranks fill nodes of this size")
+@click.option("--time-limit", help="slurm: each job's --time (default: the case's timeout)")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, help="slurm: one more sbatch argument, e.g. --qos=high (repeatable)")
+@click.option("--container-mode", type=click.Choice(["none", "pyxis"]),
+              help="slurm: ranks in this Python (none, the default) or in the case's image by digest (pyxis)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
@@ -182,8 +195,8 @@ def _stop_on_sigterm() -> None:
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
-def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, skip_predicted_oom, no_preflight,
-        redact, accept_changes) -> None:  # fmt: skip
+def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
+        time_limit, sbatch_args, container_mode, skip_predicted_oom, no_preflight, redact, accept_changes) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
@@ -194,6 +207,10 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
+    slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode))
+    if slurm_asked and executor != "slurm":
+        raise UsageFailure("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg and --container-mode "
+                           "go with --executor slurm")  # fmt: skip
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -202,6 +219,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
         info = run_dir.read_info()
         executor = None if info.executor == "auto" else info.executor
+        slurm_options = info.slurm
         redact = info.redacted
         cases = [c for c in info.plan.cases if c.id in set(info.selected)]
         for case in cases:  # a finished case that cannot be read is refused here, never run again over it
@@ -226,6 +244,13 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             raise UsageFailure(str(exc)) from None
         finished = set()
         title = f"profile {plan.profile}: {len(cases)} cases"
+        slurm_options = None
+        if executor == "slurm":
+            from kit.execute.slurm_script import SlurmOptions
+
+            slurm_options = SlurmOptions(partition=partition, account=account, nodes=nodes, gpus_per_node=gpus_per_node,
+                                         time_limit=time_limit, sbatch_args=list(sbatch_args),
+                                         container_mode=container_mode or "none").model_dump()  # fmt: skip
 
     if dry_run:
         from kit.plan_view import plan_text
@@ -254,23 +279,30 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             sys.exit(1)
     pending = [case for case in cases if case.id not in finished]
     prepared = []
-    if not resume_dir and plan.device == "cuda" and executor != "local":
+    if not resume_dir and plan.device == "cuda" and executor not in ("local", "slurm"):
         prepared = _prepare_images(pending)
         executor = "docker"
-    if needs_local_frameworks(pending, executor) and importlib.util.find_spec("torch") is None:
+    chosen = executor
+    if executor == "slurm":
+        from kit.execute.slurm import configured
+
+        chosen = configured(slurm_options)
+    if needs_local_frameworks(pending, chosen) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
-    console.print(describe_choice(pending, executor))
+    console.print(describe_choice(pending, chosen))
 
     _stop_on_sigterm()
     if not resume_dir:
         run_dir = runner.start_run(
             plan, cases, out, host, runner.current_argv(), executor=executor,
             fingerprint=fingerprint, checks=checks, forced=bool(failed), skip_predicted_oom=skip_predicted_oom,
-            image_preparation=prepared, redact=redact,
+            image_preparation=prepared, redact=redact, slurm=slurm_options,
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
         info = run_dir.read_info()
+        if executor == "slurm":
+            _check_shared_run_dir(run_dir, pending, chosen)
         from kit.estimate import RUNS_ROOT, estimates
 
         info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
@@ -283,7 +315,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom) is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
-                checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
+                checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
                                         host_gpu_names=host.gpu_names)  # fmt: skip
             except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
                 info.status = "interrupted"
@@ -293,6 +325,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             info.preflight = checked.model_dump(mode="json")
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
+    elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start
+        _check_shared_run_dir(run_dir, pending, chosen)
     console.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
@@ -308,6 +342,25 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
     if failed:
         sys.exit(1)
+
+
+def _check_shared_run_dir(run_dir, cases, executor) -> None:
+    """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
+    could come back, and the run stops here (resumable once the directory is shared)."""
+    from kit.console import console
+    from kit.execute import slurm
+
+    nodes = slurm.nodes_needed(cases, executor.options)
+    console.print(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
+    try:
+        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: console.print(f"  {line}"))
+    except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
+        info = run_dir.read_info()
+        info.status = "interrupted"
+        run_dir.write_info(info)
+        console.print(f"[red]{exc}[/]", soft_wrap=True)
+        sys.exit(1)
+    console.print(f"the run directory is shared with {', '.join(seen)}")
 
 
 def _prepare_images(cases) -> list:

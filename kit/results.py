@@ -113,6 +113,18 @@ class ContainerRun(BaseModel):
     ulimits: dict[str, int] = {}  # as applied (an engine may refuse memlock=unlimited; -1 is unlimited)
 
 
+class SlurmJob(BaseModel):
+    """The batch job a run happened in (Slurm executor), as Slurm reported its end."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    time_limit: str = ""
+    nodes: str = ""
+
+
 class RunSample(BaseModel):
     """One independent run (its own processes) of a case."""
 
@@ -123,6 +135,7 @@ class RunSample(BaseModel):
     wall_s: float
     ranks: list[RankSample]
     container: ContainerRun | None = None  # set by the docker executor
+    slurm_job: SlurmJob | None = None  # set by the Slurm executor
     micro_batch: int | None = None  # a max-batch search's trial (kit.stages.maxbatch): the micro-batch it ran
 
 
@@ -197,6 +210,7 @@ class RunInfo(BaseModel):
     estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.estimate.Estimate made before the run
     redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
+    slurm: dict[str, Any] | None = None  # --executor slurm: its options (kit.execute.slurm_script.SlurmOptions)
 
     @model_validator(mode="after")
     def _selected_cases_are_in_the_plan(self) -> "RunInfo":

@@ -96,6 +96,7 @@ def start_run(
     skip_predicted_oom: bool = False,
     image_preparation: list | None = None,
     redact: bool = False,
+    slurm: dict | None = None,
 ) -> RunDir:
     run = RunDir(out)
     run.lock()
@@ -117,6 +118,7 @@ def start_run(
         skip_predicted_oom=skip_predicted_oom,
         image_preparation=image_preparation or [],
         redacted=redact,
+        slurm=slurm,
     )
     run.write_info(info)
     redact_in_place(run, info)
@@ -234,11 +236,20 @@ def record_images(info: RunInfo, result: Result) -> bool:
     return True
 
 
+def executor_of(info: RunInfo):
+    """The executor run.json asks for (None: chosen per case), the Slurm executor with its options."""
+    if info.executor == "slurm":
+        from kit.execute.slurm import configured
+
+        return configured(info.slurm)
+    return None if info.executor == "auto" else info.executor
+
+
 def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[Result]:
     """Every selected case without a result, in plan order; then the evidence manifest."""
     progress = progress or Progress()
     info = run.read_info()
-    requested = None if info.executor == "auto" else info.executor
+    requested = executor_of(info)
     cases = {case.id: case for case in info.plan.cases}
     pending = [cases[cid] for cid in info.selected if not run.is_finished(cid)]
     total = len(info.selected)

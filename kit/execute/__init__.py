@@ -1,4 +1,4 @@
-"""Executors: where a case's runs happen (this Python, or its pinned container).
+"""Executors: where a case's runs happen (this Python, its pinned container, or a Slurm job).
 
 An executor knows how to launch one independent run of a case and collect what its processes
 wrote (`run_once`); what a run means (status, metrics) is decided once, in `samples` and the

@@ -1,4 +1,5 @@
-"""Which executor a case runs in: the one asked for, else docker with its pinned image where it
+"""Which executor a case runs in: the one asked for (a name, or the Slurm executor with its
+options), else docker with its pinned image where it
 can, else this Python; and the line that tells the user so."""
 
 from __future__ import annotations
@@ -7,24 +8,29 @@ from types import ModuleType
 
 from kit.protocol import Case
 
-EXECUTORS = ("docker", "local")
+EXECUTORS = ("docker", "local", "slurm")
 
 
-def choose(case: Case, requested: str | None = None) -> ModuleType:
-    """The executor module for a case: the one asked for, else the best available here.
+def choose(case: Case, requested=None) -> ModuleType:
+    """The executor for a case: the one asked for (a name, or an executor with its options, as
+    the Slurm executor is), else the best available here.
 
     By default a GPU case runs in docker, in its pinned image (never silently in this Python: that
     takes `--executor local`); a CPU case (the smoke profile) runs in docker when an engine answers
     and its image is present locally, else in this Python (local).
     """
-    from kit.execute import docker, local
+    from kit.execute import docker, local, slurm
 
+    if isinstance(requested, slurm.SlurmExecutor):
+        return requested
     if requested not in (None, *EXECUTORS):
         raise ValueError(f"unknown executor {requested!r} (known: {', '.join(EXECUTORS)})")
     if requested == "docker":
         return docker
     if requested == "local":
         return local
+    if requested == "slurm":
+        return slurm.SlurmExecutor()
     if case.device == "cuda":
         return docker
     return docker if docker.unavailable_reason(case) is None else local
@@ -51,8 +57,12 @@ def describe_choice(cases: list[Case], requested: str | None = None) -> str:
 
 
 def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> bool:
-    """Whether any case will run in this Python (which then needs torch and the frameworks);
-    an nccl-tests case runs its binary and needs neither."""
+    """Whether any case will run in this Python (which then needs torch and the frameworks), here
+    or, with Slurm and no containers, on the compute nodes; an nccl-tests case runs its binary
+    and needs neither."""
     from kit.nccl_tests import runs_binary
 
-    return any(choose(case, requested).NAME == "local" and not runs_binary(case) for case in cases)
+    def this_python(executor) -> bool:
+        return getattr(executor, "uses_this_python", executor.NAME == "local")
+
+    return any(this_python(choose(case, requested)) and not runs_binary(case) for case in cases)

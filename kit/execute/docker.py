@@ -23,7 +23,7 @@ from kit.cache import cache_dir
 from kit.comm import topology_facts
 from kit.execute.local import launcher_command
 from kit.execute import memory_cap_bytes, processes
-from kit.execute.owners import mark_this_process, process_start_ticks
+from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples
 from kit.host import gpu_names
 from kit.protocol import Case
@@ -166,14 +166,7 @@ def owner_labels(case: Case, run_dir: Path, index: int) -> dict[str, str]:
 
 def owner_alive(labels: dict[str, str]) -> bool:
     """Whether the kit process that started a container still runs (on this host)."""
-    if labels.get(LABEL_OWNER_HOST) != platform.node():
-        return True  # another host's container on a shared engine: not ours to judge
-    try:
-        pid = int(labels.get(LABEL_OWNER_PID, ""))
-    except ValueError:
-        return False
-    started = process_start_ticks(pid)
-    return started is not None and started == labels.get(LABEL_OWNER_START)
+    return alive(labels.get(LABEL_OWNER_HOST, ""), labels.get(LABEL_OWNER_PID, ""), labels.get(LABEL_OWNER_START, ""))
 
 
 def remove_leftovers(say=None) -> list[str] | None:

@@ -1,9 +1,10 @@
-"""Which kit processes have started containers, known without asking docker.
+"""Which kit processes have started containers or Slurm jobs, known without asking docker or Slurm.
 
-Each kit process that starts a container leaves a mark in the kit's cache first, and removes it
-when it exits. A kit that was killed (kill -9, a lost session) leaves its mark behind, so the next
-kit start, whatever its command, knows to look for that kit's leftover containers; where no mark
-of a dead process exists, starting kit costs no docker call at all.
+Each kit process that starts a container or submits a job leaves a mark in the kit's cache
+first, and removes it when it exits. A kit that was killed (kill -9, a lost session) leaves its
+mark behind, so the next kit start, whatever its command, knows to look for that kit's leftover
+containers and jobs; where no mark of a dead process exists, starting kit costs no docker or
+Slurm call at all.
 """
 
 from __future__ import annotations
@@ -22,6 +23,19 @@ def process_start_ticks(pid: int) -> str | None:
         return fields[19]
     except (OSError, IndexError):
         return None
+
+
+def alive(host: str, pid: str, start_ticks: str) -> bool:
+    """Whether the kit process named by host, pid and start still runs; another host's process
+    is taken to (it is not ours to judge)."""
+    import platform
+
+    if host != platform.node():
+        return True
+    if not pid.isdigit():
+        return False
+    started = process_start_ticks(int(pid))
+    return started is not None and started == start_ticks
 
 
 def marks_dir() -> Path:

@@ -1,0 +1,310 @@
+"""The Slurm executor: each launch of a case is one batch job, its ranks started by srun.
+
+The kit writes the job's script beside the case (kit.execute.slurm_script), submits it with
+`sbatch --parsable`, follows it with `scontrol show job -o` (and `sacct` once Slurm has let go of
+it), and reads what the ranks wrote through the file system the run directory lives on, which
+the compute nodes must share (`check_shared_run_dir`, before the first case). A job Slurm ended
+(time limit, memory, node failure, cancel) gives its run that status with Slurm's words; a job
+its ranks ended is judged from their samples as on one host. Ctrl-C, or the kit being stopped,
+cancels the job (`scancel`) and waits until Slurm no longer lists it; the jobs of a kit killed
+outright are cancelled by the next kit start.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kit import images, nccl_tests
+from kit.execute import memory_cap_bytes, processes
+from kit.execute.owners import alive, mark_this_process, process_start_ticks
+from kit.execute.samples import launch_samples, run_sample
+from kit.execute.slurm_jobs import (
+    SACCT_FORMAT,
+    JobState,
+    ended_by_slurm,
+    first_failed_task,
+    owner_comment,
+    owner_of,
+    parse_sacct,
+    parse_scontrol_job,
+    parse_submitted,
+)
+from kit.execute.slurm_script import SlurmOptions, batch_script, check_script, layout, pyxis_arguments
+from kit.protocol import Case
+from kit.results import RankSample, RunSample, SlurmJob, utc_now
+
+NAME = "slurm"
+POLL_S = 2.0
+CANCEL_WAIT_S = 60
+COMMAND_TIMEOUT_S = 60
+
+
+class SlurmUnavailable(RuntimeError):
+    """No Slurm answers here (no sbatch, or the controller does not respond)."""
+
+
+class RunDirNotShared(RuntimeError):
+    """The compute nodes do not see the run directory, so no result could come back."""
+
+
+def slurm_command(arguments: list[str]) -> subprocess.CompletedProcess:
+    """A Slurm command's output; one that does not answer in time reads as a failed command."""
+    try:
+        return subprocess.run(arguments, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError:
+        raise SlurmUnavailable(f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s")
+
+
+def submit(script: Path) -> str:
+    """`sbatch --parsable SCRIPT`: the job id. The job's comment names this kit process, and the
+    kit's cache holds a mark of it first, so that a kit killed outright has its jobs cancelled by
+    the next kit start (`cancel_leftovers`)."""
+    mark_this_process()
+    comment = owner_comment(platform.node(), os.getpid(), process_start_ticks(os.getpid()))
+    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}", str(script)])
+    if done.returncode != 0:
+        raise SlurmUnavailable(f"sbatch refused {script.name}: {(done.stderr or done.stdout).strip()[:500]}")
+    return parse_submitted(done.stdout)
+
+
+def job_state(job_id: str) -> JobState | None:
+    """The job as scontrol knows it; once Slurm let go of it (MinJobAge), as the accounting
+    database (sacct) or, without one, the job completion file (sacct -c) has it; None when the
+    controller did not answer (a busy or restarting slurmctld: ask again later)."""
+    shown = slurm_command(["scontrol", "show", "job", "-o", job_id])
+    if shown.returncode != 0 and "Invalid job id" not in shown.stderr:
+        return None
+    job = parse_scontrol_job(shown.stdout)
+    for source in ([], ["-c"]):
+        if job is not None:
+            return job
+        job = parse_sacct(slurm_command(["sacct", *source, "-n", "-P", "-o", SACCT_FORMAT, "-j", job_id]).stdout, job_id)
+    return job or JobState(job_id=job_id, state="UNKNOWN", reason="neither scontrol nor sacct knows the job any more")
+
+
+def follow(job_id: str, say) -> tuple[JobState, float]:
+    """Wait until the job ends, saying each change of state; the job and how long it ran."""
+    seen, started = None, None
+    while True:
+        job = job_state(job_id)
+        if job is None:
+            time.sleep(POLL_S)
+            continue
+        if (job.state, job.reason) != seen:
+            seen = (job.state, job.reason)
+            say(f"Slurm job {job_id}: {job.state}" + (f" ({job.reason})" if job.reason not in ("", "None") else ""))
+        if started is None and job.state != "PENDING":
+            started = time.monotonic()
+        if not job.active:
+            return job, time.monotonic() - (started or time.monotonic())
+        time.sleep(POLL_S)
+
+
+def cancel_leftovers(say=None) -> list[str] | None:
+    """Cancel the jobs of kit processes of this host that no longer run; the ids of those
+    cancelled, or None where squeue could not be asked (they may still be there)."""
+    if shutil.which("squeue") is None:
+        return []
+    done = subprocess.run(["squeue", "-h", "--me", "-o", "%i|%k"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    if done.returncode != 0:
+        return None
+    cancelled = []
+    for line in done.stdout.splitlines():
+        job_id, _, comment = line.partition("|")
+        owner = owner_of(comment)
+        if owner is None or alive(*owner):
+            continue
+        slurm_command(["scancel", job_id])
+        cancelled.append(job_id)
+        if say:
+            say(f"cancelled Slurm job {job_id} left by kit pid {owner[1]}")
+    return cancelled
+
+
+def listed(job_id: str) -> bool:
+    """Whether squeue still lists the job (pending, running or completing)."""
+    done = slurm_command(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def cancel(job_id: str, say) -> None:
+    """scancel the job and wait (a while) until squeue no longer lists it."""
+    slurm_command(["scancel", job_id])
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while listed(job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    say(f"Slurm job {job_id}: cancelled" + ("" if not listed(job_id) else f", still listed after {CANCEL_WAIT_S} s"))
+
+
+def run_job(script_text: str, script: Path, say) -> tuple[JobState, float]:
+    """Write, submit and follow one job; cancelled if the kit is interrupted while it runs."""
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(script_text, encoding="utf-8")
+    job_id = submit(script)
+    say(f"submitted {script.name} as Slurm job {job_id}")
+    try:
+        return follow(job_id, say)
+    except BaseException:  # Ctrl-C or kit being stopped: the job must not outlive the run
+        cancel(job_id, say)
+        raise
+
+
+def read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+
+
+def append_job_logs(log, job_id: str, folder: Path) -> str:
+    """The job's own output (srun's messages) and each rank's (srun --output, one file per task)
+    into the case log, in rank order; the job's output, returned."""
+    job_output = read_text(folder / f"job-{job_id}.out")
+    log.write(f"--- job-{job_id}.out\n{job_output}")
+    for path in sorted(folder.glob(f"job-{job_id}-rank-*.log"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
+        log.write(f"--- {path.name}\n{read_text(path)}")
+    log.flush()
+    return job_output
+
+
+def judged(samples: list[RunSample], job: JobState, job_output: str = "") -> list[RunSample]:
+    """The launch's samples, each naming its job; the last one (where the launch stopped) given
+    Slurm's status and reason when Slurm ended the job (a time limit explains the ranks it
+    stopped), or, when a rank failed, naming the rank srun saw fail first and its log (the others
+    were stopped for it)."""
+    samples = [sample.model_copy(update={"slurm_job": SlurmJob(**job.model_dump())}) for sample in samples]
+    last = samples[-1]
+    if last.status == "ok":
+        return samples
+    ended = ended_by_slurm(job)
+    if ended is not None:
+        status, reason = ended
+    else:
+        failed = first_failed_task(job_output)
+        if failed is None or last.status != "error":
+            return samples
+        first = failed.tasks.split(",")[0].split("-")[0]
+        log_name = f"slurm/job-{job.job_id}-rank-{first}.log"
+        status, reason = "error", f"rank {failed.tasks} on {failed.node}: {failed.how} (srun; its log: {log_name}); {last.reason}"
+    return [*samples[:-1], last.model_copy(update={"status": status, "reason": reason})]
+
+
+def not_run(case: Case, index: int, status: str, reason: str) -> RunSample:
+    """A run the executor could not start, with why."""
+    now = utc_now()
+    rank = RankSample(rank=0, world_size=processes(case), status=status, reason=reason, device=case.device,
+                      device_name="unknown", started_at=now, finished_at=now)  # fmt: skip
+    return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=None, wall_s=0.0, timed_out=False,
+                      timeout_s=case.params.timeout_s)  # fmt: skip
+
+
+class SlurmExecutor:
+    """The executor with its options (partition, nodes, container mode...), as run.json keeps them."""
+
+    NAME = NAME
+
+    def __init__(self, options: SlurmOptions | None = None):
+        self.options = options or SlurmOptions()
+
+    def __str__(self) -> str:
+        return NAME
+
+    @property
+    def uses_this_python(self) -> bool:
+        """Without containers the ranks run this Python (on a file system the nodes share)."""
+        return self.options.container_mode == "none"
+
+    def run_once(self, case: Case, case_dir: Path, index: int, log) -> RunSample:
+        if case.workload == "serve":
+            return not_run(case, index, "unavailable", "serving cases run on one host (--executor docker or local), not as Slurm jobs")
+        if nccl_tests.runs_binary(case):
+            return not_run(case, index, "unavailable", "nccl-tests cases do not run as Slurm jobs yet (--executor docker or local)")
+        return self.run_launch(case, case_dir, [index], log)[0]
+
+    def container_arguments(self, case: Case, run_dir: Path) -> list[str]:
+        if self.options.container_mode != "pyxis":
+            return []
+        found = images.image_for_case(case.image)
+        if found is None:
+            raise ValueError(f"the lock ({images.lock_path()}) has no image {case.image!r}")
+        return pyxis_arguments(found[1].pinned_reference, run_dir, images.kit_source_dir())
+
+    def script(self, case: Case, case_dir: Path, indices: list[int], job_files: Path) -> str:
+        """The batch script of one launch doing the runs `indices` (paths absolute: the nodes read them)."""
+        case_dir = case_dir.resolve()
+        python = sys.executable if self.options.container_mode == "none" else "python"
+        outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
+        command = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs]
+        return batch_script(
+            case, command, python=python, options=self.options, ranks=processes(case),
+            timeout_s=case.params.timeout_s * len(indices), output=job_files / "job-%j.out",
+            rank_logs=job_files / "job-%j-rank-%t.log", memory_cap_bytes=memory_cap_bytes(case),
+            container=self.container_arguments(case, case_dir.parent.parent),
+        )  # fmt: skip
+
+    def run_launch(self, case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
+        out_dirs = [case_dir / "runs" / str(index) for index in indices]
+        for out_dir in out_dirs:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        job_files = (case_dir / "slurm").resolve()
+        try:
+            text = self.script(case, case_dir, indices, job_files)
+        except ValueError as exc:  # ranks that do not fit the nodes asked for, an image without a digest
+            return [not_run(case, indices[0], "error", str(exc))]
+        what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
+        log.write(f"\n=== {what}: one Slurm job\n")
+
+        def say(line: str) -> None:
+            log.write(f"=== {line}\n")
+            log.flush()
+
+        try:
+            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
+        except SlurmUnavailable as exc:  # sbatch refused the job (a partition, an account): the case's answer
+            say(str(exc))
+            return [not_run(case, indices[0], "error", str(exc))]
+        job_output = append_job_logs(log, job.job_id, job_files)
+        log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
+                  f"after {wall_s:.1f} s\n")  # fmt: skip
+        log.flush()
+        samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=job.exit_code,
+                                 wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+        return judged(samples, job, job_output)
+
+
+def configured(options: dict | None) -> SlurmExecutor:
+    """The executor with the options run.json keeps (SlurmOptions, as a dict)."""
+    return SlurmExecutor(SlurmOptions.model_validate(options or {}))
+
+
+def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
+    """The most nodes one of these cases' jobs asks for."""
+    counts = []
+    for case in cases:
+        try:
+            counts.append(layout(processes(case), case.device, options).nodes)
+        except ValueError:
+            continue
+    return max(counts, default=1)
+
+
+def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say) -> list[str]:
+    """A tiny job on `nodes` nodes, each writing a file into the run directory: the nodes that
+    did (raising RunDirNotShared, with what to do, when one did not)."""
+    folder = (run_dir / "slurm" / "shared-run-dir-check").resolve()
+    marks = folder / "nodes"
+    folder.mkdir(parents=True, exist_ok=True)
+    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out"), folder / "check.sbatch", say)
+    seen = sorted(path.name for path in marks.iterdir()) if marks.is_dir() else []
+    if len(seen) < nodes:
+        raise RunDirNotShared(
+            f"the compute nodes do not see the run directory {run_dir.resolve()}: of the {nodes} node(s) of check job "
+            f"{job.job_id} (ended {job.state}), {len(seen)} wrote their file ({', '.join(seen) or 'none'}). Put the run "
+            "directory (--out) on a file system every compute node mounts at the same path (a home or project share)"
+        )  # fmt: skip
+    return seen

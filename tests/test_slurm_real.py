@@ -1,0 +1,164 @@
+"""`kit run --executor slurm` on a real Slurm: the two simulated nodes of tests/slurm/start.sh.
+
+The smoke profile's 2-process cases run as 2 nodes x 1 task over gloo; a job over its time limit
+ends its case `timeout`; a rank that dies ends its case `error`, naming that rank and its log;
+Ctrl-C leaves no job in squeue.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.execute.slurm import SlurmExecutor
+from kit.execute.slurm_script import SlurmOptions
+from kit.metrics import HEADLINE_METRIC
+from kit.results import RunDir, atomic_write_model
+from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
+KIT = [sys.executable, "-m", "kit.cli"]
+TWO_PROCESS_CASES = ("pretrain.tiny-llama.naive.g2", "comm.all_reduce.g2")
+
+
+@pytest.fixture
+def slurm_nodes():
+    nodes = slurm_or_skip()
+    assert not queued_jobs(), "kit jobs are already queued: another run uses this Slurm"
+    yield nodes
+    assert not queued_jobs(), "the test left kit jobs in squeue"
+
+
+def kit_run(out: Path, *cases: str, extra: tuple[str, ...] = ()) -> list[str]:
+    selected = [part for case in cases for part in ("--case", case)]
+    return [*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--nodes", "2", "--no-preflight", "--out", str(out),
+            *selected, *extra]  # fmt: skip
+
+
+def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == ["n1", "n2"]
+    info = RunDir(run).read_info()
+    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished"
+    for case_id in TWO_PROCESS_CASES:
+        result = RunDir(run).read_result(case_id)
+        assert result.status == "ok", f"{case_id}: {result.reason}"
+        assert result.executor == "slurm"
+        figure = result.metrics[HEADLINE_METRIC[result.case.workload]]
+        assert figure.n == result.case.params.runs == len(result.samples) and figure.mean > 0
+        for sample in result.samples:
+            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == "n[1-2]"
+            assert sorted(rank.rank for rank in sample.ranks) == [0, 1]
+            assert all(rank.world_size == 2 and rank.status == "ok" for rank in sample.ranks)
+        job_files = run / "cases" / case_id / "slurm"
+        script = (job_files / "launch-1.sbatch").read_text()
+        assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
+        (job_output,) = job_files.glob("job-*.out")
+        assert "on n[1-2], master 127.0.0.1:" in job_output.read_text()  # one rank on each node
+        assert sorted(path.name.rsplit("-", 1)[1] for path in job_files.glob("job-*-rank-*.log")) == ["0.log", "1.log"]
+        assert "--- job-" in (run / "cases" / case_id / "log.txt").read_text()
+    check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
+def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan, tmp_path):
+    case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
+    endless = case.model_copy(update={"params": case.params.model_copy(update={"measured_steps": 100_000})})
+    case_dir = tmp_path / "cases" / case.id
+    case_dir.mkdir(parents=True)
+    atomic_write_model(case_dir / "case.json", endless)
+    log = io.StringIO()
+    started = time.monotonic()
+    (run,) = SlurmExecutor(SlurmOptions(nodes=2, time_limit="1")).run_launch(endless, case_dir, [1], log)
+    assert run.status == "timeout", log.getvalue()[-3000:]
+    assert "exceeded its time limit (00:01:00)" in run.reason and "TimeLimit" in run.reason
+    assert time.monotonic() - started < 240
+    assert "DUE TO TIME LIMIT" in log.getvalue()  # Slurm's own words, in the case log
+
+
+def test_a_rank_that_dies_ends_its_case_error_naming_that_rank_and_its_log(slurm_nodes, tmp_path):
+    run = tmp_path / "run"
+    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (rank_one := processes_with("SLURM_PROCID=1", f"{run}/cases/")):
+        assert kit.poll() is None and time.monotonic() < deadline, "rank 1 never started"
+        time.sleep(0.5)
+    time.sleep(5)  # well into its work: the other rank is waiting on it
+    for pid in rank_one:
+        os.kill(pid, signal.SIGKILL)
+    output, _ = kit.communicate(timeout=300)
+    assert kit.returncode == 1, output[-3000:]
+    result = RunDir(run).read_result(TWO_PROCESS_CASES[0])
+    assert result.status == "error"
+    assert result.reason.startswith("rank 1 on n2: "), result.reason
+    assert "its log: slurm/job-" in result.reason and "-rank-1.log" in result.reason
+    log = (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
+    assert "-rank-1.log\n" in log and "srun: error: n2: task 1:" in log
+
+
+@pytest.mark.parametrize("stop, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, tmp_path, stop, exit_code):
+    run = tmp_path / "run"
+    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not any(line.endswith("RUNNING") for line in queued_jobs("kit-pretrain")):
+        assert kit.poll() is None and time.monotonic() < deadline, "the case's job never ran"
+        time.sleep(0.5)
+    kit.send_signal(stop)
+    output, _ = kit.communicate(timeout=120)
+    assert kit.returncode == exit_code, output[-3000:]
+    assert not queued_jobs(), "a job of the interrupted run is still queued"
+    assert not processes_with("SLURM_PROCID=0", f"{run}/cases/") and not processes_with("SLURM_PROCID=1", f"{run}/cases/")
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    assert "cancelled" in (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
+
+
+def test_nodes_that_cannot_reach_the_run_directory_stop_the_run_saying_so(slurm_nodes, tmp_path):
+    """The check job runs as another user (`sbatch --uid`, root only), to whom the run directory
+    is closed: as to nodes that do not mount it."""
+    if os.geteuid() != 0:
+        pytest.skip("sbatch --uid, which makes the run directory unreachable to the job, needs root")
+    run = tmp_path / "run"
+    done = subprocess.run(kit_run(run, TWO_PROCESS_CASES[0], extra=("--sbatch-arg=--uid=nobody",)), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert f"the compute nodes do not see the run directory {run}" in said
+    assert "of the 2 node(s) of check job" in said and "wrote their file (none)" in said
+    assert not (run / "cases" / TWO_PROCESS_CASES[0] / "result.json").exists()
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_the_job_of_a_kit_killed_outright_is_cancelled_by_the_next_kit_start(slurm_nodes, tmp_path):
+    run = tmp_path / "run"
+    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not any(line.endswith("RUNNING") for line in queued_jobs("kit-pretrain")):
+        assert kit.poll() is None and time.monotonic() < deadline, "the case's job never ran"
+        time.sleep(0.5)
+    kit.kill()  # SIGKILL: no chance to cancel its job
+    kit.wait()
+    assert queued_jobs("kit-pretrain"), "the job went with the kit: nothing left to test"
+    done = subprocess.run([*KIT, "list", "--profile", "smoke"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and f"left by kit pid {kit.pid}" in done.stderr, done.stderr[-2000:]
+    deadline = time.monotonic() + 60
+    while queued_jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not processes_with("SLURM_PROCID=1", f"{run}/cases/")
+
+
+def test_a_job_sbatch_refuses_ends_its_case_error_with_slurm_s_words(slurm_nodes, smoke_plan, tmp_path):
+    case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
+    log = io.StringIO()
+    (run,) = SlurmExecutor(SlurmOptions(nodes=2, partition="no-such-partition")).run_launch(case, tmp_path / case.id, [1], log)
+    assert run.status == "error" and "sbatch refused" in run.reason and "Invalid partition name" in run.reason, run.reason
