@@ -9,7 +9,10 @@ import sys
 import time
 
 LAUNCH = [sys.executable, "-m", "kit.workloads.launch"]
-REPORT = "import json, os; print(json.dumps({k: os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}))"
+# One write per line: the ranks share one pipe, unbuffered (PYTHONUNBUFFERED), and print() writes
+# a line and its newline in two calls, which another rank's line can fall between.
+REPORT = ("import json, os, sys; sys.stdout.write(json.dumps({k: os.environ[k] for k in "
+          "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')}) + '\\n')")
 
 
 def test_each_rank_gets_the_rendezvous_environment():
