@@ -6,16 +6,23 @@ the breakdown its workload recorded (kit.breakdown), the section lists them all.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kit.analysis import achieved_tflops, mfu, model_flops_per_token
 from kit.breakdown import OTHER_TOLERANCE, Breakdown
 from kit.hardware import HardwareTable, peak_tflops
 from kit.metrics import peak_memory_gib, summarize
 from kit.predictions import device_spec, model_notes
-from kit.protocol import Case
-from kit.report.stage_common import generic_stage
-from kit.results import Metric, RunSample
+from kit.protocol import Case, Protocol
+from kit.report import charts
+from kit.report.cells import has_metrics, method_label
+from kit.report.model import Chart, Section
+from kit.report.stage_common import generic_stage, stage_cases
+from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
+
+if TYPE_CHECKING:
+    from kit.report.load import LoadedRun
 
 # Metric -> the parts it adds up (each part's forward + backward + recompute time). "mlp" is the
 # MLP's matrix multiplications (the paper's GEMM parts), "qkv_proj" the three input projections.
@@ -115,8 +122,107 @@ def profile_case_metrics(
     return found, notes
 
 
+# --- Report section ---------------------------------------------------------------------------
+
+PHASES = ("forward", "backward", "optimizer")
+# Metric -> the part as the paper's Tables V-VIII name it, in the order of a step.
+PART_LABELS = {
+    "embedding_s": "Embedding", "rmsnorm_s": "RMSNorm", "qkv_proj_s": "QKV proj.", "rope_s": "RoPE",
+    "attention_s": "Attention", "o_proj_s": "O proj.", "mlp_s": "MLP GEMMs", "silu_s": "SiLU",
+    "lm_head_s": "LM head", "loss_s": "Loss", "optimizer_s": "Optimizer", "other_s": "other",
+}  # fmt: skip
+
+
+def _ms(result: Result, metric: str) -> float:
+    return result.metrics[metric].mean * 1e3
+
+
+def _label(case: Case) -> str:
+    return f"{case.model} {method_label(case.method)} b{case.params.micro_batch}"
+
+
+def phase_stack(case: Case, result: Result) -> charts.Stack:
+    """A step's phases; where the profiled step measured the GPU's idle share, each phase is split
+    into the time the GPU ran kernels and the time it sat idle (hatched)."""
+    segments = []
+    for phase in (p for p in PHASES if f"{p}_s" in result.metrics):
+        total, idle = _ms(result, f"{phase}_s"), result.metrics.get(f"{phase}_idle_share")
+        busy = total * (1 - idle.mean) if idle else total
+        segments.append(charts.Segment(label=phase, value=busy))
+        if idle:
+            segments.append(charts.Segment(label=f"{phase}: GPU idle", value=total - busy, hatched=True))
+    return charts.Stack(label=_label(case), segments=segments)
+
+
+def parts_stack(case: Case, result: Result) -> charts.Stack:
+    return charts.Stack(label=_label(case), segments=[
+        charts.Segment(label=label, value=_ms(result, metric))
+        for metric, label in PART_LABELS.items() if metric in result.metrics and result.metrics[metric].mean > 0
+    ])  # fmt: skip
+
+
+def flash_pairs(measured: list[tuple[Case, Result]]) -> list[tuple[tuple[Case, Result], tuple[Case, Result]]]:
+    """Each case with FlashAttention (f) beside its twin without it: same model, GPUs, micro-batch
+    and other methods."""
+
+    def twin_key(case: Case) -> tuple:
+        others = frozenset(case.method.split("+")) - {"f", "base"}
+        return case.model, case.gpus, case.params.micro_batch, others
+
+    plain = {twin_key(c): (c, r) for c, r in measured if "f" not in c.method.split("+")}
+    return [(plain[twin_key(c)], (c, r)) for c, r in measured if "f" in c.method.split("+") and twin_key(c) in plain]
+
+
+def _flash_bars(pairs) -> list[charts.Bar]:
+    bars = []
+    for (plain_case, plain), (_, flash) in pairs:
+        for metric, label in PART_LABELS.items():
+            if metric in plain.metrics and metric in flash.metrics:
+                name = f"{plain_case.model}: {label}" if len(pairs) > 1 else label
+                for group, result in (("without FlashAttention", plain), ("with FlashAttention-2", flash)):
+                    metric_of = result.metrics[metric]
+                    bars.append(charts.Bar(label=name, group=group, value=metric_of.mean * 1e3,
+                                           error=None if metric_of.std is None else metric_of.std * 1e3))  # fmt: skip
+    return bars
+
+
+def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
+    """The breakdown as pictures first (phases with the GPU's idle share, the parts of a step,
+    FlashAttention's effect per part), then every figure of every case."""
+    section = generic_stage(stage, run)
+    measured = [(case, run.results[case.id]) for case in stage_cases(run, stage.name)
+                if has_metrics(run.results.get(case.id), "step_s")]  # fmt: skip
+    if not measured:
+        return section
+    section.charts.append(Chart(
+        title="Phases of a training step",
+        svg=charts.stacked_chart("profile-phases", [phase_stack(c, r) for c, r in measured], "ms per step"),
+        caption="Forward, backward and optimizer time of a step, mean over the measured steps; hatched: the share of "
+                "the phase in which the GPU ran no kernel, from the profiled step (GPU cases only: a CPU has no such "
+                "measure).",
+    ))  # fmt: skip
+    section.charts.append(Chart(
+        title="Parts of a training step",
+        svg=charts.stacked_chart("profile-parts", [parts_stack(c, r) for c, r in measured], "ms per step"),
+        caption="Each part's forward, backward and recomputation time per step, summed over the layers, grouped as "
+                "the paper's Tables V-VIII group them; other: instrumented step time inside no part.",
+    ))  # fmt: skip
+    pairs = flash_pairs(measured)
+    if pairs:
+        section.charts.append(Chart(
+            title="FlashAttention's effect per part",
+            svg=charts.bar_chart("profile-flash", _flash_bars(pairs), "ms per step"),
+            caption="Each part's time per step without and with FlashAttention-2, the same model, micro-batch and "
+                    "sequence; mean ± std over the runs.",
+        ))  # fmt: skip
+    else:
+        section.paragraphs.append("FlashAttention's effect per part is not drawn: no case with FlashAttention (f) "
+                                  "finished beside its twin without it.")  # fmt: skip
+    return section
+
+
 PROFILE = Stage(
-    name="profile", title="Module breakdown of a pre-training step", section=generic_stage,
+    name="profile", title="Module breakdown of a pre-training step", section=profile_section,
     case_metrics=profile_case_metrics, headline="tokens_per_s",
     purpose="time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
 )  # fmt: skip

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
-from kit.report.cells import metric_cell, status_cell
-from kit.report.model import Cell, Row, Section, Table
+from kit.report import charts
+from kit.report.cells import has_metrics, metric_cell, status_cell
+from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import generic_stage, stage_cases
 from kit.results import Metric, Result, RunSample
+from kit.serve.aggregate import RequestRecord
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
@@ -97,10 +99,45 @@ def _serving_bound(result: Result) -> Cell:
     return Cell(text="none", detail=reason, tone="muted")
 
 
+def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
+    """Every request of every run of a serving case, as its requests.jsonl recorded it."""
+    rows = []
+    for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")):
+        rows += [RequestRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def serve_charts(run: LoadedRun, served: list[tuple[Case, Result]]) -> list[Chart]:
+    """Output throughput per engine, then the latency distribution of every finished request."""
+    bars = [charts.Bar(label=case.method, group=case.model, value=result.metrics["output_throughput"].mean,
+                       error=result.metrics["output_throughput"].std) for case, result in served]  # fmt: skip
+    ttft, latency = [], []
+    for case, _ in served:
+        finished = [row for row in request_rows(run, case.id) if row.ok]
+        label = f"{case.model} {case.method}"
+        ttft.append(charts.CdfSeries(label=label, values=[row.ttft for row in finished if row.ttft is not None]))
+        latency.append(charts.CdfSeries(label=label, values=[row.latency for row in finished]))
+    throughput = Chart(title="Output throughput per engine", caption="Output tokens/s over each burst, mean ± std over the runs.",
+                       svg=charts.bar_chart("serve-throughput", bars, "output tokens/s"))  # fmt: skip
+    if not any(series.values for series in ttft + latency):
+        return [throughput]  # no requests.jsonl kept (a run directory cut down to its results)
+    return [
+        throughput,
+        Chart(title="Latency distribution",
+              svg=charts.cdf_chart("serve-latency", [("Time to first token", ttft), ("End-to-end latency", latency)], "s"),
+              caption="Empirical CDF over every finished request of every run (requests.jsonl): the share of requests "
+                      "answered within a given time; a long tail shows where a median hides it."),
+    ]  # fmt: skip
+
+
 def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
-    """Each engine's burst: throughput beside its roofline bound, and the latency distribution;
-    then every measured metric, as for any stage."""
+    """Each engine's burst: throughput and the latency distribution as pictures, then throughput
+    beside its roofline bound and the latency percentiles, then every measured metric."""
     section = generic_stage(stage, run)
+    served = [(case, run.results[case.id]) for case in stage_cases(run, stage.name)
+              if has_metrics(run.results.get(case.id), "output_throughput")]  # fmt: skip
+    if served:
+        section.charts.extend(serve_charts(run, served))
     rows = []
     for case in stage_cases(run, stage.name):
         result = run.results.get(case.id)
