@@ -590,3 +590,29 @@ def test_the_pdf_has_the_cover_the_claims_and_the_runs_numbers_on_bannered_pages
     assert all(
         "Not comparable to the reference" in page and "NOT COMPARABLE TO THE REFERENCE" in page for page in pages
     )
+
+
+def test_a_stacked_chart_draws_each_segment_to_its_length_in_its_labels_colour():
+    """The SVG matplotlib writes holds one bar per segment; the same label keeps one colour across
+    bars, and an idle (hatched) piece takes the colour of the phase before it."""
+    from kit.report import charts
+
+    stacks = [
+        charts.Stack(label="a", segments=[charts.Segment(label="forward", value=3.0),
+                                          charts.Segment(label="forward: GPU idle", value=1.0, hatched=True),
+                                          charts.Segment(label="backward", value=6.0)]),
+        charts.Stack(label="b", segments=[charts.Segment(label="forward", value=2.0), charts.Segment(label="backward", value=4.0)]),
+    ]  # fmt: skip
+    svg = charts.stacked_chart("t", stacks, "ms")
+    assert svg == charts.stacked_chart("t", stacks, "ms")  # the same data, the same bytes
+    fills = re.findall(r"fill: (#[0-9a-f]{6})", svg)
+    forward, backward = charts.PALETTE[0], charts.PALETTE[1]
+    assert fills.count(forward) >= 3 and fills.count(backward) >= 2  # a's forward and idle, b's forward; both backwards
+    assert "forward: GPU idle" in svg and "backward" in svg
+
+
+def test_a_cdf_chart_names_its_panels_series_and_axis():
+    from kit.report import charts
+
+    svg = charts.cdf_chart("c", [("TTFT", [charts.CdfSeries(label="vllm", values=[0.3, 0.1, 0.2])])], "s")
+    assert "TTFT" in svg and "vllm" in svg and "fraction of requests" in svg

@@ -402,3 +402,50 @@ def test_two_real_smoke_runs_compared_through_the_cli_show_the_ratio_and_welchs_
     p_value = ttest_ind(vb, va, equal_var=False).pvalue
     assert rows[(case, "tokens/s")] == [mean_std_text(va), mean_std_text(vb), f"{ratio:.{significant(ratio)}f} ×",
                                         f"{p_value:.3g}", "yes" if p_value < 0.05 else "no"]  # fmt: skip
+
+
+# --- Pictures -----------------------------------------------------------------------------------
+
+PICTURES = {  # chart title -> the section whose tables it comes before
+    "Phases of a training step": "Module breakdown of a pre-training step",
+    "Parts of a training step": "Module breakdown of a pre-training step",
+    "FlashAttention's effect per part": "Module breakdown of a pre-training step",
+    "Output throughput per engine": "Serving throughput and latency",
+    "Latency distribution": "Serving throughput and latency",
+}
+
+
+def test_the_breakdown_and_serving_are_drawn_before_their_tables(paper_run, pages, tmp_path):
+    """Each picture is on a page of the PDF, ahead of its section's first table, and drawn: the
+    page rendered as an image holds the chart palette's first colour (kit/report/charts.py)."""
+    image_module = pytest.importorskip("PIL.Image")
+    from kit.report.charts import PALETTE
+
+    ink = tuple(int(PALETTE[0][i : i + 2], 16) for i in (1, 3, 5))
+    for title, section in PICTURES.items():
+        at = next((index for index, page in enumerate(pages) if title in flat(page)), None)
+        assert at is not None, f"no page shows {title!r}"
+        table = next(index for index, page in enumerate(pages) if f"{section}: " in flat(page))
+        assert at <= table, f"{title!r} on page {at + 1}, after its section's table on page {table + 1}"
+        folder = tmp_path / f"page-{at + 1}"
+        folder.mkdir(exist_ok=True)  # two pictures can share a page
+        subprocess.run(["pdftoppm", "-r", "50", "-f", str(at + 1), "-l", str(at + 1), "-png",
+                        str(paper_run / "report.pdf"), str(folder / "page")], check=True)  # fmt: skip
+        with image_module.open(next(folder.glob("*.png"))) as image:
+            colours = {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1 << 20)}
+        assert any(sum(abs(a - b) for a, b in zip(colour, ink)) < 12 for colour in colours), f"{title!r} is not drawn"
+
+
+def test_the_latency_distribution_is_every_finished_request_of_requests_jsonl(paper_run):
+    from kit.report.load import load_run
+    from kit.stages.serve import request_rows
+
+    run = load_run(paper_run, False)
+    case_id = next(cid for cid, result in run.results.items() if result.stage == "serve" and result.status == "ok")
+    lines = [line for path in sorted((paper_run / "cases" / case_id / "runs").glob("*/requests.jsonl"))
+             for line in path.read_text().splitlines()]  # fmt: skip
+    rows = request_rows(run, case_id)
+    assert len(rows) == len(lines) > 0
+    assert sorted(row.ttft for row in rows if row.ok) == sorted(
+        json.loads(line)["ttft"] for line in lines if json.loads(line)["error"] is None and json.loads(line)["latency"] is not None
+    )

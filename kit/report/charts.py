@@ -222,3 +222,69 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
         right.set_ylabel("time (µs)")
         right.set_title("Time per operation")
         return _svg(figure, salt)
+
+
+class Segment(BaseModel):
+    """One piece of a stacked bar; a hatched piece is a share of time the device sat idle."""
+
+    label: str
+    value: float
+    hatched: bool = False
+
+
+class Stack(BaseModel):
+    label: str
+    segments: list[Segment]
+
+
+def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
+    """Horizontal stacked bars, one colour per segment label across all bars, so that a part
+    reads the same in every case; a hatched segment (idle time) takes the colour of the segment
+    before it, the phase it is part of."""
+    labels = list(dict.fromkeys(seg.label for stack in stacks for seg in stack.segments if not seg.hatched))
+    palette = PALETTE if len(labels) <= len(PALETTE) else plt.get_cmap("tab20").colors  # a step has ~12 parts
+    colours = {label: palette[index % len(palette)] for index, label in enumerate(labels)}
+    with plt.rc_context(STYLE):
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 1.0 + 0.3 * len(stacks)), layout="constrained")
+        shown: set[str] = set()
+        for row, stack in enumerate(stacks):
+            left, colour = 0.0, PALETTE[0]
+            for segment in stack.segments:
+                colour = colour if segment.hatched else colours[segment.label]
+                axes.barh(row, segment.value, left=left, height=0.7, color=colour,
+                          hatch="////" if segment.hatched else None, edgecolor="white", linewidth=0.4,
+                          label=None if segment.label in shown else segment.label)  # fmt: skip
+                shown.add(segment.label)
+                left += segment.value
+        axes.set_yticks(range(len(stacks)), [stack.label for stack in stacks])
+        axes.invert_yaxis()
+        axes.set_xlabel(unit)
+        axes.grid(axis="x", linewidth=0.3)
+        figure.legend(frameon=False, fontsize=6, ncols=min(len(shown), 6), loc="outside lower center")
+        return _svg(figure, salt)
+
+
+class CdfSeries(BaseModel):
+    """The values of one engine and model (e.g. every request's TTFT), drawn as their empirical CDF."""
+
+    label: str
+    values: list[float]
+
+
+def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -> str:
+    """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
+    distribution, so a long tail shows where a median hides it."""
+    with plt.rc_context(STYLE):
+        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), layout="constrained", squeeze=False)
+        for axes, (title, series) in zip(all_axes[0], panels):
+            for index, line in enumerate(series):
+                values = sorted(line.values)
+                fractions = [(rank + 1) / len(values) for rank in range(len(values))]
+                axes.step(values, fractions, where="post", color=PALETTE[index % len(PALETTE)], linewidth=1, label=line.label)
+            axes.set_title(title)
+            axes.set_xlabel(unit)
+            axes.set_ylabel("fraction of requests")
+            axes.set_ylim(0, 1.02)
+            axes.grid(linewidth=0.3)
+        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower right")
+        return _svg(figure, salt)
