@@ -125,20 +125,10 @@ def test_a_tampered_run_is_not_resumed_unless_the_changes_are_accepted_and_then_
 def test_an_interrupted_run_leaves_evidence_of_its_finished_cases_for_the_resume(tmp_path):
     """Killed after its first case (kill -9, no clean-up): SHA256SUMS already covers that case,
     so a result bent before the resume is found."""
-    import os
-    import signal
-    import time
+    from interrupted import killed_after_first_case
 
     run = tmp_path / "run"
-    first = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--stage", "comm", "--executor", "local", "--no-preflight",
-                              "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (run / "SHA256SUMS").is_file():
-        assert first.poll() is None and time.monotonic() < deadline, "no case finished"
-        time.sleep(0.2)
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait()
-    finished = sorted(p for p in run.glob("cases/*/result.json") if f"{p.relative_to(run)}" in (run / "SHA256SUMS").read_text())
+    finished = killed_after_first_case(run)
     assert finished, "the evidence names no finished case"
     finished[0].write_text(finished[0].read_text().replace('"ok"', '"oom"', 1))
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-KIT = [sys.executable, "-m", "kit.cli"]
+from interrupted import KIT, in_evidence, killed_after_first_case
 
 
 @pytest.fixture
@@ -36,12 +34,6 @@ def fill(folder) -> None:
                 handle.flush()
         except OSError:
             pass
-
-
-def in_evidence(run, result) -> bool:
-    """Whether SHA256SUMS lists this result.json: a resume keeps those and runs any other again
-    (a result written just before the evidence could be)."""
-    return f"  {result.relative_to(run)}\n" in (run / "SHA256SUMS").read_text()
 
 
 def test_a_full_disk_ends_the_run_in_one_line_keeps_finished_cases_and_resume_finishes(small_disk):
@@ -80,16 +72,9 @@ def remount(folder, mode: str) -> None:
 
 def test_a_read_only_run_directory_is_one_line_keeps_finished_cases_and_resume_finishes(small_disk):
     run = small_disk / "run"
-    started = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--stage", "comm", "--executor", "local", "--no-preflight",
-                                "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (run / "SHA256SUMS").is_file():
-        assert started.poll() is None and time.monotonic() < deadline, "no case finished"
-        time.sleep(0.1)
-    os.kill(started.pid, signal.SIGKILL)
-    started.wait()
+    finished = killed_after_first_case(run)
     remount(small_disk, "ro")
-    kept = {path: path.read_bytes() for path in run.glob("cases/*/result.json") if in_evidence(run, path)}
+    kept = {path: path.read_bytes() for path in finished}
     done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(done.stderr.strip().splitlines()) == 1 and "Read-only file system" in done.stderr, done.stderr
