@@ -15,12 +15,10 @@ from kit.energy import (
 from kit.reference import format_value
 from kit.report.cells import mean_std
 from kit.report.load import LoadedRun
-from kit.report.model import Cell, Row, Section, Table
+from kit.report.model import Cell, Row, Section, Table, printed_if_short
 from kit.results import Result
 from kit.stages import unit_of
 
-# Longer listings (a paper-size run) are left to the HTML; the PDF says where they are.
-PRINTED_ROWS = 60
 
 
 def price_text(gpu_hour_price: float) -> str:
@@ -78,13 +76,10 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None) -> Section:
                    *energy_cells(result), cost_cell(result, name, gpu_hour_price)])  # fmt: skip
         for result, name in priced
     ]
-    long = len(rows) > PRINTED_ROWS
-    if long:
-        paragraphs.append(f"The {len(rows)} cases are listed in the HTML report and in `kit report --format csv`.")
-    table = Table(
+    table = printed_if_short(Table(
         caption="Energy and cost per case",
         header=["Case", "Tokens/s", "Joules per token", "Mean power per GPU (W)",
                 "Cost per 1M tokens" + (f" ({price_text(gpu_hour_price)})" if gpu_hour_price is not None else "")],
-        widths=[30, 16, 16, 16, 22], rows=rows, dense=True, media="screen" if long else "all",
-    )  # fmt: skip
+        widths=[30, 16, 16, 16, 22], rows=rows, dense=True,
+    ), "in `kit report --format csv`")  # fmt: skip
     return Section(anchor="energy", title="Energy and cost", paragraphs=paragraphs, tables=[table])

@@ -42,6 +42,19 @@ class Table(BaseModel):
     dense: bool = False
     # "screen": in the HTML only, for a listing too long to print (a summary of it prints instead).
     media: Literal["all", "screen"] = "all"
+    print_note: str | None = None  # what the PDF prints in the place of a screen-only table
+
+
+PRINTED_ROWS = 60  # a longer listing is left to the HTML: a printed report is read, not searched
+
+
+def printed_if_short(table: Table, where_else: str) -> Table:
+    """The table, or, past PRINTED_ROWS, the table in the HTML only and a line in the PDF that
+    says how long it is and where else it can be read."""
+    if len(table.rows) <= PRINTED_ROWS:
+        return table
+    note = f"{table.caption}: {len(table.rows)} rows, in the HTML report and {where_else}."
+    return table.model_copy(update={"media": "screen", "print_note": note})
 
 
 class Chart(BaseModel):

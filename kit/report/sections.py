@@ -34,7 +34,7 @@ from kit.report.cells import (
 )
 from kit.report.evidence import evidence_groups
 from kit.report.load import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table
+from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
 
 AB_METRICS = ("tokens_per_s", "peak_memory_gib")
@@ -628,12 +628,12 @@ def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
     notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
     if notes:
         section.tables.append(
-            Table(
+            printed_if_short(Table(
                 caption="Notes the results carry",
                 header=["Case", "Note"],
                 widths=[32, 68],
                 rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text=note)]) for cid, note in notes],
-            )
+            ), "in each case's result.json (notes)")  # fmt: skip
         )
     unselected = [case.id for case in run.info.plan.cases if case.id not in selected]
     if unselected:

@@ -28,7 +28,7 @@ from kit.predictions import model_notes
 from kit.protocol import Case, Protocol
 from kit.report import charts
 from kit.report.cells import has_metrics, method_label, metric_cell, status_cell
-from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table
+from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table, printed_if_short
 from kit.report.stage_common import memory_source, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
@@ -204,7 +204,7 @@ def effective_table(title: str, results: list[Result]) -> Table | None:
         case = Cell(text=f"{result.case.model} {method_label(result.case.method)}", detail=result.status)
         rows.append(Row(cells=[case, options[0], *memory]))
         rows += [Row(cells=[Cell(text=""), option, *[Cell(text="")] * len(MEMORY_VIEWS)]) for option in options[1:]]
-    return Table(
+    return printed_if_short(Table(
         caption=f"{title}: each option in effect, as the running engine reported it, and peak memory (GiB)",
         header=["Case", "Option: observed", *[label for _, label in MEMORY_VIEWS]],
         widths=[18, 46, 12, 12, 12],
@@ -217,7 +217,7 @@ def effective_table(title: str, results: list[Result]) -> Table | None:
             "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
             "every other allocation included, the figure a GPU is sized by. Each is the largest over the processes.",
         ],
-    )
+    ), "in each case's result.json (effective)")
 
 
 PRETRAIN = Stage(
