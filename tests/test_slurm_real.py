@@ -20,7 +20,7 @@ import pytest
 
 from kit.execute.slurm import SlurmExecutor
 from kit.execute.slurm_script import SlurmOptions
-from kit.metrics import HEADLINE_METRIC
+from kit.stages import unit_of
 from kit.results import RunDir, atomic_write_model
 from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
@@ -54,7 +54,7 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
         result = RunDir(run).read_result(case_id)
         assert result.status == "ok", f"{case_id}: {result.reason}"
         assert result.executor == "slurm"
-        figure = result.metrics[HEADLINE_METRIC[result.case.workload]]
+        figure = result.metrics[unit_of(result.case).headline]
         assert figure.n == result.case.params.runs == len(result.samples) and figure.mean > 0
         for sample in result.samples:
             assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == "n[1-2]"
