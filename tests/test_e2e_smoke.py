@@ -70,6 +70,14 @@ def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
             assert result.status == "unavailable" and "CUDA" in result.reason
             continue
         assert result.status == "ok", f"{case.id}: {result.reason}"
+        if case.params.max_batch_search is not None:
+            # A search's samples are its trials: its figure is the largest ok micro-batch, and the
+            # cap made a real out-of-memory above it (tests/test_maxbatch.py checks the rest).
+            trials = {sample.micro_batch: sample.status for sample in result.samples}
+            best = int(result.metrics["max_micro_batch"].mean)
+            assert trials[best] == "ok" and "oom" in {status for batch, status in trials.items() if batch > best}, trials
+            assert all(status != "ok" for batch, status in trials.items() if batch > best), trials
+            continue
         # Each kind's headline figure over its runs; the details of comm, profile and serve
         # results are checked in test_comm.py, test_breakdown.py and test_serve.py.
         figure = result.metrics[unit_of(case).headline]
