@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,25 @@ def smoke_plan(protocol):
 @pytest.fixture(scope="session")
 def paper_plan(protocol):
     return build_plan(protocol, "paper")
+
+
+@pytest.fixture(scope="session")
+def real_smoke_run(tmp_path_factory) -> Path:
+    """A finished real `kit run --all` of this machine: the one KIT_SMOKE_RUN names (CI's first
+    step, the README's main command on an empty cache), else one made here. A full smoke run takes
+    many minutes on two cores, so every test that reads real results of the smoke profile's cases
+    reads this one run; a test that changes it works on a copy."""
+    from kit.results import RunDir
+
+    given = os.environ.get("KIT_SMOKE_RUN")
+    run = Path(given) if given else tmp_path_factory.mktemp("smoke") / "run"
+    if not given:
+        done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--all", "--out", str(run)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    info = RunDir(run).read_info()
+    assert (info.profile, info.status) == ("smoke", "finished"), f"{run}: not a finished smoke run"
+    assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], f"{run}: not every smoke case"
+    return run
 
 
 @pytest.fixture

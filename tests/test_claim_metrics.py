@@ -1,7 +1,7 @@
 """The claim-metric contract: every metric a claim of the reference reads is one a real result of
-its stage carries. The results are real: one smoke case per stage the claims read, run by the
-real CLI on this CPU (`kit run --profile smoke --executor local`), so a claim that names a
-metric no workload writes fails here rather than staying "not measured" for ever.
+its stage carries. The results are real: one case per stage the claims read, from the session's
+real `kit run --all` on this CPU (the `real_smoke_run` fixture), so a claim that names a metric no
+workload writes fails here rather than staying "not measured" for ever.
 
 On this CPU the stages give every metric but the GPU idle shares of the profile stage, which
 kit/breakdown.py writes per phase (`{phase}_idle_share`) only where the profiler's trace has
@@ -11,10 +11,6 @@ GPU kernels; a claim's idle share passes when the CPU result has that phase's ti
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from kit.energy import JOULES_PER_TOKEN, MEAN_POWER_PER_GPU
@@ -23,11 +19,10 @@ from kit.results import Result, RunDir
 
 pytestmark = pytest.mark.e2e
 
-# One smoke case of each stage the claims read. A max-batch case's figures are those of its
-# largest trial, a pre-training run (kit.metrics.training_case_metrics), so the pre-training
-# result answers for it: its search takes many launches, each timed out under a busy CPU.
+# One smoke case of each stage the claims read.
 STAGE_CASES = {
     "pretrain": "pretrain.tiny-llama.naive.g2",
+    "maxbatch": "maxbatch.tiny-llama.naive.g1",
     "finetune": "finetune.tiny-llama.l.g2",
     "scaling": "scaling.tiny-llama.q.g1.b2",
     "profile": "profile.tiny-llama.base.g1",
@@ -38,17 +33,9 @@ GPU_ONLY_SUFFIX, GPU_ONLY_NOTE = "_idle_share", "GPU idle share: "
 
 
 @pytest.fixture(scope="module")
-def smoke_results(tmp_path_factory) -> dict[str, Result]:
-    out = tmp_path_factory.mktemp("claims") / "run"
-    cases = [arg for case in STAGE_CASES.values() for arg in ("--case", case)]
-    done = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--executor", "local", "--no-preflight",
-         *cases, "--out", str(out)], capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    run = RunDir(Path(out))
+def smoke_results(real_smoke_run) -> dict[str, Result]:
+    run = RunDir(real_smoke_run)
     results = {stage: run.read_result(case) for stage, case in STAGE_CASES.items()}
-    results["maxbatch"] = results["pretrain"]
     failed = {stage: f"{r.status}: {r.reason}" for stage, r in results.items() if r.status != "ok"}
     assert not failed, failed
     return results

@@ -4,9 +4,6 @@ link-rate bound, the comm case metrics, scaling efficiency, and the smoke comm s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -489,12 +486,8 @@ def test_a_failed_run_of_the_binary_is_an_error_with_its_exit_code(nccl_tests_ca
 
 
 @pytest.mark.e2e
-def test_smoke_comm_stage_measures_the_four_paper_collectives(tmp_path):
-    run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--stage", "comm", "--profile", "smoke",
-                           "--out", str(run)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "200"})  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+def test_smoke_comm_stage_measures_the_four_paper_collectives(real_smoke_run):
+    run = real_smoke_run
     for name in ("all_reduce", "all_gather", "reduce_scatter", "reduce"):
         result = json.loads((run / "cases" / f"comm.{name}.g2" / "result.json").read_text())
         assert result["status"] == "ok", result.get("reason")

@@ -1,16 +1,12 @@
-"""`kit run --all` as a user runs it, on this CPU machine: killed mid-way, resumed, complete."""
+"""`kit run --all` as a user runs it, on this CPU machine: complete, its report true to its results;
+and a run killed mid-way, resumed."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
+from interrupted import KIT, killed_and_resumed
 
 from kit.effective import options_of
 from kit.protocol import build_plan, load_protocol
@@ -18,48 +14,29 @@ from kit.results import RunDir
 from kit.stages import unit_of
 
 pytestmark = pytest.mark.e2e
-KIT = [sys.executable, "-m", "kit.cli"]
 
 
-def finished(run: Path) -> list[Path]:
-    return sorted(run.glob("cases/*/result.json"))
-
-
-def processes_mentioning(text: str) -> list[str]:
-    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines() if text in line and "ps -eo" not in line]
-
-
-def test_run_all_is_killed_resumed_and_completes_every_smoke_case(tmp_path):
-    run = tmp_path / "run"
-    first = subprocess.Popen([*KIT, "run", "--all", "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 600
-    while len(finished(run)) < 2:
-        assert first.poll() is None, first.stderr.read().decode()
-        assert time.monotonic() < deadline, "no two cases finished in 10 minutes"
-        time.sleep(0.5)
-    os.kill(first.pid, signal.SIGKILL)  # no chance to clean up: the launcher must die with it
-    first.wait()
-    # The cases the evidence lists are kept; one whose result.json the kill left out of
-    # SHA256SUMS (killed between the two) is run again, as nothing vouches for it.
-    listed = (run / "SHA256SUMS").read_text()
-    before = {path: path.read_bytes() for path in finished(run) if f"  {path.relative_to(run)}\n" in listed}
-    assert before, "the evidence lists no finished case"
-    for _ in range(60):
-        if not processes_mentioning(str(run)):
-            break
-        time.sleep(0.5)
-    assert not processes_mentioning(str(run)), "processes of the killed run are still alive"
-    for path in finished(run):
-        json.loads(path.read_text())  # every result.json that exists is whole
-    assert not list(run.rglob("*.tmp"))
-
-    second = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert all(path.read_bytes() == content for path, content in before.items()), "a finished case was redone"
-
-    info = RunDir(run).read_info()
+def test_a_killed_run_resumes_keeping_its_finished_cases(tmp_path):
+    """kill -9 of `kit run` once two cases are in the evidence (the comm stage: the quickest
+    cases), then `kit run --resume`: the kept cases are not redone, the rest are run."""
+    killed = killed_and_resumed(tmp_path / "run", ["--profile", "smoke", "--stage", "comm"])
+    assert killed.kept, "the evidence lists no finished case"
+    assert not killed.left_alive, "processes of the killed run are still alive"
+    assert not killed.torn and not killed.temporary  # every file the kill left is whole or absent
+    assert killed.resumed.returncode == 0, killed.resumed.stderr[-3000:]
+    assert all(path.read_bytes() == content for path, content in killed.kept.items()), "a finished case was redone"
+    run = RunDir(killed.path)
+    info = run.read_info()
     assert info.status == "finished" and info.resumed_at
+    assert all(run.read_result(case).status == "ok" for case in info.selected), info.selected
+    check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=killed.path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
+def test_run_all_completes_every_smoke_case(real_smoke_run):
+    run = real_smoke_run
+    info = RunDir(run).read_info()
+    assert info.status == "finished"
     assert (run / "fingerprint.json").is_file() and (run / "fingerprint-after.json").is_file()
     assert info.checks and not info.forced
     plan = build_plan(load_protocol(), "smoke")

@@ -34,11 +34,12 @@ def test_the_eta_is_corrected_by_how_finished_cases_compared():
 
 
 def test_kit_list_estimates_a_case_from_an_earlier_run_of_it(tmp_path):
-    done = subprocess.run([*KIT, "run", "--case", "comm.all_reduce.g2", "--no-preflight"], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run([*KIT, "run", "--case", "comm.all_reduce.g2", "--no-preflight", "--skip-predicted-oom"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     listed = subprocess.run([*KIT, "list", "--json"], cwd=tmp_path, capture_output=True, text=True)
     estimates = json.loads(listed.stdout)["host"]["estimates"]
     assert estimates["comm.all_reduce.g2"]["basis"] == "median of 1 earlier run(s) of this case"
     assert 0 < estimates["comm.all_reduce.g2"]["seconds"] < 300 and estimates["comm.reduce.g2"]["seconds"] is None
     info = json.loads(next(tmp_path.glob("runs/*/run.json")).read_text())
-    assert info["no_preflight"] and "comm.all_reduce.g2" in info["estimates"]
+    assert info["no_preflight"] and info["skip_predicted_oom"] and "comm.all_reduce.g2" in info["estimates"]

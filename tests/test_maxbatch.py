@@ -86,7 +86,7 @@ def run_smoke_case(run, executor: str) -> dict:
     return json.loads((run / "cases" / SMOKE_CASE / "result.json").read_text())
 
 
-def assert_found_its_boundary(run, result: dict) -> int:
+def assert_found_its_boundary(run, result: dict, out) -> int:
     """Every trial a real launch at its micro-batch; the largest that ran is the result and the
     next one up ran out of memory for real (torch's allocator under the data cap)."""
     assert result["status"] == "ok", result["reason"]
@@ -101,17 +101,18 @@ def assert_found_its_boundary(run, result: dict) -> int:
         asked = json.loads((case_dir / "runs" / str(sample["index"]) / "case.json").read_text())
         assert asked["params"]["micro_batch"] == sample["micro_batch"] and asked["params"]["max_batch_search"] is None
     assert json.loads((case_dir / "case.json").read_text())["params"]["max_batch_search"] is not None
-    report = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html"],
+    report = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html", "--out", str(out)],
                             capture_output=True, text=True)  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]  # the report recomputes the figures from the rank files
-    html = (run / "report.html").read_text()
+    html = (out / "report.html").read_text()
     assert "Table IV: the largest micro-batch per method" in html and f"{best} ok" in html
     return best
 
 
 @pytest.mark.e2e
-def test_the_smoke_search_finds_its_boundary_under_a_data_cap(tmp_path):
-    assert_found_its_boundary(tmp_path / "run", run_smoke_case(tmp_path / "run", "local"))
+def test_the_smoke_search_finds_its_boundary_under_a_data_cap(real_smoke_run, tmp_path):
+    result = json.loads((real_smoke_run / "cases" / SMOKE_CASE / "result.json").read_text())
+    assert_found_its_boundary(real_smoke_run, result, tmp_path)
 
 
 @pytest.mark.docker
@@ -121,4 +122,4 @@ def test_the_smoke_search_finds_its_boundary_in_its_container(tmp_path):
     smoke_image_or_skip()
     result = run_smoke_case(tmp_path / "run", "docker")
     assert all(s["container"]["image"] for s in result["samples"])
-    assert_found_its_boundary(tmp_path / "run", result)
+    assert_found_its_boundary(tmp_path / "run", result, tmp_path)

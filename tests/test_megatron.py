@@ -47,13 +47,8 @@ def test_tensor_parallel_2_gives_the_losses_of_one_rank_step_by_step(tmp_path):
 
 
 @pytest.mark.e2e
-def test_the_smoke_megatron_case_is_a_training_case_with_its_engine_judged(tmp_path):
-    run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", SMOKE_CASE,
-                           "--executor", "local", "--no-preflight", "--out", str(run)],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((run / "cases" / SMOKE_CASE / "result.json").read_text())
+def test_the_smoke_megatron_case_is_a_training_case_with_its_engine_judged(real_smoke_run):
+    result = json.loads((real_smoke_run / "cases" / SMOKE_CASE / "result.json").read_text())
     assert result["status"] == "ok", result["reason"]
     engine = result["effective"]["framework"]
     assert engine["in_effect"] and "tensor parallel 2, data parallel 1" in engine["observed"]

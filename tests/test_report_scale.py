@@ -391,23 +391,23 @@ def test_two_smoke_runs_compared_show_the_ratio_and_welchs_test_per_case(tmp_pat
 
 
 @pytest.mark.e2e
-def test_two_real_smoke_runs_compared_through_the_cli_show_the_ratio_and_welchs_test(tmp_path):
-    """The same A/B table from two runs `kit run` made on this machine, not written by a test:
-    whatever they measured, the table gives their result.json figures, ratio and p-value."""
+def test_two_real_smoke_runs_compared_through_the_cli_show_the_ratio_and_welchs_test(real_smoke_run, tmp_path):
+    """The same A/B table from two runs `kit run` made on this machine, not written by a test (the
+    session's `kit run --all` and one more run of a case): whatever they measured, the table
+    gives their result.json figures, ratio and p-value."""
     from scipy.stats import ttest_ind  # a test dependency
 
     case = "pretrain.tiny-llama.naive.g2"  # the smoke profile's quickest training case
-    for name in ("a", "b"):
-        done = kit("run", "--profile", "smoke", "--case", case, "--executor", "local", "--no-preflight",
-                   "--out", str(tmp_path / name))  # fmt: skip
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    done = kit("report", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--format", "html", "--out", str(tmp_path / "out"))
+    a, b = real_smoke_run, tmp_path / "b"
+    done = kit("run", "--profile", "smoke", "--case", case, "--no-preflight", "--out", str(b))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    done = kit("report", str(a), "--compare", str(b), "--format", "html", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stdout + done.stderr
     html = (tmp_path / "out" / "report.html").read_text()
     assert "A/B: this run against b" in html
     rows = {(row[0], row[1]): row[2:] for row in cells_of_rows(html, "ab-b") if len(row) == 7}
-    va = RunDir(tmp_path / "a").read_result(case).metrics["tokens_per_s"].per_run
-    vb = RunDir(tmp_path / "b").read_result(case).metrics["tokens_per_s"].per_run
+    va = RunDir(a).read_result(case).metrics["tokens_per_s"].per_run
+    vb = RunDir(b).read_result(case).metrics["tokens_per_s"].per_run
     assert len(va) == len(vb) == 3
     ratio = statistics.fmean(vb) / statistics.fmean(va)
     p_value = ttest_ind(vb, va, equal_var=False).pvalue
