@@ -464,7 +464,10 @@ def images_verify(names, no_probe, as_json) -> None:
 
 
 @cli.command("report")
-@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
+@click.option("--tolerance", type=float, default=10.0, show_default=True, metavar="PCT",
+              help="with --fleet: flag a node more than PCT per cent below the fleet median")
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
@@ -475,13 +478,21 @@ def images_verify(names, no_probe, as_json) -> None:
 @click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-def report(run_dir, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
-    """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run)."""
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
+    """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
+    with --fleet, compare runs of one profile, one per node."""
     from kit.console import console
     from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
     from kit.report.render import render
     from kit.results import UnreadableRun
 
+    wanted = [name.strip() for name in formats.split(",") if name.strip()]
+    if fleet:
+        _fleet_report(run_dirs, tolerance, wanted, out, redact, compare or gpu_hour_price or verify_only or expect_digest)
+        return
+    if len(run_dirs) > 1:
+        raise UsageFailure(f"kit report takes one run directory (got {len(run_dirs)}); --fleet compares several")
+    run_dir = run_dirs[0] if run_dirs else None
     if run_dir is None:
         try:
             run_dir = newest_run()
@@ -498,10 +509,31 @@ def report(run_dir, compare, formats, gpu_hour_price, out, redact, verify_only, 
         console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
                                        + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
         sys.exit(1 if problems else 0)
-    wanted = [name.strip() for name in formats.split(",") if name.strip()]
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     try:
         written = render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price)
+    except EvidenceError as exc:
+        console.print(f"[red]{exc}[/]")
+        sys.exit(1)
+    except (ValueError, UnreadableRun) as exc:
+        raise UsageFailure(str(exc)) from None
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+def _fleet_report(run_dirs, tolerance, wanted, out, redact, other_options) -> None:
+    """kit report --fleet: the fleet report of the run directories, or one line on why not."""
+    from kit.console import console
+    from kit.report.evidence import EvidenceError
+    from kit.report.fleet import render_fleet
+    from kit.results import UnreadableRun
+
+    if other_options:
+        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out and --redact only")
+    if not 0 < tolerance < 100:
+        raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
+    try:
+        written = render_fleet(run_dirs, wanted, out, redact, tolerance / 100)
     except EvidenceError as exc:
         console.print(f"[red]{exc}[/]")
         sys.exit(1)
