@@ -157,7 +157,7 @@ def test_a_tampered_run_is_refused_and_runs_of_two_profiles_are_not_compared(fle
     result = tampered / "cases" / CASE / "result.json"
     result.write_text(result.read_text().replace('"status": "ok"', '"status": "ok" '))
     done = kit("report", "--fleet", str(tampered), str(fleet / "node-b"), "--out", str(tmp_path / "out"))
-    assert done.returncode == 1 and "does not match its evidence" in done.stdout, done
+    assert done.returncode == 1 and "does not match its evidence" in done.stdout + done.stderr, done
     assert not (tmp_path / "out").exists()
 
     other = tmp_path / "other-profile"
