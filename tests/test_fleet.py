@@ -68,6 +68,12 @@ def test_a_node_beyond_the_tolerance_is_flagged_even_when_its_runs_overlap():
     assert flagged(judged) == {"c": (True, False)}
 
 
+def test_single_runs_have_no_spread_to_set_apart():
+    judged = judge_fleet([figure("a", 100), figure("b", 99), figure("c", 101, 102)])
+    assert flagged(judged) == {}
+    assert flagged(judge_fleet([figure("a", 100), figure("b", 80)])) == {"b": (True, False)}
+
+
 @pytest.mark.parametrize("figures, tolerance", [([figure("a", 1.0)], 0.1), ([figure("a", 1.0), figure("b", 1.0)], 0.0),
                                                 ([figure("a", 1.0), figure("b", 1.0)], 1.5)])  # fmt: skip
 def test_the_rule_refuses_a_fleet_of_one_and_a_tolerance_out_of_range(figures, tolerance):

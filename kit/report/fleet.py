@@ -206,7 +206,7 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
         f"A node is flagged on a case when its headline figure (every one is a rate: lower is worse) is more than "
         f"{percent(tolerance)} below the fleet median, the median of the nodes' means; or when every one of its runs "
         "is below every run of every other node (its runs' spread does not overlap the rest of the fleet's: a "
-        "consistent difference, named even within the tolerance); or when the case did not end ok on it while it did "
+        "consistent difference, named even within the tolerance; only where every node has two runs or more); or when the case did not end ok on it while it did "
         "on another node. A node above the median is not flagged: a fleet is accepted against its slowest nodes, and "
         "in a fleet of two the faster node is the mirror of the slower. The rule uses a tolerance in per cent of the "
         "median rather than the median absolute deviation (MAD): with two nodes each lies exactly one MAD from the "

@@ -11,6 +11,8 @@ tokens/s, output tokens/s, bus bandwidth; lower is worse). Two tests, each namin
   the MAD is so small that it would flag differences of a fraction of a per cent.
 - apart: every one of its runs is below every run of every other node, so its runs' spread does
   not overlap the rest of the fleet's: a consistent difference, named even within the tolerance.
+  Only where every node has two runs or more: a single run has no spread, and of two nodes of
+  one run each, one is always below the other.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 DEFAULT_TOLERANCE = 0.10
+SPREAD_RUNS = 2  # the runs each node needs for the spread test
 
 
 class NodeFigure(BaseModel):
@@ -58,11 +61,12 @@ def judge_fleet(figures: Sequence[NodeFigure], tolerance: float = DEFAULT_TOLERA
     if not 0 < tolerance < 1:
         raise ValueError(f"the tolerance is a fraction between 0 and 1, got {tolerance}")
     median = statistics.median(figure.mean for figure in figures)
+    spread = all(len(figure.per_run) >= SPREAD_RUNS for figure in figures)
     verdicts = []
     for figure in figures:
         deviation = (figure.mean - median) / median if median else None
         others = [value for other in figures if other is not figure for value in other.per_run]
-        apart = bool(figure.per_run and others) and max(figure.per_run) < min(others)
+        apart = spread and max(figure.per_run) < min(others)
         verdicts.append(
             NodeVerdict(
                 node=figure.node,
