@@ -167,9 +167,17 @@ def node_facts(run: LoadedRun) -> dict[str, str]:
         "Manifests (SHA-256)": "; ".join(f"{name} {digest}" for name, digest in kit.manifests_sha256.items()) or "not recorded",
         "Images": images.not_run or "; ".join(f"{row.cells[0].text} {row.cells[1].text}" for row in images.tables[0].rows),
     })  # fmt: skip
+    devices = {rank.device_name for result in run.results.values() for sample in result.samples for rank in sample.ranks}
+    facts["Devices (workloads)"] = ", ".join(sorted(devices)) or "no rank recorded one"
     for package, found in sorted(framework_versions(run).items()):
         facts[f"{package} (workloads)"] = ", ".join(sorted(found))
     return facts
+
+
+def job_nodes(run: LoadedRun) -> str:
+    """The Slurm nodes the run's jobs ran on, or the host where they did not run as jobs."""
+    nodes = {sample.slurm_job.nodes for result in run.results.values() for sample in result.samples if sample.slurm_job}
+    return ", ".join(sorted(nodes)) or f"{run.hostname} (no Slurm job)"
 
 
 def fingerprint_differences(nodes: Sequence[Node]) -> tuple[list[Row], list[str]]:
@@ -216,8 +224,8 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
     verdict = (
         Fact(label="Flagged", value="; ".join(f"{name}: {' | '.join(why)}" for name, why in flagged.items()), tone="bad")
         if flagged
-        else Fact(label="Flagged", value=f"no node: every node within {percent(tolerance)} of the fleet median on every "
-                                         "headline figure, its runs overlapping the others'", tone="good")  # fmt: skip
+        else Fact(label="Flagged", value=f"no node: none more than {percent(tolerance)} below the fleet median on a "
+                                         "headline figure, none with every run below the others'", tone="good")  # fmt: skip
     )
     summary = Table(
         caption="Each case across the fleet",
@@ -240,7 +248,7 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             Fact(label="Fingerprints", value=("differ in: " + ", ".join(dict.fromkeys(row.cells[0].text for row in differing if row.cells[0].text)))
                  if differing else "the same on every node", tone="warn" if differing else "good"),  # fmt: skip
             Fact(label="Rule", value=f"more than {percent(tolerance)} below the fleet median, or every run below every "
-                                     "other node's (Rule, below)"),  # fmt: skip
+                                     "other node's (see Headline figures across the fleet)"),  # fmt: skip
         ],
         headline=summary,
     )
@@ -268,7 +276,9 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             title="Fingerprint differences",
             paragraphs=[
                 "The facts of each run's fingerprint (before the run) and run.json that are not the same on every node; "
-                "the collection time and the host name are left out, being different for every run.",
+                "the collection time and the host name are left out, being different for every run. The fingerprint is "
+                "taken where kit runs: for a run of Slurm jobs, the host that submitted them; the facts marked "
+                "(workloads) are what the ranks reported on the nodes they ran on.",
                 "The same on every node: " + (", ".join(equal) or "nothing") + ".",
             ],
             tables=[Table(caption="Facts that differ between the nodes", header=["Fact", "Value", "Nodes"],
@@ -280,10 +290,10 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             paragraphs=["Each run directory matched its SHA256SUMS, and its stored figures the raw samples, before it was read."],
             tables=[Table(
                 caption="One run per node",
-                header=["Node", "Run", "Host", "Run directory", "Evidence digest (SHA-256 of SHA256SUMS)"],
-                widths=[12, 18, 12, 23, 35],
+                header=["Node", "Run", "Host (kit)", "Where its cases ran", "Run directory", "Evidence digest (SHA-256 of SHA256SUMS)"],
+                widths=[10, 15, 10, 12, 20, 33],
                 rows=[Row(cells=[Cell(text=node.name, tone="strong"), Cell(text=node.run.info.run_id),
-                                 Cell(text=node.run.hostname), Cell(text=str(node.run.path)),
+                                 Cell(text=node.run.hostname), Cell(text=job_nodes(node.run)), Cell(text=str(node.run.path)),
                                  Cell(text=node.run.evidence_digest, tone="mono")]) for node in nodes],  # fmt: skip
             )],
         ),
