@@ -511,8 +511,8 @@ def images_verify(names, no_probe, as_json) -> None:
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
-@click.option("--tolerance", type=float, default=10.0, show_default=True, metavar="PCT",
-              help="with --fleet: flag a node more than PCT per cent below the fleet median")
+@click.option("--tolerance", type=float, metavar="PCT",
+              help="with --fleet: flag a node more than PCT per cent below the fleet median (default 10)")
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
@@ -533,8 +533,11 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if fleet:
-        _fleet_report(run_dirs, tolerance, wanted, out, redact, compare or gpu_hour_price or verify_only or expect_digest)
+        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact,
+                      compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
         return
+    if tolerance is not None:
+        raise UsageFailure("--tolerance goes with --fleet")
     if len(run_dirs) > 1:
         raise UsageFailure(f"kit report takes one run directory (got {len(run_dirs)}); --fleet compares several")
     run_dir = run_dirs[0] if run_dirs else None

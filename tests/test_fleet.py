@@ -82,7 +82,7 @@ def test_the_rule_refuses_a_fleet_of_one_and_a_tolerance_out_of_range(figures, t
 
 
 def kit(*args: str, env: dict | None = None, cwd: Path | None = None, **options) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000", **(env or {})}
     return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=environment,
                           cwd=cwd, **options)  # fmt: skip
 
@@ -94,6 +94,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (["report", "--fleet", str(tmp_path / "not-a-run"), str(tmp_path / "missing")], "is not a run directory"),
         (["report", "--fleet", str(tmp_path / "not-a-run"), str(tmp_path / "not-a-run")], "more than once"),
         (["report", str(tmp_path / "not-a-run"), str(tmp_path / "missing")], "--fleet compares several"),
+        (["report", str(tmp_path / "not-a-run"), "--tolerance", "5"], "--tolerance goes with --fleet"),
     ]:
         done = kit(*args)
         assert done.returncode == 2, done
