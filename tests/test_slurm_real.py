@@ -189,3 +189,20 @@ def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_
     report = subprocess.run([*KIT, "report", "--fleet", *(str(fleet / node) for node in slurm_nodes), "--format", "html"],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0 and (fleet / "fleet-report.html").is_file(), report.stdout + report.stderr
+
+
+def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(slurm_nodes, tmp_path):
+    fleet = tmp_path / "fleet"
+    kit = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight",
+                            "--out", str(fleet), "--case", "profile.tiny-llama.base.g1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while sum(line.endswith("RUNNING") for line in queued_jobs("kit-profile")) < len(slurm_nodes):
+        assert kit.poll() is None and time.monotonic() < deadline, "the nodes' jobs never ran"
+        time.sleep(0.5)
+    kit.send_signal(signal.SIGINT)
+    output, _ = kit.communicate(timeout=180)
+    assert kit.returncode == 130, output[-3000:]
+    assert not queued_jobs(), "a job of the interrupted per-node run is still queued"
+    for node in slurm_nodes:
+        assert json.loads((fleet / node / "run.json").read_text())["status"] == "interrupted", node
