@@ -188,6 +188,9 @@ def _stop_on_sigterm() -> None:
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="slurm: one more sbatch argument, e.g. --qos=high (repeatable)")
 @click.option("--container-mode", type=click.Choice(["none", "pyxis"]),
               help="slurm: ranks in this Python (none, the default) or in the case's image by digest (pyxis)")
+@click.option("--nodelist", help="slurm: every job on these nodes (sbatch --nodelist)")
+@click.option("--per-node", is_flag=True,
+              help="slurm: the same run on every node of the allocation at once, each into OUT/<node>/ (for kit report --fleet)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
@@ -196,7 +199,8 @@ def _stop_on_sigterm() -> None:
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
-        time_limit, sbatch_args, container_mode, skip_predicted_oom, no_preflight, redact, accept_changes) -> None:  # fmt: skip
+        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, no_preflight, redact,
+        accept_changes) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
@@ -207,10 +211,15 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
-    slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode))
+    slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode, nodelist, per_node))
     if slurm_asked and executor != "slurm":
-        raise UsageFailure("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg and --container-mode "
-                           "go with --executor slurm")  # fmt: skip
+        raise UsageFailure("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
+                           "--nodelist and --per-node go with --executor slurm")  # fmt: skip
+    if per_node:
+        if resume_dir or nodes or nodelist:
+            raise UsageFailure("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each "
+                               "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
+        _run_per_node(out or runner.default_run_dir(load_plan(profile, host.gpu_names).profile), partition)
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -250,7 +259,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
             slurm_options = SlurmOptions(partition=partition, account=account, nodes=nodes, gpus_per_node=gpus_per_node,
                                          time_limit=time_limit, sbatch_args=list(sbatch_args),
-                                         container_mode=container_mode or "none").model_dump()  # fmt: skip
+                                         container_mode=container_mode or "none", nodelist=nodelist).model_dump()  # fmt: skip
 
     if dry_run:
         from kit.plan_view import plan_text
@@ -342,6 +351,42 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
     if failed:
         sys.exit(1)
+
+
+def _options_as_given(leave_out: set[str]) -> list[str]:
+    """The running command's options as they were given, less those named: another kit's command line."""
+    context = click.get_current_context()
+    arguments = []
+    for param in context.command.params:
+        value = context.params.get(param.name)
+        if not isinstance(param, click.Option) or param.name in leave_out or value in (None, False, ()):
+            continue
+        if param.is_flag:
+            arguments.append(param.opts[0])
+        else:
+            arguments += [f"{param.opts[0]}={item}" for item in (value if param.multiple else [value])]
+    return arguments
+
+
+def _run_per_node(out: Path, partition: str | None) -> None:
+    """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/; exits
+    with the worst of their exit statuses."""
+    from kit.console import console
+    from kit.execute.per_node import fleet_nodes, run_on_each_node
+    from kit.execute.slurm import SlurmUnavailable
+
+    try:
+        nodes = fleet_nodes(partition)
+    except SlurmUnavailable as exc:
+        raise UsageFailure(str(exc)) from None
+    if not nodes:
+        raise UsageFailure("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
+    console.print(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/", markup=False, soft_wrap=True)
+    codes = run_on_each_node(_options_as_given({"per_node", "out"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    for node, code in codes.items():
+        console.print(f"{node}: {out / node} (exit status {code})", markup=False, soft_wrap=True)
+    console.print("compare them: kit report --fleet " + " ".join(str(out / node) for node in nodes), markup=False, soft_wrap=True)
+    sys.exit(max(codes.values()))
 
 
 def _check_shared_run_dir(run_dir, cases, executor) -> None:
@@ -464,7 +509,10 @@ def images_verify(names, no_probe, as_json) -> None:
 
 
 @cli.command("report")
-@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
+@click.option("--tolerance", type=float, metavar="PCT",
+              help="with --fleet: flag a node more than PCT per cent below the fleet median (default 10)")
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
@@ -475,13 +523,24 @@ def images_verify(names, no_probe, as_json) -> None:
 @click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-def report(run_dir, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
-    """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run)."""
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
+    """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
+    with --fleet, compare runs of one profile, one per node."""
     from kit.console import console
     from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
     from kit.report.render import render
     from kit.results import UnreadableRun
 
+    wanted = [name.strip() for name in formats.split(",") if name.strip()]
+    if fleet:
+        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact,
+                      compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
+        return
+    if tolerance is not None:
+        raise UsageFailure("--tolerance goes with --fleet")
+    if len(run_dirs) > 1:
+        raise UsageFailure(f"kit report takes one run directory (got {len(run_dirs)}); --fleet compares several")
+    run_dir = run_dirs[0] if run_dirs else None
     if run_dir is None:
         try:
             run_dir = newest_run()
@@ -498,10 +557,31 @@ def report(run_dir, compare, formats, gpu_hour_price, out, redact, verify_only, 
         console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
                                        + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
         sys.exit(1 if problems else 0)
-    wanted = [name.strip() for name in formats.split(",") if name.strip()]
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     try:
         written = render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price)
+    except EvidenceError as exc:
+        console.print(f"[red]{exc}[/]")
+        sys.exit(1)
+    except (ValueError, UnreadableRun) as exc:
+        raise UsageFailure(str(exc)) from None
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+def _fleet_report(run_dirs, tolerance, wanted, out, redact, other_options) -> None:
+    """kit report --fleet: the fleet report of the run directories, or one line on why not."""
+    from kit.console import console
+    from kit.report.evidence import EvidenceError
+    from kit.report.fleet import render_fleet
+    from kit.results import UnreadableRun
+
+    if other_options:
+        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out and --redact only")
+    if not 0 < tolerance < 100:
+        raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
+    try:
+        written = render_fleet(run_dirs, wanted, out, redact, tolerance / 100)
     except EvidenceError as exc:
         console.print(f"[red]{exc}[/]")
         sys.exit(1)

@@ -27,7 +27,8 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
-from kit.execute.slurm_script import SlurmOptions, layout, pyxis_arguments, time_limit
+from kit.execute.per_node import node_arguments
+from kit.execute.slurm_script import SlurmOptions, check_script, layout, pyxis_arguments, time_limit
 from kit.results import RankSample, RunSample
 from kit.workloads.srun_rank import rank_environment
 
@@ -210,6 +211,26 @@ def test_a_paper_case_in_its_image_through_pyxis(paper_plan, manifests_copy):
     _golden("paper-z3-2x4-pyxis.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [2]))
 
 
+def test_a_per_node_run_pins_each_job_and_the_shared_directory_check_to_its_node(smoke_plan):
+    case = next(c for c in smoke_plan.cases if c.id == "profile.tiny-llama.base.g1")
+    options = SlurmOptions(nodes=1, nodelist="n2")
+    _golden("smoke-profile-per-node-n2.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1/n2"), [1]))
+    check = check_script(Path("/shared/runs/r1/n2/slurm/marks"), 1, options, Path("/shared/runs/r1/n2/slurm/job-%j.out"))
+    assert "#SBATCH --nodes=1\n" in check and "#SBATCH --nodelist=n2\n" in check
+
+
+def test_each_nodes_run_is_this_run_into_its_own_folder_on_that_node_alone():
+    assert node_arguments(["--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm"], "n2", Path("/shared/f")) == [
+        "--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm", "--out=/shared/f/n2", "--nodes=1",
+        "--nodelist=n2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [["--nodes", "2"], ["--nodelist", "n1"], ["--resume", "somewhere"]])
+def test_a_per_node_run_sets_its_nodes_itself(extra):
+    done = CliRunner().invoke(cli, ["run", "--case", "profile.tiny-llama.base.g1", "--executor", "slurm", "--per-node", *extra])
+    assert done.exit_code == 2 and "--per-node runs each case on one node" in done.output
+
+
 def test_without_a_digest_a_pyxis_case_is_an_error_that_says_what_to_do(paper_plan, tmp_path):
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
     run = SlurmExecutor(SlurmOptions(container_mode="pyxis")).run_once(case, tmp_path / "cases" / case.id, 1, io.StringIO())
@@ -235,4 +256,6 @@ def test_the_slurm_executor_is_chosen_with_its_options_and_runs_this_python_with
 
 def test_slurm_options_go_with_the_slurm_executor_only():
     done = CliRunner().invoke(cli, ["run", "--all", "--partition", "gpu", "--dry-run"])
+    assert done.exit_code == 2 and "go with --executor slurm" in done.output
+    done = CliRunner().invoke(cli, ["run", "--all", "--per-node", "--dry-run"])
     assert done.exit_code == 2 and "go with --executor slurm" in done.output

@@ -162,3 +162,47 @@ def test_a_job_sbatch_refuses_ends_its_case_error_with_slurm_s_words(slurm_nodes
     log = io.StringIO()
     (run,) = SlurmExecutor(SlurmOptions(nodes=2, partition="no-such-partition")).run_launch(case, tmp_path / case.id, [1], log)
     assert run.status == "error" and "sbatch refused" in run.reason and "Invalid partition name" in run.reason, run.reason
+
+
+def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_the_fleet_report_compares_them(
+    slurm_nodes, tmp_path
+):
+    case_id = "profile.tiny-llama.base.g1"  # one rank: a simulated node has one CPU
+    fleet = tmp_path / "fleet"
+    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight",
+                           "--out", str(fleet), "--case", case_id], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(path.name for path in fleet.iterdir()) == slurm_nodes
+    spans = []
+    for node in slurm_nodes:
+        run = fleet / node
+        info = RunDir(run).read_info()
+        assert info.slurm["nodelist"] == node and info.slurm["nodes"] == 1 and info.status == "finished"
+        assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == [node]
+        result = RunDir(run).read_result(case_id)
+        assert result.status == "ok", f"{node}: {result.reason}"
+        assert all(sample.slurm_job.nodes == node for sample in result.samples)
+        assert f"#SBATCH --nodelist={node}\n" in (run / "cases" / case_id / "slurm" / "launch-1.sbatch").read_text()
+        spans.append((result.started_at, result.finished_at))
+    assert max(start for start, _ in spans) < min(end for _, end in spans), f"the nodes' cases did not overlap: {spans}"
+    assert f"compare them: kit report --fleet {fleet / slurm_nodes[0]}" in done.stdout + done.stderr
+    report = subprocess.run([*KIT, "report", "--fleet", *(str(fleet / node) for node in slurm_nodes), "--format", "html"],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0 and (fleet / "fleet-report.html").is_file(), report.stdout + report.stderr
+
+
+def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(slurm_nodes, tmp_path):
+    fleet = tmp_path / "fleet"
+    kit = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight",
+                            "--out", str(fleet), "--case", "profile.tiny-llama.base.g1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while sum(line.endswith("RUNNING") for line in queued_jobs("kit-profile")) < len(slurm_nodes):
+        assert kit.poll() is None and time.monotonic() < deadline, "the nodes' jobs never ran"
+        time.sleep(0.5)
+    kit.send_signal(signal.SIGINT)
+    output, _ = kit.communicate(timeout=180)
+    assert kit.returncode == 130, output[-3000:]
+    assert not queued_jobs(), "a job of the interrupted per-node run is still queued"
+    for node in slurm_nodes:
+        assert json.loads((fleet / node / "run.json").read_text())["status"] == "interrupted", node

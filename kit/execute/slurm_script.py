@@ -36,6 +36,7 @@ class SlurmOptions(BaseModel):
     time_limit: str | None = Field(default=None, description="Slurm's --time (default: the case's timeout)")
     sbatch_args: list[str] = []
     container_mode: Literal["none", "pyxis"] = "none"
+    nodelist: str | None = Field(default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node")
 
 
 class Layout(BaseModel):
@@ -79,9 +80,11 @@ def sbatch_header(case: Case, place: Layout, options: SlurmOptions, limit: str, 
 
 
 def site_lines(options: SlurmOptions) -> list[str]:
-    """Where the cluster wants jobs: partition, account, and the user's own sbatch arguments."""
+    """Where the cluster wants jobs: partition, account, the nodes they are pinned to, and the
+    user's own sbatch arguments."""
     lines = [f"#SBATCH --partition={options.partition}"] if options.partition else []
     lines += [f"#SBATCH --account={options.account}"] if options.account else []
+    lines += [f"#SBATCH --nodelist={options.nodelist}"] if options.nodelist else []
     return lines + [f"#SBATCH {argument}" for argument in options.sbatch_args]
 
 

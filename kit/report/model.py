@@ -94,6 +94,7 @@ class Cover(BaseModel):
     claim_counts: list[Count]
     claims_summary: str
     case_counts: list[Count]
+    case_counts_title: str = "Cases of this run"
 
 
 class PageOne(BaseModel):

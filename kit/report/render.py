@@ -61,6 +61,33 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
+def verify_runs(run_dirs: Sequence[Path], out_dir: Path, own: Path | None) -> None:
+    """Every run directory matches its SHA256SUMS (EvidenceError names what does not), and the
+    report goes into none of them but `own`, the reported run's folder, whose evidence leaves
+    its report files out."""
+    for folder in run_dirs:
+        problems = verify(folder)
+        if problems:
+            raise EvidenceError(folder, problems)
+        if _inside(out_dir, folder) and (own is None or out_dir.resolve() != own.resolve()):
+            raise ValueError(
+                f"the report cannot be written inside the run directory {folder}: "
+                "it would change the evidence it reports"
+            )
+
+
+def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path) -> list[Path]:
+    """The report's HTML and/or PDF, as `wanted` names them; the files written."""
+    written = []
+    if "html" in wanted:
+        html = render_html(report, "screen")
+        written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
+    if "pdf" in wanted:
+        printed = render_html(report, "print")
+        written.append(_replace(pdf_path, lambda part: write_pdf(printed, part)))
+    return written
+
+
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
     gpu_hour_price: float | None = None,
@@ -84,28 +111,14 @@ def render(
     for folder in run_dirs[1:]:
         if not (folder / "run.json").is_file():
             raise ValueError(f"--compare takes '{REFERENCE}' or a run directory; {folder} has no run.json")
-    for folder in run_dirs:
-        problems = verify(folder)
-        if problems:
-            raise EvidenceError(folder, problems)
-        if _inside(Path(out_dir), folder) and Path(out_dir).resolve() != Path(run_dir).resolve():
-            raise ValueError(
-                f"the report cannot be written inside the run directory {folder}: "
-                "it would change the evidence it reports"
-            )
+    verify_runs(run_dirs, Path(out_dir), own=Path(run_dir))
     assessment = assess(Path(run_dir), list(compare), redact)
     report = build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price, assessment=assessment) \
         if {"html", "pdf"} & set(wanted) else None  # fmt: skip
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
-    written = []
-    if "html" in wanted:
-        html = render_html(report, "screen")
-        written.append(_replace(out_dir / html_file, lambda part: part.write_text(html, "utf-8")))
-    if "pdf" in wanted:
-        printed = render_html(report, "print")
-        written.append(_replace(out_dir / pdf_file, lambda part: write_pdf(printed, part)))
+    written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file) if report else []
     if "json" in wanted:
         document = export_json(assessment, gpu_hour_price)
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))

@@ -136,6 +136,17 @@ def peak_figures(gpu_names: Sequence[str], hardware: HardwareTable) -> str:
     return "; ".join(described)
 
 
+def framework_versions(run: LoadedRun) -> dict[str, Counter]:
+    """Each package's versions as the workloads reported them, counted over every process of every run."""
+    versions: dict[str, Counter] = {}
+    for result in run.results.values():
+        for sample in result.samples:
+            for rank in sample.ranks:
+                for package, version in rank.versions.items():
+                    versions.setdefault(package, Counter())[version] += 1
+    return versions
+
+
 def environment_section(run: LoadedRun) -> Section:
     """run.json's host, the framework versions, and the fingerprints before and after the run."""
     info = run.info
@@ -168,12 +179,7 @@ def environment_section(run: LoadedRun) -> Section:
             )
         ],
     )
-    versions: dict[str, Counter] = {}
-    for result in run.results.values():
-        for sample in result.samples:
-            for rank in sample.ranks:
-                for package, version in rank.versions.items():
-                    versions.setdefault(package, Counter())[version] += 1
+    versions = framework_versions(run)
     if versions:
         recorded.tables.append(
             Table(
