@@ -527,9 +527,8 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node."""
     from kit.console import console
-    from kit.report.evidence import EvidenceError, digest_mismatch, newest_run, verify
+    from kit.report.evidence import digest_mismatch, newest_run, verify
     from kit.report.render import render
-    from kit.results import UnreadableRun
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if fleet:
@@ -558,8 +557,18 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
                                        + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
         sys.exit(1 if problems else 0)
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price))
+
+
+def _write_documents(render_them) -> None:
+    """Render, print each file written; a run that fails its evidence exits 1 in red, one that
+    cannot be read exits 2 in one line."""
+    from kit.console import console
+    from kit.report.evidence import EvidenceError
+    from kit.results import UnreadableRun
+
     try:
-        written = render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price)
+        written = render_them()
     except EvidenceError as exc:
         console.print(f"[red]{exc}[/]")
         sys.exit(1)
@@ -571,24 +580,13 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 
 def _fleet_report(run_dirs, tolerance, wanted, out, redact, other_options) -> None:
     """kit report --fleet: the fleet report of the run directories, or one line on why not."""
-    from kit.console import console
-    from kit.report.evidence import EvidenceError
     from kit.report.fleet import render_fleet
-    from kit.results import UnreadableRun
 
     if other_options:
         raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out and --redact only")
     if not 0 < tolerance < 100:
         raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
-    try:
-        written = render_fleet(run_dirs, wanted, out, redact, tolerance / 100)
-    except EvidenceError as exc:
-        console.print(f"[red]{exc}[/]")
-        sys.exit(1)
-    except (ValueError, UnreadableRun) as exc:
-        raise UsageFailure(str(exc)) from None
-    for path in written:
-        console.print(f"wrote {path}")
+    _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100))
 
 
 def main() -> None:
