@@ -47,6 +47,7 @@ class CaseAcrossFleet(NamedTuple):
     metric: str | None
     judged: FleetFigure | None
     flags: dict[str, str]  # node -> why it is flagged on this case
+    notes: dict[str, str]  # node -> what is named of it without flagging it
 
 
 def node_names(run_dirs: Sequence[Path]) -> list[str]:
@@ -92,20 +93,20 @@ def judge_case(case_id: str, nodes: Sequence[Node], tolerance: float) -> CaseAcr
             if name not in measured:
                 flags[name] = f"{result.status if result else 'no result'} here, ok on {len(measured)} other node(s)"
     if metric is None or len(measured) < 2:
-        return CaseAcrossFleet(case_id, metric, None, flags)
+        return CaseAcrossFleet(case_id, metric, None, flags, {})
     judged = judge_fleet(
         [NodeFigure(node=name, mean=r.metrics[metric].mean, per_run=r.metrics[metric].per_run) for name, r in measured.items()],
         tolerance,
     )
+    notes = {}
+    apart = "every run below every run of the other nodes"
     for verdict in judged.verdicts:
-        reasons = []
         if verdict.below_tolerance:
-            reasons.append(f"{percent(-verdict.deviation)} below the fleet median (tolerance {percent(tolerance)})")
-        if verdict.apart:
-            reasons.append("every run below every run of the other nodes")
-        if reasons:
-            flags[verdict.node] = "; ".join(reasons)
-    return CaseAcrossFleet(case_id, metric, judged, flags)
+            below = f"{percent(-verdict.deviation)} below the fleet median (tolerance {percent(tolerance)})"
+            flags[verdict.node] = f"{below}; {apart}" if verdict.apart else below
+        elif verdict.apart:
+            notes[verdict.node] = f"{apart}, within the tolerance"
+    return CaseAcrossFleet(case_id, metric, judged, flags, notes)
 
 
 def _value(value: float, unit: str) -> str:
@@ -136,7 +137,8 @@ def figures_table(judged: Sequence[CaseAcrossFleet], nodes: Sequence[Node]) -> T
             deviation = deviations.get(node.name)
             shown = "—" if deviation is None else f"{'+' if deviation >= 0 else '−'}{percent(abs(deviation))}"
             flag = case.flags.get(node.name)
-            verdict = Cell(text="flagged", detail=flag, tone="bad") if flag else Cell(text="not flagged", tone="good")
+            verdict = (Cell(text="flagged", detail=flag, tone="bad") if flag
+                       else Cell(text="not flagged", detail=case.notes.get(node.name), tone="good"))  # fmt: skip
             rows.append(Row(cells=[Cell(text=node.name, tone="strong"), value, runs, Cell(text=shown), verdict]))
     return Table(
         caption="Each case's headline figure on every node, beside the fleet median",
@@ -212,10 +214,10 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
     names = ", ".join(node.name for node in nodes)
     rule = (
         f"A node is flagged on a case when its headline figure (every one is a rate: lower is worse) is more than "
-        f"{percent(tolerance)} below the fleet median, the median of the nodes' means; or when every one of its runs "
-        "is below every run of every other node (its runs' spread does not overlap the rest of the fleet's: a "
-        "consistent difference, named even within the tolerance; only where every node has two runs or more); or when the case did not end ok on it while it did "
-        "on another node. A node above the median is not flagged: a fleet is accepted against its slowest nodes, and "
+        f"{percent(tolerance)} below the fleet median, the median of the nodes' means, or when the case did not end ok on it while it did "
+        "on another node. A node whose every run is below every run of the other nodes is named beside the figure, "
+        "and not flagged for it alone: of two identical nodes of three runs each, one falls wholly below the other by "
+        "chance once in ten. A node above the median is not flagged: a fleet is accepted against its slowest nodes, and "
         "in a fleet of two the faster node is the mirror of the slower. The rule uses a tolerance in per cent of the "
         "median rather than the median absolute deviation (MAD): with two nodes each lies exactly one MAD from the "
         "median, whatever the gap, and among near-identical nodes the MAD is so small that it would flag differences "
