@@ -508,6 +508,42 @@ def images_verify(names, no_probe, as_json) -> None:
         sys.exit(1)
 
 
+@cli.group("k8s")
+def k8s_group() -> None:
+    """Kubernetes: the manifests the kit would submit (applying and following them is yours for now)."""
+
+
+@k8s_group.command("manifests")
+@click.option("--profile", default="paper", show_default=True, help="paper, quick or smoke")
+@click.option("--stage", "stages", multiple=True, help="only this stage (repeatable; default: every case)")
+@click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
+@click.option("--pvc", required=True, help="the PersistentVolumeClaim holding the run directory and the kit's source")
+@click.option("--namespace", help="the namespace the jobs go to (default: kubectl's)")
+@click.option("--image-pull-secret", help="a Secret the pods pull the images with")
+@click.option("--hf-token-secret", help="a Secret whose key HF_TOKEN holds a token for gated models (named, never read)")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of a node; a case with more becomes a PyTorchJob")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="folder for the manifests")
+def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, hf_token_secret, gpus_per_node, out) -> None:
+    """One manifest per case into OUT (a Job, or a PyTorchJob across nodes), and each case's case.json."""
+    from kit.execute.k8s_manifests import K8sOptions, write_manifests
+    from kit.protocol import build_plan, load_protocol, select
+
+    try:
+        cases = select(build_plan(load_protocol(), profile, host_gpus=None), tuple(stages), tuple(case_ids))
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
+    options = K8sOptions(pvc=pvc, namespace=namespace, image_pull_secret=image_pull_secret, token_secret=hf_token_secret,
+                         gpus_per_node=gpus_per_node)  # fmt: skip
+    left_out = write_manifests(cases, options, out)
+    click.echo(f"{len(cases) - len(left_out)} of {len(cases)} manifests written to {out}")
+    for reason in sorted(set(left_out.values())):
+        ids = [case_id for case_id, why in left_out.items() if why == reason]
+        named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        click.echo(f"not written: {named}: {reason}", err=True)
+    if left_out:
+        sys.exit(1)
+
+
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
