@@ -56,6 +56,7 @@ NAME_LIMIT = 52  # a PyTorchJob's pods and services are named <name>-worker-<n>:
 RUN_VOLUME = "run"
 BINARY_UNITS = {"g": "Gi", "m": "Mi", "k": "Ki"}  # docker's sizes count in powers of 1024
 SHM_VOLUME = "dshm"
+PYTORCHJOB_PORT = 23456  # the training operator's default for the port it names pytorchjob-port
 
 
 class K8sOptions(BaseModel):
@@ -163,11 +164,12 @@ def resources(case: Case, gpus: int) -> dict:
 CONFINED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}  # as the docker executor: no capabilities
 
 
-def pod_spec(options: K8sOptions, containers: list[dict], shm_size: str) -> dict:
-    spec = {"restartPolicy": "Never", "containers": containers, "volumes": volumes(options, shm_size)}
+def pod_template(options: K8sOptions, container: dict, shm_size: str) -> dict:
+    """A pod of one container, never restarted in place: a failed run is the case's answer."""
+    spec = {"restartPolicy": "Never", "containers": [container], "volumes": volumes(options, shm_size)}
     if options.image_pull_secret:
         spec["imagePullSecrets"] = [{"name": options.image_pull_secret}]
-    return spec
+    return {"metadata": {"labels": {"app.kubernetes.io/part-of": "kit"}}, "spec": spec}
 
 
 def metadata(case: Case, options: K8sOptions) -> dict:
@@ -188,10 +190,9 @@ def job(case: Case, options: K8sOptions, container: dict, shm_size: str) -> dict
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": active_deadline_s(case),
-            "template": {"metadata": {"labels": {"app.kubernetes.io/part-of": "kit"}},
-                         "spec": pod_spec(options, [container], shm_size)},
+            "template": pod_template(options, container, shm_size),
         },
-    }  # fmt: skip
+    }
 
 
 def single_node_job(case: Case, options: K8sOptions) -> dict:
@@ -212,8 +213,9 @@ def single_node_job(case: Case, options: K8sOptions) -> dict:
 
 
 def torchrun_command(case: Case, nodes: int, per_node: int, indices: list[int]) -> list[str]:
-    """One node's ranks of a launch: torchrun with the node's rank and the master's address the
-    operator puts in each pod's environment ($(VAR): Kubernetes expands it in the command)."""
+    """One node's ranks of a launch: torchrun with the node's rank (RANK) and the master's address
+    and port, which the training operator adds to each pod's environment ($(VAR): Kubernetes
+    expands it in the command). torchrun sets each rank's variables as the kit's launcher does."""
     outs = [part for index in indices for part in ("--out", f"{CASE_MOUNT}/runs/{index}")]
     return ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", "--node-rank=$(RANK)",
             "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
@@ -225,8 +227,9 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
     if nccl_tests.runs_binary(case):
         raise NotWritable("nccl-tests across nodes starts through MPI, not torchrun; not written yet")
     container = {
-        "name": "pytorch",  # the operator's container name
+        "name": "pytorch",  # the container the operator gives the rendezvous variables to
         "image": pinned_image(case),
+        "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}],  # where the master listens
         "command": shell_command(case, launches(case, lambda indices: torchrun_command(case, nodes, per_node, indices))),
         "env": environment(case, options),
         "resources": resources(case, per_node),
@@ -234,10 +237,9 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
         "volumeMounts": workload_mounts(case),
         "workingDir": CASE_MOUNT,
     }
-    template = {"metadata": {"labels": {"app.kubernetes.io/part-of": "kit"}}, "spec": pod_spec(options, [container], SHM_SIZE)}
-    replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
-    if nodes > 1:
-        replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": template}
+    replicas = {"Master": 1, "Worker": nodes - 1}
+    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, container, SHM_SIZE)}
+             for kind, count in replicas.items() if count}  # fmt: skip
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -245,7 +247,7 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
         "spec": {
             "nprocPerNode": str(per_node),
             "runPolicy": {"backoffLimit": 0, "activeDeadlineSeconds": active_deadline_s(case)},
-            "pytorchReplicaSpecs": replicas,
+            "pytorchReplicaSpecs": specs,
         },
     }
 
@@ -289,10 +291,19 @@ def manifest(case: Case, options: K8sOptions) -> dict:
 
 
 def manifest_yaml(case: Case, options: K8sOptions) -> str:
+    """The manifest as YAML to read: fields in the order written, a launch script as a block."""
     import yaml
 
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data) -> bool:
+            return True
+
+    def text(dumper, value: str):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
     header = f"# kit case {case.id}: written by `kit k8s manifests`; apply with kubectl apply -f\n"
-    return header + yaml.safe_dump(manifest(case, options), sort_keys=False, width=1000)
+    return header + yaml.dump(manifest(case, options), Dumper=Dumper, sort_keys=False, width=1000)
 
 
 def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[str, str]:
