@@ -14,7 +14,7 @@ node's container runtime allows.
   Master and Workers, each pod starting its node's ranks with torchrun; the operator gives every
   pod the master's address and port, and `RANK` (its node's rank).
 - A serve case: a Job whose pod runs the engine's image as published, with its documented
-  arguments, the model folder read-only from the volume.
+  arguments, the model folder read-only from the volume (the client beside it: not yet).
 
 The claim holds (paths within it):
   kit/                      the kit's source (read-only, where the images look for it)
@@ -254,7 +254,9 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
 
 def serve_job(case: Case, options: K8sOptions) -> dict:
     """The engine in its pinned image, unchanged (its ENTRYPOINT, the documented arguments and
-    variables), the model folder from the claim, /dev/shm as its docs ask."""
+    variables), the model folder from the claim, /dev/shm as its docs ask. The kit's client that
+    fires the burst runs on the host (kit.serve.session) and has no place in the pod yet, so the
+    engine stays up until the Job's deadline."""
     from kit.model_files import model_key
     from kit.serve.engines import engine_for
 
