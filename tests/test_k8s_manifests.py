@@ -139,22 +139,23 @@ def test_a_case_across_nodes_is_a_master_and_workers_each_with_its_node_s_gpus(p
     assert "torchrun --nnodes=4 --nproc-per-node=2 '--node-rank=$(RANK)'" in container["command"][2]
 
 
-def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(train_pinned, tmp_path, monkeypatch):
+@pytest.mark.parametrize("node, kinds", [([], {"Job"}), (["--gpus-per-node", "4"], {"Job", "PyTorchJob"})])
+def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(train_pinned, tmp_path, monkeypatch, node, kinds):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_never_written")
     done = CliRunner().invoke(cli, ["k8s", "manifests", "--profile", "paper", "--stage", "pretrain", "--stage", "serve",
-                                    "--stage", "profile", "--pvc", "kit-runs", "--hf-token-secret", "hf-token",
-                                    "--gpus-per-node", "4", "--out", str(tmp_path)])  # fmt: skip
+                                    "--stage", "profile", "--pvc", "kit-runs", "--hf-token-secret", "hf-token", *node,
+                                    "--out", str(tmp_path)])  # fmt: skip
     # The tgi, lightllm and megatron images have no digest in the lock: those cases are named, not written.
     assert done.exit_code == 1 and "has no registry digest in the lock" in done.output
     lock = images.load_lock()
     written = sorted(tmp_path.glob("*.yaml"))
     assert len(written) > 100
-    kinds = set()
+    written_kinds = set()
     for path in written:
         text = path.read_text(encoding="utf-8")
         assert "hf_secret_value_never_written" not in text
         document = yaml.safe_load(text)
-        kinds.add(document["kind"])
+        written_kinds.add(document["kind"])
         check_fields(document, document["kind"])
         case_id = document["metadata"]["annotations"]["kit/case"]
         assert path.name == f"{case_id}.yaml" and (tmp_path / "cases" / case_id / "case.json").is_file()
@@ -162,7 +163,7 @@ def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(
         pods = [spec["template"] for spec in document["spec"].get("pytorchReplicaSpecs", {}).values()] or [document["spec"]["template"]]
         for pod in pods:
             assert [c["image"] for c in pod["spec"]["containers"]] == [f"{image.reference}@{image.digest}"]
-    assert kinds == {"Job", "PyTorchJob"}
+    assert written_kinds == kinds
 
 
 def test_a_token_is_a_reference_to_a_secret_never_a_value(paper_plan, train_pinned, monkeypatch):
@@ -185,7 +186,7 @@ def test_an_image_without_a_registry_digest_has_no_manifest_and_says_what_to_do(
 
 
 def test_a_max_batch_search_is_not_a_fixed_job(paper_plan, train_pinned):
-    case = next(c for c in paper_plan.cases if c.params.max_batch_search is not None if hasattr(c.params, "max_batch_search"))
+    case = next(c for c in paper_plan.cases if c.stage == "maxbatch" and c.params.max_batch_search is not None)
     with pytest.raises(NotWritable, match="max-batch search"):
         manifest(case, OPTIONS)
 
@@ -205,6 +206,21 @@ def test_smoke_cases_are_written_on_the_cpu_without_this_host_s_thread_count(smo
     case = _case(smoke_plan, "pretrain.tiny-llama.naive.g2")
     written = manifest(case, OPTIONS)
     container = written["spec"]["template"]["spec"]["containers"][0]
-    assert "resources" not in container or not container["resources"]
+    assert "resources" not in container
     assert "OMP_NUM_THREADS" not in {item["name"] for item in container["env"]}
     assert "kit.workloads.launch --nproc 2" in container["command"][2]
+
+
+def test_a_process_that_drives_all_its_gpus_is_not_split_over_nodes(paper_plan):
+    serve = _case(paper_plan, "serve.llama2-7b.vllm.g8")
+    assert manifest(serve, OPTIONS.model_copy(update={"gpus_per_node": 8}))["kind"] == "Job"
+    for case in (serve, _case(paper_plan, "comm.all_reduce.g8")):
+        with pytest.raises(NotWritable, match="drives all 8 GPUs, more than a node of 4"):
+            manifest(case, OPTIONS.model_copy(update={"gpus_per_node": 4}))
+
+
+def test_an_image_is_not_asked_to_run_on_a_device_it_does_not_support(smoke_plan):
+    # The smoke profile serves with vLLM on the CPU: the lock's vLLM image is for CUDA only.
+    with pytest.raises(NotWritable, match="runs on cuda, not cpu"):
+        manifest(_case(smoke_plan, "serve.tiny-llama.vllm.g1"), OPTIONS)
+

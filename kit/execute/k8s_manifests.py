@@ -56,6 +56,7 @@ NAME_LIMIT = 52  # a PyTorchJob's pods and services are named <name>-worker-<n>:
 RUN_VOLUME = "run"
 BINARY_UNITS = {"g": "Gi", "m": "Mi", "k": "Ki"}  # docker's sizes count in powers of 1024
 SHM_VOLUME = "dshm"
+CONFINED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}  # as the docker executor: no capabilities
 PYTORCHJOB_PORT = 23456  # the training operator's default for the port it names pytorchjob-port
 
 
@@ -94,6 +95,8 @@ def pinned_image(case: Case) -> str:
     if found[1].digest is None:
         raise NotWritable(f"image {found[1].reference} ({case.image}) has no registry digest in the lock: push it to a registry "
                           "the cluster pulls from and pin its digest in manifests/images.lock.yaml")  # fmt: skip
+    if case.device not in found[1].devices:
+        raise NotWritable(f"image {found[1].reference} ({case.image}) runs on {', '.join(found[1].devices)}, not {case.device}")
     return found[1].pinned_reference
 
 
@@ -157,11 +160,9 @@ def volumes(options: K8sOptions, shm_size: str) -> list[dict]:
     ]
 
 
-def resources(case: Case, gpus: int) -> dict:
-    return {"limits": {GPU_RESOURCE: gpus}} if case.device == "cuda" else {}
-
-
-CONFINED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}  # as the docker executor: no capabilities
+def with_gpus(container: dict, case: Case, gpus: int) -> dict:
+    """The container asking for `gpus` GPUs on a GPU case (a CPU case asks for none)."""
+    return {**container, "resources": {"limits": {GPU_RESOURCE: gpus}}} if case.device == "cuda" else container
 
 
 def pod_template(options: K8sOptions, container: dict, shm_size: str) -> dict:
@@ -203,13 +204,12 @@ def single_node_job(case: Case, options: K8sOptions) -> dict:
         "image": pinned_image(case),
         "command": shell_command(case, launches(case, lambda indices: container_command(case, indices))),
         "env": environment(case, options),
-        "resources": resources(case, case.gpus),
         "securityContext": CONFINED,
         "volumeMounts": [m for m in workload_mounts(case) if m["name"] == SHM_VOLUME] if binary else workload_mounts(case),
     }
     if not binary:
         container["workingDir"] = CASE_MOUNT
-    return job(case, options, container, SHM_SIZE)
+    return job(case, options, with_gpus(container, case, case.gpus), SHM_SIZE)
 
 
 def torchrun_command(case: Case, nodes: int, per_node: int, indices: list[int]) -> list[str]:
@@ -224,21 +224,18 @@ def torchrun_command(case: Case, nodes: int, per_node: int, indices: list[int]) 
 
 def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> dict:
     """A Kubeflow PyTorchJob: a Master and nodes-1 Workers, each pod with its node's GPUs."""
-    if nccl_tests.runs_binary(case):
-        raise NotWritable("nccl-tests across nodes starts through MPI, not torchrun; not written yet")
     container = {
         "name": "pytorch",  # the container the operator gives the rendezvous variables to
         "image": pinned_image(case),
         "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}],  # where the master listens
         "command": shell_command(case, launches(case, lambda indices: torchrun_command(case, nodes, per_node, indices))),
         "env": environment(case, options),
-        "resources": resources(case, per_node),
         "securityContext": CONFINED,
         "volumeMounts": workload_mounts(case),
         "workingDir": CASE_MOUNT,
     }
     replicas = {"Master": 1, "Worker": nodes - 1}
-    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, container, SHM_SIZE)}
+    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, with_gpus(container, case, per_node), SHM_SIZE)}
              for kind, count in replicas.items() if count}  # fmt: skip
     return {
         "apiVersion": "kubeflow.org/v1",
@@ -270,20 +267,23 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
         "args": [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)],
         "ports": [{"name": "http", "containerPort": engine.container_port}],
         "readinessProbe": {"httpGet": {"path": engine.health_path, "port": engine.container_port}},
-        "resources": resources(case, case.gpus),
         "securityContext": CONFINED,
         "volumeMounts": [{"name": RUN_VOLUME, "mountPath": inside, "subPath": f"models/{key}", "readOnly": True},
                          {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],  # fmt: skip
     }
     if env:
         container["env"] = [{"name": name, "value": value} for name, value in env.items()]
-    return job(case, options, container, engine.shm_size)
+    return job(case, options, with_gpus(container, case, case.gpus), engine.shm_size)
 
 
 def manifest(case: Case, options: K8sOptions) -> dict:
     """The one object the case becomes (raises NotWritable, with why, where it has none)."""
     if getattr(case.params, "max_batch_search", None) is not None:
         raise NotWritable("a max-batch search picks each run from the one before; not a fixed job")
+    one_process = case.workload == "serve" or nccl_tests.runs_binary(case)
+    if one_process and case.device == "cuda" and case.gpus > (options.gpus_per_node or case.gpus):
+        raise NotWritable(f"its one process drives all {case.gpus} GPUs, more than a node of {options.gpus_per_node} holds "
+                          "(a serving engine or nccl-tests across nodes is not written yet)")  # fmt: skip
     if case.workload == "serve":
         return serve_job(case, options)
     place = layout(processes(case), case.device, SlurmOptions(gpus_per_node=options.gpus_per_node))
