@@ -54,8 +54,8 @@ GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
 TOKEN_SECRET_KEY = "HF_TOKEN"
 NAME_LIMIT = 52  # a PyTorchJob's pods and services are named <name>-worker-<n>: DNS labels of 63 at most
 RUN_VOLUME = "run"
-BINARY_UNITS = {"g": "Gi", "m": "Mi", "k": "Ki"}  # docker's sizes count in powers of 1024
 SHM_VOLUME = "dshm"
+BINARY_UNITS = {"g": "Gi", "m": "Mi", "k": "Ki"}  # docker's sizes count in powers of 1024
 CONFINED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}  # as the docker executor: no capabilities
 PYTORCHJOB_PORT = 23456  # the training operator's default for the port it names pytorchjob-port
 
@@ -234,8 +234,9 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
         "volumeMounts": workload_mounts(case),
         "workingDir": CASE_MOUNT,
     }
+    pod = with_gpus(container, case, per_node)
     replicas = {"Master": 1, "Worker": nodes - 1}
-    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, with_gpus(container, case, per_node), SHM_SIZE)}
+    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, pod, SHM_SIZE)}
              for kind, count in replicas.items() if count}  # fmt: skip
     return {
         "apiVersion": "kubeflow.org/v1",
