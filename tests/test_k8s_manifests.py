@@ -9,10 +9,9 @@ pkg/apis/kubeflow.org/v1/pytorch_types.go and common_types.go of kubeflow/traini
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
+from golden_files import assert_golden
 import yaml
 from click.testing import CliRunner
 
@@ -20,7 +19,6 @@ from kit import images
 from kit.cli import cli
 from kit.execute.k8s_manifests import K8sOptions, NotWritable, manifest, manifest_yaml, object_name
 
-GOLDEN = Path(__file__).parent / "golden" / "k8s"
 TRAIN_DIGEST = "sha256:" + "ab" * 32
 
 # The fields each object may have (a subset of each API's: those the kit writes and their peers).
@@ -96,14 +94,6 @@ def train_pinned(manifests_copy):
     return manifests_copy
 
 
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("KIT_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"{name} differs (KIT_UPDATE_GOLDEN=1 rewrites it)"
-
-
 def _case(plan, case_id: str):
     return next(c for c in plan.cases if c.id == case_id)
 
@@ -124,7 +114,7 @@ def test_paper_cases_as_golden_manifests(paper_plan, train_pinned, case_id, gpus
     case = _case(paper_plan, case_id)
     options = OPTIONS.model_copy(update={"gpus_per_node": gpus_per_node})
     text = manifest_yaml(case, options)
-    _golden(golden, text)
+    assert_golden(f"k8s/{golden}", text)
     written = yaml.safe_load(text)
     assert written["kind"] == kind
     check_fields(written, kind)

@@ -5,10 +5,10 @@ batch scripts it submits (golden files in tests/golden/slurm/; KIT_UPDATE_GOLDEN
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
+from golden_files import assert_golden
 import yaml
 from click.testing import CliRunner
 
@@ -33,7 +33,6 @@ from kit.results import RankSample, RunSample
 from kit.workloads.srun_rank import rank_environment
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"
-GOLDEN = Path(__file__).parent / "golden" / "slurm"
 
 
 def recorded(name: str) -> str:
@@ -169,14 +168,6 @@ def test_pyxis_runs_an_image_by_digest_only():
 # --- the scripts, as golden files ------------------------------------------------------------
 
 
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("KIT_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"{name} differs (KIT_UPDATE_GOLDEN=1 rewrites it)"
-
-
 def _script(executor: SlurmExecutor, case, run_dir: Path, indices: list[int]) -> str:
     """The script with this machine's Python and kit source written as placeholders."""
     import sys
@@ -190,7 +181,7 @@ def _script(executor: SlurmExecutor, case, run_dir: Path, indices: list[int]) ->
 
 def test_a_smoke_case_as_two_nodes_of_one_task_each(smoke_plan):
     case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
-    _golden("smoke-naive-2x1.sbatch", _script(SlurmExecutor(SlurmOptions(nodes=2)), case, Path("/shared/runs/r1"), [1, 2, 3]))
+    assert_golden("slurm/smoke-naive-2x1.sbatch", _script(SlurmExecutor(SlurmOptions(nodes=2)), case, Path("/shared/runs/r1"), [1, 2, 3]))
 
 
 def test_a_smoke_case_with_a_memory_cap_holds_it_softly(smoke_plan):
@@ -208,13 +199,13 @@ def test_a_paper_case_in_its_image_through_pyxis(paper_plan, manifests_copy):
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
     options = SlurmOptions(partition="gpu", account="acme", gpus_per_node=4, time_limit="02:00:00",
                            sbatch_args=["--qos=high", "--exclusive"], container_mode="pyxis")  # fmt: skip
-    _golden("paper-z3-2x4-pyxis.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [2]))
+    assert_golden("slurm/paper-z3-2x4-pyxis.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [2]))
 
 
 def test_a_per_node_run_pins_each_job_and_the_shared_directory_check_to_its_node(smoke_plan):
     case = next(c for c in smoke_plan.cases if c.id == "profile.tiny-llama.base.g1")
     options = SlurmOptions(nodes=1, nodelist="n2")
-    _golden("smoke-profile-per-node-n2.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1/n2"), [1]))
+    assert_golden("slurm/smoke-profile-per-node-n2.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1/n2"), [1]))
     check = check_script(Path("/shared/runs/r1/n2/slurm/marks"), 1, options, Path("/shared/runs/r1/n2/slurm/job-%j.out"))
     assert "#SBATCH --nodes=1\n" in check and "#SBATCH --nodelist=n2\n" in check
 
