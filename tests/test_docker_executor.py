@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docker_engine import containers_of_run, engine_or_skip, smoke_image_or_skip
+from planted_tokens import PLANTED, files_holding_a_token
 from recorded_nccl_tests import FIXTURES, case_for, stand_in
 
 from kit.execute import docker, local, owners
@@ -112,13 +113,21 @@ def test_by_default_a_cpu_case_whose_image_is_missing_runs_locally(smoke_plan, m
 @pytest.fixture(scope="module")
 def docker_run(tmp_path_factory):
     """One `kit run --executor docker` of a smoke pre-training and a smoke fine-tuning case, on an
-    empty kit cache (as a fresh machine has it: the ops and the checkpoint are made by the run)."""
+    empty kit cache (as a fresh machine has it: the ops and the checkpoint are made by the run),
+    with credentials in its environment (the executor hands the tokens on to the containers)."""
     smoke_image_or_skip()
     folder = tmp_path_factory.mktemp("docker-run")
     run = folder / "run"
-    env = {**os.environ, "KIT_CACHE": str(folder / "cache")}
+    env = {**os.environ, **PLANTED, "KIT_CACHE": str(folder / "cache")}
     done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--case", FINETUNE, "--out", str(run), env=env)
     return run, done
+
+
+@pytest.mark.docker
+def test_tokens_handed_to_the_containers_appear_in_no_file_of_the_run(docker_run):
+    run, done = docker_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert files_holding_a_token(run, done.stdout, done.stderr) == []
 
 
 @pytest.mark.docker

@@ -10,6 +10,7 @@ client's and the engine's token counts (equal), and the serving bound (or why th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from docker_engine import engine_stand_ins_or_skip, smoke_image_or_skip
+from planted_tokens import PLANTED, files_holding_a_token
 from kit.serve.aggregate import RequestRecord, aggregate
 
 pytestmark = pytest.mark.docker
@@ -50,9 +52,11 @@ def test_each_engine_image_serves_a_case_through_the_docker_executor(stand_ins, 
     monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))  # the checkpoint is made here, by the kit's image
     pin_stand_ins(manifests_copy, stand_ins)
     run = tmp_path / "run"
+    env = {**os.environ, **PLANTED}  # handed on to each engine's container, written down nowhere
     done = subprocess.run([*KIT, "run", "--profile", "smoke", "--stage", "serve", "--executor", "docker", "--out", str(run)],
-                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+                          capture_output=True, text=True, timeout=1200, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
+    assert files_holding_a_token(run, done.stdout, done.stderr) == []
     for engine in ("vllm", "tgi", "lightllm"):
         case_dir = run / "cases" / f"serve.tiny-llama.{engine}.g1"
         result = json.loads((case_dir / "result.json").read_text())
