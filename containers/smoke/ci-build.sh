@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # What CI needs before its tests to drive the real docker executor: a docker engine, a base
-# image made without a registry, and the smoke image built on it; then one smoke pre-training
-# and one fine-tuning case through the docker executor, with the image digest and container id
-# of each run printed. Each step is skipped when its result is already there (engine running,
-# base imported, image of the same context and base built), and the slow inputs are cached
-# under $KIT_CACHE: the debootstrap root filesystem and the wheels.
+# image made without a registry, and the smoke image built on it (the tests run smoke cases in
+# it: tests/test_docker_executor.py). Each step is skipped when its result is already there
+# (engine running, base imported, image of the same context and base built), and the slow
+# inputs are cached under $KIT_CACHE: the debootstrap root filesystem and the wheels.
 #
 #   containers/smoke/ci-build.sh          (as root: it may install packages and start dockerd)
 set -euo pipefail
@@ -32,22 +31,3 @@ fi
 bash containers/smoke/local-base.sh "$BASE_IMAGE"
 python -m kit.cli images build smoke --base "$BASE_IMAGE"
 echo "docker engine, base image and smoke image ready in $((SECONDS - started)) s"
-
-# One smoke pre-training and one fine-tuning case through the docker executor, for the log:
-# which image (digest) and which container each run had.
-run_dir=$(mktemp -d)/run
-python -m kit.cli run --executor docker --profile smoke \
-    --case pretrain.tiny-llama.naive.g2 --case finetune.tiny-llama.l.g2 --out "$run_dir"
-python - "$run_dir" <<'PY'
-import json, sys
-from pathlib import Path
-for path in sorted(Path(sys.argv[1]).glob("cases/*/result.json")):
-    result = json.loads(path.read_text())
-    print(f"{result['case_id']}: {result['status']} (executor {result['executor']})")
-    for sample in result["samples"]:
-        container = sample["container"] or {}
-        print(f"  run {sample['index']}: image {container.get('image')} {container.get('image_digest')}, "
-              f"container {container.get('container_id')}, exit code {container.get('exit_code')}, "
-              f"OOM-killed {container.get('oom_killed')}")
-PY
-rm -rf "$(dirname "$run_dir")"
