@@ -20,11 +20,14 @@ import re
 import statistics
 import subprocess
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from kit.hardware import GpuSpec, HardwareTable, load_hardware
+
+if TYPE_CHECKING:
+    from kit.fingerprint import NetworkInfo
 
 NCCL_TESTS_PERFORMANCE_DOC = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
 GB = 1e9  # nccl-tests reports GB/s in 10^9 bytes per second, as link datasheets do
@@ -210,6 +213,7 @@ class CommSweep(BaseModel):
     rows: list[CommRow]
     device_names: list[str] = []
     topology: TopologyFacts | None = None
+    rank_nodes: list[str] = []  # the node each rank ran on, as the rank itself said (rank order)
     out_of_bounds: int | None = None  # nccl-tests' summary line
     out_of_bounds_failed: bool = False
     avg_busbw_gbps: float | None = None  # nccl-tests' summary line
@@ -221,6 +225,13 @@ class CommSweep(BaseModel):
     def failure(self) -> str | None:
         """Why the data of this sweep cannot be trusted, or None."""
         return data_failure(self.rows, self.out_of_bounds, self.out_of_bounds_failed)
+
+    @property
+    def span(self) -> Literal["intra-node", "inter-node"] | None:
+        """Whether the ranks ran on one node or across nodes; None where they did not say."""
+        if not self.rank_nodes:
+            return None
+        return "inter-node" if len(set(self.rank_nodes)) > 1 else "intra-node"
 
 
 def data_failure(rows: Sequence[CommRow], out_of_bounds: int | None, out_of_bounds_failed: bool) -> str | None:
@@ -641,6 +652,36 @@ def sweep_bound(sweep: CommSweep, device: str, hardware: HardwareTable | None = 
     )  # fmt: skip
 
 
+def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -> BusBandwidthBound:
+    """The bound of a sweep whose ranks span nodes: the network between them, from each node's
+    fingerprint (`None`: the node has none). A ring's bus bandwidth is the traffic each node
+    sends out per direction, spread over its NICs, so the bound is the slowest node's active
+    RDMA ports together, each way (Gb/s / 8). It assumes no reduction in the network (SHARP):
+    with it, NCCL's busbw is no wire bandwidth. Ethernet NICs are not read, and a CPU sweep
+    (gloo, over TCP) uses no RDMA port: both have no known bound, never an invented one."""
+    if device != "cuda":
+        return _no_bound("CPU processes exchange data over TCP (gloo) on whatever network joins the nodes; "
+                         "the kit does not read its rate")  # fmt: skip
+    per_node = {}
+    for node, network in node_networks.items():
+        if network is None:
+            return _no_bound(f"node {node} has no fingerprint")
+        active = [port for port in network.rdma_ports if port.state == "ACTIVE" and port.rate_gbps]
+        if not active:
+            return _no_bound(f"no active RDMA port in {node}'s fingerprint ({network.unavailable or 'none up'}); "
+                             "Ethernet rates are not read")  # fmt: skip
+        per_node[node] = active
+    if not per_node:
+        return _no_bound("the nodes the ranks ran on are not recorded")
+    node, ports = min(per_node.items(), key=lambda item: sum(port.rate_gbps for port in item[1]))
+    total = sum(port.rate_gbps for port in ports)
+    return BusBandwidthBound(
+        gbps=total / 8,
+        link=f"the network: {node}'s {len(ports)} active RDMA port(s), {total:g} Gb/s together, {total / 8:g} GB/s each "
+             "way (the slowest node, from its fingerprint; without in-network reduction)",
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU links, as nvidia-smi shows them where the case runs
 # ---------------------------------------------------------------------------------------------
@@ -693,7 +734,7 @@ def spread(values: Iterable[float]) -> dict[str, float]:
 __all__ = [
     "COLLECTIVES", "BufferLayout", "BusBandwidthBound", "CommRow", "CommSweep", "NcclTestsOutput", "Timing",
     "TopologyFacts", "algorithm_bandwidth_gbps", "buffer_layout", "bus_bandwidth_factor", "bus_bandwidth_gbps",
-    "busbw_bound", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs", "split_runs",
+    "busbw_bound", "data_failure", "internode_bound", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs", "split_runs",
     "spread", "sweep_bound", "topology_facts",
 ]  # fmt: skip
 

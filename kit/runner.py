@@ -270,6 +270,9 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             run.write_info(info)
             seal(run, info)
         raise
+    if info.executor == "slurm":  # where the numbers were measured: every node a job ran on
+        info.node_fingerprints = requested.fingerprint_nodes(run.root, [s for r in run.results() for s in r.samples],
+                                                             info.redacted)  # fmt: skip
     after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
     try:

@@ -18,16 +18,19 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
+from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
     SACCT_FORMAT,
     JobState,
     ended_by_slurm,
+    expand_hostlist,
     first_failed_task,
     owner_comment,
     owner_of,
@@ -35,7 +38,14 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
-from kit.execute.slurm_script import SlurmOptions, batch_script, check_script, layout, pyxis_arguments
+from kit.execute.slurm_script import (
+    SlurmOptions,
+    batch_script,
+    check_script,
+    layout,
+    node_fingerprint_script,
+    pyxis_arguments,
+)
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, SlurmJob, utc_now
 
@@ -276,6 +286,21 @@ class SlurmExecutor:
                                  wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
         return judged(samples, job, job_output)
 
+    def fingerprint_nodes(self, run_dir: Path, samples: list[RunSample], redact: bool) -> dict[str, str]:
+        """Every node the samples' jobs ran on, fingerprinted (those the check job at the start
+        did not already): node -> file, as run.json keeps them. What Slurm said goes to
+        slurm/node-fingerprints/log.txt; a refused job leaves those nodes without one, which
+        the report names."""
+        folder = run_dir / "slurm" / "node-fingerprints"
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "log.txt").open("a", encoding="utf-8") as log:
+            try:
+                return fingerprint_missing_nodes(run_dir, samples, self.options, lambda line: print(line, file=log, flush=True),
+                                                 redact)  # fmt: skip
+            except SlurmUnavailable as exc:
+                log.write(f"{exc}\n")
+                return fingerprinted(run_dir)
+
 
 def configured(options: dict | None) -> SlurmExecutor:
     """The executor with the options run.json keeps (SlurmOptions, as a dict)."""
@@ -293,13 +318,15 @@ def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
     return max(counts, default=1)
 
 
-def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say) -> list[str]:
-    """A tiny job on `nodes` nodes, each writing a file into the run directory: the nodes that
-    did (raising RunDirNotShared, with what to do, when one did not)."""
+def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say, redact: bool = False) -> list[str]:
+    """A tiny job on `nodes` nodes, each writing a file into the run directory, then
+    fingerprinting itself into it (kit.execute.node_fingerprint): the nodes that wrote their file
+    (raising RunDirNotShared, with what to do, when one did not)."""
     folder = (run_dir / "slurm" / "shared-run-dir-check").resolve()
     marks = folder / "nodes"
     folder.mkdir(parents=True, exist_ok=True)
-    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out"), folder / "check.sbatch", say)
+    step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
+    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out", step), folder / "check.sbatch", say)
     seen = sorted(path.name for path in marks.iterdir()) if marks.is_dir() else []
     if len(seen) < nodes:
         raise RunDirNotShared(
@@ -308,3 +335,21 @@ def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say) 
             "directory (--out) on a file system every compute node mounts at the same path (a home or project share)"
         )  # fmt: skip
     return seen
+
+
+def job_nodes(samples: Iterable[RunSample]) -> list[str]:
+    """The nodes the samples' Slurm jobs ran on, one name each."""
+    lists = {sample.slurm_job.nodes for sample in samples if sample.slurm_job and sample.slurm_job.nodes}
+    return sorted({node for nodelist in lists for node in expand_hostlist(nodelist)})
+
+
+def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say,
+                              redact: bool = False) -> dict[str, str]:  # fmt: skip
+    """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
+    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint)."""
+    missing = [node for node in job_nodes(samples) if node not in fingerprinted(run_dir)]
+    if missing:
+        folder = (run_dir / "slurm" / "node-fingerprints").resolve()
+        step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
+        run_job(node_fingerprint_script(missing, options, folder / "job-%j.out", step), folder / f"{missing[0]}.sbatch", say)
+    return fingerprinted(run_dir)

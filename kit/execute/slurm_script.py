@@ -146,17 +146,30 @@ def batch_script(
     return "\n".join(lines) + "\n"
 
 
-def check_script(marks: Path, nodes: int, options: SlurmOptions, output: Path) -> str:
+def check_script(marks: Path, nodes: int, options: SlurmOptions, output: Path, fingerprint_step: str | None = None) -> str:
     """A tiny job whose every node writes a file named after it into `marks` (in the run
-    directory): the kit reads them back to know that the compute nodes see the run directory."""
-    header = [
+    directory): the kit reads them back to know that the compute nodes see the run directory.
+    `fingerprint_step` (kit.execute.node_fingerprint) then fingerprints each of those nodes."""
+    header = tiny_job_header("kit-shared-fs-check", nodes, output) + site_lines(options)
+    write = f'mkdir -p {shlex.quote(str(marks))} && hostname > {shlex.quote(str(marks))}/"$SLURMD_NODENAME"'
+    steps = [f"srun bash -c {shlex.quote(write)}", *([fingerprint_step] if fingerprint_step else [])]
+    return "\n".join([*header, "set -euo pipefail", *steps]) + "\n"
+
+
+def node_fingerprint_script(nodes: list[str], options: SlurmOptions, output: Path, fingerprint_step: str) -> str:
+    """A tiny job pinned to `nodes` (--nodelist), one task each, running `fingerprint_step`: the
+    nodes a case's job ran on that the check job at the start did not land on."""
+    pinned = options.model_copy(update={"nodelist": ",".join(nodes)})
+    header = tiny_job_header("kit-node-fingerprint", len(nodes), output) + site_lines(pinned)
+    return "\n".join([*header, "set -euo pipefail", fingerprint_step]) + "\n"
+
+
+def tiny_job_header(name: str, nodes: int, output: Path) -> list[str]:
+    return [
         "#!/bin/bash",
-        "#SBATCH --job-name=kit-shared-fs-check",
+        f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --time=00:01:00",
+        "#SBATCH --time=00:02:00",
         f"#SBATCH --output={output}",
     ]
-    header += site_lines(options)
-    write = f'mkdir -p {shlex.quote(str(marks))} && hostname > {shlex.quote(str(marks))}/"$SLURMD_NODENAME"'
-    return "\n".join([*header, "set -euo pipefail", f"srun bash -c {shlex.quote(write)}"]) + "\n"

@@ -24,13 +24,11 @@ from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
 from kit.report.render import verify_runs, write_documents
-from kit.report.sections import fingerprint_facts, framework_versions, image_section
+from kit.report.sections import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions, image_section
 from kit.stages import unit_of
 
 FLEET_FILES = ("fleet-report.html", "fleet-report.pdf")
 FLEET_FORMATS = ("html", "pdf")
-# Facts every fingerprint has that differ between any two runs, whatever the nodes.
-PER_RUN_FACTS = ("Collected (UTC)", "Host name")
 
 
 class Node(NamedTuple):
@@ -185,20 +183,7 @@ def job_nodes(run: LoadedRun) -> str:
 def fingerprint_differences(nodes: Sequence[Node]) -> tuple[list[Row], list[str]]:
     """Rows naming, for each fact not the same on every node, each value and the nodes that have
     it; and the facts that are the same everywhere."""
-    facts = {node.name: node_facts(node.run) for node in nodes}
-    aspects = list(dict.fromkeys(key for found in facts.values() for key in found))
-    rows, equal = [], []
-    for aspect in aspects:
-        values: dict[str, list[str]] = {}
-        for name, found in facts.items():
-            values.setdefault(found.get(aspect, "not recorded"), []).append(name)
-        if len(values) == 1:
-            equal.append(aspect)
-            continue
-        for index, (value, names) in enumerate(values.items()):
-            rows.append(Row(cells=[Cell(text=aspect if index == 0 else "", tone="strong"), Cell(text=value, tone="bad"),
-                                   Cell(text=", ".join(names))]))  # fmt: skip
-    return rows, equal
+    return differing_facts({node.name: node_facts(node.run) for node in nodes})
 
 
 def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) -> Report:
