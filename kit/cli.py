@@ -321,7 +321,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom) is None]
+            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
                 checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),

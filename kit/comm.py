@@ -257,7 +257,8 @@ class NcclTestsOutput(BaseModel):
 
     rows: list[CommRow]
     columns: list[str] | None = None  # the header as printed; None if no header line was seen
-    ranks: list[int] = []  # from the "# Rank N ... device ..." lines
+    ranks: list[int] = []  # from the "# Rank N ... on HOST device ..." lines
+    rank_hosts: list[str] = []  # the host each of those ranks ran on, as it printed it ("" where it did not)
     devices: list[str] = []
     settings: str | None = None  # the "# nThread ... nGpus ..." line
     out_of_bounds: int | None = None
@@ -281,7 +282,7 @@ _NCCL_NOISE = re.compile(r"^\s*NCCL version\b")
 _HEADER = re.compile(r"^#?\s*size\s+count\s+type\b")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _AVG_BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?(?:\bon\s+(?P<host>\S+)\s+)?\bdevice\s+\d+\s+\[[^\]]*\]\s+(?P<device>.+?)\s*$")
 _SETTINGS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\b")
 _DTYPE = re.compile(r"^[A-Za-z][\w]*$")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$|^-?nan$|^-?inf$|^N/A$", re.IGNORECASE)
@@ -457,6 +458,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
     columns: list[str] | None = None
     ranks: list[int] = []
     devices: list[str] = []
+    hosts: list[str] = []
     settings = None
     out_of_bounds, failed, avg_busbw = None, False, None
     pending: list[str] = []
@@ -491,7 +493,8 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
             continue
         if match := _RANK_LINE.match(stripped):
             ranks.append(int(match.group(1)))
-            devices.append(match.group(2))
+            devices.append(match.group("device"))
+            hosts.append(match.group("host") or "")
             continue
         if _SETTINGS.match(stripped):
             settings = stripped.lstrip("# ")
@@ -526,6 +529,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
         rows=rows,
         columns=columns,
         ranks=sorted(set(ranks)),
+        rank_hosts=[host for _, host in sorted(dict(zip(ranks, hosts)).items())],
         devices=devices,
         settings=settings,
         out_of_bounds=out_of_bounds,

@@ -168,7 +168,7 @@ def execute_case(
 ) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
-    reason = skip_reason(case, host, skip_predicted_oom)
+    reason = skip_reason(case, host, skip_predicted_oom, cluster=getattr(requested, "NAME", None) == "slurm")
     status = "skipped"
     if reason is None and (reason := unavailable_by_design(case)) is not None:
         status = "unavailable"  # said without starting a process that could only say the same

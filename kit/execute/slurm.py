@@ -47,9 +47,14 @@ from kit.execute.slurm_script import (
     pyxis_arguments,
 )
 from kit.protocol import Case
-from kit.results import RankSample, RunSample, SlurmJob, utc_now
+from kit.results import RankSample, RunSample, SlurmJob, atomic_write_model, utc_now
 
 NAME = "slurm"
+# srun's MPI plugin for nccl-tests across nodes: the binaries built with MPI=1 (NVIDIA/nccl-tests
+# README, "Build": MPI gives the number of processes), one task per GPU with `-g 1`, as in
+# `srun --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix all_reduce_perf_mpi ... -g 1`
+# (nebius/soperator#428) and NVIDIA/NeMo-Framework-Launcher#49 (pmix for nccl-tests on Slurm).
+NCCL_TESTS_MPI = "pmix"
 POLL_S = 2.0
 CANCEL_WAIT_S = 60
 COMMAND_TIMEOUT_S = 60
@@ -232,8 +237,6 @@ class SlurmExecutor:
     def run_once(self, case: Case, case_dir: Path, index: int, log) -> RunSample:
         if case.workload == "serve":
             return not_run(case, index, "unavailable", "serving cases run on one host (--executor docker or local), not as Slurm jobs")
-        if nccl_tests.runs_binary(case):
-            return not_run(case, index, "unavailable", "nccl-tests cases do not run as Slurm jobs yet (--executor docker or local)")
         return self.run_launch(case, case_dir, [index], log)[0]
 
     def container_arguments(self, case: Case, run_dir: Path) -> list[str]:
@@ -245,17 +248,31 @@ class SlurmExecutor:
         return pyxis_arguments(found[1].pinned_reference, run_dir, images.kit_source_dir())
 
     def script(self, case: Case, case_dir: Path, indices: list[int], job_files: Path) -> str:
-        """The batch script of one launch doing the runs `indices` (paths absolute: the nodes read them)."""
+        """The batch script of one launch doing the runs `indices` (paths absolute: the nodes read
+        them). An nccl-tests case is one MPI rank per GPU (the binary, on the nodes' PATH or in the
+        image, built with MPI=1), started by srun's MPI plugin."""
         case_dir = case_dir.resolve()
         python = sys.executable if self.options.container_mode == "none" else "python"
-        outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
-        command = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs]
+        if nccl_tests.runs_binary(case):
+            command, ranks, mpi = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1), case.gpus, NCCL_TESTS_MPI
+        else:
+            outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
+            command, ranks, mpi = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs], processes(case), None
         return batch_script(
-            case, command, python=python, options=self.options, ranks=processes(case),
+            case, command, python=python, options=self.options, ranks=ranks,
             timeout_s=case.params.timeout_s * len(indices), output=job_files / "job-%j.out",
             rank_logs=job_files / "job-%j-rank-%t.log", memory_cap_bytes=memory_cap_bytes(case),
-            container=self.container_arguments(case, case_dir.parent.parent),
+            container=self.container_arguments(case, case_dir.parent.parent), mpi=mpi,
         )  # fmt: skip
+
+    def read_binary_output(self, case: Case, job: JobState, job_files: Path, out_dir: Path, job_output: str) -> None:
+        """An nccl-tests job's sample: rank 0 prints the sweep (nccl-tests prints from its first
+        MPI rank only), kept beside the run and read as on one host."""
+        printed = read_text(job_files / f"job-{job.job_id}-rank-0.log")
+        argv = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1)
+        raw_name = nccl_tests.keep_output(out_dir, argv[0], printed, job_output)
+        rank = nccl_tests.rank_sample(case, argv, printed, job_output, job.exit_code, raw_name, utc_now(), utc_now(), None)
+        atomic_write_model(out_dir / "rank-0.json", rank)
 
     def run_launch(self, case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
         out_dirs = [case_dir / "runs" / str(index) for index in indices]
@@ -279,6 +296,8 @@ class SlurmExecutor:
             say(str(exc))
             return [not_run(case, indices[0], "error", str(exc))]
         job_output = append_job_logs(log, job.job_id, job_files)
+        if nccl_tests.runs_binary(case):
+            self.read_binary_output(case, job, job_files, out_dirs[0], job_output)
         log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
                   f"after {wall_s:.1f} s\n")  # fmt: skip
         log.flush()

@@ -123,13 +123,17 @@ def batch_script(
     rank_logs: Path,
     memory_cap_bytes: int | None = None,
     container: list[str] | None = None,
+    mpi: str | None = None,
 ) -> str:
     """The whole script: #SBATCH lines, the master's address and port, the ranks' environment,
     and one srun that starts every rank of `rank_command` (`container`: srun's pyxis options).
-    A rank that fails ends the step (--kill-on-bad-exit): the others stop instead of waiting."""
+    A rank that fails ends the step (--kill-on-bad-exit): the others stop instead of waiting.
+    `mpi`: srun's MPI plugin for a command that is an MPI program itself (nccl-tests built with
+    MPI=1), whose ranks then come from MPI, not from kit.workloads.srun_rank."""
     place = layout(ranks, case.device, options)
-    srun = ["srun", "--kill-on-bad-exit=1", f"--output={rank_logs}", *(container or []),
-            python, "-m", "kit.workloads.srun_rank", "--", *rank_command]  # fmt: skip
+    launch = [f"--mpi={mpi}", *(container or []), *rank_command] if mpi else \
+        [*(container or []), python, "-m", "kit.workloads.srun_rank", "--", *rank_command]  # fmt: skip
+    srun = ["srun", "--kill-on-bad-exit=1", f"--output={rank_logs}", *launch]
     lines = [
         "#!/bin/bash",
         *sbatch_header(case, place, options, time_limit(timeout_s), output),
