@@ -14,9 +14,9 @@ import pytest
 
 from kit import fingerprint
 from kit.comm import CommSweep, internode_bound
+from kit.execute.node_fingerprint import fingerprint_step
 from kit.execute.slurm_jobs import expand_hostlist
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
-from kit.execute.node_fingerprint import fingerprint_step
 from kit.fingerprint import Gpu, NetworkInfo, RdmaPort
 from kit.report.sections import differing_facts, node_fingerprint_facts
 

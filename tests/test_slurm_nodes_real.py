@@ -3,19 +3,17 @@ Slurm: the two simulated nodes of tests/slurm/start.sh (one machine, so their fa
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from kit.execute.samples import run_sample
 from kit.execute.slurm import SlurmExecutor
 from kit.execute.slurm_script import SlurmOptions
 from kit.results import RankSample, RunDir, SlurmJob, utc_now
-from kit.execute.samples import run_sample
 from slurm_cluster import queued_jobs, slurm_or_skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]

@@ -122,7 +122,7 @@ def _collective_label(method: str) -> str:
 SPANS = {
     "intra-node": "Within a node: ranks on one node, bound by its GPU links (NVLink or PCIe)",
     "inter-node": "Across nodes: ranks on several nodes, bound by the network between them",
-    None: "Ranks' nodes not recorded (not measured, or a sweep that did not say where its ranks ran)",
+    None: "Not measured, or a sweep that did not say on which nodes its ranks ran",
 }
 
 
