@@ -309,9 +309,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         )  # fmt: skip
         if failed:
             console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
-        info = run_dir.read_info()
         if executor == "slurm":
             _check_shared_run_dir(run_dir, pending, chosen)
+        info = run_dir.read_info()  # with the node fingerprints the check recorded
         from kit.estimate import RUNS_ROOT, estimates
 
         info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
@@ -321,7 +321,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom) is None]
+            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
                 checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
@@ -394,18 +394,23 @@ def _check_shared_run_dir(run_dir, cases, executor) -> None:
     could come back, and the run stops here (resumable once the directory is shared)."""
     from kit.console import console
     from kit.execute import slurm
+    from kit.execute.node_fingerprint import fingerprinted
 
     nodes = slurm.nodes_needed(cases, executor.options)
     console.print(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
     try:
-        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: console.print(f"  {line}"))
-    except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
         info = run_dir.read_info()
+        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: console.print(f"  {line}"),
+                                          redact=info.redacted)  # fmt: skip
+    except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
         info.status = "interrupted"
         run_dir.write_info(info)
         console.print(f"[red]{exc}[/]", soft_wrap=True)
         sys.exit(1)
-    console.print(f"the run directory is shared with {', '.join(seen)}")
+    info.node_fingerprints = fingerprinted(run_dir.root)
+    run_dir.write_info(info)
+    console.print(f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
+                  f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}")  # fmt: skip
 
 
 def _prepare_images(cases) -> list:

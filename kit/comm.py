@@ -20,11 +20,14 @@ import re
 import statistics
 import subprocess
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from kit.hardware import GpuSpec, HardwareTable, load_hardware
+
+if TYPE_CHECKING:
+    from kit.fingerprint import NetworkInfo
 
 NCCL_TESTS_PERFORMANCE_DOC = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
 GB = 1e9  # nccl-tests reports GB/s in 10^9 bytes per second, as link datasheets do
@@ -210,6 +213,7 @@ class CommSweep(BaseModel):
     rows: list[CommRow]
     device_names: list[str] = []
     topology: TopologyFacts | None = None
+    rank_nodes: list[str] = []  # the node each rank ran on, as the rank itself said (rank order)
     out_of_bounds: int | None = None  # nccl-tests' summary line
     out_of_bounds_failed: bool = False
     avg_busbw_gbps: float | None = None  # nccl-tests' summary line
@@ -221,6 +225,13 @@ class CommSweep(BaseModel):
     def failure(self) -> str | None:
         """Why the data of this sweep cannot be trusted, or None."""
         return data_failure(self.rows, self.out_of_bounds, self.out_of_bounds_failed)
+
+    @property
+    def span(self) -> Literal["intra-node", "inter-node"] | None:
+        """Whether the ranks ran on one node or across nodes; None where they did not say."""
+        if not self.rank_nodes:
+            return None
+        return "inter-node" if len(set(self.rank_nodes)) > 1 else "intra-node"
 
 
 def data_failure(rows: Sequence[CommRow], out_of_bounds: int | None, out_of_bounds_failed: bool) -> str | None:
@@ -246,7 +257,8 @@ class NcclTestsOutput(BaseModel):
 
     rows: list[CommRow]
     columns: list[str] | None = None  # the header as printed; None if no header line was seen
-    ranks: list[int] = []  # from the "# Rank N ... device ..." lines
+    ranks: list[int] = []  # from the "# Rank N ... on HOST device ..." lines
+    rank_hosts: list[str] = []  # the host each of those ranks ran on, as it printed it ("" where it did not)
     devices: list[str] = []
     settings: str | None = None  # the "# nThread ... nGpus ..." line
     out_of_bounds: int | None = None
@@ -270,7 +282,7 @@ _NCCL_NOISE = re.compile(r"^\s*NCCL version\b")
 _HEADER = re.compile(r"^#?\s*size\s+count\s+type\b")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _AVG_BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?(?:\bon\s+(?P<host>\S+)\s+)?\bdevice\s+\d+\s+\[[^\]]*\]\s+(?P<device>.+?)\s*$")
 _SETTINGS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\b")
 _DTYPE = re.compile(r"^[A-Za-z][\w]*$")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$|^-?nan$|^-?inf$|^N/A$", re.IGNORECASE)
@@ -446,6 +458,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
     columns: list[str] | None = None
     ranks: list[int] = []
     devices: list[str] = []
+    hosts: list[str] = []
     settings = None
     out_of_bounds, failed, avg_busbw = None, False, None
     pending: list[str] = []
@@ -480,7 +493,8 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
             continue
         if match := _RANK_LINE.match(stripped):
             ranks.append(int(match.group(1)))
-            devices.append(match.group(2))
+            devices.append(match.group("device"))
+            hosts.append(match.group("host") or "")
             continue
         if _SETTINGS.match(stripped):
             settings = stripped.lstrip("# ")
@@ -515,6 +529,7 @@ def parse_nccl_tests(text: str) -> NcclTestsOutput:
         rows=rows,
         columns=columns,
         ranks=sorted(set(ranks)),
+        rank_hosts=[host for _, host in sorted(dict(zip(ranks, hosts)).items())],
         devices=devices,
         settings=settings,
         out_of_bounds=out_of_bounds,
@@ -641,6 +656,36 @@ def sweep_bound(sweep: CommSweep, device: str, hardware: HardwareTable | None = 
     )  # fmt: skip
 
 
+def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -> BusBandwidthBound:
+    """The bound of a sweep whose ranks span nodes: the network between them, from each node's
+    fingerprint (`None`: the node has none). A ring's bus bandwidth is the traffic each node
+    sends out per direction, spread over its NICs, so the bound is the slowest node's active
+    RDMA ports together, each way (Gb/s / 8). It assumes no reduction in the network (SHARP):
+    with it, NCCL's busbw is no wire bandwidth. Ethernet NICs are not read, and a CPU sweep
+    (gloo, over TCP) uses no RDMA port: both have no known bound, never an invented one."""
+    if device != "cuda":
+        return _no_bound("CPU processes exchange data over TCP (gloo) on whatever network joins the nodes; "
+                         "the kit does not read its rate")  # fmt: skip
+    per_node = {}
+    for node, network in node_networks.items():
+        if network is None:
+            return _no_bound(f"node {node} has no fingerprint")
+        active = [port for port in network.rdma_ports if port.state == "ACTIVE" and port.rate_gbps]
+        if not active:
+            return _no_bound(f"no active RDMA port in {node}'s fingerprint ({network.unavailable or 'none up'}); "
+                             "Ethernet rates are not read")  # fmt: skip
+        per_node[node] = active
+    if not per_node:
+        return _no_bound("the nodes the ranks ran on are not recorded")
+    node, ports = min(per_node.items(), key=lambda item: sum(port.rate_gbps for port in item[1]))
+    total = sum(port.rate_gbps for port in ports)
+    return BusBandwidthBound(
+        gbps=total / 8,
+        link=f"the network: {node}'s {len(ports)} active RDMA port(s), {total:g} Gb/s together, {total / 8:g} GB/s each "
+             "way (the slowest node, from its fingerprint; without in-network reduction)",
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU links, as nvidia-smi shows them where the case runs
 # ---------------------------------------------------------------------------------------------
@@ -693,7 +738,7 @@ def spread(values: Iterable[float]) -> dict[str, float]:
 __all__ = [
     "COLLECTIVES", "BufferLayout", "BusBandwidthBound", "CommRow", "CommSweep", "NcclTestsOutput", "Timing",
     "TopologyFacts", "algorithm_bandwidth_gbps", "buffer_layout", "bus_bandwidth_factor", "bus_bandwidth_gbps",
-    "busbw_bound", "data_failure", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs", "split_runs",
+    "busbw_bound", "data_failure", "internode_bound", "message_sizes", "parse_nccl_tests", "parse_nccl_tests_runs", "split_runs",
     "spread", "sweep_bound", "topology_facts",
 ]  # fmt: skip
 

@@ -27,12 +27,14 @@ class Host:
         return len(self.gpu_names)
 
 
-def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False) -> str | None:
+def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False, cluster: bool = False) -> str | None:
     """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
-    GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted."""
+    GPU case whose predicted memory exceeds the host GPU's (kit.predictions) is not attempted.
+    With `cluster` (the Slurm executor) the nodes, not this host, have the GPUs: Slurm refuses a
+    job its nodes cannot hold, and the case ends `error` with its words."""
     if case.workload not in (*WORKLOADS, "serve"):
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
-    if case.device == "cuda" and case.gpus > host.gpu_count:
+    if case.device == "cuda" and case.gpus > host.gpu_count and not cluster:
         return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
     if skip_predicted_oom and case.device == "cuda":
         from kit.hardware import load_hardware

@@ -31,13 +31,15 @@ def binary_name(case: Case) -> str:
     return COLLECTIVES[case.params.collective].nccl_tests_binary
 
 
-def command(case: Case, binary: str) -> list[str]:
-    """The case's sweep as nccl-tests arguments, all its GPUs driven by this one process."""
+def command(case: Case, binary: str, gpus_per_process: int | None = None) -> list[str]:
+    """The case's sweep as nccl-tests arguments, all its GPUs driven by this one process; or, for
+    a binary built with MPI=1 that srun or mpirun starts once per GPU, `gpus_per_process=1`
+    (MPI gives the number of processes)."""
     params = case.params
     return [
         binary,
         "-b", str(params.min_bytes), "-e", str(params.max_bytes), "-f", str(params.step_factor),
-        "-g", str(case.gpus), "-w", str(params.warmup_iters), "-n", str(params.iters),
+        "-g", str(gpus_per_process or case.gpus), "-w", str(params.warmup_iters), "-n", str(params.iters),
         "-d", DTYPES[params.dtype], "-c", "1",
     ]  # fmt: skip
 
@@ -90,6 +92,7 @@ def rank_sample(
         rows=parsed.rows,
         device_names=sorted(set(parsed.devices)),
         topology=topology,
+        rank_nodes=parsed.rank_hosts if all(parsed.rank_hosts) else [],
         out_of_bounds=parsed.out_of_bounds,
         out_of_bounds_failed=parsed.out_of_bounds_failed,
         avg_busbw_gbps=parsed.avg_busbw_gbps,

@@ -251,6 +251,7 @@ class ProfileStage(Strict):
     models: tuple[Name, ...] | None = None
     methods: tuple[Name, ...] | None = None
     gpus: tuple[GpuCount, ...] | None = None
+    fit: Literal["fixed", "sweep", "all"] | None = None  # the stage's own (Stage.fit) unless set: a cluster's counts are fixed
     variants: tuple[Name, ...] | None = None
     params: dict[str, Any] = {}
 
@@ -419,7 +420,7 @@ def _stage_cases(
     methods = narrowed.methods if narrowed.methods is not None else stage.matrix.methods
     gpu_counts = narrowed.gpus if narrowed.gpus is not None else stage.matrix.gpus
     if profile.device == "cuda":
-        gpu_counts = fitted_gpu_counts(stage.fit, gpu_counts, host_gpus)
+        gpu_counts = fitted_gpu_counts(narrowed.fit or stage.fit, gpu_counts, host_gpus)
     where = f"profiles.{profile_name}.stages.{stage_name}"
     cases = []
     for model in models or (None,):

@@ -211,6 +211,8 @@ class RunInfo(BaseModel):
     redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
     slurm: dict[str, Any] | None = None  # --executor slurm: its options (kit.execute.slurm_script.SlurmOptions)
+    # --executor slurm: each node a job ran on -> its fingerprint, taken on it (kit.execute.node_fingerprint)
+    node_fingerprints: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _selected_cases_are_in_the_plan(self) -> "RunInfo":

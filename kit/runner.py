@@ -168,7 +168,7 @@ def execute_case(
 ) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
-    reason = skip_reason(case, host, skip_predicted_oom)
+    reason = skip_reason(case, host, skip_predicted_oom, cluster=getattr(requested, "NAME", None) == "slurm")
     status = "skipped"
     if reason is None and (reason := unavailable_by_design(case)) is not None:
         status = "unavailable"  # said without starting a process that could only say the same
@@ -270,6 +270,9 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             run.write_info(info)
             seal(run, info)
         raise
+    if info.executor == "slurm":  # where the numbers were measured: every node a job ran on
+        info.node_fingerprints = requested.fingerprint_nodes(run.root, [s for r in run.results() for s in r.samples],
+                                                             info.redacted)  # fmt: skip
     after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
     try:

@@ -250,3 +250,49 @@ def test_slurm_options_go_with_the_slurm_executor_only():
     assert done.exit_code == 2 and "go with --executor slurm" in done.output
     done = CliRunner().invoke(cli, ["run", "--all", "--per-node", "--dry-run"])
     assert done.exit_code == 2 and "go with --executor slurm" in done.output
+
+
+# --- nccl-tests across nodes (the cluster profile) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster_plan(protocol):
+    from kit.protocol import build_plan
+
+    return build_plan(protocol, "cluster")
+
+
+def test_the_cluster_profile_keeps_its_gpu_counts_whatever_the_host(protocol, cluster_plan):
+    from kit.protocol import build_plan
+
+    on_eight = build_plan(protocol, "cluster", host_gpus=8)
+    for plan in (cluster_plan, on_eight):
+        assert sorted({c.gpus for c in plan.cases if c.stage == "comm"}) == [8, 16, 32]
+        assert sorted({c.gpus for c in plan.cases if c.stage == "scaling"}) == [8, 16, 32]
+
+
+def test_a_two_node_nccl_tests_case_is_one_mpi_rank_per_gpu_started_by_srun(cluster_plan):
+    case = next(c for c in cluster_plan.cases if c.id == "comm.all_reduce.g16")
+    options = SlurmOptions(partition="gpu", gpus_per_node=8, time_limit="00:30:00")
+    assert_golden("slurm/cluster-nccl-tests-all_reduce-2x8.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [1]))
+
+
+def test_rank_0s_output_of_a_two_node_job_is_the_runs_sweep_across_nodes(cluster_plan, tmp_path):
+    """The recorded output of all_reduce_perf over two 8 x H100 hosts (tests/fixtures/nccl_tests/
+    h100x16-two-nodes-all_reduce.source) as the rank-0 log of a job."""
+    from kit.comm import CommSweep
+    from kit.execute.slurm_jobs import JobState
+
+    case = next(c for c in cluster_plan.cases if c.id == "comm.all_reduce.g16")
+    job_files, out_dir = tmp_path / "slurm", tmp_path / "runs" / "1"
+    job_files.mkdir()
+    out_dir.mkdir(parents=True)
+    recorded = Path(__file__).parent / "fixtures" / "nccl_tests" / "h100x16-two-nodes-all_reduce.txt"
+    (job_files / "job-7-rank-0.log").write_text(recorded.read_text())
+    job = JobState(job_id="7", state="COMPLETED", exit_code=0, signal=0, nodes="ztan-mig-[235z,gq73]")
+    SlurmExecutor(SlurmOptions(gpus_per_node=8)).read_binary_output(case, job, job_files, out_dir, "")
+    rank = RankSample.model_validate_json((out_dir / "rank-0.json").read_text())
+    sweep = CommSweep.model_validate(rank.details)
+    assert rank.status == "ok" and sweep.ranks == 16 and len(sweep.rows) == 31
+    assert sweep.span == "inter-node" and sorted(set(sweep.rank_nodes)) == ["ztan-mig-235z", "ztan-mig-gq73"]
+    assert sweep.command[7:9] == ["-g", "1"] and (out_dir / "all_reduce_perf.out.txt").is_file()

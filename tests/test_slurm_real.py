@@ -178,6 +178,7 @@ def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_
         run = fleet / node
         info = RunDir(run).read_info()
         assert info.slurm["nodelist"] == node and info.slurm["nodes"] == 1 and info.status == "finished"
+        assert info.node_fingerprints == {node: f"fingerprints/{node}.json"}  # what the fleet report compares
         assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == [node]
         result = RunDir(run).read_result(case_id)
         assert result.status == "ok", f"{node}: {result.reason}"

@@ -18,16 +18,19 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
+from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
     SACCT_FORMAT,
     JobState,
     ended_by_slurm,
+    expand_hostlist,
     first_failed_task,
     owner_comment,
     owner_of,
@@ -35,11 +38,23 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
-from kit.execute.slurm_script import SlurmOptions, batch_script, check_script, layout, pyxis_arguments
+from kit.execute.slurm_script import (
+    SlurmOptions,
+    batch_script,
+    check_script,
+    layout,
+    node_fingerprint_script,
+    pyxis_arguments,
+)
 from kit.protocol import Case
-from kit.results import RankSample, RunSample, SlurmJob, utc_now
+from kit.results import RankSample, RunSample, SlurmJob, atomic_write_model, utc_now
 
 NAME = "slurm"
+# srun's MPI plugin for nccl-tests across nodes: the binaries built with MPI=1 (NVIDIA/nccl-tests
+# README, "Build": MPI gives the number of processes), one task per GPU with `-g 1`, as in
+# `srun --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix all_reduce_perf_mpi ... -g 1`
+# (nebius/soperator#428) and NVIDIA/NeMo-Framework-Launcher#49 (pmix for nccl-tests on Slurm).
+NCCL_TESTS_MPI = "pmix"
 POLL_S = 2.0
 CANCEL_WAIT_S = 60
 COMMAND_TIMEOUT_S = 60
@@ -222,8 +237,6 @@ class SlurmExecutor:
     def run_once(self, case: Case, case_dir: Path, index: int, log) -> RunSample:
         if case.workload == "serve":
             return not_run(case, index, "unavailable", "serving cases run on one host (--executor docker or local), not as Slurm jobs")
-        if nccl_tests.runs_binary(case):
-            return not_run(case, index, "unavailable", "nccl-tests cases do not run as Slurm jobs yet (--executor docker or local)")
         return self.run_launch(case, case_dir, [index], log)[0]
 
     def container_arguments(self, case: Case, run_dir: Path) -> list[str]:
@@ -235,17 +248,31 @@ class SlurmExecutor:
         return pyxis_arguments(found[1].pinned_reference, run_dir, images.kit_source_dir())
 
     def script(self, case: Case, case_dir: Path, indices: list[int], job_files: Path) -> str:
-        """The batch script of one launch doing the runs `indices` (paths absolute: the nodes read them)."""
+        """The batch script of one launch doing the runs `indices` (paths absolute: the nodes read
+        them). An nccl-tests case is one MPI rank per GPU (the binary, on the nodes' PATH or in the
+        image, built with MPI=1), started by srun's MPI plugin."""
         case_dir = case_dir.resolve()
         python = sys.executable if self.options.container_mode == "none" else "python"
-        outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
-        command = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs]
+        if nccl_tests.runs_binary(case):
+            command, ranks, mpi = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1), case.gpus, NCCL_TESTS_MPI
+        else:
+            outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
+            command, ranks, mpi = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs], processes(case), None
         return batch_script(
-            case, command, python=python, options=self.options, ranks=processes(case),
+            case, command, python=python, options=self.options, ranks=ranks,
             timeout_s=case.params.timeout_s * len(indices), output=job_files / "job-%j.out",
             rank_logs=job_files / "job-%j-rank-%t.log", memory_cap_bytes=memory_cap_bytes(case),
-            container=self.container_arguments(case, case_dir.parent.parent),
+            container=self.container_arguments(case, case_dir.parent.parent), mpi=mpi,
         )  # fmt: skip
+
+    def read_binary_output(self, case: Case, job: JobState, job_files: Path, out_dir: Path, job_output: str) -> None:
+        """An nccl-tests job's sample: rank 0 prints the sweep (nccl-tests prints from its first
+        MPI rank only), kept beside the run and read as on one host."""
+        printed = read_text(job_files / f"job-{job.job_id}-rank-0.log")
+        argv = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1)
+        raw_name = nccl_tests.keep_output(out_dir, argv[0], printed, job_output)
+        rank = nccl_tests.rank_sample(case, argv, printed, job_output, job.exit_code, raw_name, utc_now(), utc_now(), None)
+        atomic_write_model(out_dir / "rank-0.json", rank)
 
     def run_launch(self, case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
         out_dirs = [case_dir / "runs" / str(index) for index in indices]
@@ -269,12 +296,29 @@ class SlurmExecutor:
             say(str(exc))
             return [not_run(case, indices[0], "error", str(exc))]
         job_output = append_job_logs(log, job.job_id, job_files)
+        if nccl_tests.runs_binary(case):
+            self.read_binary_output(case, job, job_files, out_dirs[0], job_output)
         log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
                   f"after {wall_s:.1f} s\n")  # fmt: skip
         log.flush()
         samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=job.exit_code,
                                  wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
         return judged(samples, job, job_output)
+
+    def fingerprint_nodes(self, run_dir: Path, samples: list[RunSample], redact: bool) -> dict[str, str]:
+        """Every node the samples' jobs ran on, fingerprinted (those the check job at the start
+        did not already): node -> file, as run.json keeps them. What Slurm said goes to
+        slurm/node-fingerprints/log.txt; a refused job leaves those nodes without one, which
+        the report names."""
+        folder = run_dir / "slurm" / "node-fingerprints"
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "log.txt").open("a", encoding="utf-8") as log:
+            try:
+                return fingerprint_missing_nodes(run_dir, samples, self.options, lambda line: print(line, file=log, flush=True),
+                                                 redact)  # fmt: skip
+            except SlurmUnavailable as exc:
+                log.write(f"{exc}\n")
+                return fingerprinted(run_dir)
 
 
 def configured(options: dict | None) -> SlurmExecutor:
@@ -293,13 +337,15 @@ def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
     return max(counts, default=1)
 
 
-def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say) -> list[str]:
-    """A tiny job on `nodes` nodes, each writing a file into the run directory: the nodes that
-    did (raising RunDirNotShared, with what to do, when one did not)."""
+def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say, redact: bool = False) -> list[str]:
+    """A tiny job on `nodes` nodes, each writing a file into the run directory, then
+    fingerprinting itself into it (kit.execute.node_fingerprint): the nodes that wrote their file
+    (raising RunDirNotShared, with what to do, when one did not)."""
     folder = (run_dir / "slurm" / "shared-run-dir-check").resolve()
     marks = folder / "nodes"
     folder.mkdir(parents=True, exist_ok=True)
-    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out"), folder / "check.sbatch", say)
+    step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
+    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out", step), folder / "check.sbatch", say)
     seen = sorted(path.name for path in marks.iterdir()) if marks.is_dir() else []
     if len(seen) < nodes:
         raise RunDirNotShared(
@@ -308,3 +354,21 @@ def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say) 
             "directory (--out) on a file system every compute node mounts at the same path (a home or project share)"
         )  # fmt: skip
     return seen
+
+
+def job_nodes(samples: Iterable[RunSample]) -> list[str]:
+    """The nodes the samples' Slurm jobs ran on, one name each."""
+    lists = {sample.slurm_job.nodes for sample in samples if sample.slurm_job and sample.slurm_job.nodes}
+    return sorted({node for nodelist in lists for node in expand_hostlist(nodelist)})
+
+
+def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say,
+                              redact: bool = False) -> dict[str, str]:  # fmt: skip
+    """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
+    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint)."""
+    missing = [node for node in job_nodes(samples) if node not in fingerprinted(run_dir)]
+    if missing:
+        folder = (run_dir / "slurm" / "node-fingerprints").resolve()
+        step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
+        run_job(node_fingerprint_script(missing, options, folder / "job-%j.out", step), folder / f"{missing[0]}.sbatch", say)
+    return fingerprinted(run_dir)

@@ -123,13 +123,17 @@ def batch_script(
     rank_logs: Path,
     memory_cap_bytes: int | None = None,
     container: list[str] | None = None,
+    mpi: str | None = None,
 ) -> str:
     """The whole script: #SBATCH lines, the master's address and port, the ranks' environment,
     and one srun that starts every rank of `rank_command` (`container`: srun's pyxis options).
-    A rank that fails ends the step (--kill-on-bad-exit): the others stop instead of waiting."""
+    A rank that fails ends the step (--kill-on-bad-exit): the others stop instead of waiting.
+    `mpi`: srun's MPI plugin for a command that is an MPI program itself (nccl-tests built with
+    MPI=1), whose ranks then come from MPI, not from kit.workloads.srun_rank."""
     place = layout(ranks, case.device, options)
-    srun = ["srun", "--kill-on-bad-exit=1", f"--output={rank_logs}", *(container or []),
-            python, "-m", "kit.workloads.srun_rank", "--", *rank_command]  # fmt: skip
+    launch = [f"--mpi={mpi}", *(container or []), *rank_command] if mpi else \
+        [*(container or []), python, "-m", "kit.workloads.srun_rank", "--", *rank_command]  # fmt: skip
+    srun = ["srun", "--kill-on-bad-exit=1", f"--output={rank_logs}", *launch]
     lines = [
         "#!/bin/bash",
         *sbatch_header(case, place, options, time_limit(timeout_s), output),
@@ -146,17 +150,30 @@ def batch_script(
     return "\n".join(lines) + "\n"
 
 
-def check_script(marks: Path, nodes: int, options: SlurmOptions, output: Path) -> str:
+def check_script(marks: Path, nodes: int, options: SlurmOptions, output: Path, fingerprint_step: str | None = None) -> str:
     """A tiny job whose every node writes a file named after it into `marks` (in the run
-    directory): the kit reads them back to know that the compute nodes see the run directory."""
-    header = [
+    directory): the kit reads them back to know that the compute nodes see the run directory.
+    `fingerprint_step` (kit.execute.node_fingerprint) then fingerprints each of those nodes."""
+    header = tiny_job_header("kit-shared-fs-check", nodes, output) + site_lines(options)
+    write = f'mkdir -p {shlex.quote(str(marks))} && hostname > {shlex.quote(str(marks))}/"$SLURMD_NODENAME"'
+    steps = [f"srun bash -c {shlex.quote(write)}", *([fingerprint_step] if fingerprint_step else [])]
+    return "\n".join([*header, "set -euo pipefail", *steps]) + "\n"
+
+
+def node_fingerprint_script(nodes: list[str], options: SlurmOptions, output: Path, fingerprint_step: str) -> str:
+    """A tiny job pinned to `nodes` (--nodelist), one task each, running `fingerprint_step`: the
+    nodes a case's job ran on that the check job at the start did not land on."""
+    pinned = options.model_copy(update={"nodelist": ",".join(nodes)})
+    header = tiny_job_header("kit-node-fingerprint", len(nodes), output) + site_lines(pinned)
+    return "\n".join([*header, "set -euo pipefail", fingerprint_step]) + "\n"
+
+
+def tiny_job_header(name: str, nodes: int, output: Path) -> list[str]:
+    return [
         "#!/bin/bash",
-        "#SBATCH --job-name=kit-shared-fs-check",
+        f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --time=00:01:00",
+        "#SBATCH --time=00:02:00",
         f"#SBATCH --output={output}",
     ]
-    header += site_lines(options)
-    write = f'mkdir -p {shlex.quote(str(marks))} && hostname > {shlex.quote(str(marks))}/"$SLURMD_NODENAME"'
-    return "\n".join([*header, "set -euo pipefail", f"srun bash -c {shlex.quote(write)}"]) + "\n"

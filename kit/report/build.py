@@ -31,6 +31,7 @@ from kit.report.sections import (
     environment_section,
     issues_section,
     machine,
+    node_fingerprints_section,
     status_counts,
     summary_section,
 )
@@ -148,6 +149,7 @@ def build_report(
     sections = [
         summary_section(run, outcomes, stages, ab_comparisons),
         environment_section(run),
+        *filter(None, [node_fingerprints_section(run)]),
         *stages,
         energy_section(run, gpu_hour_price),
         claims_section(reference, outcomes or [], table_comparisons, run, runs),

@@ -24,13 +24,11 @@ from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
 from kit.report.render import verify_runs, write_documents
-from kit.report.sections import fingerprint_facts, framework_versions, image_section
+from kit.report.sections import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions, image_section
 from kit.stages import unit_of
 
 FLEET_FILES = ("fleet-report.html", "fleet-report.pdf")
 FLEET_FORMATS = ("html", "pdf")
-# Facts every fingerprint has that differ between any two runs, whatever the nodes.
-PER_RUN_FACTS = ("Collected (UTC)", "Host name")
 
 
 class Node(NamedTuple):
@@ -149,13 +147,15 @@ def figures_table(judged: Sequence[CaseAcrossFleet], nodes: Sequence[Node]) -> T
 
 
 def node_facts(run: LoadedRun) -> dict[str, str]:
-    """What a node's run says of its machine and its software: the fingerprint before the run,
+    """What a node's run says of its machine and its software: the fingerprint its node took of
+    itself where its jobs ran on one node (a per-node run), else the fingerprint before the run;
     and run.json's kit, executor, images and the framework versions its workloads reported."""
-    fingerprint = run.before.fingerprint
+    taken = next(iter(run.nodes.values())) if len(run.nodes) == 1 else run.before
+    fingerprint = taken.fingerprint
     facts = (
         {key: value for key, value in fingerprint_facts(fingerprint, run.hostname) if key not in PER_RUN_FACTS}
         if fingerprint
-        else {"Fingerprint": run.before.missing or "not recorded"}
+        else {"Fingerprint": taken.missing or "not recorded"}
     )
     kit = run.info.kit
     images = image_section(run)
@@ -185,20 +185,7 @@ def job_nodes(run: LoadedRun) -> str:
 def fingerprint_differences(nodes: Sequence[Node]) -> tuple[list[Row], list[str]]:
     """Rows naming, for each fact not the same on every node, each value and the nodes that have
     it; and the facts that are the same everywhere."""
-    facts = {node.name: node_facts(node.run) for node in nodes}
-    aspects = list(dict.fromkeys(key for found in facts.values() for key in found))
-    rows, equal = [], []
-    for aspect in aspects:
-        values: dict[str, list[str]] = {}
-        for name, found in facts.items():
-            values.setdefault(found.get(aspect, "not recorded"), []).append(name)
-        if len(values) == 1:
-            equal.append(aspect)
-            continue
-        for index, (value, names) in enumerate(values.items()):
-            rows.append(Row(cells=[Cell(text=aspect if index == 0 else "", tone="strong"), Cell(text=value, tone="bad"),
-                                   Cell(text=", ".join(names))]))  # fmt: skip
-    return rows, equal
+    return differing_facts({node.name: node_facts(node.run) for node in nodes})
 
 
 def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) -> Report:
@@ -277,10 +264,11 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             anchor="fleet-fingerprints",
             title="Fingerprint differences",
             paragraphs=[
-                "The facts of each run's fingerprint (before the run) and run.json that are not the same on every node; "
-                "the collection time and the host name are left out, being different for every run. The fingerprint is "
-                "taken where kit runs: for a run of Slurm jobs, the host that submitted them; the facts marked "
-                "(workloads) are what the ranks reported on the nodes they ran on.",
+                "The facts of each run's fingerprint and run.json that are not the same on every node; the collection "
+                "time and the host name are left out, being different for every run. A run whose Slurm jobs ran on one "
+                "node is compared by the fingerprint that node took of itself (fingerprints/<node>.json); any other by "
+                "its fingerprint before the run, taken where kit ran. The facts marked (workloads) are what the ranks "
+                "reported on the nodes they ran on.",
                 "The same on every node: " + (", ".join(equal) or "nothing") + ".",
             ],
             tables=[Table(caption="Facts that differ between the nodes", header=["Fact", "Value", "Nodes"],

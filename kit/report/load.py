@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from kit import __version__
+from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
+from kit.execute.slurm_jobs import expand_hostlist
 from kit.fingerprint import (
     Fingerprint,
     redact_identifiers,
@@ -34,6 +37,7 @@ class LoadedRun(BaseModel):
     results: dict[str, Result]
     before: LoadedFingerprint
     after: LoadedFingerprint
+    nodes: dict[str, LoadedFingerprint] = {}  # Slurm: each node a job ran on, fingerprinted on it (run.json)
     evidence: list[EvidenceFile]
     evidence_digest: str
     hostname: str
@@ -51,6 +55,19 @@ def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     if redact and not fingerprint.redacted:
         fingerprint = redact_identifiers(fingerprint, redaction_salt())
     return LoadedFingerprint(fingerprint=fingerprint)
+
+
+def _node_fingerprints(run_dir: RunDir, info: RunInfo, results: Iterable[Result], redact: bool) -> dict[str, LoadedFingerprint]:
+    """The fingerprint of every node run.json names, and of every node a job ran on (those without
+    one say so); a name from the run's own files only, never a path outside it."""
+    found = {node: _read_fingerprint(run_dir.root / FINGERPRINTS / Path(relative).name, redact)
+             for node, relative in info.node_fingerprints.items()}  # fmt: skip
+    for result in results:
+        for sample in result.samples:
+            job = sample.slurm_job
+            for node in expand_hostlist(job.nodes) if job else []:
+                found.setdefault(node, LoadedFingerprint(missing=f"not recorded (a job ran on {node}; no fingerprint of it in run.json)"))
+    return dict(sorted(found.items()))
 
 
 def load_run(path: Path, redact: bool) -> LoadedRun:
@@ -77,6 +94,7 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
         results=results,
         before=before,
         after=_read_fingerprint(run_dir.fingerprint_after_path, redact),
+        nodes=_node_fingerprints(run_dir, info, results.values(), redact),
         evidence=read_sums(run_dir.root),
         evidence_digest=evidence_digest(run_dir.root),
         hostname=hostname,

@@ -117,6 +117,82 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
     ]
 
 
+# Facts every fingerprint has that differ between any two fingerprints, whatever the nodes.
+PER_RUN_FACTS = ("Collected (UTC)", "Host name")
+
+
+def differing_facts(facts: dict[str, dict[str, str]]) -> tuple[list[Row], list[str]]:
+    """Node -> its facts, compared: a row for each value of each fact that is not the same on
+    every node (the fact, the value, the nodes that have it); and the facts the same everywhere."""
+    aspects = list(dict.fromkeys(key for found in facts.values() for key in found))
+    rows, equal = [], []
+    for aspect in aspects:
+        values: dict[str, list[str]] = {}
+        for name, found in facts.items():
+            values.setdefault(found.get(aspect, "not recorded"), []).append(name)
+        if len(values) == 1:
+            equal.append(aspect)
+            continue
+        for index, (value, names) in enumerate(values.items()):
+            rows.append(Row(cells=[Cell(text=aspect if index == 0 else "", tone="strong"), Cell(text=value, tone="bad"),
+                                   Cell(text=", ".join(names))]))  # fmt: skip
+    return rows, equal
+
+
+def node_fingerprint_facts(fingerprints: dict[str, Fingerprint]) -> dict[str, dict[str, str]]:
+    """Each node's fingerprint facts, less those that differ for every fingerprint (its time,
+    its host name), plus the kernel and the frameworks of the Python it ran (a node's own)."""
+    facts = {}
+    for node, fingerprint in fingerprints.items():
+        found = {key: value for key, value in fingerprint_facts(fingerprint, node) if key not in PER_RUN_FACTS}
+        found["Kit (source SHA-256)"] = fingerprint.kit.source_sha256 or "not recorded"
+        probe = fingerprint.image
+        if probe is not None:
+            found["Python, torch, NCCL"] = f"{probe.python}, {probe.torch or 'none'}, {probe.nccl or 'none'}"
+        facts[node] = found
+    return facts
+
+
+def node_fingerprints_section(run: LoadedRun) -> Section | None:
+    """Slurm: every node a job ran on, as it fingerprinted itself, and each fact that is not the
+    same on every node; None for a run that ran no job on a node (one host: its fingerprint is
+    the environment section's)."""
+    if not run.nodes:
+        return None
+    section = Section(anchor="node-fingerprints", title="Fingerprints of the nodes")
+    taken = {node: loaded.fingerprint for node, loaded in run.nodes.items() if loaded.fingerprint is not None}
+    missing = {node: loaded.missing for node, loaded in run.nodes.items() if loaded.fingerprint is None}
+    section.paragraphs.append(
+        f"The run's jobs ran on {len(run.nodes)} node(s): {', '.join(run.nodes)}. Each fingerprinted itself from inside a "
+        "Slurm job (fingerprints/<node>.json); the fingerprint of the environment section is of the host kit ran on."
+    )
+    section.tables.append(Table(
+        caption="Each node as it fingerprinted itself",
+        header=["Node", "GPUs", "Driver", "Kernel", "RDMA ports"],
+        widths=[14, 30, 14, 20, 22],
+        rows=[Row(cells=[Cell(text=node, tone="strong"), *(Cell(text=value) for value in _node_row(fingerprint))])
+              for node, fingerprint in taken.items()],
+    ))  # fmt: skip
+    if missing:
+        section.paragraphs.append("Without a fingerprint: " + "; ".join(f"{node}: {why}" for node, why in missing.items()) + ".")
+    if len(taken) < 2:
+        return section
+    rows, equal = differing_facts(node_fingerprint_facts(taken))
+    if rows:
+        section.tables.append(Table(caption="Facts that differ between the nodes", header=["Fact", "Value", "Nodes"],
+                                    widths=[25, 50, 25], rows=rows))  # fmt: skip
+    else:
+        section.paragraphs.append("The nodes' fingerprints agree on every fact compared.")
+    section.paragraphs.append(f"The same on every node: {', '.join(equal) or 'nothing'}.")
+    return section
+
+
+def _node_row(fingerprint: Fingerprint) -> list[str]:
+    facts = dict(fingerprint_facts(fingerprint, ""))
+    return [facts["GPUs"], fingerprint.gpus.driver_version or "not recorded", fingerprint.host.kernel or "not recorded",
+            facts["RDMA ports"]]  # fmt: skip
+
+
 def peak_figures(gpu_names: Sequence[str], hardware: HardwareTable) -> str:
     """What manifests/hardware.yaml gives each GPU model for the figures derived from vendor peaks
     (MFU, roofline and link bounds), so that a GPU it lacks is named rather than silently skipped."""

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kit.comm import COLLECTIVES, CommSweep, sweep_bound
+from kit.comm import COLLECTIVES, BusBandwidthBound, CommSweep, internode_bound, sweep_bound
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
@@ -72,6 +72,12 @@ def comm_case_metrics(
         f"{first.backend}, {first.ranks} ranks, {first.dtype}: {len(sizes)} sizes from {sizes[0]} B to {sizes[-1]} B; "
         f"time = {first.time_statistic}; per-size rows in each rank sample's details.rows"
     ]
+    if first.span is not None:
+        notes.append(f"{first.span}: ranks on {', '.join(dict.fromkeys(first.rank_nodes))} (as each rank said)")
+    if first.span == "inter-node":
+        notes.append("bus bandwidth bound: the network between the nodes, from each node's fingerprint (the report's "
+                     "communication section), not a GPU link")  # fmt: skip
+        return found, notes
     bound = sweep_bound(first, case.device, hardware)
     if not bound.known:
         notes.append(f"bus bandwidth bound: none ({bound.reason})")
@@ -113,32 +119,67 @@ def _collective_label(method: str) -> str:
     return known.label if known else method
 
 
+SPANS = {
+    "intra-node": "Within a node: ranks on one node, bound by its GPU links (NVLink or PCIe)",
+    "inter-node": "Across nodes: ranks on several nodes, bound by the network between them",
+    None: "Not measured, or a sweep that did not say on which nodes its ranks ran",
+}
+
+
+def case_span(result: Result | None, executor: str) -> str | None:
+    """intra-node or inter-node, as the ranks of the case's first run said where they ran; on one
+    host (any executor but Slurm) a sweep is intra-node; None where it is not known."""
+    if result is None or result.status != "ok" or not result.samples:
+        return None
+    try:
+        span = sweep_of(result.samples[0]).span
+    except ValueError:
+        return None
+    return span or (None if executor == "slurm" else "intra-node")
+
+
+def case_bound(case: Case, result: Result, span: str | None, run: LoadedRun, hardware: HardwareTable | None) -> BusBandwidthBound:
+    """The bound a case's busbw is held against: its GPU links within a node, the network (from
+    the fingerprint of each node its ranks ran on) across nodes."""
+    sweep = sweep_of(result.samples[0])
+    if span != "inter-node":
+        return sweep_bound(sweep, case.device, hardware)
+    networks = {}
+    for node in dict.fromkeys(sweep.rank_nodes):
+        loaded = run.nodes.get(node)
+        networks[node] = loaded.fingerprint.network if loaded is not None and loaded.fingerprint is not None else None
+    return internode_bound(case.device, networks)
+
+
+def _bound_cell(bound: BusBandwidthBound) -> Cell:
+    if bound.known:
+        return Cell(text=f"{bound.gbps:.1f}", detail=bound.link)
+    return Cell(text="not known", detail=bound.reason, tone="muted")
+
+
 def comm_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
-    """Each collective's bus bandwidth (nccl-tests' definition, kit.comm) and its sweep over sizes."""
+    """Each collective's bus bandwidth (nccl-tests' definition, kit.comm) beside the bound of the
+    links it crossed, within a node and across nodes apart, and its sweep over sizes."""
     section = Section(anchor=stage.name, title=stage.title)
     cases = stage_cases(run, stage.name)
-    rows, sweeps, unreadable = [], [], []
+    rows: dict[str | None, list[Row]] = {}
+    sweeps, unreadable = [], []
     for case in cases:
         result = run.results.get(case.id)
+        span = case_span(result, run.info.executor)
         label = Cell(text=_collective_label(case.method), detail=case.id, tone="strong")
-        if result is None or result.status != "ok":
-            rows.append(
-                Row(
-                    cells=[
-                        label,
-                        Cell(text=str(case.gpus)),
-                        status_cell(result, case.id in run.info.selected, colspan=4),
-                    ]
-                )
-            )
+        if span is None:
+            rows.setdefault(span, []).append(Row(cells=[label, Cell(text=str(case.gpus)),
+                                                        status_cell(result, case.id in run.info.selected, colspan=5)]))  # fmt: skip
             continue
-        rows.append(
+        rows.setdefault(span, []).append(
             Row(
                 cells=[
                     label,
                     Cell(text=str(case.gpus)),
                     metric_cell(result, "bus_bandwidth_gb_s"),
                     metric_cell(result, "bus_bandwidth_at_largest_gb_s"),
+                    _bound_cell(case_bound(case, result, span, run, None)),
                     metric_cell(result, "algorithm_bandwidth_gb_s"),
                     metric_cell(result, "time_at_smallest_us"),
                 ]
@@ -149,32 +190,29 @@ def comm_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
         except ValueError as exc:
             unreadable.append(f"{case.id}: {str(exc).splitlines()[0]}")
     device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
-    section.tables.append(
-        Table(
-            caption="Collectives: peak bus bandwidth over the sizes, and at the largest size",
-            header=[
-                "Collective",
-                device,
-                "peak busbw (GB/s)",
-                "busbw, largest (GB/s)",
-                "peak algbw (GB/s)",
-                "time, smallest (µs)",
-            ],
-            widths=[22, 10, 17, 17, 17, 17],
-            rows=rows,
-            notes=[
-                runs_note(run.results[c.id] for c in cases if c.id in run.results),
-                "Bus bandwidth as nccl-tests defines it: algorithm bandwidth × the collective's factor, comparable "
-                "with the link rate whatever the number of ranks. The bound each case was held against is in its "
-                "notes (Deviations and failures).",
-            ]
-            + ([f"Sweeps that could not be read: {'; '.join(unreadable)}."] if unreadable else []),
+    for span, caption in SPANS.items():
+        if span not in rows:
+            continue
+        section.tables.append(
+            Table(
+                caption=caption,
+                header=["Collective", device, "peak busbw (GB/s)", "busbw, largest (GB/s)", "bound (GB/s)",
+                        "peak algbw (GB/s)", "time, smallest (µs)"],  # fmt: skip
+                widths=[20, 9, 14, 14, 15, 14, 14],
+                rows=rows[span],
+                notes=[
+                    runs_note(run.results[c.id] for c in cases if c.id in run.results),
+                    "Bus bandwidth as nccl-tests defines it: algorithm bandwidth × the collective's factor, comparable "
+                    "with the link rate whatever the number of ranks; the bound is the per-direction rate of the links "
+                    "it crossed (its source in the cell's detail), or says why it is not known.",
+                ]
+                + ([f"Sweeps that could not be read: {'; '.join(unreadable)}."] if unreadable else []),
+            )
         )
-    )
     if run.info.plan.device == "cpu":
         section.paragraphs.append(
-            "This run is on CPU: the processes exchange data through host memory (gloo), so "
-            "these bandwidths say nothing about NVLink or PCIe."
+            "This run is on CPU: the processes exchange data through host memory, or TCP between nodes (gloo), so "
+            "these bandwidths say nothing about NVLink, PCIe or the cluster's fabric."
         )
     if sweeps:
         section.charts.append(

@@ -29,6 +29,7 @@ from kit.comm import (
 from kit.protocol import Case
 from kit.results import atomic_write_text
 from kit.workloads.harness import Device
+from kit.workloads.srun_rank import node_name
 
 TORCH_TIME_STATISTIC = "median over the timed iterations of each iteration's slowest rank"
 
@@ -129,6 +130,8 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
     dist.init_process_group(backend)
     try:
         rank, ranks = dist.get_rank(), dist.get_world_size()
+        rank_nodes = [""] * ranks  # each rank says where it runs: a sweep across nodes is inter-node
+        dist.all_gather_object(rank_nodes, node_name())
         where = torch.device("cuda", torch.cuda.current_device()) if device.kind == "cuda" else torch.device("cpu")
         dtype = _torch_dtype(params.dtype)
         element_bytes = torch.empty((), dtype=dtype).element_size()
@@ -186,6 +189,7 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
             rows=rows,
             device_names=[device.name],
             topology=topology_facts(ranks) if device.kind == "cuda" and rank == 0 else None,
+            rank_nodes=rank_nodes,
         )
         if sweep.failure:
             name = f"failed-sweep-rank-{rank}.json"

@@ -10,6 +10,7 @@ first node's address), and replaces itself with the command. Nothing heavy is im
 from __future__ import annotations
 
 import os
+import platform
 import re
 import sys
 
@@ -25,6 +26,12 @@ def rank_environment(slurm: dict[str, str]) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": re.match(r"\d+", per_node).group(0),
         "GROUP_RANK": slurm.get("SLURM_NODEID", "0"),
     }
+
+
+def node_name() -> str:
+    """The node this process runs on: its name in Slurm (SLURMD_NODENAME, which may differ from
+    the host name: two simulated nodes share one host), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or platform.node()
 
 
 def main(argv: list[str] | None = None) -> None:
