@@ -142,11 +142,13 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     plan = plan_data(profile or default_profile(names), len(names) or None)
     cases = [case_view(case) for case in plan["cases"]]
     skipped = {case.id: reason for case in cases if (reason := skip_reason(case, host))}
+    runnable = [case for case in cases if case.id not in skipped]
+    if any(case.device == "cuda" for case in runnable):  # the analytic estimate reads a GPU case as its model
+        runnable = [case for case in load_plan(profile, names).cases if case.id not in skipped]
     predicted = {}
-    if len(skipped) < len(cases):  # an estimate reads the case's model (its shape, its parameters)
+    if runnable:
         from kit.estimate import RUNS_ROOT, estimates
 
-        runnable = [case for case in load_plan(profile, names).cases if case.id not in skipped]
         predicted = estimates(runnable, RUNS_ROOT, names)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)

@@ -37,6 +37,15 @@ def test_a_listed_plan_reads_the_same_from_the_cache_without_pydantic_or_yaml(tm
         assert not modules_cached & {"pydantic", "yaml", "kit.protocol", "kit.analysis", "kit.results"}, args
 
 
+def test_a_cpu_profiles_estimates_need_no_protocol_models(tmp_path):
+    """The smoke profile's cases run here: each is estimated from the run history by its id, and
+    the analytic model (of GPUs) is not asked, so the cases stay as read from the cache."""
+    built, _ = kit_list("--profile", "smoke", cache=tmp_path)
+    cached, modules = kit_list("--profile", "smoke", cache=tmp_path)
+    assert cached == built and "estimate" in cached.splitlines()[0]
+    assert not modules & {"kit.protocol", "kit.analysis", "kit.predictions", "yaml"}
+
+
 def test_an_edited_protocol_is_read_again(tmp_path, manifests_copy):
     protocol = manifests_copy / "protocol.yaml"
     before = json.loads(kit_list("--profile", "smoke", "--json", cache=tmp_path)[0])
