@@ -149,7 +149,7 @@ def ensure_entry(
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        from kit.results import atomic_write_text
+        from kit.atomic_write import atomic_write_text
 
         atomic_write_text(target / MARKER, json.dumps(marker, indent=2) + "\n")  # last: the entry is whole
         (target / MARKER).chmod(0o644)

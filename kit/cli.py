@@ -135,28 +135,37 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
         from kit.host import gpu_names
 
         names = gpu_names()
-    from kit.estimate import RUNS_ROOT, duration_text, estimates
     from kit.host import Host, skip_reason
+    from kit.plan_cache import case_view, plan_data
 
     host = Host(gpu_names=names)
-    plan = load_plan(profile, names)
-    skipped = {case.id: reason for case in plan.cases if (reason := skip_reason(case, host))}
-    runnable = [case for case in plan.cases if case.id not in skipped]
-    predicted = estimates(runnable, RUNS_ROOT, names)
+    plan = plan_data(profile or default_profile(names), len(names) or None)
+    cases = [case_view(case) for case in plan["cases"]]
+    skipped = {case.id: reason for case in cases if (reason := skip_reason(case, host))}
+    runnable = [case for case in cases if case.id not in skipped]
+    if any(case.device == "cuda" for case in runnable):  # the analytic estimate reads a GPU case as its model
+        runnable = [case for case in load_plan(profile, names).cases if case.id not in skipped]
+    predicted = {}
+    if runnable:
+        from kit.estimate import RUNS_ROOT, estimates
+
+        predicted = estimates(runnable, RUNS_ROOT, names)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
+    if known:
+        from kit.estimate import duration_text
     total = "no estimate (no earlier run here)" if not known else \
         f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
     if as_json:
         host_info = {"gpus": host.gpu_count, "skipped": skipped,
                      "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()}}  # fmt: skip
-        click.echo(json.dumps({**plan.model_dump(mode="json"), "host": host_info}, indent=2))
+        click.echo(json.dumps({**plan, "host": host_info}, indent=2))
         return
     from kit.plan_view import plan_text
 
-    click.echo(f"{plan.profile}: {plan.description} ({len(plan.cases)} cases; host: {host.gpu_count} GPUs"
+    click.echo(f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPUs"
                f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})")  # fmt: skip
-    click.echo(plan_text(f"profile {plan.profile}", plan.cases, on_host=skipped or None, estimates=predicted))
+    click.echo(plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted))
 
 
 def _stop_on_sigterm() -> None:

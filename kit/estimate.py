@@ -12,10 +12,12 @@ import json
 import statistics
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from kit.protocol import Case
+if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
+    from kit.protocol import Case
 
 RUNS_ROOT = Path("runs")  # where run directories go by default, and earlier runs are looked up
 
@@ -49,6 +51,8 @@ def run_history(root: Path) -> dict[str, list[float]]:
 
 
 def _analytic(case: Case, gpu_names: list[str]) -> Estimate | None:
+    if case.device != "cuda":
+        return None  # the analytic model is of GPUs
     from kit.predictions import device_spec, serving_bounds, training_step_bound
 
     spec = device_spec(case, gpu_names[: case.gpus])

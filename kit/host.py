@@ -9,10 +9,13 @@ import contextlib
 import re
 import subprocess
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import kit
-from kit.protocol import Case
 from kit.workloads import WORKLOADS
+
+if TYPE_CHECKING:  # pydantic's models: `kit list` reads the cases without them (kit.plan_cache)
+    from kit.protocol import Case
 
 
 @dataclass

@@ -3,23 +3,25 @@
 Every manifest (protocol, hardware, environment, references, images lock) goes through
 `load_manifest`, so a malformed file always yields one line naming the file, the key and the
 reason, and never a traceback.
+
+PyYAML and pydantic are imported when a manifest is read, not with this module: where the
+manifests are (`manifests_dir`) is asked by commands that answer from the plan cache
+(kit.plan_cache) without reading any.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import yaml
-from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 MANIFESTS_ENV = "KIT_MANIFESTS"
-# libyaml's safe loader where PyYAML was built with it: the same documents, parsed about 10x faster
-# (every command reads the protocol before it answers).
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ManifestError(Exception):
@@ -42,19 +44,32 @@ def _key_path(location: tuple) -> str:
     return ".".join(str(part) for part in location)
 
 
-class _UniqueKeyLoader(SAFE_LOADER):  # type: ignore[misc,valid-type]
+def safe_loader():
+    """libyaml's safe loader where PyYAML was built with it: the same documents, parsed about 10x
+    faster (every command reads the protocol before it answers)."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def unique_key_loader():
     """The safe loader, refusing a key given twice in one mapping (YAML keeps the last silently,
     so a pasted block would override what is written above it)."""
+    import yaml
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:  # the keys as written; those a merge (<<: *anchor) brings may be overridden
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
-                continue
-            if key_node.value in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
-            seen.add(key_node.value)
-        return super().construct_mapping(node, deep)
+    class UniqueKeyLoader(safe_loader()):  # type: ignore[misc]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:  # the keys as written; those a merge (<<: *anchor) brings may be overridden
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+                seen.add(key_node.value)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 MAX_DEPTH = 64  # far beyond any manifest's; libyaml's composer recurses in C and crashes the process past ~30000
@@ -63,8 +78,10 @@ MAX_DEPTH = 64  # far beyond any manifest's; libyaml's composer recurses in C an
 def _refuse_deep_nesting(text: str) -> None:
     """Count the nesting from the parser's events (an explicit stack, no recursion) before the
     document is composed, which recurses; a RecursionError says it is too deep."""
+    import yaml
+
     depth = 0
-    for event in yaml.parse(text, Loader=SAFE_LOADER):
+    for event in yaml.parse(text, Loader=safe_loader()):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
@@ -76,12 +93,14 @@ def _refuse_deep_nesting(text: str) -> None:
 def read_yaml(path: Path) -> object:
     """Parse one YAML file; a missing or unreadable file, a syntax error, a duplicate key, absurd
     nesting or a number too long to read becomes a ManifestError."""
+    import yaml
+
     if not path.is_file():
         raise ManifestError(path, "", "file not found")
     try:
         text = path.read_text(encoding="utf-8")
         _refuse_deep_nesting(text)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        return yaml.load(text, Loader=unique_key_loader())
     except UnicodeDecodeError as exc:
         raise ManifestError(path, f"byte {exc.start}", "not UTF-8 text (a binary file?)") from None
     except OSError as exc:
@@ -99,6 +118,8 @@ def read_yaml(path: Path) -> object:
 
 def validate(path: Path, data: object, model: type[M]) -> M:
     """Validate parsed data against a model, reporting the first error as one line."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(data)
     except ValidationError as exc:

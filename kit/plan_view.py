@@ -7,14 +7,18 @@ its columns into unreadable stubs when piped (80 columns).
 
 from __future__ import annotations
 
-from kit.estimate import duration_text
-from kit.protocol import Case
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `kit list` passes the cases as read from the plan cache (kit.plan_cache)
+    from kit.protocol import Case
 
 
 def plan_text(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
               estimates: dict | None = None) -> str:
     """The cases, one per line; with `finished`, which are done; with `on_host`, each case this
     host cannot run says why (skipped: ...); with `estimates`, how long each will take."""
+    if estimates:
+        from kit.estimate import duration_text  # pydantic's models: only where a case has an estimate
     header = ["case", "model", "method", "GPUs", "runs", "steps (warm-up + measured)"]
     header += ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
     rows = []

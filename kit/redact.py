@@ -17,9 +17,9 @@ import re
 import secrets
 from pathlib import Path
 
+from kit.atomic_write import atomic_write_bytes, atomic_write_text
 from kit.cache import cache_dir
 from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
-from kit.results import atomic_write_bytes, atomic_write_text
 
 SALT_FILE = "redaction-salt"
 

@@ -22,13 +22,13 @@ import os
 import platform
 import re
 import shutil
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from kit.atomic_write import atomic_write_text
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
 from kit.protocol import Case, Name, Plan, checked_name
@@ -223,26 +223,6 @@ class RunInfo(BaseModel):
     # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
     # images it needed, and whether each was present, built or pulled first, and in how long.
     image_preparation: list[ImagePreparation] = []
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename: readers see all or nothing."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """atomic_write_text's bytes: a temporary file in the same folder, synced, then renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_model(path: Path, model: BaseModel) -> None:

@@ -8,7 +8,10 @@ a case runs in: kit.execute.choice. This module: what every executor launches fo
 
 from __future__ import annotations
 
-from kit.protocol import Case
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # every command imports kit.execute.owners: it must not pay for pydantic's models
+    from kit.protocol import Case
 
 
 def processes(case: Case) -> int:

@@ -2,8 +2,10 @@
 
 Runs `kit --help` and `kit list --profile paper` (output to a pipe, as a script would read it)
 each `--rounds` times in a fresh interpreter, and a bare `python -c pass` as the floor every
-command pays, and prints each one's median and fastest wall time; then the modules
-`import kit.cli` loads, to show what every command pays for before it starts.
+command pays, and prints each one's median and fastest wall time, and its fastest CPU time (user
++ system, of the process and its children: on a shared machine the wall time waits for other
+work, the CPU time much less); then the modules `import kit.cli` loads, to show what every
+command pays for before it starts. `kit` is the one on PATH (a pyenv shim adds its own start).
 
     python tests/benchmarks/cli_startup.py [--rounds 10]
 """
@@ -11,6 +13,7 @@ command pays, and prints each one's median and fastest wall time; then the modul
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -18,13 +21,19 @@ import sys
 import time
 
 
-def wall_times(command: list[str], rounds: int) -> list[float]:
-    times = []
+def children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def wall_and_cpu_times(command: list[str], rounds: int) -> tuple[list[float], list[float]]:
+    walls, cpus = [], []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), children_cpu_seconds()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - started)
-    return times
+        walls.append(time.perf_counter() - started)
+        cpus.append(children_cpu_seconds() - cpu_before)
+    return walls, cpus
 
 
 def main() -> None:
@@ -38,8 +47,9 @@ def main() -> None:
         "kit list --profile paper": [kit, "list", "--profile", "paper"],
     }
     for name, command in commands.items():
-        times = wall_times(command, args.rounds)
-        print(f"{name:28} median {statistics.median(times):.3f} s, fastest {min(times):.3f} s ({args.rounds} rounds)")
+        walls, cpus = wall_and_cpu_times(command, args.rounds)
+        print(f"{name:28} median {statistics.median(walls):.3f} s, fastest {min(walls):.3f} s, "
+              f"CPU fastest {min(cpus):.3f} s ({args.rounds} rounds)")
     probe = "import sys, kit.cli; print(' '.join(sorted(m for m in sys.modules if m.startswith('kit') or '.' not in m)))"
     loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split()
     print(f"import kit.cli loads {len(loaded)} top-level and kit modules: {' '.join(loaded)}")

@@ -1,0 +1,85 @@
+"""A profile's plan kept as JSON in the kit's cache, so that `kit list` answers without pydantic.
+
+Validating the protocol means importing pydantic and building its models, two thirds of what
+`kit list --profile paper` took; the plan they yield changes only when protocol.yaml, the code
+that expands it, or pydantic and PyYAML change. So an entry is named by the digest of all of
+them (and the profile and host GPU count it was built for): any change names another entry, and
+the protocol is validated again, its errors reported as before. Nothing invalid is ever kept:
+an entry is written only after the whole protocol validated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import kit
+from kit.cache import cache_dir
+from kit.manifest import manifests_dir
+
+# The kit's modules whose code decides what a plan holds (its parsing, models and expansion).
+PLAN_CODE = ("manifest.py", "protocol.py", "analysis.py")
+# Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
+# makes new ones, and the oldest go when one is written.
+ENTRIES_KEPT = 16
+
+
+def _dependency_file(package: str, name: str) -> Path:
+    """A file of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    return Path(spec.submodule_search_locations[0]) / name  # type: ignore[union-attr,index]
+
+
+def plan_key(protocol_file: Path, profile: str, host_gpus: int | None) -> str:
+    """The digest of everything a plan is built from; pydantic's and PyYAML's versions are in
+    the files hashed."""
+    package = Path(kit.__file__).parent
+    sources = [protocol_file, *(package / name for name in PLAN_CODE),
+               _dependency_file("pydantic", "version.py"), _dependency_file("yaml", "__init__.py")]  # fmt: skip
+    digest = hashlib.sha256(f"{profile}\0{host_gpus}".encode())
+    for source in sources:
+        digest.update(b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+def plan_data(profile: str, host_gpus: int | None) -> dict:
+    """The plan of `profile` as `Plan.model_dump(mode="json")` (fitted to `host_gpus` as
+    kit.protocol.build_plan fits it), from the cache where an entry for the same inputs is there;
+    else the protocol is loaded and validated (a ManifestError as ever), and the entry written."""
+    protocol_file = manifests_dir() / "protocol.yaml"
+    try:
+        entry = cache_dir() / "plans" / f"{plan_key(protocol_file, profile, host_gpus)}.json"
+    except OSError:  # no protocol file, or an unreadable one: loading it says which, as one line
+        entry = None
+    if entry is not None:
+        try:
+            return json.loads(entry.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # not made yet (an entry is renamed into place whole)
+    from kit.atomic_write import atomic_write_text
+    from kit.protocol import build_plan, load_protocol
+
+    plan = build_plan(load_protocol(protocol_file), profile, path=protocol_file, host_gpus=host_gpus)
+    data = plan.model_dump(mode="json")
+    if entry is not None:
+        try:
+            atomic_write_text(entry, json.dumps(data))
+            _drop_oldest(entry.parent)
+        except OSError:
+            pass  # a cache that cannot be written costs time, not the answer
+    return data
+
+
+def _drop_oldest(folder: Path) -> None:
+    entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    for stale in entries[ENTRIES_KEPT:]:
+        stale.unlink(missing_ok=True)
+
+
+def case_view(data: dict) -> SimpleNamespace:
+    """A case of `plan_data` read as kit.protocol.Case reads (case.gpus, case.params.runs), for
+    what only shows or sorts cases (kit.plan_view, kit.host.skip_reason)."""
+    return SimpleNamespace(**{**data, "params": SimpleNamespace(**data["params"])})
