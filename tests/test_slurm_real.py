@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ import pytest
 from kit.execute.slurm import SlurmExecutor
 from kit.execute.slurm_script import SlurmOptions
 from kit.stages import unit_of
-from kit.results import RunDir, atomic_write_model
+from kit.execute.samples import run_sample
+from kit.results import RankSample, RunDir, SlurmJob, atomic_write_model, utc_now
 from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -69,6 +71,22 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
         assert "--- job-" in (run / "cases" / case_id / "log.txt").read_text()
     check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+    # Each node fingerprinted on itself, and the comm case over both nodes called inter-node.
+    assert info.node_fingerprints == {"n1": "fingerprints/n1.json", "n2": "fingerprints/n2.json"}
+    for node in ("n1", "n2"):
+        taken = json.loads((run / "fingerprints" / f"{node}.json").read_text())
+        assert taken["host"]["hostname"] and taken["image"]["torch"]  # this Python's frameworks, as the node saw them
+    assert {"fingerprints/n1.json", "fingerprints/n2.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
+    comm = RunDir(run).read_result("comm.all_reduce.g2")
+    assert all(sample.ranks[0].details["rank_nodes"] == ["n1", "n2"] for sample in comm.samples)
+    assert "inter-node: ranks on n1, n2 (as each rank said)" in comm.notes
+    report = subprocess.run([*KIT, "report", str(run), "--format", "html"], capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    html = (run / "report.html").read_text()
+    assert "Fingerprints of the nodes" in html and "The nodes&#39; fingerprints agree on every fact compared." in html
+    assert "Across nodes: ranks on several nodes, bound by the network between them" in html
+    assert "Within a node" not in html  # the one comm case ran across the nodes
+    assert re.search(r"not known.{0,400}TCP \(gloo\)", html, re.S)  # a CPU run: no bound invented
 
 
 def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan, tmp_path):
@@ -207,3 +225,20 @@ def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(s
     assert not queued_jobs(), "a job of the interrupted per-node run is still queued"
     for node in slurm_nodes:
         assert json.loads((fleet / node / "run.json").read_text())["status"] == "interrupted", node
+
+
+def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to_it(slurm_nodes, tmp_path):
+    run = tmp_path / "run"
+    (run / "fingerprints").mkdir(parents=True)
+    (run / "fingerprints" / "n1.json").write_text("{}")  # n1 fingerprinted already (by the check job at the start)
+    now = utc_now()
+    rank = RankSample(rank=0, world_size=2, status="ok", device="cpu", device_name="cpu", started_at=now, finished_at=now)
+    sample = run_sample(index=1, ranks=[rank], expected_ranks=1, exit_code=0, wall_s=1.0, timed_out=False, timeout_s=60)
+    sample = sample.model_copy(update={"slurm_job": SlurmJob(job_id="1", state="COMPLETED", nodes="n[1-2]")})
+    found = SlurmExecutor(SlurmOptions()).fingerprint_nodes(run, [sample], redact=False)
+    assert found == {"n1": "fingerprints/n1.json", "n2": "fingerprints/n2.json"}
+    assert (run / "fingerprints" / "n1.json").read_text() == "{}"  # left alone
+    (script,) = (run / "slurm" / "node-fingerprints").glob("*.sbatch")
+    assert "#SBATCH --nodelist=n2\n" in script.read_text() and "#SBATCH --nodes=1\n" in script.read_text()
+    assert json.loads((run / "fingerprints" / "n2.json").read_text())["host"]["hostname"]
+    assert "Slurm job" in (run / "slurm" / "node-fingerprints" / "log.txt").read_text()
