@@ -413,7 +413,8 @@ def test_a_stored_figure_that_its_raw_samples_do_not_give_refuses_the_report_eve
 def test_every_protocol_parameter_says_where_its_value_comes_from(smoke_report):
     parameters = next(s for s in section(smoke_report, "appendix").subsections if s.anchor == "parameters")
     pretrain = {row[0]: row[1:] for row in texts(parameters.tables[0])}
-    assert pretrain["seq_len"] == ["350", "paper"]
+    assert pretrain["seq_len"] == ["64", "profile smoke (protocol: 350)"]
+    assert pretrain["micro_batch"] == ["1", "paper"]
     assert pretrain["warmup_steps"] == ["2", "profile smoke (protocol: 30)"]
     assert pretrain["seed"] == ["1234", "kit's choice (not published)"]
     assert pretrain["zero_stage"][1] == "set by the method"
