@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import xml.etree.ElementTree as ElementTree
 
 import matplotlib
 
@@ -23,6 +24,9 @@ STYLE = {
 }
 PALETTE = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#bf9000", "#2e75b6")
 WIDTH_IN = 6.8
+SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
+ElementTree.register_namespace("", SVG_NS)
+ElementTree.register_namespace("xlink", XLINK_NS)
 
 
 class Bar(BaseModel):
@@ -71,8 +75,34 @@ def _svg(figure, salt: str) -> str:
     with plt.rc_context({"svg.hashsalt": salt}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(figure)
-    text = buffer.getvalue()
-    return _scoped_ids(text[text.index("<svg") :], salt)
+    return _scoped_ids(_flattened(buffer.getvalue()), salt)
+
+
+def _flattened(svg: str) -> str:
+    """The same drawing with fewer elements: matplotlib wraps every artist in a <g id=...>
+    (figure, axes, each tick, each label) and adds an RDF <metadata> block; the PDF printer
+    styles and draws each element, so the wrappers cost time on every chart. Ids nothing
+    refers to are dropped, then each <g> left without attributes gives its children to its
+    parent, in order. Groups that carry a clip-path, a transform or a style stay."""
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
+    root = ElementTree.fromstring(svg)
+
+    def flatten(node: ElementTree.Element) -> None:
+        kept: list[ElementTree.Element] = []
+        for child in node:
+            if child.tag == f"{{{SVG_NS}}}metadata":
+                continue
+            flatten(child)
+            if child.get("id") not in referenced:
+                child.attrib.pop("id", None)
+            if child.tag == f"{{{SVG_NS}}}g" and not child.attrib:
+                kept.extend(child)
+            else:
+                kept.append(child)
+        node[:] = kept
+
+    flatten(root)
+    return ElementTree.tostring(root, encoding="unicode")
 
 
 def _scoped_ids(svg: str, scope: str) -> str:
