@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.dom import minidom
 
 import matplotlib
 
@@ -24,9 +24,6 @@ STYLE = {
 }
 PALETTE = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#bf9000", "#2e75b6")
 WIDTH_IN = 6.8
-SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
-ElementTree.register_namespace("", SVG_NS)
-ElementTree.register_namespace("xlink", XLINK_NS)
 
 
 class Bar(BaseModel):
@@ -83,26 +80,28 @@ def _flattened(svg: str) -> str:
     (figure, axes, each tick, each label) and adds an RDF <metadata> block; the PDF printer
     styles and draws each element, so the wrappers cost time on every chart. Ids nothing
     refers to are dropped, then each <g> left without attributes gives its children to its
-    parent, in order. Groups that carry a clip-path, a transform or a style stay."""
+    parent, in order. Groups that carry a clip-path, a transform or a style stay. (minidom
+    keeps every name as written, xlink:href included, as an HTML parser needs it.)"""
     referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
-    root = ElementTree.fromstring(svg)
+    document = minidom.parseString(svg)
 
-    def flatten(node: ElementTree.Element) -> None:
-        kept: list[ElementTree.Element] = []
-        for child in node:
-            if child.tag == f"{{{SVG_NS}}}metadata":
+    def flatten(node: minidom.Element) -> None:
+        for child in list(node.childNodes):
+            if child.nodeType != child.ELEMENT_NODE:
+                continue
+            if child.tagName == "metadata":
+                node.removeChild(child)
                 continue
             flatten(child)
-            if child.get("id") not in referenced:
-                child.attrib.pop("id", None)
-            if child.tag == f"{{{SVG_NS}}}g" and not child.attrib:
-                kept.extend(child)
-            else:
-                kept.append(child)
-        node[:] = kept
+            if child.hasAttribute("id") and child.getAttribute("id") not in referenced:
+                child.removeAttribute("id")
+            if child.tagName == "g" and not child.attributes.length:
+                while child.firstChild:
+                    node.insertBefore(child.firstChild, child)
+                node.removeChild(child)
 
-    flatten(root)
-    return ElementTree.tostring(root, encoding="unicode")
+    flatten(document.documentElement)
+    return document.documentElement.toxml()
 
 
 def _scoped_ids(svg: str, scope: str) -> str:
