@@ -617,3 +617,25 @@ def test_a_cdf_chart_names_its_panels_series_and_axis():
 
     svg = charts.cdf_chart("c", [("TTFT", [charts.CdfSeries(label="vllm", values=[0.3, 0.1, 0.2])])], "s")
     assert "TTFT" in svg and "vllm" in svg and "fraction of requests" in svg
+
+
+def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
+    """The PDF printer styles and draws every SVG element, so matplotlib's <metadata> and its
+    id-only <g> wrappers are left out; each reference (a clip path, a hatch pattern, a tick
+    marker) still finds its target, under the chart's own prefix. The names stay as an HTML
+    parser reads SVG, also in a process that has printed a PDF (WeasyPrint's PDF metadata
+    renames XML namespaces process-wide)."""
+    import weasyprint.pdf.metadata  # noqa: F401  (as printing a report imports it)
+
+    from kit.report import charts
+
+    stacks = [charts.Stack(label="a", segments=[charts.Segment(label="forward", value=3.0),
+                                                charts.Segment(label="forward: GPU idle", value=1.0, hatched=True)])]  # fmt: skip
+    svg = charts.stacked_chart("t", stacks, "ms")
+    root = svg[: svg.index(">")]
+    assert root.startswith("<svg ") and 'xmlns="http://www.w3.org/2000/svg"' in root and "xlink:href=" in svg
+    assert "<metadata" not in svg and "<g>" not in svg
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
+    defined = set(re.findall(r'\bid="([^"]+)"', svg))
+    assert referenced and referenced == defined
+    assert all(name.startswith("t-") for name in defined)

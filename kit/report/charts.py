@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from xml.dom import minidom
 
 import matplotlib
 
@@ -71,8 +72,36 @@ def _svg(figure, salt: str) -> str:
     with plt.rc_context({"svg.hashsalt": salt}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(figure)
-    text = buffer.getvalue()
-    return _scoped_ids(text[text.index("<svg") :], salt)
+    return _scoped_ids(_flattened(buffer.getvalue()), salt)
+
+
+def _flattened(svg: str) -> str:
+    """The same drawing with fewer elements: matplotlib wraps every artist in a <g id=...>
+    (figure, axes, each tick, each label) and adds an RDF <metadata> block; the PDF printer
+    styles and draws each element, so the wrappers cost time on every chart. Ids nothing
+    refers to are dropped, then each <g> left without attributes gives its children to its
+    parent, in order. Groups that carry a clip-path, a transform or a style stay. (minidom
+    keeps every name as written, xlink:href included, as an HTML parser needs it.)"""
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
+    document = minidom.parseString(svg)
+
+    def flatten(node: minidom.Element) -> None:
+        for child in list(node.childNodes):
+            if child.nodeType != child.ELEMENT_NODE:
+                continue
+            if child.tagName == "metadata":
+                node.removeChild(child)
+                continue
+            flatten(child)
+            if child.hasAttribute("id") and child.getAttribute("id") not in referenced:
+                child.removeAttribute("id")
+            if child.tagName == "g" and not child.attributes.length:
+                while child.firstChild:
+                    node.insertBefore(child.firstChild, child)
+                node.removeChild(child)
+
+    flatten(document.documentElement)
+    return document.documentElement.toxml()
 
 
 def _scoped_ids(svg: str, scope: str) -> str:
