@@ -198,7 +198,7 @@ def start_kit_and_wait_for_its_container(run: Path) -> subprocess.Popen:
 
 
 @pytest.mark.docker
-def test_a_training_container_has_no_network_no_capabilities_and_its_own_shared_memory(tmp_path):
+def test_a_training_container_has_no_network_no_capabilities_no_root_and_its_own_shared_memory(tmp_path):
     smoke_image_or_skip()
     run = tmp_path / "run"
     process = start_kit_and_wait_for_its_container(run)
@@ -207,6 +207,8 @@ def test_a_training_container_has_no_network_no_capabilities_and_its_own_shared_
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
         assert host["IpcMode"] != "host" and host["ShmSize"] == 16 * 2**30
+        user = container.attrs["Config"]["User"]  # the kit's user, or nobody under a root kit: never root
+        assert user == "{}:{}".format(*docker.container_user()) and not user.startswith("0:")
         binds = {bind.split(":")[1]: bind.split(":")[2] for bind in host["Binds"]}
         assert binds[docker.SOURCE_MOUNT] == "ro" and binds[f"{docker.CACHE_MOUNT}/checkpoints"] == "ro"
     finally:

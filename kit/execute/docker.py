@@ -44,6 +44,7 @@ RLIMIT_TYPES = {"memlock": 8, "stack": 3, "data": 2}  # Linux RLIMIT_* numbers, 
 # A token for gated models is passed on when the user set one, under these names, and never
 # written to the case, the log or the result.
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+NOBODY = (65534, 65534)  # the user and group Debian and the images' bases name nobody / nogroup
 
 LABEL_RUN = "kit.run-id"
 LABEL_RUN_DIR = "kit.run-dir"  # the run id is a folder name; the folder itself is unique
@@ -136,11 +137,32 @@ def gpu_request(case: Case, host_gpus: int):
     return [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
 
 
+def container_user() -> tuple[int, int]:
+    """Who the kit's own containers run as: the kit's user, or nobody when the kit runs as root
+    (a root process in a container is root on every file it can reach, capabilities or not)."""
+    return NOBODY if os.getuid() == 0 else (os.getuid(), os.getgid())
+
+
+def hand_over(*folders: Path) -> None:
+    """Give the folders a container writes, and what is in them, to its user (a kit run by a user
+    owns them already)."""
+    if container_user() != NOBODY:
+        return
+    for folder in folders:
+        for path in (folder, *folder.rglob("*")):
+            os.chown(path, *NOBODY, follow_symlinks=False)
+
+
+def image_cache(image_name: str) -> Path:
+    """This image's built ops and home folder, kept between its containers."""
+    return cache_dir() / "containers" / image_name
+
+
 def mounts(case_dir: Path, image_name: str) -> dict[str, dict[str, str]]:
     """The kit's source (read-only), the case folder, a cache of this image's built ops, and the
     host's synthetic checkpoints (read-only: one per model, made before the case by the kit's
     own image where it needs one)."""
-    cache = cache_dir() / "containers" / image_name
+    cache = image_cache(image_name)
     (cache / "home").mkdir(parents=True, exist_ok=True)
     checkpoints = cache_dir() / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
@@ -366,12 +388,13 @@ class ContainerPlacement:
             raise RuntimeError(f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}")
         host_folder = checkpoint_path(case).parent
         host_folder.mkdir(parents=True, exist_ok=True)
+        hand_over(host_folder)
 
         def run(arguments: list[str]) -> tuple[int, str]:
             mark_this_process()
             container = images.engine().containers.run(
                 reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
-                user=f"{os.getuid()}:{os.getgid()}", labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                user="{}:{}".format(*container_user()), labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
                 environment={"KIT_CACHE": CACHE_MOUNT, "HF_HOME": "/tmp/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
                 volumes={str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
                          str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"}},
@@ -477,7 +500,7 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
         environment=environment,
         volumes={} if binary else mounts(case_dir, case.image),
         working_dir=None if binary else CASE_MOUNT,
-        user=f"{os.getuid()}:{os.getgid()}",
+        user="{}:{}".format(*container_user()),
         # One host's ranks talk over loopback and shared memory: no network, no capabilities.
         # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
         # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
@@ -495,6 +518,8 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
     visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
     log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
     log.flush()
+    if not binary:
+        hand_over(case_dir, image_cache(case.image))
     try:
         container, ulimits = _create_and_start(client, settings, log)
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
