@@ -36,7 +36,7 @@ def plan_key(protocol_file: Path, profile: str, host_gpus: int | None) -> str:
     """The digest of everything a plan is built from; pydantic's and PyYAML's versions are in
     the files hashed."""
     package = Path(kit.__file__).parent
-    sources = [protocol_file, *sorted(protocol_file.parent.glob("*.yaml")), *sorted(package.rglob("*.py")),
+    sources = [protocol_file, *sorted(set(protocol_file.parent.glob("*.yaml")) - {protocol_file}), *sorted(package.rglob("*.py")),
                _dependency_file("pydantic", "version.py"), _dependency_file("yaml", "__init__.py")]  # fmt: skip
     digest = hashlib.sha256(f"{profile}\0{host_gpus}".encode())
     for source in sources:
