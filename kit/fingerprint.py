@@ -304,6 +304,10 @@ class Fingerprint(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 
+# Select Graphic Rendition sequences (ESC [ ... m): underline, bold and reset around the header.
+TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class TopologyParseError(ValueError):
     """`nvidia-smi topo -m` output that does not have the expected matrix shape."""
 
@@ -333,8 +337,9 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
 
     Columns are GPUs and NICs (named NIC# with a legend in newer drivers, mlx5_# in older
     ones), then the affinity columns the driver prints (CPU Affinity, NUMA Affinity, GPU NUMA ID).
+    Drivers of the 580 series underline the header with terminal escapes, also into a file.
     """
-    lines = text.splitlines()
+    lines = TERMINAL_ESCAPE.sub("", text).splitlines()
     header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
     if header_at is None:
         raise TopologyParseError("no header line starting with GPU0")

@@ -1,7 +1,7 @@
 """kit.fingerprint: parsers on outputs recorded on real machines, and collection on this host.
 
-The topology fixtures are `nvidia-smi topo -m` outputs pasted in public issues; each has a
-.source file naming where it came from.
+The topology fixtures are `nvidia-smi topo -m` outputs pasted in public issues or recorded on a
+GPU host by the kit's authors; each has a .source file naming where it came from.
 """
 
 import json
@@ -38,7 +38,7 @@ def topo(name: str) -> str:
 @pytest.mark.parametrize("path", sorted(TOPO.glob("*.txt")), ids=lambda p: p.stem)
 def test_every_topology_fixture_names_its_source(path):
     source = path.with_suffix(".source").read_text()
-    assert source.startswith("https://github.com/")
+    assert source.startswith(("https://github.com/", "Recorded by the kit's authors on"))
 
 
 @pytest.mark.parametrize(
@@ -50,6 +50,7 @@ def test_every_topology_fixture_names_its_source(path):
         ("nv4-pairs-pxb-sys-nics.txt", 6, 2),
         ("rtx5090x2-phb.txt", 2, 0),
         ("tesla-p4x1-numa-na.txt", 1, 0),
+        ("h200x1-underlined-header.txt", 1, 0),
     ],
 )
 def test_topology_matrix_has_a_row_and_column_per_device(name, gpus, nics):
@@ -62,6 +63,12 @@ def test_topology_matrix_has_a_row_and_column_per_device(name, gpus, nics):
 def test_tab_separated_cells_keep_their_columns_when_nvidia_smi_pads_them():
     matrix = parse_topology_matrix(topo("tesla-p4x1-numa-na.txt"))
     assert matrix.cpu_affinity == {"GPU0": "0-7"} and matrix.numa_affinity == {"GPU0": "N/A"}
+
+
+def test_a_header_underlined_with_terminal_escapes_is_still_the_header():
+    matrix = parse_topology_matrix(topo("h200x1-underlined-header.txt"))
+    assert matrix.devices == ["GPU0"] and matrix.cpu_affinity == {"GPU0": "0-15"}
+    assert matrix.numa_affinity == {"GPU0": "0"}
 
 
 def test_an_empty_cpu_affinity_cell_does_not_shift_the_numa_affinity():
