@@ -11,10 +11,13 @@ from kit import __version__
 from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
 from kit.execute.slurm_jobs import expand_hostlist
 from kit.fingerprint import (
+    PACKAGE_DIR,
     Fingerprint,
+    measuring_sources,
     redact_identifiers,
     redaction_salt,
     redaction_token,
+    sources_sha256,
 )
 from kit.reference import MeasuredRun, measured_run
 from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
@@ -82,6 +85,13 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
             "with that version"
         ) from None
     recomputed = [line for result in results.values() for line in differences(run_dir, result)]
+    if recomputed and info.kit.workload_sources_sha256 != sources_sha256(PACKAGE_DIR, measuring_sources()):
+        raise UnreadableRun(
+            f"this kit computes other figures from the run's raw samples than the kit that measured it ({recomputed[0]}; "
+            f"{len(recomputed)} in all): its measuring code differs (the run's {info.kit.workload_sources_sha256[:12]}, "
+            f"this kit's {sources_sha256(PACKAGE_DIR, measuring_sources())[:12]}); render it with the kit that made it, "
+            f"commit {info.kit.git_commit or 'not recorded'}"
+        )
     if recomputed:
         raise EvidenceError(Path(path), [f"stored figures differ from the raw samples: {line}" for line in recomputed])
     before = _read_fingerprint(run_dir.fingerprint_path, redact)

@@ -44,7 +44,7 @@ def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
     """The figures of one run's breakdown, in seconds and fractions.
 
     Phase times and shares come from the plain steps; part and block times from the
-    instrumented steps; idle shares and kernel time from the profiled step (GPU only)."""
+    instrumented steps (a part's share is of instrumented_step_s, a block's of blocks_step_s); idle shares and kernel time from the profiled step (GPU only)."""
     figures: dict[str, float] = {"step_s": breakdown.step_ms / 1e3}
     for phase in breakdown.phases:
         figures[f"{phase.name}_s"] = phase.wall_ms / 1e3
@@ -61,8 +61,9 @@ def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
         figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
         figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
     layers = breakdown.module("Decoder layers")
-    if layers is not None:
+    if layers is not None:  # a block, timed in the steps that mark blocks: its share is of those
         figures["decoder_layers_s"] = layers.total_ms / 1e3
+        figures["blocks_step_s"] = breakdown.blocks_step_ms / 1e3
     figures["instrumented_step_s"] = breakdown.instrumented_step_ms / 1e3
     figures["other_s"] = breakdown.other_ms / 1e3
     figures["other_share"] = breakdown.other_share
