@@ -136,6 +136,7 @@ class Verdict(NamedTuple):
     passed: bool | None
     observed: str
     expected: str
+    severity: str | None = None  # a milder one than the expectation's, for this violation
 
 
 def _label(gpu: Gpu) -> str:
@@ -195,7 +196,10 @@ def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation,
         return Verdict(None, "the profile names no GPU count", "the profile's GPU count")
     count = len(fp.gpus.gpus)
     observed = f"{count} GPUs" + (f" ({fp.gpus.unavailable})" if fp.gpus.unavailable else "")
-    return Verdict(count == expected_gpus, observed, f"{expected_gpus} GPUs, as the profile uses")
+    expected = f"{expected_gpus} GPUs, as the profile's largest case uses"
+    if 0 < count < expected_gpus:  # the plan is fitted to the host: what needs more GPUs is skipped
+        return Verdict(False, f"{observed}: cases that need more are skipped", expected, severity="warn")
+    return Verdict(count >= expected_gpus, observed, expected)
 
 
 def _persistence_mode_on(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
@@ -375,13 +379,14 @@ def evaluate(fp: Fingerprint, expectations: Expectations,
     checks = []
     for expectation in expectations.expectations:
         verdict = CHECKS[expectation.name](fp, expectation, expected_gpus)
+        severity = verdict.severity or expectation.severity
         if verdict.passed is None:
             status = "skip"
         else:
-            status = "pass" if verdict.passed else expectation.severity
+            status = "pass" if verdict.passed else severity
         checks.append(Check(
             name=expectation.name,
-            severity=expectation.severity,
+            severity=severity,
             status=status,
             observed=verdict.observed,
             expected=verdict.expected,

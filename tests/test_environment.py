@@ -162,9 +162,16 @@ def test_mixed_gpu_models_fail(expectations):
 
 
 def test_gpu_count_is_held_to_the_profile(expectations):
-    checks = by_name(evaluate(h20_host(), expectations, expected_gpus=4))
-    assert checks["gpu_count_matches_profile"].status == "fail"
-    assert by_name(evaluate(h20_host(), expectations, None))["gpu_count_matches_profile"].status == "skip"
+    def count_check(gpus: int, expected: int | None):
+        fp = h20_host()
+        fp.gpus.gpus = fp.gpus.gpus[:gpus]
+        return by_name(evaluate(fp, expectations, expected))["gpu_count_matches_profile"]
+
+    assert count_check(8, 8).status == count_check(8, 4).status == "pass"  # a larger host: the plan fits up
+    fewer = count_check(4, 8)  # the plan is fitted down: a warning, never a refusal
+    assert (fewer.status, fewer.severity) == ("warn", "warn") and "cases that need more are skipped" in fewer.observed
+    assert count_check(0, 8).status == "fail"  # a GPU profile on a host without GPUs runs nothing
+    assert count_check(8, None).status == "skip"
 
 
 @pytest.mark.parametrize(
