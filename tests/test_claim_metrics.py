@@ -6,10 +6,14 @@ workload writes fails here rather than staying "not measured" for ever.
 On this CPU the stages give every metric but the GPU idle shares of the profile stage, which
 kit/breakdown.py writes per phase (`{phase}_idle_share`) only where the profiler's trace has
 GPU kernels; a claim's idle share passes when the CPU result has that phase's time
-(`{phase}_s`) and its note on the GPU idle share, so a misspelt phase still fails.
+(`{phase}_s`) and its note on the GPU idle share, so a misspelt phase still fails. Those, and the
+energy figures, are held to results recorded on a GPU host (tests/fixtures/gpu_results, SOURCE).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +21,7 @@ from kit.energy import JOULES_PER_TOKEN, MEAN_POWER_PER_GPU
 from kit.reference import Reference, load_reference, relation_metrics
 from kit.results import Result, RunDir
 
-pytestmark = pytest.mark.e2e
+GPU_RESULTS = Path(__file__).parent / "fixtures" / "gpu_results"
 
 # One smoke case of each stage the claims read.
 STAGE_CASES = {
@@ -61,10 +65,12 @@ def unproduced(reference: Reference, results: dict[str, Result]) -> list[str]:
     return found
 
 
+@pytest.mark.e2e
 def test_every_metric_a_claim_reads_is_produced_by_its_stage(smoke_results):
     assert unproduced(load_reference(), smoke_results) == []
 
 
+@pytest.mark.e2e
 def test_a_claim_naming_a_metric_no_stage_produces_fails_the_contract(smoke_results, manifests_copy):
     path = manifests_copy / "references" / "arxiv-2311.03687.yaml"
     text = path.read_text(encoding="utf-8")
@@ -77,9 +83,29 @@ def test_a_claim_naming_a_metric_no_stage_produces_fails_the_contract(smoke_resu
     assert "C11: profile does not produce forward_idle_shares" in missing
 
 
+@pytest.mark.e2e
 def test_on_this_cpu_the_energy_figures_are_absent_and_the_reason_is_given(smoke_results):
     for stage in ("pretrain", "serve"):
         result = smoke_results[stage]
         assert JOULES_PER_TOKEN not in result.metrics and MEAN_POWER_PER_GPU not in result.metrics
         assert any(note.startswith("joules per token and mean power per GPU: not measured") and "CPU" in note
                    for note in result.notes), result.notes  # fmt: skip
+
+
+def gpu_result(case_id: str) -> Result:
+    return Result.model_validate(json.loads((GPU_RESULTS / f"h200x1-{case_id}.json").read_text()))
+
+
+def test_every_profile_metric_a_claim_reads_is_in_a_real_gpu_result():
+    profile = gpu_result("profile.llama2-7b.base.g1")
+    read = {metric for claim in load_reference().claims for relation in claim.relations
+            for stage, metric in relation_metrics(relation) if stage == "profile"}  # fmt: skip
+    assert {metric for metric in read if metric.endswith(GPU_ONLY_SUFFIX)}  # the idle shares are among them
+    assert sorted(read - set(profile.metrics)) == []
+
+
+def test_on_a_gpu_the_energy_figures_are_measured():
+    result = gpu_result("scaling.llama2-7b.q.g1.b2")
+    joules, watts = result.metrics[JOULES_PER_TOKEN], result.metrics[MEAN_POWER_PER_GPU]
+    assert 0 < joules.mean < 10 and 50 < watts.mean <= 700  # the H200's power limit is 700 W
+    assert (joules.unit, watts.unit) == ("J/token", "W")
