@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kit.fingerprint import (
+    PACKAGE_DIR,
     ContainerRuntime,
     CpuInfo,
     Fingerprint,
@@ -30,6 +31,8 @@ from kit.fingerprint import (
     NetworkInfo,
     Topology,
     TopologyClass,
+    measuring_sources,
+    sources_sha256,
 )
 from kit.hardware import load_hardware
 from kit.stages.training import train_case_metrics
@@ -38,6 +41,7 @@ from kit.reference import load_reference
 from kit.report import stats
 from kit.report.evidence import EvidenceError, newest_run, verify
 from kit.report.build import build_report
+from kit.report.load import load_run
 from kit.report.render import render, render_html
 from kit.report.sections import peak_figures
 from kit.results import (
@@ -48,6 +52,7 @@ from kit.results import (
     RunDir,
     RunInfo,
     RunSample,
+    UnreadableRun,
     atomic_write_model,
 )
 
@@ -408,6 +413,25 @@ def test_a_stored_figure_that_its_raw_samples_do_not_give_refuses_the_report_eve
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     said = " ".join(done.stderr.split())
     assert "pretrain.tiny-llama.naive.g2: tokens_per_s stored" in said and "the raw samples give" in said
+
+
+def test_a_run_without_a_figure_its_measuring_code_did_not_compute_is_sent_to_the_kit_that_made_it(tmp_path, training_plan):
+    """A figure this kit computes and the run lacks: with other measuring code it is a newer figure
+    (render with the run's kit); with this kit's own code it was removed, and is refused as such."""
+    run = write_run(tmp_path / "a", training_plan, {"pretrain.tiny-llama.naive.g2": 0.1})
+    run_dir = RunDir(run)
+    result = run_dir.read_result("pretrain.tiny-llama.naive.g2")
+    del result.metrics["tokens_per_s"]
+    run_dir.write_result(result)
+    run_dir.write_sums()
+    with pytest.raises(UnreadableRun, match="render it with the kit that made it"):
+        load_run(run, redact=False)
+    info = run_dir.read_info()
+    measuring = sources_sha256(PACKAGE_DIR, measuring_sources())
+    run_dir.write_info(info.model_copy(update={"kit": info.kit.model_copy(update={"workload_sources_sha256": measuring})}))
+    run_dir.write_sums()
+    with pytest.raises(EvidenceError, match="pretrain.tiny-llama.naive.g2: tokens_per_s is not stored"):
+        load_run(run, redact=False)
 
 
 def test_every_protocol_parameter_says_where_its_value_comes_from(smoke_report):

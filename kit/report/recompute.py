@@ -14,6 +14,9 @@ from kit.results import RankSample, Result, RunDir, read_model
 from kit.stages import measure, unit_of
 
 
+NOT_STORED = "is not stored"  # a figure this kit computes that the run did not store
+
+
 def raw_runs(run: RunDir, result: Result) -> list:
     """The result's runs with their ranks read from the rank files, not from result.json."""
     runs = []
@@ -37,7 +40,7 @@ def differences(run: RunDir, result: Result) -> list[str]:
     for name in sorted(set(result.metrics) | set(fresh)):
         stored, again = result.metrics.get(name), fresh.get(name)
         if stored is None or again is None:
-            found.append(f"{result.case_id}: {name} is {'not stored' if stored is None else 'not in the raw samples'}")
+            found.append(f"{result.case_id}: {name} {NOT_STORED if stored is None else 'is not in the raw samples'}")
         elif not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip([stored.mean, *stored.per_run], [again.mean, *again.per_run], strict=False)) \
                 or len(stored.per_run) != len(again.per_run):  # fmt: skip
             found.append(f"{result.case_id}: {name} stored {stored.mean:.6g}, the raw samples give {again.mean:.6g}")
