@@ -253,9 +253,21 @@ def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(report, g
     for case_id in headline:
         assert f"cases/{case_id}/" in "".join(page_one.split())  # a long folder name wraps in its cell
         result = result_json(gpu_run, case_id)
-        metric = {"pretrain": "tokens_per_s", "finetune": "tokens_per_s", "serve": "output_throughput",
-                  "comm": "bus_bandwidth_gb_s"}[result["stage"]]  # fmt: skip
+        metric = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}.get(result["stage"], "tokens_per_s")
         if result["status"] == "ok":
             assert spread(result["metrics"][metric]) in first, case_id
     assert "Energy: 1000 × joules_per_token" in first  # the last note: nothing spilled onto page two
     assert " ".join(pdf_page(pdf, 2).split()).startswith("This report")
+
+
+def test_a_host_that_measured_no_pre_training_nor_fine_tuning_shows_its_scaling_and_breakdown(tmp_path, report):
+    """On a one-GPU host only the scaling stage's first count and the breakdown run: page one shows
+    them in place of the empty training groups; a run with training keeps them off page one."""
+    one_gpu = ["scaling.llama2-7b.q.g1.b2", "profile.llama2-7b.base.g1", "profile.llama2-7b.r.g1.b16"]
+    run = write_run(tmp_path / "one-gpu", build_plan(load_protocol(), "paper"), cases=one_gpu)
+    rows = rows_by_case(build_report(run, ["reference"], gpu_hour_price=PRICE))
+    assert "scaling.llama2-7b.q.g1.b2" in rows
+    fastest = max(one_gpu[1:], key=lambda cid: result_json(run, cid)["metrics"]["tokens_per_s"]["mean"])
+    assert fastest in rows and not set(one_gpu[1:]) - {fastest} & set(rows)
+    assert spread(result_json(run, fastest)["metrics"]["tokens_per_s"]) in rows[fastest][1].text
+    assert not any(cid.startswith(("scaling.", "profile.")) for cid in rows_by_case(report))

@@ -24,7 +24,17 @@ from kit.report.sections import fingerprint_facts, image_section, peak_figures
 from kit.results import Metric, Result
 from kit.stages.comm import sweep_of
 
-TRAINING_STAGES = {"pretrain": "Pre-training", "finetune": "Fine-tuning"}
+# Per model, the fastest case of each training stage.
+TRAINING_STAGES = {
+    "pretrain": "Pre-training: the fastest method per model",
+    "finetune": "Fine-tuning: the fastest method per model",
+}
+# Shown in their place when neither measured anything, as on a host of fewer GPUs than their cases
+# need: the training a one-GPU host measures is the scaling stage's first count and the breakdown.
+FALLBACK_STAGES = {
+    "scaling": "Data-parallel scaling: the fastest GPU count per model",
+    "profile": "Module breakdown: the fastest profiled step per model",
+}
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
 COLUMNS = 6
 
@@ -239,9 +249,13 @@ def headline_table(
     anchors: Collection[str] = {section.anchor for section in sections}
     energy = f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else ""
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
+    training = {stage: (title, training_rows(run, stage, reference, gpu_hour_price, energy))
+                for stage, title in TRAINING_STAGES.items()}
+    if not any(row.cells[1].text != "no measurement" for _, rows in training.values() for row in rows):
+        training |= {stage: (title, rows) for stage, title in FALLBACK_STAGES.items()
+                     if (rows := training_rows(run, stage, reference, gpu_hour_price, energy))}
     groups = {
-        **{stage: (f"{title}: the fastest method per model", training_rows(run, stage, reference, gpu_hour_price, energy))
-           for stage, title in TRAINING_STAGES.items()},
+        **training,
         "serve": ("Serving: each engine and model, a burst of requests",
                   [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy)
                    for c in selected if c.stage == "serve"]),
