@@ -130,7 +130,12 @@ def redact_in_place(run: RunDir, info: RunInfo) -> None:
     if info.redacted:
         from kit.redact import Redactor
 
-        Redactor(run.root).tree(run.root)
+        nodes = []
+        if info.executor == "slurm":  # the node names, which Slurm's outputs and the nodes' files carry
+            from kit.execute.slurm import node_names
+
+            nodes = node_names(run.root, [sample for result in run.results() for sample in result.samples])
+        Redactor(run.root, nodes).tree(run.root)
 
 
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:

@@ -1,6 +1,7 @@
 """`kit run --executor slurm` on a real Slurm: the two simulated nodes of tests/slurm/start.sh.
 
-The smoke profile's 2-process cases run as 2 nodes x 1 task over gloo; a job over its time limit
+The smoke profile's 2-process cases run as 2 nodes x 1 task over gloo, redacted: no file of the
+run or its report names a node or the host, each node is its token everywhere; a job over its time limit
 ends its case `timeout`; a rank that dies ends its case `error`, naming that rank and its log;
 Ctrl-C leaves no job in squeue.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -19,10 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from kit.execute.slurm import SlurmExecutor
+from identifying_names import places_naming
+
+from kit.cache import cache_dir
+from kit.execute.node_fingerprint import node_token
+from kit.execute.slurm import SlurmExecutor, configured
 from kit.execute.slurm_script import SlurmOptions
 from kit.stages import unit_of
 from kit.execute.samples import run_sample
+from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
+from kit.redact import SALT_FILE
 from kit.results import RankSample, RunDir, SlurmJob, atomic_write_model, utc_now
 from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
@@ -45,13 +53,15 @@ def kit_run(out: Path, *cases: str, extra: tuple[str, ...] = ()) -> list[str]:
             *selected, *extra]  # fmt: skip
 
 
-def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_path):
+def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_when_redacted(slurm_nodes, tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES, extra=("--redact",)), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == ["n1", "n2"]
+    salt = (cache_dir() / SALT_FILE).read_bytes().strip()
+    n1, n2 = (redaction_token(node, salt) for node in ("n1", "n2"))  # each node's token, the machine's salt
+    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == sorted([n1, n2])
     info = RunDir(run).read_info()
-    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished"
+    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished" and info.redacted
     for case_id in TWO_PROCESS_CASES:
         result = RunDir(run).read_result(case_id)
         assert result.status == "ok", f"{case_id}: {result.reason}"
@@ -59,27 +69,29 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
         figure = result.metrics[unit_of(result.case).headline]
         assert figure.n == result.case.params.runs == len(result.samples) and figure.mean > 0
         for sample in result.samples:
-            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == "n[1-2]"
+            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == f"{n1},{n2}"  # n[1-2]
             assert sorted(rank.rank for rank in sample.ranks) == [0, 1]
             assert all(rank.world_size == 2 and rank.status == "ok" for rank in sample.ranks)
         job_files = run / "cases" / case_id / "slurm"
         script = (job_files / "launch-1.sbatch").read_text()
         assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
         (job_output,) = job_files.glob("job-*.out")
-        assert "on n[1-2], master 127.0.0.1:" in job_output.read_text()  # one rank on each node
+        assert f"on {n1},{n2}, master 127.0.0.1:" in job_output.read_text()  # one rank on each node
         assert sorted(path.name.rsplit("-", 1)[1] for path in job_files.glob("job-*-rank-*.log")) == ["0.log", "1.log"]
         assert "--- job-" in (run / "cases" / case_id / "log.txt").read_text()
     check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
-    # Each node fingerprinted on itself, and the comm case over both nodes called inter-node.
-    assert info.node_fingerprints == {"n1": "fingerprints/n1.json", "n2": "fingerprints/n2.json"}
-    for node in ("n1", "n2"):
+    # Each node fingerprinted on itself (by the check job: no other job was needed), and the comm
+    # case over both nodes called inter-node.
+    assert info.node_fingerprints == {n1: f"fingerprints/{n1}.json", n2: f"fingerprints/{n2}.json"}
+    assert not list((run / "slurm" / "node-fingerprints").glob("*.sbatch"))
+    for node in (n1, n2):
         taken = json.loads((run / "fingerprints" / f"{node}.json").read_text())
-        assert taken["host"]["hostname"] and taken["image"]["torch"]  # this Python's frameworks, as the node saw them
-    assert {"fingerprints/n1.json", "fingerprints/n2.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
+        assert taken["host"]["hostname"].startswith("redacted-") and taken["image"]["torch"]  # this Python's frameworks
+    assert {f"fingerprints/{n1}.json", f"fingerprints/{n2}.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
     comm = RunDir(run).read_result("comm.all_reduce.g2")
-    assert all(sample.ranks[0].details["rank_nodes"] == ["n1", "n2"] for sample in comm.samples)
-    assert "inter-node: ranks on n1, n2 (as each rank said)" in comm.notes
+    assert all(sample.ranks[0].details["rank_nodes"] == [n1, n2] for sample in comm.samples)
+    assert f"inter-node: ranks on {n1}, {n2} (as each rank said)" in comm.notes
     report = subprocess.run([*KIT, "report", str(run), "--format", "html"], capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     html = (run / "report.html").read_text()
@@ -87,6 +99,19 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
     assert "Across nodes: ranks on several nodes, bound by the network between them" in html
     assert "Within a node" not in html  # the one comm case ran across the nodes
     assert re.search(r"not known.{0,400}TCP \(gloo\)", html, re.S)  # a CPU run: no bound invented
+    # No file of the run, nor its report (report.html, in the run directory), names a node (alone
+    # or in Slurm's compact list) or this host, in its text or its name.
+    assert places_naming(run, [*slurm_nodes, "n[1-2]", platform.node()]) == []
+
+
+def test_a_resumed_redacted_run_pins_its_jobs_to_the_nodes_its_options_name_by_token(slurm_nodes, monkeypatch):
+    """run.json of a redacted run keeps --nodelist and the sbatch arguments with tokens for the
+    node names; the executor it resumes with asks Slurm which of its nodes has each token."""
+    monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
+    n2 = node_token("n2")
+    executor = configured({"nodelist": n2, "sbatch_args": [f"--exclude={node_token('n1')}", "--exclusive"]})
+    assert executor.options.nodelist == "n2" and executor.options.sbatch_args == ["--exclude=n1", "--exclusive"]
+    assert configured({"nodelist": "redacted-0123456789abcdef"}).options.nodelist == "redacted-0123456789abcdef"  # no such node
 
 
 def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan, tmp_path):

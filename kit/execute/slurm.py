@@ -12,8 +12,10 @@ outright are cancelled by the next kit start.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
-from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted
+from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
@@ -68,23 +70,24 @@ class RunDirNotShared(RuntimeError):
     """The compute nodes do not see the run directory, so no result could come back."""
 
 
-def slurm_command(arguments: list[str]) -> subprocess.CompletedProcess:
+def slurm_command(arguments: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
     """A Slurm command's output; one that does not answer in time reads as a failed command."""
     try:
-        return subprocess.run(arguments, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        return subprocess.run(arguments, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmUnavailable(f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do") from None
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s")
 
 
-def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`: the job id. The job's comment names this kit process, and the
+def submit(script: Path, text: str) -> str:
+    """`sbatch --parsable` of the script `text` (on its standard input: the copy kept at `script`
+    may name its nodes by token): the job id. The job's comment names this kit process, and the
     kit's cache holds a mark of it first, so that a kit killed outright has its jobs cancelled by
     the next kit start (`cancel_leftovers`)."""
     mark_this_process()
     comment = owner_comment(platform.node(), os.getpid(), process_start_ticks(os.getpid()))
-    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}", str(script)])
+    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}"], stdin=text)
     if done.returncode != 0:
         raise SlurmUnavailable(f"sbatch refused {script.name}: {(done.stderr or done.stdout).strip()[:500]}")
     return parse_submitted(done.stdout)
@@ -159,11 +162,12 @@ def cancel(job_id: str, say) -> None:
     say(f"Slurm job {job_id}: cancelled" + ("" if not listed(job_id) else f", still listed after {CANCEL_WAIT_S} s"))
 
 
-def run_job(script_text: str, script: Path, say) -> tuple[JobState, float]:
-    """Write, submit and follow one job; cancelled if the kit is interrupted while it runs."""
+def run_job(script_text: str, script: Path, say, kept_text: str | None = None) -> tuple[JobState, float]:
+    """Write (as `kept_text`, where the run directory must not hold what is submitted: a redacted
+    run's node names), submit and follow one job; cancelled if the kit is interrupted while it runs."""
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(script_text, encoding="utf-8")
-    job_id = submit(script)
+    script.write_text(script_text if kept_text is None else kept_text, encoding="utf-8")
+    job_id = submit(script, script_text)
     say(f"submitted {script.name} as Slurm job {job_id}")
     try:
         return follow(job_id, say)
@@ -322,8 +326,14 @@ class SlurmExecutor:
 
 
 def configured(options: dict | None) -> SlurmExecutor:
-    """The executor with the options run.json keeps (SlurmOptions, as a dict)."""
-    return SlurmExecutor(SlurmOptions.model_validate(options or {}))
+    """The executor with the options run.json keeps (SlurmOptions, as a dict). A redacted run's
+    options name its nodes by token (--nodelist, an sbatch argument): each token of a node of this
+    cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
+    text = json.dumps(options or {})
+    if "redacted-" in text:
+        named = {node_token(node): node for node in cluster_nodes()}
+        text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)
+    return SlurmExecutor(SlurmOptions.model_validate_json(text))
 
 
 def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
@@ -365,10 +375,38 @@ def job_nodes(samples: Iterable[RunSample]) -> list[str]:
 def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say,
                               redact: bool = False) -> dict[str, str]:  # fmt: skip
     """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
-    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint)."""
-    missing = [node for node in job_nodes(samples) if node not in fingerprinted(run_dir)]
+    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint).
+    A redacted run's files name nodes by token: the job is pinned to the nodes of the cluster
+    with those tokens, and the copy of its script the run keeps names the tokens."""
+    written = node_token if redact else str
+    missing = [written(node) for node in job_nodes(samples) if written(node) not in fingerprinted(run_dir)]
     if missing:
+        named = {node_token(node): node for node in cluster_nodes()} if redact else {}
         folder = (run_dir / "slurm" / "node-fingerprints").resolve()
         step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-        run_job(node_fingerprint_script(missing, options, folder / "job-%j.out", step), folder / f"{missing[0]}.sbatch", say)
+
+        def script(nodes: list[str]) -> str:
+            return node_fingerprint_script(nodes, options, folder / "job-%j.out", step)
+
+        run_job(script([named.get(node, node) for node in missing]), folder / f"{missing[0]}.sbatch", say, script(missing))
     return fingerprinted(run_dir)
+
+
+def cluster_nodes() -> list[str]:
+    """Every node Slurm lists here, whatever its state; none where Slurm does not answer."""
+    try:
+        done = slurm_command(["sinfo", "-h", "-N", "-o", "%N"])
+    except SlurmUnavailable:
+        return []
+    return sorted(set(done.stdout.split())) if done.returncode == 0 else []
+
+
+def node_names(run_dir: Path, samples: Iterable[RunSample]) -> list[str]:
+    """The names a Slurm run's files may hold of its nodes, for its redaction (kit.redact): every
+    node of the cluster, those the run's jobs ran on, and the nodes and host names that the
+    shared-run-dir check's marks name (not yet redacted ones: a token names nothing)."""
+    marks = run_dir / "slurm" / "shared-run-dir-check" / "nodes"
+    marked = [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()] \
+        if marks.is_dir() else []  # fmt: skip
+    names = {*cluster_nodes(), *job_nodes(samples), *(name for pair in marked for name in pair)}
+    return sorted(name for name in names if name and not name.startswith("redacted-"))
