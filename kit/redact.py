@@ -22,8 +22,10 @@ from pathlib import Path
 
 from kit.atomic_write import atomic_write_bytes, atomic_write_text
 from kit.cache import cache_dir
+from kit.execute.node_fingerprint import CHECK_MARKS
 from kit.execute.slurm_jobs import expand_hostlist
 from kit.fingerprint import REDACTION_SALT_ENV, redaction_salt, redaction_token
+from kit.results import Result, RunInfo
 
 SALT_FILE = "redaction-salt"
 # A Slurm compact node list with at least one bracket: `n[1-2]`, `gpu[01-03,07]`, `rack[1-2]-node[8-9]`.
@@ -37,6 +39,17 @@ def use_machine_salt() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, secrets.token_hex(32))
     os.environ.setdefault(REDACTION_SALT_ENV, path.read_text(encoding="utf-8").strip())
+
+
+def recorded_node_names(run_root: Path, info: RunInfo, results: Iterable[Result]) -> list[str]:
+    """The Slurm nodes a run's own files name (those not redacted yet: a token names nothing): the
+    nodes its jobs ran on, those fingerprinted, and the node and host names of the check's marks."""
+    marks = Path(run_root) / CHECK_MARKS
+    marked = [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()] \
+        if marks.is_dir() else []  # fmt: skip
+    jobs = {sample.slurm_job.nodes for result in results for sample in result.samples if sample.slurm_job}
+    names = {*info.node_fingerprints, *(node for nodes in jobs for node in expand_hostlist(nodes)), *(n for pair in marked for n in pair)}
+    return sorted(name for name in names if name and not name.startswith("redacted-"))
 
 
 class Redactor:

@@ -132,9 +132,10 @@ def redact_in_place(run: RunDir, info: RunInfo) -> None:
 
         nodes = []
         if info.executor == "slurm":  # the node names, which Slurm's outputs and the nodes' files carry
-            from kit.execute.slurm import node_names
+            from kit.execute.slurm import cluster_nodes
+            from kit.redact import recorded_node_names
 
-            nodes = node_names(run.root, [sample for result in run.results() for sample in result.samples])
+            nodes = [*cluster_nodes(), *recorded_node_names(run.root, info, run.results())]
         Redactor(run.root, nodes).tree(run.root)
 
 
@@ -246,7 +247,7 @@ def executor_of(info: RunInfo):
     if info.executor == "slurm":
         from kit.execute.slurm import configured
 
-        return configured(info.slurm)
+        return configured(info.slurm, info.redacted)
     return None if info.executor == "auto" else info.executor
 
 

@@ -21,6 +21,7 @@ from kit.results import atomic_write_model
 from kit.workloads.srun_rank import node_name
 
 FOLDER = "fingerprints"  # in the run directory
+CHECK_MARKS = "slurm/shared-run-dir-check/nodes"  # the check job's nodes, a file each (kit.execute.slurm_script.check_script)
 
 
 def node_token(node: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
-from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
+from kit.execute.node_fingerprint import CHECK_MARKS, FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
@@ -162,9 +162,19 @@ def cancel(job_id: str, say) -> None:
     say(f"Slurm job {job_id}: cancelled" + ("" if not listed(job_id) else f", still listed after {CANCEL_WAIT_S} s"))
 
 
+def kept_copy(script_text: str, run_dir: Path, redact: bool) -> str | None:
+    """The copy of a job's script that a redacted run keeps: its nodes (a --nodelist) by token,
+    its host and paths as kit.redact writes them; None (the script itself) for any other run."""
+    if not redact:
+        return None
+    from kit.redact import Redactor
+
+    return Redactor(run_dir, cluster_nodes()).text(script_text)
+
+
 def run_job(script_text: str, script: Path, say, kept_text: str | None = None) -> tuple[JobState, float]:
-    """Write (as `kept_text`, where the run directory must not hold what is submitted: a redacted
-    run's node names), submit and follow one job; cancelled if the kit is interrupted while it runs."""
+    """Write (as `kept_text`, kept_copy, where the run must not hold what is submitted), submit and
+    follow one job; cancelled if the kit is interrupted while it runs."""
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(script_text if kept_text is None else kept_text, encoding="utf-8")
     job_id = submit(script, script_text)
@@ -227,8 +237,9 @@ class SlurmExecutor:
 
     NAME = NAME
 
-    def __init__(self, options: SlurmOptions | None = None):
+    def __init__(self, options: SlurmOptions | None = None, redact: bool = False):
         self.options = options or SlurmOptions()
+        self.redact = redact  # the scripts a redacted run keeps name no node (kept_copy)
 
     def __str__(self) -> str:
         return NAME
@@ -295,7 +306,8 @@ class SlurmExecutor:
             log.flush()
 
         try:
-            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
+            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say,
+                                  kept_copy(text, case_dir.parent.parent, self.redact))  # fmt: skip
         except SlurmUnavailable as exc:  # sbatch refused the job (a partition, an account): the case's answer
             say(str(exc))
             return [not_run(case, indices[0], "error", str(exc))]
@@ -325,7 +337,7 @@ class SlurmExecutor:
                 return fingerprinted(run_dir)
 
 
-def configured(options: dict | None) -> SlurmExecutor:
+def configured(options: dict | None, redact: bool = False) -> SlurmExecutor:
     """The executor with the options run.json keeps (SlurmOptions, as a dict). A redacted run's
     options name its nodes by token (--nodelist, an sbatch argument): each token of a node of this
     cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
@@ -333,7 +345,7 @@ def configured(options: dict | None) -> SlurmExecutor:
     if "redacted-" in text:
         named = {node_token(node): node for node in cluster_nodes()}
         text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)
-    return SlurmExecutor(SlurmOptions.model_validate_json(text))
+    return SlurmExecutor(SlurmOptions.model_validate_json(text), redact)
 
 
 def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
@@ -351,11 +363,12 @@ def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say, 
     """A tiny job on `nodes` nodes, each writing a file into the run directory, then
     fingerprinting itself into it (kit.execute.node_fingerprint): the nodes that wrote their file
     (raising RunDirNotShared, with what to do, when one did not)."""
-    folder = (run_dir / "slurm" / "shared-run-dir-check").resolve()
-    marks = folder / "nodes"
+    marks = (run_dir / CHECK_MARKS).resolve()
+    folder = marks.parent
     folder.mkdir(parents=True, exist_ok=True)
     step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out", step), folder / "check.sbatch", say)
+    script = check_script(marks, nodes, options, folder / "job-%j.out", step)
+    job, _ = run_job(script, folder / "check.sbatch", say, kept_copy(script, run_dir, redact))
     seen = sorted(path.name for path in marks.iterdir()) if marks.is_dir() else []
     if len(seen) < nodes:
         raise RunDirNotShared(
@@ -377,18 +390,15 @@ def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], optio
     """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
     them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint).
     A redacted run's files name nodes by token: the job is pinned to the nodes of the cluster
-    with those tokens, and the copy of its script the run keeps names the tokens."""
+    with those tokens."""
     written = node_token if redact else str
     missing = [written(node) for node in job_nodes(samples) if written(node) not in fingerprinted(run_dir)]
     if missing:
         named = {node_token(node): node for node in cluster_nodes()} if redact else {}
         folder = (run_dir / "slurm" / "node-fingerprints").resolve()
         step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-
-        def script(nodes: list[str]) -> str:
-            return node_fingerprint_script(nodes, options, folder / "job-%j.out", step)
-
-        run_job(script([named.get(node, node) for node in missing]), folder / f"{missing[0]}.sbatch", say, script(missing))
+        script = node_fingerprint_script([named.get(node, node) for node in missing], options, folder / "job-%j.out", step)
+        run_job(script, folder / f"{missing[0]}.sbatch", say, kept_copy(script, run_dir, redact))
     return fingerprinted(run_dir)
 
 
@@ -400,13 +410,3 @@ def cluster_nodes() -> list[str]:
         return []
     return sorted(set(done.stdout.split())) if done.returncode == 0 else []
 
-
-def node_names(run_dir: Path, samples: Iterable[RunSample]) -> list[str]:
-    """The names a Slurm run's files may hold of its nodes, for its redaction (kit.redact): every
-    node of the cluster, those the run's jobs ran on, and the nodes and host names that the
-    shared-run-dir check's marks name (not yet redacted ones: a token names nothing)."""
-    marks = run_dir / "slurm" / "shared-run-dir-check" / "nodes"
-    marked = [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()] \
-        if marks.is_dir() else []  # fmt: skip
-    names = {*cluster_nodes(), *job_nodes(samples), *(name for pair in marked for name in pair)}
-    return sorted(name for name in names if name and not name.startswith("redacted-"))
