@@ -228,7 +228,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if resume_dir or nodes or nodelist:
             raise UsageFailure("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each "
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
-        _run_per_node(out or runner.default_run_dir(load_plan(profile, host.gpu_names).profile), partition)
+        _run_per_node(out or runner.default_run_dir(load_plan(profile, host.gpu_names).profile), partition, redact)
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -304,7 +304,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     if executor == "slurm":
         from kit.execute.slurm import configured
 
-        chosen = configured(slurm_options)
+        chosen = configured(slurm_options, redact)
     if needs_local_frameworks(pending, chosen) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
     console.print(describe_choice(pending, chosen))
@@ -377,12 +377,20 @@ def _options_as_given(leave_out: set[str]) -> list[str]:
     return arguments
 
 
-def _run_per_node(out: Path, partition: str | None) -> None:
-    """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/; exits
-    with the worst of their exit statuses."""
+def _run_per_node(out: Path, partition: str | None, redact: bool) -> None:
+    """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/ (with
+    --redact, OUT/<the node's token>/); exits with the worst of their exit statuses."""
     from kit.console import console
+    from kit.execute.node_fingerprint import node_token
     from kit.execute.per_node import fleet_nodes, run_on_each_node
     from kit.execute.slurm import SlurmUnavailable
+
+    folder_of = str
+    if redact:
+        from kit.redact import use_machine_salt
+
+        use_machine_salt()
+        folder_of = node_token
 
     try:
         nodes = fleet_nodes(partition)
@@ -391,10 +399,11 @@ def _run_per_node(out: Path, partition: str | None) -> None:
     if not nodes:
         raise UsageFailure("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
     console.print(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/", markup=False, soft_wrap=True)
-    codes = run_on_each_node(_options_as_given({"per_node", "out"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    codes = run_on_each_node(_options_as_given({"per_node", "out"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
+                             folder_of=folder_of)  # fmt: skip
     for node, code in codes.items():
-        console.print(f"{node}: {out / node} (exit status {code})", markup=False, soft_wrap=True)
-    console.print("compare them: kit report --fleet " + " ".join(str(out / node) for node in nodes), markup=False, soft_wrap=True)
+        console.print(f"{node}: {out / folder_of(node)} (exit status {code})", markup=False, soft_wrap=True)
+    console.print("compare them: kit report --fleet " + " ".join(str(out / folder_of(node)) for node in nodes), markup=False, soft_wrap=True)
     sys.exit(max(codes.values()))
 
 
@@ -581,6 +590,10 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
     from kit.report.render import render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
+    if redact:
+        from kit.redact import use_machine_salt
+
+        use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
         _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact,
                       compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip

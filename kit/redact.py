@@ -1,7 +1,9 @@
 """`kit run --redact`: a run directory that can leave the building. The host's name, the user's
 name and the absolute paths that carry them (the run directory, the kit's cache and checkout, the
 home folder) are replaced in every file the run writes, logs included, before each SHA256SUMS;
-GPU serials and UUIDs are tokens in the fingerprints (kit.fingerprint.redact_identifiers).
+GPU serials and UUIDs are tokens in the fingerprints (kit.fingerprint.redact_identifiers). A Slurm
+run's node names are tokens too, wherever they are written: in the files, in Slurm's compact node
+lists (`n[1-2]`) and in the names of files (fingerprints/<node>.json).
 
 Tokens are salted per machine (a salt kept in the kit's cache, never in a run directory), so a
 resumed run keeps its tokens and two runs of one machine can still be told apart from others.
@@ -15,13 +17,19 @@ import os
 import platform
 import re
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 from kit.atomic_write import atomic_write_bytes, atomic_write_text
 from kit.cache import cache_dir
-from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
+from kit.execute.node_fingerprint import CHECK_MARKS
+from kit.execute.slurm_jobs import expand_hostlist
+from kit.fingerprint import REDACTION_SALT_ENV, redaction_salt, redaction_token
+from kit.results import Result, RunInfo
 
 SALT_FILE = "redaction-salt"
+# A Slurm compact node list with at least one bracket: `n[1-2]`, `gpu[01-03,07]`, `rack[1-2]-node[8-9]`.
+_HOSTLIST = re.compile(r"(?<![\w.-])[\w.-]*(?:\[[\d,-]+\][\w-]*)+")
 
 
 def use_machine_salt() -> None:
@@ -33,10 +41,21 @@ def use_machine_salt() -> None:
     os.environ.setdefault(REDACTION_SALT_ENV, path.read_text(encoding="utf-8").strip())
 
 
-class Redactor:
-    """What identifies this host or its user, and what each becomes."""
+def recorded_node_names(run_root: Path, info: RunInfo, results: Iterable[Result]) -> list[str]:
+    """The Slurm nodes a run's own files name (those not redacted yet: a token names nothing): the
+    nodes its jobs ran on, those fingerprinted, and the node and host names of the check's marks."""
+    marks = Path(run_root) / CHECK_MARKS
+    marked = [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()] \
+        if marks.is_dir() else []  # fmt: skip
+    jobs = {sample.slurm_job.nodes for result in results for sample in result.samples if sample.slurm_job}
+    names = {*info.node_fingerprints, *(node for nodes in jobs for node in expand_hostlist(nodes)), *(n for pair in marked for n in pair)}
+    return sorted(name for name in names if name and not name.startswith("redacted-"))
 
-    def __init__(self, run_root: Path):
+
+class Redactor:
+    """What identifies this host, its user or the Slurm nodes the run used, and what each becomes."""
+
+    def __init__(self, run_root: Path, nodes: Iterable[str] = ()):
         paths = {
             str(Path(run_root).resolve()): "<run>",
             str(cache_dir().resolve()): "<kit-cache>",
@@ -46,24 +65,44 @@ class Redactor:
         if home not in ("/", ""):
             paths[home] = "~"
         self.paths = sorted(paths.items(), key=lambda item: -len(item[0]))  # the longest first: a cache inside home
-        salt = os.environ.get(REDACTION_SALT_ENV, "").encode() or secrets.token_bytes(32)
+        salt = redaction_salt()  # the machine's (use_machine_salt): a node's token is that of its fingerprint
+        self.nodes = {node: redaction_token(node, salt) for node in nodes if node}
         words = {platform.node(): redaction_token(platform.node(), salt)}
         user = getpass.getuser()
         if user != "root":  # "root" names no one, and is a word of many logs
             words[user] = "<user>"
         self.words = [(re.compile(rf"(?<![\w.-]){re.escape(word)}(?![\w-])"), token) for word, token in words.items() if word]
+        # Slurm's daemons sign their lines with the node's name (`slurmstepd-n1: error: ...`); the
+        # longest names first, so that `rack1-n1` is not read as `rack1-` and `n1`
+        self.words += [(re.compile(rf"(?<![\w.]){re.escape(node)}(?![\w-])"), token)
+                       for node, token in sorted(self.nodes.items(), key=lambda item: -len(item[0]))]
 
     def text(self, text: str) -> str:
         for path, stand_in in self.paths:
             text = text.replace(path, stand_in)
+        if self.nodes:
+            text = _HOSTLIST.sub(self._hostlist, text)
+        return self.name(text)
+
+    def name(self, text: str) -> str:
+        """The words that identify (host, user, node names) replaced: what a file's name becomes."""
         for pattern, token in self.words:
             text = pattern.sub(token, text)
         return text
 
+    def _hostlist(self, match: re.Match) -> str:
+        """A compact node list naming a node of the run, as its nodes' tokens; any other as it is."""
+        names = expand_hostlist(match.group(0))
+        if not any(name in self.nodes for name in names):
+            return match.group(0)
+        return ",".join(self.nodes.get(name) or self.name(name) for name in names)
+
     def tree(self, folder: Path) -> None:
         """Every text file under `folder`, gzipped ones too (the profiler's traces name the host),
-        redacted in place (atomically); other binary files and links as they are."""
-        for path in sorted(Path(folder).rglob("*")):
+        redacted in place (atomically); other binary files and links as they are. Then every file
+        and folder whose name identifies (a node's fingerprint, a node's mark) is renamed."""
+        paths = sorted(Path(folder).rglob("*"))
+        for path in paths:
             if path.is_symlink() or not path.is_file():
                 continue
             zipped = path.suffix == ".gz"
@@ -76,3 +115,7 @@ class Redactor:
             if redacted != original:
                 data = redacted.encode("utf-8")
                 atomic_write_bytes(path, gzip.compress(data, mtime=0) if zipped else data)
+        for path in reversed(paths):  # the deepest first: a folder's files before the folder
+            redacted_name = self.name(path.name)
+            if redacted_name != path.name:
+                os.replace(path, path.with_name(redacted_name))

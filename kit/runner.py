@@ -130,7 +130,13 @@ def redact_in_place(run: RunDir, info: RunInfo) -> None:
     if info.redacted:
         from kit.redact import Redactor
 
-        Redactor(run.root).tree(run.root)
+        nodes = []
+        if info.executor == "slurm":  # the node names, which Slurm's outputs and the nodes' files carry
+            from kit.execute.slurm import cluster_nodes
+            from kit.redact import recorded_node_names
+
+            nodes = [*cluster_nodes(), *recorded_node_names(run.root, info, run.results())]
+        Redactor(run.root, nodes).tree(run.root)
 
 
 def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
@@ -241,7 +247,7 @@ def executor_of(info: RunInfo):
     if info.executor == "slurm":
         from kit.execute.slurm import configured
 
-        return configured(info.slurm)
+        return configured(info.slurm, info.redacted)
     return None if info.executor == "auto" else info.executor
 
 

@@ -1,5 +1,6 @@
 """Across nodes, as pure logic: which facts differ between nodes' fingerprints, Slurm's compact
-node lists, whether a sweep's ranks spanned nodes, and the network bound of one that did.
+node lists, whether a sweep's ranks spanned nodes, the network bound of one that did, and a
+redacted run's node names as tokens (on output recorded from a real Slurm, tests/fixtures/slurm/).
 
 The fingerprints are two taken on this machine (kit.fingerprint.collect); a node that differs is
 one of them edited as `other_node` says (another driver, kernel, GPUs and InfiniBand port),
@@ -8,17 +9,24 @@ since every node of the test Slurm is this one machine and so the same.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+from identifying_names import places_naming
 
 from kit import fingerprint
 from kit.comm import CommSweep, internode_bound
-from kit.execute.node_fingerprint import fingerprint_step
+from kit.execute.node_fingerprint import fingerprint_step, node_token
 from kit.execute.slurm_jobs import expand_hostlist
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
-from kit.fingerprint import Gpu, NetworkInfo, RdmaPort
+from kit.fingerprint import REDACTION_SALT_ENV, Gpu, NetworkInfo, RdmaPort
+from kit.redact import Redactor
 from kit.report.sections import differing_facts, node_fingerprint_facts
+
+
+RECORDED = Path(__file__).parent / "fixtures" / "slurm"
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +116,32 @@ def test_the_check_job_fingerprints_its_nodes_and_a_late_node_gets_a_job_pinned_
     assert check.endswith(step + "\n") and "#SBATCH --nodes=2\n" in check
     late = node_fingerprint_script(["n2", "n3"], SlurmOptions(partition="gpu"), Path("/shared/out-%j"), step)
     assert "#SBATCH --nodes=2\n" in late and "#SBATCH --nodelist=n2,n3\n" in late and "#SBATCH --partition=gpu\n" in late
+
+
+def test_a_redacted_run_names_its_nodes_by_one_token_each_in_every_file_and_file_name(tmp_path, monkeypatch):
+    monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
+    run = tmp_path / "run"
+    job_files = run / "cases" / "comm.all_reduce.g2" / "slurm"
+    job_files.mkdir(parents=True)
+    for name in ("srun-rank-failed.out", "scontrol-completed.txt", "sacct-c.txt"):
+        shutil.copy(RECORDED / name, job_files / name)
+    (run / "fingerprints").mkdir()
+    (run / "fingerprints" / "n1.json").write_text('{"host": {"hostname": "n1"}}')
+    marks = run / "slurm" / "shared-run-dir-check" / "nodes"
+    marks.mkdir(parents=True)
+    (marks / "n2").write_text("n2\n")
+    (run / "run.json").write_text(json.dumps({"node_fingerprints": {"n1": "fingerprints/n1.json"},
+                                              "notes": ["inter-node: ranks on n1, n2", "not a node: gpu[01-03], n10"]}))
+    assert {name for _, name in places_naming(run, ["n1", "n2"])} == {"n1", "n2"}
+    Redactor(run, ["n1", "n2"]).tree(run)
+    assert places_naming(run, ["n1", "n2"]) == []
+    n1, n2 = node_token("n1"), node_token("n2")
+    assert sorted(path.name for path in (run / "fingerprints").iterdir()) == [f"{n1}.json"]
+    assert sorted(path.name for path in marks.iterdir()) == [n2] and (marks / n2).read_text() == f"{n2}\n"
+    info = json.loads((run / "run.json").read_text())
+    assert info["node_fingerprints"] == {n1: f"fingerprints/{n1}.json"}
+    assert info["notes"] == [f"inter-node: ranks on {n1}, {n2}", "not a node: gpu[01-03], n10"]
+    assert f"5|COMPLETED|0:0|15|{n1},{n2}\n" in (job_files / "sacct-c.txt").read_text()  # n[1-2], node by node
+    assert f" NodeList={n1},{n2} " in (job_files / "scontrol-completed.txt").read_text()
+    failed = (job_files / "srun-rank-failed.out").read_text()
+    assert f"srun: error: {n2}: task 1: Exited" in failed and f"slurmstepd-{n1}: error: *** STEP 3.0 ON {n1} CANCELLED" in failed

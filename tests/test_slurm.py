@@ -27,8 +27,10 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
+from kit.execute.node_fingerprint import node_token
 from kit.execute.per_node import node_arguments
 from kit.execute.slurm_script import SlurmOptions, check_script, layout, pyxis_arguments, time_limit
+from kit.fingerprint import REDACTION_SALT_ENV
 from kit.results import RankSample, RunSample
 from kit.workloads.srun_rank import rank_environment
 
@@ -214,6 +216,13 @@ def test_each_nodes_run_is_this_run_into_its_own_folder_on_that_node_alone():
     assert node_arguments(["--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm"], "n2", Path("/shared/f")) == [
         "--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm", "--out=/shared/f/n2", "--nodes=1",
         "--nodelist=n2"]  # fmt: skip
+
+
+
+def test_a_redacted_per_node_run_is_in_a_folder_named_by_its_nodes_token(monkeypatch):
+    monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
+    assert node_arguments(["--redact"], "n2", Path("/shared/f"), node_token) == [
+        "--redact", f"--out=/shared/f/{node_token('n2')}", "--nodes=1", "--nodelist=n2"]  # the node's name goes to Slurm alone
 
 
 @pytest.mark.parametrize("extra", [["--nodes", "2"], ["--nodelist", "n1"], ["--resume", "somewhere"]])

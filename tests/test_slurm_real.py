@@ -1,6 +1,7 @@
 """`kit run --executor slurm` on a real Slurm: the two simulated nodes of tests/slurm/start.sh.
 
-The smoke profile's 2-process cases run as 2 nodes x 1 task over gloo; a job over its time limit
+The smoke profile's 2-process cases run as 2 nodes x 1 task over gloo, redacted: no file of the
+run or its report names a node or the host, each node is its token everywhere; a job over its time limit
 ends its case `timeout`; a rank that dies ends its case `error`, naming that rank and its log;
 Ctrl-C leaves no job in squeue.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -19,10 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from kit.execute.slurm import SlurmExecutor
+from identifying_names import places_naming
+
+from kit.cache import cache_dir
+from kit.execute.node_fingerprint import node_token
+from kit.execute.slurm import SlurmExecutor, configured
 from kit.execute.slurm_script import SlurmOptions
 from kit.stages import unit_of
 from kit.execute.samples import run_sample
+from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
+from kit.redact import SALT_FILE
 from kit.results import RankSample, RunDir, SlurmJob, atomic_write_model, utc_now
 from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
@@ -39,19 +47,25 @@ def slurm_nodes():
     assert not queued_jobs(), "the test left kit jobs in squeue"
 
 
+def machine_token(name: str) -> str:
+    """The token of a name in this machine's redacted runs and reports (kit.redact.use_machine_salt)."""
+    return redaction_token(name, (cache_dir() / SALT_FILE).read_bytes().strip())
+
+
 def kit_run(out: Path, *cases: str, extra: tuple[str, ...] = ()) -> list[str]:
     selected = [part for case in cases for part in ("--case", case)]
     return [*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--nodes", "2", "--no-preflight", "--out", str(out),
             *selected, *extra]  # fmt: skip
 
 
-def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_path):
+def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_when_redacted(slurm_nodes, tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES, extra=("--redact",)), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == ["n1", "n2"]
+    n1, n2 = machine_token("n1"), machine_token("n2")
+    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == sorted([n1, n2])
     info = RunDir(run).read_info()
-    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished"
+    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished" and info.redacted
     for case_id in TWO_PROCESS_CASES:
         result = RunDir(run).read_result(case_id)
         assert result.status == "ok", f"{case_id}: {result.reason}"
@@ -59,27 +73,29 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
         figure = result.metrics[unit_of(result.case).headline]
         assert figure.n == result.case.params.runs == len(result.samples) and figure.mean > 0
         for sample in result.samples:
-            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == "n[1-2]"
+            assert sample.slurm_job.state == "COMPLETED" and sample.slurm_job.nodes == f"{n1},{n2}"  # n[1-2]
             assert sorted(rank.rank for rank in sample.ranks) == [0, 1]
             assert all(rank.world_size == 2 and rank.status == "ok" for rank in sample.ranks)
         job_files = run / "cases" / case_id / "slurm"
         script = (job_files / "launch-1.sbatch").read_text()
         assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in script
         (job_output,) = job_files.glob("job-*.out")
-        assert "on n[1-2], master 127.0.0.1:" in job_output.read_text()  # one rank on each node
+        assert f"on {n1},{n2}, master 127.0.0.1:" in job_output.read_text()  # one rank on each node
         assert sorted(path.name.rsplit("-", 1)[1] for path in job_files.glob("job-*-rank-*.log")) == ["0.log", "1.log"]
         assert "--- job-" in (run / "cases" / case_id / "log.txt").read_text()
     check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
-    # Each node fingerprinted on itself, and the comm case over both nodes called inter-node.
-    assert info.node_fingerprints == {"n1": "fingerprints/n1.json", "n2": "fingerprints/n2.json"}
-    for node in ("n1", "n2"):
+    # Each node fingerprinted on itself (by the check job: no other job was needed), and the comm
+    # case over both nodes called inter-node.
+    assert info.node_fingerprints == {n1: f"fingerprints/{n1}.json", n2: f"fingerprints/{n2}.json"}
+    assert not list((run / "slurm" / "node-fingerprints").glob("*.sbatch"))
+    for node in (n1, n2):
         taken = json.loads((run / "fingerprints" / f"{node}.json").read_text())
-        assert taken["host"]["hostname"] and taken["image"]["torch"]  # this Python's frameworks, as the node saw them
-    assert {"fingerprints/n1.json", "fingerprints/n2.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
+        assert taken["host"]["hostname"].startswith("redacted-") and taken["image"]["torch"]  # this Python's frameworks
+    assert {f"fingerprints/{n1}.json", f"fingerprints/{n2}.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
     comm = RunDir(run).read_result("comm.all_reduce.g2")
-    assert all(sample.ranks[0].details["rank_nodes"] == ["n1", "n2"] for sample in comm.samples)
-    assert "inter-node: ranks on n1, n2 (as each rank said)" in comm.notes
+    assert all(sample.ranks[0].details["rank_nodes"] == [n1, n2] for sample in comm.samples)
+    assert f"inter-node: ranks on {n1}, {n2} (as each rank said)" in comm.notes
     report = subprocess.run([*KIT, "report", str(run), "--format", "html"], capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     html = (run / "report.html").read_text()
@@ -87,6 +103,19 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task(slurm_nodes, tmp_p
     assert "Across nodes: ranks on several nodes, bound by the network between them" in html
     assert "Within a node" not in html  # the one comm case ran across the nodes
     assert re.search(r"not known.{0,400}TCP \(gloo\)", html, re.S)  # a CPU run: no bound invented
+    # No file of the run, nor its report (report.html, in the run directory), names a node (alone
+    # or in Slurm's compact list) or this host, in its text or its name.
+    assert places_naming(run, [*slurm_nodes, "n[1-2]", platform.node()]) == []
+
+
+def test_a_resumed_redacted_run_pins_its_jobs_to_the_nodes_its_options_name_by_token(slurm_nodes, monkeypatch):
+    """run.json of a redacted run keeps --nodelist and the sbatch arguments with tokens for the
+    node names; the executor it resumes with asks Slurm which of its nodes has each token."""
+    monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
+    n2 = node_token("n2")
+    executor = configured({"nodelist": n2, "sbatch_args": [f"--exclude={node_token('n1')}", "--exclusive"]})
+    assert executor.options.nodelist == "n2" and executor.options.sbatch_args == ["--exclude=n1", "--exclusive"]
+    assert configured({"nodelist": "redacted-0123456789abcdef"}).options.nodelist == "redacted-0123456789abcdef"  # no such node
 
 
 def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan, tmp_path):
@@ -122,6 +151,13 @@ def test_a_rank_that_dies_ends_its_case_error_naming_that_rank_and_its_log(slurm
     assert "its log: slurm/job-" in result.reason and "-rank-1.log" in result.reason
     log = (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
     assert "-rank-1.log\n" in log and "srun: error: n2: task 1:" in log
+    # The report of this run (not redacted), rendered with --redact, names no node nor the host.
+    report = subprocess.run([*KIT, "report", str(run), "--redact", "--format", "html", "--out", str(tmp_path / "report")],
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert f"rank 1 on {machine_token('n2')}: " in html
+    assert places_naming(tmp_path / "report", [*slurm_nodes, "n[1-2]", platform.node()]) == []
 
 
 @pytest.mark.parametrize("stop, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)], ids=["ctrl-c", "sigterm"])
@@ -185,29 +221,33 @@ def test_a_job_sbatch_refuses_ends_its_case_error_with_slurm_s_words(slurm_nodes
 def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_the_fleet_report_compares_them(
     slurm_nodes, tmp_path
 ):
+    """Redacted: each node's run is in a folder named by the node's token, and no file of the
+    fleet (the runs, the fleet report) names a node or the host."""
     case_id = "profile.tiny-llama.base.g1"  # one rank: a simulated node has one CPU
     fleet = tmp_path / "fleet"
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight",
+    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight", "--redact",
                            "--out", str(fleet), "--case", case_id], capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(path.name for path in fleet.iterdir()) == slurm_nodes
+    tokens = [machine_token(node) for node in slurm_nodes]
+    assert sorted(path.name for path in fleet.iterdir()) == sorted(tokens)
     spans = []
-    for node in slurm_nodes:
-        run = fleet / node
+    for token in tokens:
+        run = fleet / token
         info = RunDir(run).read_info()
-        assert info.slurm["nodelist"] == node and info.slurm["nodes"] == 1 and info.status == "finished"
-        assert info.node_fingerprints == {node: f"fingerprints/{node}.json"}  # what the fleet report compares
-        assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == [node]
+        assert info.slurm["nodelist"] == token and info.slurm["nodes"] == 1 and info.status == "finished"
+        assert info.node_fingerprints == {token: f"fingerprints/{token}.json"}  # what the fleet report compares
+        assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == [token]
         result = RunDir(run).read_result(case_id)
-        assert result.status == "ok", f"{node}: {result.reason}"
-        assert all(sample.slurm_job.nodes == node for sample in result.samples)
-        assert f"#SBATCH --nodelist={node}\n" in (run / "cases" / case_id / "slurm" / "launch-1.sbatch").read_text()
+        assert result.status == "ok", f"{token}: {result.reason}"
+        assert all(sample.slurm_job.nodes == token for sample in result.samples)
+        assert f"#SBATCH --nodelist={token}\n" in (run / "cases" / case_id / "slurm" / "launch-1.sbatch").read_text()
         spans.append((result.started_at, result.finished_at))
     assert max(start for start, _ in spans) < min(end for _, end in spans), f"the nodes' cases did not overlap: {spans}"
-    assert f"compare them: kit report --fleet {fleet / slurm_nodes[0]}" in done.stdout + done.stderr
-    report = subprocess.run([*KIT, "report", "--fleet", *(str(fleet / node) for node in slurm_nodes), "--format", "html"],
+    assert f"compare them: kit report --fleet {fleet / tokens[0]}" in done.stdout + done.stderr
+    report = subprocess.run([*KIT, "report", "--fleet", *(str(fleet / token) for token in tokens), "--format", "html"],
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0 and (fleet / "fleet-report.html").is_file(), report.stdout + report.stderr
+    assert places_naming(fleet, [*slurm_nodes, platform.node()]) == []
 
 
 def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(slurm_nodes, tmp_path):
@@ -227,18 +267,24 @@ def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(s
         assert json.loads((fleet / node / "run.json").read_text())["status"] == "interrupted", node
 
 
-def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to_it(slurm_nodes, tmp_path):
+@pytest.mark.parametrize("redact", [False, True], ids=["plain", "redacted"])
+def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to_it(slurm_nodes, tmp_path, monkeypatch, redact):
+    """Redacted, the run's files name the nodes by token (n[1-2] in its results is two tokens): the
+    job is pinned to the node with that token, and the script the run keeps names the token."""
+    monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")  # the job's environment: the node's token alike
+    n1, n2 = (node_token(node) if redact else node for node in ("n1", "n2"))
     run = tmp_path / "run"
     (run / "fingerprints").mkdir(parents=True)
-    (run / "fingerprints" / "n1.json").write_text("{}")  # n1 fingerprinted already (by the check job at the start)
+    (run / "fingerprints" / f"{n1}.json").write_text("{}")  # n1 fingerprinted already (by the check job at the start)
     now = utc_now()
     rank = RankSample(rank=0, world_size=2, status="ok", device="cpu", device_name="cpu", started_at=now, finished_at=now)
     sample = run_sample(index=1, ranks=[rank], expected_ranks=1, exit_code=0, wall_s=1.0, timed_out=False, timeout_s=60)
-    sample = sample.model_copy(update={"slurm_job": SlurmJob(job_id="1", state="COMPLETED", nodes="n[1-2]")})
-    found = SlurmExecutor(SlurmOptions()).fingerprint_nodes(run, [sample], redact=False)
-    assert found == {"n1": "fingerprints/n1.json", "n2": "fingerprints/n2.json"}
-    assert (run / "fingerprints" / "n1.json").read_text() == "{}"  # left alone
+    nodes = f"{n1},{n2}" if redact else "n[1-2]"
+    sample = sample.model_copy(update={"slurm_job": SlurmJob(job_id="1", state="COMPLETED", nodes=nodes)})
+    found = SlurmExecutor(SlurmOptions()).fingerprint_nodes(run, [sample], redact=redact)
+    assert found == {n1: f"fingerprints/{n1}.json", n2: f"fingerprints/{n2}.json"}
+    assert (run / "fingerprints" / f"{n1}.json").read_text() == "{}"  # left alone
     (script,) = (run / "slurm" / "node-fingerprints").glob("*.sbatch")
-    assert "#SBATCH --nodelist=n2\n" in script.read_text() and "#SBATCH --nodes=1\n" in script.read_text()
-    assert json.loads((run / "fingerprints" / "n2.json").read_text())["host"]["hostname"]
+    assert f"#SBATCH --nodelist={n2}\n" in script.read_text() and "#SBATCH --nodes=1\n" in script.read_text()
+    assert json.loads((run / "fingerprints" / f"{n2}.json").read_text())["host"]["hostname"]
     assert "Slurm job" in (run / "slurm" / "node-fingerprints" / "log.txt").read_text()

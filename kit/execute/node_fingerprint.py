@@ -3,11 +3,12 @@
 The run's own fingerprint (fingerprint.json) is of the host kit runs on, which under Slurm is the
 submitting host, not where the numbers were measured. So each compute node fingerprints itself
 from inside a job: `python -m kit.execute.node_fingerprint FOLDER` as one srun task per node
-writes FOLDER/<node>.json (atomically). The shared-run-dir check job at the start runs it on the
-nodes it lands on (kit.execute.slurm_script.check_script); nodes a case's job ran on that have no
-fingerprint yet get one from a small job pinned to them once the cases are done
-(kit.execute.slurm.fingerprint_missing_nodes). run.json names each file (RunInfo.node_fingerprints); the
-evidence (SHA256SUMS) covers them like every other file of the run.
+writes FOLDER/<node>.json (atomically; FOLDER/<token>.json in a redacted run, node_token). The
+shared-run-dir check job at the start runs it on the nodes it lands on
+(kit.execute.slurm_script.check_script); nodes a case's job ran on that have no fingerprint yet
+get one from a small job pinned to them once the cases are done
+(kit.execute.slurm.fingerprint_missing_nodes). run.json names each file
+(RunInfo.node_fingerprints); the evidence (SHA256SUMS) covers them like every other file of the run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from kit.results import atomic_write_model
 from kit.workloads.srun_rank import node_name
 
 FOLDER = "fingerprints"  # in the run directory
+CHECK_MARKS = "slurm/shared-run-dir-check/nodes"  # the check job's nodes, a file each (kit.execute.slurm_script.check_script)
+
+
+def node_token(node: str) -> str:
+    """A node's name as a redacted run writes it: its salted token (kit.redact), the same in
+    every file of the run; a name that is a token already stays as it is."""
+    from kit.fingerprint import redaction_salt, redaction_token
+
+    return node if node.startswith("redacted-") else redaction_token(node, redaction_salt())
 
 
 def fingerprint_step(python: str, folder: Path, redact: bool) -> str:
@@ -41,10 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith("-"):
         sys.exit("usage: python -m kit.execute.node_fingerprint FOLDER [--redact] (as one srun task per node)")
-    path = Path(argv[0]) / f"{node_name()}.json"
+    redact = "--redact" in argv[1:]
+    path = Path(argv[0]) / f"{node_token(node_name()) if redact else node_name()}.json"
     # the frameworks of this Python, which the ranks of a job without containers run on this node
-    atomic_write_model(path, collect(redact="--redact" in argv[1:], image_probe=probe_this_python()))
-    print(f"kit: fingerprint of {node_name()} in {path}")
+    atomic_write_model(path, collect(redact=redact, image_probe=probe_this_python()))
+    print(f"kit: fingerprint of {path.stem} in {path}")
 
 
 if __name__ == "__main__":

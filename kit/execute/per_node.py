@@ -35,10 +35,11 @@ def fleet_nodes(partition: str | None) -> list[str]:
     return list(dict.fromkeys(done.stdout.split()))
 
 
-def node_arguments(arguments: Sequence[str], node: str, out: Path) -> list[str]:
-    """`kit run`'s arguments for one node's run: the run's own, into OUT/<node>/, every job on
-    that node and each case's ranks on it alone."""
-    return [*arguments, f"--out={out / node}", "--nodes=1", f"--nodelist={node}"]
+def node_arguments(arguments: Sequence[str], node: str, out: Path, folder_of: Callable[[str], str] = str) -> list[str]:
+    """`kit run`'s arguments for one node's run: the run's own, into OUT/<node>/ (a redacted
+    run's into OUT/<the node's token>/: `folder_of`), every job on that node and each case's ranks
+    on it alone."""
+    return [*arguments, f"--out={out / folder_of(node)}", "--nodes=1", f"--nodelist={node}"]
 
 
 def _relay(node: str, process: subprocess.Popen, say: Callable[[str], None]) -> None:
@@ -46,12 +47,13 @@ def _relay(node: str, process: subprocess.Popen, say: Callable[[str], None]) -> 
         say(f"[{node}] {line.rstrip()}")
 
 
-def run_on_each_node(arguments: Sequence[str], nodes: Sequence[str], out: Path, say: Callable[[str], None]) -> dict[str, int]:
+def run_on_each_node(arguments: Sequence[str], nodes: Sequence[str], out: Path, say: Callable[[str], None],
+                     folder_of: Callable[[str], str] = str) -> dict[str, int]:  # fmt: skip
     """One `kit run` per node, all at once; each one's exit status. Each runs in a session of its
     own and gets from this kit the Ctrl-C (SIGINT) or SIGTERM this kit gets, once, then cancels its
     own jobs before it ends; KeyboardInterrupt is raised again once they all have."""
     processes = {
-        node: subprocess.Popen([sys.executable, "-m", "kit.cli", "run", *node_arguments(arguments, node, out)],
+        node: subprocess.Popen([sys.executable, "-m", "kit.cli", "run", *node_arguments(arguments, node, out, folder_of)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                start_new_session=True)
         for node in nodes

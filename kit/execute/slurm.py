@@ -12,8 +12,10 @@ outright are cancelled by the next kit start.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.execute import memory_cap_bytes, processes
-from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted
+from kit.execute.node_fingerprint import CHECK_MARKS, FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
@@ -68,23 +70,24 @@ class RunDirNotShared(RuntimeError):
     """The compute nodes do not see the run directory, so no result could come back."""
 
 
-def slurm_command(arguments: list[str]) -> subprocess.CompletedProcess:
+def slurm_command(arguments: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
     """A Slurm command's output; one that does not answer in time reads as a failed command."""
     try:
-        return subprocess.run(arguments, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        return subprocess.run(arguments, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except FileNotFoundError:
         raise SlurmUnavailable(f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do") from None
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s")
 
 
-def submit(script: Path) -> str:
-    """`sbatch --parsable SCRIPT`: the job id. The job's comment names this kit process, and the
+def submit(script: Path, text: str) -> str:
+    """`sbatch --parsable` of the script `text` (on its standard input: the copy kept at `script`
+    may name its nodes by token): the job id. The job's comment names this kit process, and the
     kit's cache holds a mark of it first, so that a kit killed outright has its jobs cancelled by
     the next kit start (`cancel_leftovers`)."""
     mark_this_process()
     comment = owner_comment(platform.node(), os.getpid(), process_start_ticks(os.getpid()))
-    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}", str(script)])
+    done = slurm_command(["sbatch", "--parsable", f"--comment={comment}"], stdin=text)
     if done.returncode != 0:
         raise SlurmUnavailable(f"sbatch refused {script.name}: {(done.stderr or done.stdout).strip()[:500]}")
     return parse_submitted(done.stdout)
@@ -159,11 +162,22 @@ def cancel(job_id: str, say) -> None:
     say(f"Slurm job {job_id}: cancelled" + ("" if not listed(job_id) else f", still listed after {CANCEL_WAIT_S} s"))
 
 
-def run_job(script_text: str, script: Path, say) -> tuple[JobState, float]:
-    """Write, submit and follow one job; cancelled if the kit is interrupted while it runs."""
+def kept_copy(script_text: str, run_dir: Path, redact: bool) -> str | None:
+    """The copy of a job's script that a redacted run keeps: its nodes (a --nodelist) by token,
+    its host and paths as kit.redact writes them; None (the script itself) for any other run."""
+    if not redact:
+        return None
+    from kit.redact import Redactor
+
+    return Redactor(run_dir, cluster_nodes()).text(script_text)
+
+
+def run_job(script_text: str, script: Path, say, kept_text: str | None = None) -> tuple[JobState, float]:
+    """Write (as `kept_text`, kept_copy, where the run must not hold what is submitted), submit and
+    follow one job; cancelled if the kit is interrupted while it runs."""
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(script_text, encoding="utf-8")
-    job_id = submit(script)
+    script.write_text(script_text if kept_text is None else kept_text, encoding="utf-8")
+    job_id = submit(script, script_text)
     say(f"submitted {script.name} as Slurm job {job_id}")
     try:
         return follow(job_id, say)
@@ -223,8 +237,9 @@ class SlurmExecutor:
 
     NAME = NAME
 
-    def __init__(self, options: SlurmOptions | None = None):
+    def __init__(self, options: SlurmOptions | None = None, redact: bool = False):
         self.options = options or SlurmOptions()
+        self.redact = redact  # the scripts a redacted run keeps name no node (kept_copy)
 
     def __str__(self) -> str:
         return NAME
@@ -291,7 +306,8 @@ class SlurmExecutor:
             log.flush()
 
         try:
-            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say)
+            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say,
+                                  kept_copy(text, case_dir.parent.parent, self.redact))  # fmt: skip
         except SlurmUnavailable as exc:  # sbatch refused the job (a partition, an account): the case's answer
             say(str(exc))
             return [not_run(case, indices[0], "error", str(exc))]
@@ -321,9 +337,15 @@ class SlurmExecutor:
                 return fingerprinted(run_dir)
 
 
-def configured(options: dict | None) -> SlurmExecutor:
-    """The executor with the options run.json keeps (SlurmOptions, as a dict)."""
-    return SlurmExecutor(SlurmOptions.model_validate(options or {}))
+def configured(options: dict | None, redact: bool = False) -> SlurmExecutor:
+    """The executor with the options run.json keeps (SlurmOptions, as a dict). A redacted run's
+    options name its nodes by token (--nodelist, an sbatch argument): each token of a node of this
+    cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
+    text = json.dumps(options or {})
+    if "redacted-" in text:
+        named = {node_token(node): node for node in cluster_nodes()}
+        text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)
+    return SlurmExecutor(SlurmOptions.model_validate_json(text), redact)
 
 
 def nodes_needed(cases: list[Case], options: SlurmOptions) -> int:
@@ -341,11 +363,12 @@ def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say, 
     """A tiny job on `nodes` nodes, each writing a file into the run directory, then
     fingerprinting itself into it (kit.execute.node_fingerprint): the nodes that wrote their file
     (raising RunDirNotShared, with what to do, when one did not)."""
-    folder = (run_dir / "slurm" / "shared-run-dir-check").resolve()
-    marks = folder / "nodes"
+    marks = (run_dir / CHECK_MARKS).resolve()
+    folder = marks.parent
     folder.mkdir(parents=True, exist_ok=True)
     step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-    job, _ = run_job(check_script(marks, nodes, options, folder / "job-%j.out", step), folder / "check.sbatch", say)
+    script = check_script(marks, nodes, options, folder / "job-%j.out", step)
+    job, _ = run_job(script, folder / "check.sbatch", say, kept_copy(script, run_dir, redact))
     seen = sorted(path.name for path in marks.iterdir()) if marks.is_dir() else []
     if len(seen) < nodes:
         raise RunDirNotShared(
@@ -365,10 +388,25 @@ def job_nodes(samples: Iterable[RunSample]) -> list[str]:
 def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say,
                               redact: bool = False) -> dict[str, str]:  # fmt: skip
     """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
-    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint)."""
-    missing = [node for node in job_nodes(samples) if node not in fingerprinted(run_dir)]
+    them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint).
+    A redacted run's files name nodes by token: the job is pinned to the nodes of the cluster
+    with those tokens."""
+    written = node_token if redact else str
+    missing = [written(node) for node in job_nodes(samples) if written(node) not in fingerprinted(run_dir)]
     if missing:
+        named = {node_token(node): node for node in cluster_nodes()} if redact else {}
         folder = (run_dir / "slurm" / "node-fingerprints").resolve()
         step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-        run_job(node_fingerprint_script(missing, options, folder / "job-%j.out", step), folder / f"{missing[0]}.sbatch", say)
+        script = node_fingerprint_script([named.get(node, node) for node in missing], options, folder / "job-%j.out", step)
+        run_job(script, folder / f"{missing[0]}.sbatch", say, kept_copy(script, run_dir, redact))
     return fingerprinted(run_dir)
+
+
+def cluster_nodes() -> list[str]:
+    """Every node Slurm lists here, whatever its state; none where Slurm does not answer."""
+    try:
+        done = slurm_command(["sinfo", "-h", "-N", "-o", "%N"])
+    except SlurmUnavailable:
+        return []
+    return sorted(set(done.stdout.split())) if done.returncode == 0 else []
+

@@ -30,6 +30,7 @@ class EvidenceFile(BaseModel):
     path: str
     sha256: str
     line: str  # as written, so that digests over lines can be reproduced with grep and sha256sum
+    size: int | None = None  # bytes, as the report found the file (kit.report.load)
 
 
 class EvidenceGroup(BaseModel):

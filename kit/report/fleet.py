@@ -317,6 +317,10 @@ def render_fleet(
     out_dir = Path(out_dir) if out_dir else Path(os.path.commonpath([folder.resolve() for folder in run_dirs]))
     verify_runs(run_dirs, out_dir, own=None)
     nodes = [Node(name, load_run(folder, redact)) for name, folder in zip(node_names(run_dirs), run_dirs)]
+    if redact:  # a per-node run's folder is named after its node: the node's token, for its name and its path
+        from kit.execute.node_fingerprint import node_token
+
+        nodes = [Node(node_token(node.name), node.run.model_copy(update={"path": Path(node_token(node.name))})) for node in nodes]
     report = fleet_report(nodes, tolerance)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file = FLEET_FILES

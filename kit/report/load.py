@@ -73,6 +73,20 @@ def _node_fingerprints(run_dir: RunDir, info: RunInfo, results: Iterable[Result]
     return dict(sorted(found.items()))
 
 
+def _nodes_by_token(run_dir: RunDir, info: RunInfo, results: dict[str, Result], nodes: dict[str, LoadedFingerprint],
+                    evidence: list[EvidenceFile]):  # fmt: skip
+    """A Slurm run that was not redacted, read as if it were (kit.redact): its node names, in its
+    results, run.json, node fingerprints and the names of its files, become their tokens (the
+    lines of SHA256SUMS stay as written: the digests over them are those of the run)."""
+    from kit.redact import Redactor, recorded_node_names
+
+    redactor = Redactor(run_dir.root, recorded_node_names(run_dir.root, info, results.values()))
+    info = RunInfo.model_validate_json(redactor.text(info.model_dump_json()))
+    results = {case_id: Result.model_validate_json(redactor.text(result.model_dump_json())) for case_id, result in results.items()}
+    nodes = {redactor.text(node): fingerprint for node, fingerprint in nodes.items()}
+    return info, results, nodes, [entry.model_copy(update={"path": redactor.text(entry.path)}) for entry in evidence]
+
+
 def load_run(path: Path, redact: bool) -> LoadedRun:
     """Everything a report reads of one run directory (verified beforehand by the caller)."""
     run_dir = RunDir(path)
@@ -100,14 +114,18 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
     hostname = str(info.host.get("hostname") or "not recorded")
     if redact and info.host.get("hostname"):
         hostname = redaction_token(hostname, redaction_salt())
+    nodes = _node_fingerprints(run_dir, info, results.values(), redact)
+    evidence = [entry.model_copy(update={"size": (run_dir.root / entry.path).stat().st_size}) for entry in read_sums(run_dir.root)]
+    if redact and not info.redacted and info.executor == "slurm":
+        info, results, nodes, evidence = _nodes_by_token(run_dir, info, results, nodes, evidence)
     return LoadedRun(
         path=Path(path),
         info=info,
         results=results,
         before=before,
         after=_read_fingerprint(run_dir.fingerprint_after_path, redact),
-        nodes=_node_fingerprints(run_dir, info, results.values(), redact),
-        evidence=read_sums(run_dir.root),
+        nodes=nodes,
+        evidence=evidence,
         evidence_digest=evidence_digest(run_dir.root),
         hostname=hostname,
         redacted=redact,

@@ -1014,7 +1014,7 @@ def appendix_section(run: LoadedRun, protocol: Protocol) -> Section:
             )
         )
     images = image_section(run)
-    sizes = {f.path: (run.path / f.path).stat().st_size for f in run.evidence}
+    sizes = {f.path: f.size for f in run.evidence}
     groups = evidence_groups(run.evidence)
     raw = Section(
         anchor="raw-data",
