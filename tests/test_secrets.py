@@ -42,20 +42,10 @@ def test_a_variable_no_process_can_be_given_is_refused_where_the_manifest_is_rea
 
 
 @pytest.mark.e2e
-def test_tokens_in_kits_environment_appear_in_no_artifact_of_a_run_or_its_report(tmp_path):
-    env = {**os.environ, **PLANTED}
-    run = tmp_path / "run"
-    cases = ["comm.all_reduce.g2", "profile.tiny-llama.base.g1", "serve.tiny-llama.vllm.g1"]
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", *[a for c in cases for a in ("--case", c)], "--executor", "local",
-                           "--out", str(run)], capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = subprocess.run([*KIT, "report", str(run)], capture_output=True, text=True, env=env, timeout=900)
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert files_holding_a_token(run, done.stdout, done.stderr, report.stdout, report.stderr) == []
-
-
-@pytest.mark.e2e
-def test_a_redacted_run_names_no_host_user_or_identifying_path_in_any_file_and_resumes_with_its_tokens(tmp_path):
+def test_a_redacted_run_with_tokens_in_its_environment_writes_neither_the_tokens_nor_what_names_the_host(tmp_path):
+    """One run for both: tokens in the environment kit runs in are used, never written down (the
+    redaction replaces names and paths, not tokens, so a token written anywhere would show), and
+    under --redact no file names the host, its user or an identifying path."""
     import getpass
     import platform
     import re
@@ -63,16 +53,20 @@ def test_a_redacted_run_names_no_host_user_or_identifying_path_in_any_file_and_r
 
     from kit.cache import cache_dir
 
+    env = {**os.environ, **PLANTED}
     run = tmp_path / "run"
     cases = ["comm.all_reduce.g2", "profile.tiny-llama.base.g1", "serve.tiny-llama.vllm.g1"]
     done = subprocess.run([*KIT, "run", "--profile", "smoke", *[a for c in cases for a in ("--case", c)], "--executor", "local",
-                           "--redact", "--out", str(run)], capture_output=True, text=True, timeout=1800)  # fmt: skip
+                           "--redact", "--out", str(run)], capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    report = subprocess.run([*KIT, "report", str(run)], capture_output=True, text=True, env=env, timeout=900)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert files_holding_a_token(run, done.stdout, done.stderr, report.stdout, report.stderr) == []
     identifying = [str(run.resolve()), str(cache_dir().resolve()), str(Path.home()) + "/", str(Path(__file__).resolve().parent.parent)]
     words = [platform.node()] + ([getpass.getuser()] if getpass.getuser() != "root" else [])
     found = []
     for path in run.rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.suffix != ".pdf":  # the PDF's text is compressed; report.html holds the same
             raw = path.read_bytes()
             text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
             found += [(str(path.relative_to(run)), s) for s in identifying if s in text]
