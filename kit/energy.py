@@ -7,6 +7,8 @@ summed over the case's GPUs, divided by the tokens of that interval:
   the tokens are each rank's tokens per step times its measured steps, summed over ranks.
 - serve: the burst, on every GPU the engine runs on (kit/serve/session.py); the tokens are the
   output tokens of the burst's completed requests, those `output_throughput` counts.
+- profile: the breakdown's plain measured steps (kit/workloads/profile.py); micro-batch x
+  sequence x those steps.
 Mean power per GPU: the mean over the case's GPUs of each GPU's mean power over the interval.
 Each figure is computed per run and summarised over runs like every other metric. Where a run
 has no reading (a CPU case, no NVML, a GPU without the energy counter, a workload that does
@@ -51,8 +53,17 @@ def serve_interval_tokens(rank: RankSample) -> int:
         raise NoReading("the burst's aggregates are not recorded") from None
 
 
+def profile_interval_tokens(rank: RankSample) -> int:
+    """The tokens of a breakdown's plain measured steps (kit/workloads/profile.py samples those)."""
+    try:
+        details = rank.details
+        return int(details["micro_batch"]) * int(details["seq_len"]) * len(details["step_ms_per_step"])
+    except (KeyError, TypeError):
+        raise NoReading("the breakdown's batch and steps are not recorded") from None
+
+
 # Workload kind -> the tokens of the interval a rank's telemetry covers.
-INTERVAL_TOKENS = {"train": train_interval_tokens, "serve": serve_interval_tokens}
+INTERVAL_TOKENS = {"train": train_interval_tokens, "serve": serve_interval_tokens, "profile": profile_interval_tokens}
 
 
 def run_energy(ranks: Sequence[RankSample], interval_tokens) -> tuple[float, float]:

@@ -659,7 +659,8 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
             if host.cuda and prediction
             else PeakMemory(host_rss_bytes=int(0.6 * GIB))
         )
-        ranks = [host.rank(case, 0, details=breakdown.model_dump(mode="json"), peak_memory=memory)]
+        ranks = [host.rank(case, 0, details=breakdown.model_dump(mode="json"), peak_memory=memory,
+                           telemetry=host.telemetry(1, sum(step_per_step) / 1e3))]  # fmt: skip
         write_ranks(folder, index, ranks)
         runs.append(finish_run(host, case, index, ranks, rng.uniform(120, 300), exit_code=0))
     return runs

@@ -77,14 +77,15 @@ def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, err
     assert str(error) in sample.reason
 
 
-def test_a_self_timing_workload_returns_its_details_as_the_sample(monkeypatch, smoke_plan, tmp_path):
+def test_a_self_timing_workload_returns_its_details_and_telemetry_as_the_sample(monkeypatch, smoke_plan, tmp_path):
     module = types.ModuleType("kit_test_measure")
-    module.measure = lambda case, device, out_dir: {"rows": [{"bytes": 8, "time_us": 1.5}]}
+    module.measure = lambda case, device, out_dir: ({"rows": [{"bytes": 8, "time_us": 1.5}]}, device.telemetry_sampler().stop())
     monkeypatch.setitem(sys.modules, "kit_test_measure", module)
     monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_measure")
     sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
     assert (sample.status, workload) == ("ok", None)
     assert sample.details == {"rows": [{"bytes": 8, "time_us": 1.5}]} and sample.step_s == []
+    assert "CPU" in sample.telemetry.unavailable  # what the workload's own sampler said
 
 
 @pytest.mark.e2e

@@ -38,13 +38,14 @@ class CommFailure(RuntimeError):
     """The collective returned wrong data: the measurement is of something broken."""
 
 
-def measure(case: Case, device: Device, out_dir: Path) -> dict:
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, None]:
+    """The sweep's rows; no NVML telemetry (a collective moves bytes, not tokens)."""
     if case.params.collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {case.params.collective!r}")
     if case.params.backend != "torch":
         raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
                          "(kit/nccl_tests.py), not in this workload")
-    return torch_sweep(case, device, out_dir)
+    return torch_sweep(case, device, out_dir), None
 
 
 # ---------------------------------------------------------------------------------------------

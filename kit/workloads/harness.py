@@ -176,9 +176,9 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
         seed_everything(case.params.seed)
         module = importlib.import_module(WORKLOADS[case.workload])
         if hasattr(module, "measure"):
-            details = module.measure(case, device, out_dir)
+            details, telemetry = module.measure(case, device, out_dir)  # the workload samples what it times
             sample = RankSample(
-                **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(),
+                **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(), telemetry=telemetry,
                 details=details, versions=framework_versions(), finished_at=utc_now(),
             )  # fmt: skip
             return sample, None

@@ -389,7 +389,8 @@ def _instrumented_steps(step: ProfileStep, model, recorder: Recorder, what: str,
     return found
 
 
-def measure(case: Case, device, out_dir: Path) -> dict:
+def measure(case: Case, device, out_dir: Path) -> tuple[dict, object]:
+    """The breakdown, and NVML's telemetry over the plain measured steps (kit.energy)."""
     params: ProfileParams = case.params
     check_available(case)
     import torch
@@ -409,7 +410,14 @@ def measure(case: Case, device, out_dir: Path) -> dict:
 
     for _ in range(params.warmup_steps):
         step.run()
-    plain = [step.bounds(step.run()) for _ in range(params.measured_steps)]
+    device.synchronize()
+    sampler = device.telemetry_sampler()
+    sampler.start()
+    try:
+        plain = [step.bounds(step.run()) for _ in range(params.measured_steps)]
+        device.synchronize()
+    finally:
+        telemetry = sampler.stop()
 
     recorder = Recorder(clock)
     recompute_marks.recorder = recorder
@@ -455,4 +463,4 @@ def measure(case: Case, device, out_dir: Path) -> dict:
         activity_method=ACTIVITY_METHODS[case.device],
         method=method,
     )
-    return breakdown.model_dump(mode="json")
+    return breakdown.model_dump(mode="json"), telemetry
