@@ -1,6 +1,6 @@
 """A long table as aligned lines of monospace text, the way the PDF prints a per-case listing.
 
-WeasyPrint lays out and draws every table cell as a box of its own, at about a millisecond each;
+WeasyPrint lays out and draws every table cell as a box of its own, at a millisecond or more each;
 a paper-size run's listings (every metric of every case, every case folder's digest) run to
 thousands of cells. One line of preformatted text a row prints the same words and figures at a
 fraction of that cost (tests/benchmarks/render_report.py measures it)."""
