@@ -489,6 +489,56 @@ def test_the_printed_index_pins_each_case_folder_by_the_digest_of_its_sums_lines
     assert "Raw data, file by file" not in render_html(smoke_report, "print")
 
 
+def test_the_pdf_prints_the_case_folder_index_as_lines_of_the_same_cells(smoke_report):
+    """A long per-case listing prints as aligned monospace lines (a table cell is costly to print):
+    every row of the HTML's table on one line, its cells in column order, nothing dropped."""
+    from markupsafe import escape
+
+    from kit.report.listing import listing_lines
+
+    raw = next(s for s in section(smoke_report, "appendix").subsections if s.anchor == "raw-data")
+    table = raw.tables[1]
+    lines = listing_lines(table)
+    assert table.print_as_listing and len(lines) == len(table.rows) + 2
+    assert [re.split(r"\s{2,}", line.strip()) for line in lines[2:]] == texts(table)
+    assert re.split(r"\s{2,}", lines[0]) == table.header and set(lines[1]) == {"-"}
+    printed, screen = render_html(smoke_report, "print"), render_html(smoke_report)
+    assert str(escape("\n".join(lines))) in printed and "\n".join(lines[2:]) not in screen
+
+
+def test_a_listing_sets_each_case_over_its_metrics_and_runs_a_spanning_cell_on():
+    from kit.report.listing import listing_lines
+    from kit.report.model import Cell, Row, Table
+
+    table = Table(caption="c", header=["Case, then each metric", "Mean ± std, unit"], rows=[
+        Row(cells=[Cell(text="serve.a.vllm.g8", colspan=2)], heading=True),
+        Row(cells=[Cell(text="ttft_p99_s"), Cell(text="1.54 (1 run) s")]),
+        Row(cells=[Cell(text="output tokens/s"), Cell(text="34614 ± 12 tokens/s", detail="3 runs")]),
+        Row(cells=[Cell(text="serve.b.sglang.g8"), Cell(text="oom")]),
+    ])  # fmt: skip
+    first = len("  Case, then each metric")  # the widest first cell, with room for the indent
+    assert listing_lines(table) == [
+        f"{'Case, then each metric':{first}}  Mean ± std, unit",
+        "-" * (first + 2 + len("Mean ± std, unit")),
+        "serve.a.vllm.g8",
+        f"{'  ttft_p99_s':{first}}  1.54 (1 run) s",
+        f"{'  output tokens/s':{first}}  34614 ± 12 tokens/s (3 runs)",
+        f"{'  serve.b.sglang.g8':{first}}  oom",
+    ]
+
+
+def test_the_pdf_draws_each_chart_from_the_svg_the_html_inlines(smoke_report):
+    """The PDF's source holds each chart as an <img> of the very SVG the HTML inlines (WeasyPrint
+    parses it once that way), so both show the same drawing."""
+    import base64
+
+    screen, printed = render_html(smoke_report), render_html(smoke_report, "print")
+    inline = re.findall(r"<svg.*?</svg>", screen, re.S)
+    embedded = re.findall(r'<img src="data:image/svg\+xml;base64,([^"]+)"', printed)
+    assert inline and [base64.b64decode(uri).decode() for uri in embedded] == inline
+    assert "<svg" not in printed
+
+
 def test_a_comparable_run_is_judged_against_the_claims(tmp_path, paper_plan, report_of):
     run = write_run(
         tmp_path / "a800",

@@ -43,6 +43,8 @@ class Table(BaseModel):
     # "screen": in the HTML only, for a listing too long to print (a summary of it prints instead).
     media: Literal["all", "screen"] = "all"
     print_note: str | None = None  # what the PDF prints in the place of a screen-only table
+    # A long per-case listing: the PDF prints it as aligned monospace lines (kit/report/listing.py).
+    print_as_listing: bool = False
 
 
 PRINTED_ROWS = 60  # a longer listing is left to the HTML: a printed report is read, not searched

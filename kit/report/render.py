@@ -10,8 +10,10 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from kit.report.build import REFERENCE, assess, build_report
+from kit.report.charts import data_uri
 from kit.report.evidence import EvidenceError, verify
 from kit.report.export import export_csv, export_json
+from kit.report.listing import listing_lines
 from kit.report.model import Report
 from kit.results import REPORT_FILES
 
@@ -40,18 +42,23 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen") -
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    environment.globals["listing_lines"] = listing_lines
+    environment.filters["data_uri"] = data_uri
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium)
 
 
 def write_pdf(html: str, target: Path) -> None:
     """Print the HTML with WeasyPrint; any attempt to fetch a resource is an error, because a
-    report that needs the network is not self-contained."""
+    report that needs the network is not self-contained. A data: address (a chart, see
+    kit.report.charts.data_uri) holds its resource and fetches nothing."""
     from weasyprint import HTML
     from weasyprint.urls import FatalURLFetchingError, URLFetcher
 
     class NoFetching(URLFetcher):
         def fetch(self, url, headers=None):
+            if url.startswith("data:"):
+                return super().fetch(url, headers)
             raise FatalURLFetchingError(f"the report is self-contained; refused to fetch {url}")
 
     HTML(string=html, url_fetcher=NoFetching()).write_pdf(target)

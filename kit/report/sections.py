@@ -1054,6 +1054,7 @@ def appendix_section(run: LoadedRun, protocol: Protocol) -> Section:
             header=["Case folder or file", "Files", "Bytes", "SHA-256 (of its SHA256SUMS lines, for a folder)"],
             dense=True,
             widths=[38, 5, 8, 49],
+            print_as_listing=True,
             rows=[
                 Row(
                     cells=[

@@ -76,47 +76,39 @@ def runs_note(results: Iterable[Result]) -> str:
 
 
 def generic_stage(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
-    """Every metric of every case: the whole of a stage without a dedicated layout, the rest of one with."""
+    """Every metric of every case: the whole of a stage without a dedicated layout, the rest of one with.
+    Each case is a heading row over its metrics, each metric one row of its name and its value with
+    the unit: two cells a metric keep a long listing quick to print."""
     section = Section(anchor=stage.name, title=stage.title)
     rows = []
     for case in stage_cases(run, stage.name):
         result = run.results.get(case.id)
         if result is None or result.status != "ok":
-            rows.append(
-                Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected, 3)])
-            )
+            rows.append(Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected)]))
             continue
+        rows.append(Row(cells=[Cell(text=case.id, tone="mono", colspan=2)], heading=True))
         recorded = {name: metric for name, metric in result.metrics.items() if metric is not None}
         if not recorded:
             rows.append(
                 Row(
                     cells=[
-                        Cell(text=case.id, tone="mono"),
                         Cell(
                             text="ok, with no metric in result.json: its measurements are in the raw samples (see the "
                             "raw-data index)",
                             tone="muted",
-                            colspan=3,
+                            colspan=2,
                         ),
                     ]
                 )
             )
         for name, metric in recorded.items():
-            rows.append(
-                Row(
-                    cells=[
-                        Cell(text=case.id, tone="mono"),
-                        Cell(text=metric_label(name)),
-                        Cell(text=mean_std(metric)),
-                        Cell(text=metric.unit),
-                    ]
-                )
-            )
+            rows.append(Row(cells=[Cell(text=metric_label(name)), Cell(text=f"{mean_std(metric)} {metric.unit}")]))
     section.tables.append(
         Table(
             caption=f"{section.title}: every measured metric",
-            header=["Case", "Metric", "Mean ± std", "Unit"],
-            widths=[35, 25, 25, 15],
+            header=["Case, then each metric", "Mean ± std, unit"],
+            widths=[55, 45],
+            print_as_listing=True,
             rows=rows,
         )
     )

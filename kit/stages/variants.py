@@ -50,6 +50,8 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
             Table(
                 caption=f"{name}: each case without and with the variant",
                 header=["Case (twin)", "Figure", "Twin", name, f"{name} / twin"],
+                widths=[32, 14, 20, 20, 14],
+                print_as_listing=True,
                 rows=rows,
                 notes=notes,
             )
