@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import product
 from pathlib import Path
@@ -585,9 +586,14 @@ class MeasuredRun(BaseModel):
     results: dict[str, Result]
 
     @property
+    def gpus(self) -> str:
+        """The GPUs by model and count ("8 × NVIDIA A800-SXM4-80GB"), each model once."""
+        return ", ".join(f"{count} × {name}" if count > 1 else name for name, count in Counter(self.gpu_names).items())
+
+    @property
     def devices(self) -> str:
         if self.gpu_names:
-            return ", ".join(self.gpu_names) + (f" ({self.interconnect})" if self.interconnect else "")
+            return self.gpus + (f" ({self.interconnect})" if self.interconnect else "")
         return f"CPU only ({', '.join(self.cpu_names) or 'model not recorded'})"
 
 
@@ -640,9 +646,9 @@ def platform_mismatch(spec: PlatformSpec, run: MeasuredRun) -> str | None:
         return f"run {run.label} has {run.devices}"
     strangers = [name for name in run.gpu_names if not spec.is_exactly(name)]
     if strangers and all(spec.is_exactly(name) or spec.is_similar(name) for name in run.gpu_names):
-        return f"run {run.label} has {', '.join(run.gpu_names)}: a similar platform, not the paper's {spec.label}"
+        return f"run {run.label} has {run.gpus}: a similar platform, not the paper's {spec.label}"
     if strangers:
-        return f"run {run.label} has {', '.join(run.gpu_names)}"
+        return f"run {run.label} has {run.gpus}"
     if spec.interconnect != "any":
         if run.interconnect is None:
             return f"run {run.label}'s interconnect is not recorded (no fingerprint.json)"
