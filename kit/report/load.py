@@ -101,12 +101,12 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
     recomputed = [line for result in results.values() for line in differences(run_dir, result)]
     # Figures added to the measuring code since the run: the kit that made it is the one to render it.
     only_new = recomputed and all(line.endswith(NOT_STORED) for line in recomputed)
-    if only_new and info.kit.workload_sources_sha256 != sources_sha256(PACKAGE_DIR, measuring_sources()):
+    measuring = sources_sha256(PACKAGE_DIR, measuring_sources()) if only_new else None
+    if only_new and info.kit.workload_sources_sha256 != measuring:
         raise UnreadableRun(
             f"this kit computes other figures from the run's raw samples than the kit that measured it ({recomputed[0]}; "
             f"{len(recomputed)} in all): its measuring code differs (the run's {info.kit.workload_sources_sha256[:12]}, "
-            f"this kit's {sources_sha256(PACKAGE_DIR, measuring_sources())[:12]}); render it with the kit that made it, "
-            f"commit {info.kit.git_commit or 'not recorded'}"
+            f"this kit's {measuring[:12]}); render it with the kit that made it, commit {info.kit.git_commit or 'not recorded'}"
         )
     if recomputed:
         raise EvidenceError(Path(path), [f"stored figures differ from the raw samples: {line}" for line in recomputed])

@@ -251,7 +251,7 @@ def headline_table(
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
     training = {stage: (title, training_rows(run, stage, reference, gpu_hour_price, energy))
                 for stage, title in TRAINING_STAGES.items()}
-    if not any(row.cells[1].text != "no measurement" for _, rows in training.values() for row in rows):
+    if not any(has_metrics(run.results.get(c.id), "tokens_per_s") for c in selected if c.stage in TRAINING_STAGES):
         training |= {stage: (title, rows) for stage, title in FALLBACK_STAGES.items()
                      if (rows := training_rows(run, stage, reference, gpu_hour_price, energy))}
     groups = {

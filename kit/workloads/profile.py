@@ -46,6 +46,7 @@ from kit.breakdown import (
     trace_activity,
 )
 from kit.protocol import Case, ProfileParams
+from kit.results import DeviceTelemetry
 from kit.workloads.synthetic import llama_config, random_batches
 from kit.workloads.train import BATCH_POOL, DTYPES, _enable_recompute, check_available
 
@@ -389,7 +390,7 @@ def _instrumented_steps(step: ProfileStep, model, recorder: Recorder, what: str,
     return found
 
 
-def measure(case: Case, device, out_dir: Path) -> tuple[dict, object]:
+def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
     """The breakdown, and NVML's telemetry over the plain measured steps (kit.energy)."""
     params: ProfileParams = case.params
     check_available(case)
