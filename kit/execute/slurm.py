@@ -343,7 +343,7 @@ def configured(options: dict | None, redact: bool = False) -> SlurmExecutor:
     cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
     text = json.dumps(options or {})
     if "redacted-" in text:
-        named = {node_token(node): node for node in cluster_nodes()}
+        named = nodes_by_token()
         text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)
     return SlurmExecutor(SlurmOptions.model_validate_json(text), redact)
 
@@ -394,7 +394,7 @@ def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], optio
     written = node_token if redact else str
     missing = [written(node) for node in job_nodes(samples) if written(node) not in fingerprinted(run_dir)]
     if missing:
-        named = {node_token(node): node for node in cluster_nodes()} if redact else {}
+        named = nodes_by_token() if redact else {}
         folder = (run_dir / "slurm" / "node-fingerprints").resolve()
         step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
         script = node_fingerprint_script([named.get(node, node) for node in missing], options, folder / "job-%j.out", step)
@@ -409,4 +409,9 @@ def cluster_nodes() -> list[str]:
     except SlurmUnavailable:
         return []
     return sorted(set(done.stdout.split())) if done.returncode == 0 else []
+
+
+def nodes_by_token() -> dict[str, str]:
+    """Each node of this cluster under its redaction token: what a redacted run's files name."""
+    return {node_token(node): node for node in cluster_nodes()}
 
