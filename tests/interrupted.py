@@ -3,6 +3,7 @@ crash or a pulled plug leaves for `kit run --resume`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -52,8 +53,16 @@ def finished(run: Path) -> list[Path]:
 
 
 def processes_mentioning(text: str) -> list[str]:
+    """Processes naming `text` in their command line, or holding a file under it open (a rank
+    forked by kit.workloads.forkserver has the server's command line, and the case log open)."""
     listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines() if text in line and "ps -eo" not in line]
+    named = [line for line in listing.splitlines() if text in line and "ps -eo" not in line]
+    holding = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).startswith(text) and fd.parts[2] != str(os.getpid()):
+                holding.append(f"{fd.parts[2]} holds {os.readlink(fd)}")
+    return named + holding
 
 
 def unreadable(path: Path) -> bool:

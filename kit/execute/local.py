@@ -2,11 +2,13 @@
 
 Each run is its own process group (the launcher and its ranks), so a timeout or Ctrl-C kills the
 whole group and nothing is left behind; if `kit` itself is killed, the kernel tells the launcher
-(PR_SET_PDEATHSIG) and the launcher takes its ranks down.
+(PR_SET_PDEATHSIG) and the launcher takes its ranks down. A CPU case's launcher and ranks are
+forked by kit.workloads.forkserver, which has imported the frameworks once for the whole kit run.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import resource
@@ -29,6 +31,7 @@ from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, die_with_parent, free_port
 from kit.serve.session import clean_environment
 from kit.serve.session import run_once as serve_run_once
+from kit.workloads.forkserver import ForkServer
 from kit.workloads.harness import Unavailable
 
 NAME = "local"
@@ -117,17 +120,37 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
     for out_dir in out_dirs:
         out_dir.mkdir(parents=True, exist_ok=True)
     command = launcher_command(case, case_dir / "case.json", out_dirs)
+    rank_command = command[command.index("--") + 1:]
+    forked = case.device == "cpu"  # imports are most of a CPU run: its ranks are forked from a process that did them
     what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
-    log.write(f"\n=== {what}: {' '.join(command)}\n")
+    how = f"{processes(case)} ranks forked by kit.workloads.forkserver, each {' '.join(rank_command)}" if forked else ' '.join(command)
+    log.write(f"\n=== {what}: {how}\n")
     log.flush()
     started = time.monotonic()
-    process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
+    if forked:
+        process = fork_server().start(processes(case), rank_command, process_environment(case), Path(log.name),
+                                      memory_cap_bytes(case))  # fmt: skip
+    else:
+        process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
     timed_out = _wait(process, case, case.params.timeout_s * len(indices))
     wall_s = time.monotonic() - started
     log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
     log.flush()
     return launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=process.returncode,
                           wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+
+
+_fork_server: ForkServer | None = None
+
+
+def fork_server() -> ForkServer:
+    """This kit process's fork server (kit.workloads.forkserver), started on first use."""
+    global _fork_server
+    if _fork_server is None or _fork_server.process.poll() is not None:
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()), "PYTHONUNBUFFERED": "1"}
+        _fork_server = ForkServer(env, Path(tempfile.mkstemp(prefix="kit-forkserver-", suffix=".log")[1]))
+        atexit.register(_fork_server.close)
+    return _fork_server
 
 
 def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:

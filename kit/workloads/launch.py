@@ -50,10 +50,15 @@ def _stop(ranks: list[subprocess.Popen], sig: int) -> None:
                 pass
 
 
-def run(nproc: int, command: list[str]) -> int:
+def executed_rank(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(command, env=env, preexec_fn=_die_with_launcher)
+
+
+def run(nproc: int, command: list[str], start=executed_rank) -> int:
+    """The ranks, each started by `start(command, env)` (executed; kit.workloads.forkserver forks
+    them), watched until all have ended."""
     port = free_loopback_port()
-    ranks = [subprocess.Popen(command, env=rank_environment(rank, nproc, port, dict(os.environ)), preexec_fn=_die_with_launcher)
-             for rank in range(nproc)]  # fmt: skip
+    ranks = [start(command, rank_environment(rank, nproc, port, dict(os.environ))) for rank in range(nproc)]
 
     def forward(signum, frame):
         _stop(ranks, signum)

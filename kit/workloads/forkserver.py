@@ -1,0 +1,261 @@
+"""A process that imports the frameworks once and forks each CPU launch from itself.
+
+On a CPU host the import of torch, transformers and DeepSpeed is most of a small run (seconds per
+process, for runs of a few seconds: tests/benchmarks/smoke_duration.py prints the `start`
+phase). The local executor starts this server once per kit process and asks it for every launch
+of a CPU case: the server forks a launcher (a session of its own, the case's environment, the
+case log as its output, the case's memory cap), which forks the ranks (kit.workloads.launch),
+each then running the harness as `python -m kit.workloads` would. Every run still has processes
+of its own, forked from one that has done nothing but import. What a library reads from the
+environment when it is imported is the server's, so each rank applies the case's
+OMP_NUM_THREADS to torch again.
+
+One JSON object per line. kit writes {"id", "nproc", "argv", "env", "log", "rlimit_data"}; the
+server answers {"id", "pid"} once it has forked that launcher, and {"pid", "exit"} when the
+launcher has ended (its exit status as subprocess gives it: -N for signal N).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+# What every CPU training, profiling and comm rank imports; others (peft, Megatron) are imported
+# by the ranks that need them, as before.
+PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "deepspeed")
+POLL_S = 0.05
+READY_TIMEOUT_S = 300  # the server's imports on a loaded 2-core host
+
+
+class ForkedProcess:
+    """A forked child as kit.workloads.launch handles a rank (poll, returncode, send_signal)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
+def _run_then_exit(body) -> None:
+    """In a forked child: run `body`, then leave without the parent's cleanup (os._exit)."""
+    code = 1
+    try:
+        code = body()
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:  # noqa: BLE001 - a child never returns into its parent's loop
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def fork_rank(command: list[str], env: dict[str, str]) -> ForkedProcess:
+    """A rank of `python -m kit.workloads ARGS`, forked instead of executed."""
+    if command[1:3] != ["-m", "kit.workloads"]:
+        raise ValueError(f"the fork server runs the workload harness only, not {command}")
+    pid = os.fork()
+    if pid:
+        return ForkedProcess(pid)
+
+    def rank() -> int:
+        from kit.serve.process import die_with_parent
+        from kit.workloads import harness
+
+        die_with_parent()
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [str(Path(harness.__file__).with_name("__main__.py")), *command[3:]]
+        torch = sys.modules.get("torch")  # preloaded, unless this Python lacks it (the harness says so)
+        if torch is not None and env.get("OMP_NUM_THREADS", "").isdigit():
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        threads = torch.get_num_threads() if torch is not None else "no"
+        print(f"rank {env.get('RANK', '0')}: forked by the fork server, {threads} torch threads", flush=True)
+        harness.main(command[3:])
+        return 0
+
+    _run_then_exit(rank)
+    raise AssertionError("unreachable")
+
+
+def _launch(request: dict) -> None:
+    """In the forked launcher: become the case's process group, then start its ranks."""
+
+    def launcher() -> int:
+        from kit.serve.process import die_with_parent
+        from kit.workloads import launch
+
+        os.setsid()  # kit stops a launch by its process group, as one it executed itself
+        die_with_parent()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request.get("rlimit_data") is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (request["rlimit_data"], resource.RLIM_INFINITY))
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        return launch.run(request["nproc"], request["argv"], start=fork_rank)
+
+    _run_then_exit(launcher)
+
+
+def serve() -> None:
+    """Import, say so, then fork a launcher per request until kit closes our standard input."""
+    from kit.serve.process import die_with_parent
+
+    die_with_parent()
+    replies = os.dup(1)  # the frameworks print to standard output: theirs goes to our log
+    os.dup2(2, 1)
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):  # a rank without it fails as it would have anyway
+            importlib.import_module(name)
+
+    def reply(message: dict) -> None:
+        os.write(replies, (json.dumps(message) + "\n").encode())
+
+    children: set[int] = set()
+    pending = b""
+    while True:
+        if select.select([0], [], [], POLL_S)[0]:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                return  # kit is done with us; launchers still running die with us
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(replies)
+                    _launch(request)
+                children.add(pid)
+                reply({"id": request["id"], "pid": pid})
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                reply({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
+
+
+class ServedLaunch:
+    """A launcher the server forked, as the local executor handles a process (Popen's pid,
+    wait, returncode); it is not kit's child, so its exit status comes from the server."""
+
+    def __init__(self, server: ForkServer, pid: int, argv: list[str]):
+        self.server, self.pid, self.argv = server, pid, argv
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.server.exit_of(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.argv, timeout)
+        self.returncode = code
+        return code
+
+
+class ForkServer:
+    """kit's side: the server process, started on first use and ended with kit."""
+
+    def __init__(self, env: dict[str, str], log_path: Path):
+        from kit.serve.process import die_with_parent
+
+        self.log = log_path.open("ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "kit.workloads.forkserver"], env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                        preexec_fn=die_with_parent)  # fmt: skip
+        self.lock = threading.Lock()
+        self.exits: dict[int, int] = {}
+        self.forked: dict[int, int] = {}
+        self.next_id = 0
+        self.pending = b""
+
+    def start(self, nproc: int, argv: list[str], env: dict[str, str], log: Path, rlimit_data: int | None) -> ServedLaunch:
+        with self.lock:
+            self.next_id += 1
+            ident = self.next_id
+            request = {"id": ident, "nproc": nproc, "argv": argv, "env": env, "log": str(log), "rlimit_data": rlimit_data}
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while ident not in self.forked:
+            if not self._read(deadline - time.monotonic()) and (time.monotonic() > deadline or self.process.poll() is not None):
+                raise self._failure(f"did not fork a launcher within {READY_TIMEOUT_S} s")
+        return ServedLaunch(self, self.forked.pop(ident), argv)
+
+    def exit_of(self, pid: int, timeout: float | None) -> int | None:
+        """The launcher's exit status, or None when it has not ended within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid not in self.exits:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if not self._read(left) and self.process.poll() is not None:
+                raise self._failure("ended")
+        return self.exits.pop(pid)
+
+    def _read(self, timeout: float | None) -> bool:
+        """Take in the server's messages that arrive within `timeout`; False when none did."""
+        with self.lock:
+            out = self.process.stdout.fileno()
+            wait = POLL_S * 4 if timeout is None else max(0.0, min(timeout, POLL_S * 4))
+            if not select.select([out], [], [], wait)[0]:
+                return False
+            chunk = os.read(out, 1 << 16)
+            if not chunk:
+                return False
+            self.pending += chunk
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                message = json.loads(line)
+                if "exit" in message:
+                    self.exits[message["pid"]] = message["exit"]
+                elif "id" in message:
+                    self.forked[message["id"]] = message["pid"]
+            return True
+
+    def _failure(self, what: str) -> RuntimeError:
+        self.log.flush()
+        tail = Path(self.log.name).read_text(errors="replace").splitlines()[-20:]
+        return RuntimeError(f"the fork server {what} (exit status {self.process.poll()}); its last output:\n" + "\n".join(tail))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    serve()
