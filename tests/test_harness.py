@@ -91,7 +91,8 @@ def test_a_self_timing_workload_returns_its_details_and_telemetry_as_the_sample(
 @pytest.mark.e2e
 def test_a_real_out_of_memory_on_cpu_is_recorded_as_oom(smoke_plan, tmp_path):
     """The real training workload, one process, building Llama2-7B in bf16 (13 GB of weights)
-    under a 3 GiB address-space limit (it fails a quarter of the way in): torch's own allocator refuses, and the sample says oom."""
+    under a 3 GiB address-space limit (a quarter of the way in): torch's own allocator refuses,
+    and the sample says oom."""
     import json
     import os
     import resource
