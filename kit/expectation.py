@@ -112,11 +112,10 @@ class Host(BaseModel):
 
 
 def host_of(run: MeasuredRun, hardware: HardwareTable) -> Host:
-    """The run's most common GPU model, with its hardware.yaml entry where it has one (a serving
-    rank names all its GPUs in one string, comma-separated)."""
+    """The run's most common GPU model, with its hardware.yaml entry where it has one."""
     if not run.gpu_names:
         return Host(name=None)
-    name = Counter(part.strip() for name in run.gpu_names for part in name.split(",")).most_common(1)[0][0]
+    name = Counter(run.gpu_names).most_common(1)[0][0]
     spec = hardware.lookup(name)
     key = next((key for key, entry in hardware.gpus.items() if entry is spec), None)
     return Host(name=name, key=key, spec=spec)
@@ -222,15 +221,21 @@ def _judge(claim: Claim, reference: Reference, run: MeasuredRun, relation: Relat
     return EVALUATORS[type(relation)](ClaimContext(anywhere, reference, [run]), relation)
 
 
-def _against(judged: RelationOutcome, bound: Published | None, basis: str) -> RelationExpectation:
-    """A judged relation as a verdict against the expectation, with "measured r × expected"."""
-    finding = judged.finding
+def _against(judged: RelationOutcome, bound: Published | None, basis: str, word: str = "expected") -> RelationExpectation:
+    """A judged relation as a verdict against the expectation, with "measured r × expected"
+    (the evaluator's word for the bound, "published", said as what the bound is here)."""
+    finding = judged.finding.replace("published", word)
     if judged.measured_value is not None and bound is not None and centre(bound):
-        finding = f"measured {format_value(judged.measured_value / centre(bound))} × expected; {finding}"
+        finding = f"measured {format_value(judged.measured_value / centre(bound))} × {word}; {finding}"
     verdict: ExpectationVerdict = judged.verdict
     if verdict == "not applicable":
         finding = "; ".join(judged.caveats) + (f"; for information: {finding}" if finding else "")
     return RelationExpectation(expected=judged.published, basis=basis, verdict=verdict, measured=judged.measured, finding=finding)
+
+
+def _paper(judged: RelationOutcome, bound: Published | None, basis: str) -> RelationExpectation:
+    """Where the paper's own verdict judges the relation: the expectation is shown, not counted."""
+    return _against(judged, bound, basis, "published").model_copy(update={"verdict": "paper verdict"})
 
 
 class Expecting:
@@ -283,11 +288,11 @@ class Expecting:
             judged = _judge(claim, self.reference, self.run, relation)
             basis = (f"the paper's value, which the claim makes of any GPU: {KIND_WORDS.get(type(relation), 'a figure')}, "
                      f"expected to carry over to {self.host.model}")  # fmt: skip
-            return _against(judged, _bound_of(relation), basis).model_copy(update={"verdict": "paper verdict"})
+            return _paper(judged, _bound_of(relation), basis)
         if any(self.on(name) for name in platforms):
             judged = _judge(claim, self.reference, self.run, relation)
             basis = f"this host is the claim's platform ({self.label(next(n for n in platforms if self.on(n)))}): the paper's value itself"
-            return _against(judged, _bound_of(relation), basis).model_copy(update={"verdict": "paper verdict"})
+            return _paper(judged, _bound_of(relation), basis)
         if isinstance(relation, ValueRelation):
             return self.absolute(claim, relation, platforms)
         candidates = [(name, other, source.id) for source in self.reference.claims for other in source.relations

@@ -185,3 +185,21 @@ def test_the_claims_table_shows_the_expectation_beside_the_paper_and_counts_it_a
     assert counts["consistent"] == 3  # C1, C2, C3 against the A800's efficiency; none a paper verdict
     assert sum(o.verdict == "consistent" for o in outcomes) == 0
     assert claim(reference, "C10").platforms == "any" and "paper verdict" not in counts
+
+
+def test_a_report_of_an_h100_run_labels_the_expectation_apart_from_the_paper(paper_plan, tmp_path):
+    """tests/paper_size_run.py's synthetic run in the real layout, on eight H100s linked by NVLink."""
+    from paper_size_run import write_run
+
+    from kit.report.build import build_report
+
+    cases = ["scaling.llama2-7b.q.g1.b2", "scaling.llama2-7b.q.g8.b2", "scaling.llama2-7b.q.g8.b2.p2p-off",
+             "serve.llama2-7b.vllm.g8", "serve.llama2-7b.tgi.g8", "serve.llama2-7b.lightllm.g8"]  # fmt: skip
+    report = build_report(write_run(tmp_path / "h100", paper_plan, gpu_name=H100, cases=cases))
+    claims = next(s for s in report.sections if s.anchor == "claims")
+    against = next(p for p in claims.paragraphs if p.startswith("Against the kit's expectation"))
+    assert "(NVIDIA H100 80GB HBM3)" in against and "These are not the paper's verdicts" in against
+    assert "against the kit's expectation on this host's GPUs (not the paper's verdict)" in report.cover.claims_summary
+    rows = {row.cells[0].text: row for row in claims.tables[0].rows if row.heading}
+    assert rows["C1"].cells[2].text == "not applicable" and rows["C1"].cells[2].detail.startswith("vs expectation: ")
+    assert rows["C10"].cells[2].detail is None  # a claim of any GPU: the paper's verdict only

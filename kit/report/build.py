@@ -160,14 +160,14 @@ def build_report(
         )
         footer_warning = "NOT COMPARABLE TO THE REFERENCE"
     sections = [
-        summary_section(run, outcomes, stages, ab_comparisons),
+        summary_section(run, outcomes, stages, ab_comparisons, expectations or []),
         environment_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
         energy_section(run, gpu_hour_price),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),
-        issues_section(run, outcomes or []),
+        issues_section(run, outcomes or [], expectations or []),
         appendix_section(run, protocol),
     ]
     footer = " · ".join(

@@ -691,7 +691,9 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
 # ---------------------------------------------------------------------------------------------
 
 
-def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
+def issues_section(
+    run: LoadedRun, outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation] = ()
+) -> Section:
     section = Section(anchor="deviations", title="Deviations, failures and waivers")
     selected = run.info.selected
     failures = [run.results[cid] for cid in selected if cid in run.results and run.results[cid].status != "ok"]
@@ -749,6 +751,20 @@ def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
                 ],
             )
         )
+    short = [e for e in expectations if e.verdict == "deviates"]
+    if short:
+        section.tables.append(
+            Table(
+                caption="Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
+                header=["Claim", "Against the expectation"],
+                widths=[10, 90],
+                rows=[
+                    Row(cells=[Cell(text=e.id, tone="strong"),
+                               Cell(text="; ".join(r.finding for r in e.relations if r.verdict == "deviates"))])
+                    for e in short
+                ],
+            )
+        )  # fmt: skip
     notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
     if notes:
         section.tables.append(
@@ -791,6 +807,7 @@ def summary_section(
     outcomes: Sequence[ClaimOutcome] | None,
     stages: Sequence[Section],
     comparisons: Sequence[Comparison],
+    expectations: Sequence[ClaimExpectation] = (),
 ) -> Section:
     """The executive summary in words, every figure taken from the data above it."""
     info, measured = run.info, run.measured
@@ -847,6 +864,12 @@ def summary_section(
         deviating = [o.id for o in outcomes if o.verdict == "deviates"]
         if deviating:
             text += f" Deviating: {', '.join(deviating)} (see Deviations and failures)."
+        against = expectation_counts(expectations)
+        if any(against.values()):
+            text += (
+                " Of the claims about other hardware, against what the kit expects of this host's GPUs (not the "
+                "paper's verdict): " + ", ".join(f"{count} {verdict}" for verdict, count in against.items() if count) + "."
+            )
         paragraphs.append(text)
     else:
         paragraphs.append("The paper's published findings were not compared (no `--compare reference`).")
