@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
@@ -83,6 +82,7 @@ class RelationExpectation(BaseModel):
     basis: str
     verdict: ExpectationVerdict
     measured: str | None = None
+    versus: str | None = None  # "measured 0.980 × expected"
     finding: str = ""
 
 
@@ -112,10 +112,11 @@ class Host(BaseModel):
 
 
 def host_of(run: MeasuredRun, hardware: HardwareTable) -> Host:
-    """The run's most common GPU model, with its hardware.yaml entry where it has one."""
+    """The run's GPU model (the first by name where a run mixes models, which the basis names),
+    with its hardware.yaml entry where it has one."""
     if not run.gpu_names:
         return Host(name=None)
-    name = Counter(run.gpu_names).most_common(1)[0][0]
+    name = run.gpu_names[0]
     spec = hardware.lookup(name)
     key = next((key for key, entry in hardware.gpus.items() if entry is spec), None)
     return Host(name=name, key=key, spec=spec)
@@ -224,13 +225,15 @@ def _judge(claim: Claim, reference: Reference, run: MeasuredRun, relation: Relat
 def _against(judged: RelationOutcome, bound: Published | None, basis: str, word: str = "expected") -> RelationExpectation:
     """A judged relation as a verdict against the expectation, with "measured r × expected"
     (the evaluator's word for the bound, "published", said as what the bound is here)."""
-    finding = judged.finding.replace("published", word)
+    finding, versus = judged.finding.replace("published", word), None
     if judged.measured_value is not None and bound is not None and centre(bound):
-        finding = f"measured {format_value(judged.measured_value / centre(bound))} × {word}; {finding}"
+        versus = f"measured {format_value(judged.measured_value / centre(bound))} × {word}"
+        finding = f"{versus}; {finding}"
     verdict: ExpectationVerdict = judged.verdict
     if verdict == "not applicable":
         finding = "; ".join(judged.caveats) + (f"; for information: {finding}" if finding else "")
-    return RelationExpectation(expected=judged.published, basis=basis, verdict=verdict, measured=judged.measured, finding=finding)
+    return RelationExpectation(expected=judged.published, basis=basis, verdict=verdict, measured=judged.measured,
+                               versus=versus, finding=finding)  # fmt: skip
 
 
 def _paper(judged: RelationOutcome, bound: Published | None, basis: str) -> RelationExpectation:
@@ -259,6 +262,14 @@ class Expecting:
         verdicts = {r.verdict for r in relations}
         verdict = next((v for v in PRECEDENCE if v in verdicts), "paper verdict")
         return ClaimExpectation(id=claim.id, verdict=verdict, relations=relations)
+
+    def figure(self, case_id: str, metrics: Sequence[str]) -> list[tuple[str, RelationExpectation]]:
+        """The claims' published figures of this case and metric (C21's tokens/s), each as expected
+        on this host, by claim id: what page one sets beside a headline figure."""
+        return [(claim.id, self.relation(claim, relation)) for claim in self.reference.claims
+                for relation in claim.relations
+                if isinstance(relation, ValueRelation) and relation.measure.case == case_id
+                and relation.measure.metric in metrics]  # fmt: skip
 
     def relation(self, claim: Claim, relation: Relation) -> RelationExpectation:
         if not self.run.gpu_names:
@@ -368,11 +379,12 @@ class Expecting:
             return RelationExpectation(expected=expected, basis=basis, verdict="no expectation", finding=why)
         median = statistics.median(ratios)
         holds = bound.holds(median)
-        finding = (f"measured {format_value(median / centre(bound))} × expected; {len(ratios)} case{'s' * (len(ratios) > 1)} "
+        versus = f"measured {format_value(median / centre(bound))} × expected"
+        finding = (f"{versus}; {len(ratios)} case{'s' * (len(ratios) > 1)} "
                    f"({', '.join(used)}), {other} from {', '.join(sorted(sources))}; "
                    + ("within the expected bound" if holds else bound.deviation(median, TIMES).replace("published", "expected")))  # fmt: skip
         return RelationExpectation(expected=expected, basis=basis, verdict="consistent" if holds else "deviates",
-                                   measured=TIMES.show(median), finding=finding)  # fmt: skip
+                                   measured=TIMES.show(median), versus=versus, finding=finding)  # fmt: skip
 
     def _tables_say(self, platform: str) -> str:
         if any(t.platform == platform for t in self.reference.tables):

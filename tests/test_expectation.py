@@ -194,12 +194,21 @@ def test_a_report_of_an_h100_run_labels_the_expectation_apart_from_the_paper(pap
     from kit.report.build import build_report
 
     cases = ["scaling.llama2-7b.q.g1.b2", "scaling.llama2-7b.q.g8.b2", "scaling.llama2-7b.q.g8.b2.p2p-off",
-             "serve.llama2-7b.vllm.g8", "serve.llama2-7b.tgi.g8", "serve.llama2-7b.lightllm.g8"]  # fmt: skip
+             "serve.llama2-7b.vllm.g8", "serve.llama2-7b.tgi.g8", "serve.llama2-7b.lightllm.g8",
+             "finetune.llama2-70b.ql+z3+o+r+f.g8"]  # fmt: skip
     report = build_report(write_run(tmp_path / "h100", paper_plan, gpu_name=H100, cases=cases))
     claims = next(s for s in report.sections if s.anchor == "claims")
     against = next(p for p in claims.paragraphs if p.startswith("Against the kit's expectation"))
     assert "(NVIDIA H100 80GB HBM3)" in against and "These are not the paper's verdicts" in against
-    assert "against the kit's expectation on this host's GPUs (not the paper's verdict)" in report.cover.claims_summary
+    cover = report.cover
+    assert cover.expectation_summary.endswith(" about other GPUs, vs the kit's expectation")
+    assert {c.label for c in cover.expectation_counts} <= {"deviates", "consistent", "not measured", "no expectation"}
+    assert sum(c.count for c in cover.expectation_counts) == int(cover.expectation_summary.split()[0])
     rows = {row.cells[0].text: row for row in claims.tables[0].rows if row.heading}
     assert rows["C1"].cells[2].text == "not applicable" and rows["C1"].cells[2].detail.startswith("vs expectation: ")
     assert rows["C10"].cells[2].detail is None  # a claim of any GPU: the paper's verdict only
+    # Page one: the fine-tuning figure has no roofline bound (QLoRA), but C21's figure scaled to H100s.
+    [seventy_b] = [row for row in report.page_one.headline.rows if row.cells[0].text.startswith("llama2-70b")]
+    expected = seventy_b.cells[2]
+    assert expected.text == f"{200 * H100_OVER_RTX4090:.0f} tokens/s ± {40 * H100_OVER_RTX4090:.0f} tokens/s"
+    assert expected.detail.startswith("C21 on this host: ") and "dense bf16 peak 989.4/165.2 TFLOPS): measured " in expected.detail

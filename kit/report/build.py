@@ -21,7 +21,7 @@ from kit.reference import (
     verdict_counts,
 )
 from kit.report.energy_section import energy_section
-from kit.report.cells import STATUS_TONES, VERDICT_TONES
+from kit.report.cells import EXPECTATION_TONES, STATUS_TONES, VERDICT_TONES
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
@@ -61,12 +61,8 @@ def cover_of(
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"
-        against = expectation_counts(expectations)
-        if any(against.values()):
-            claims_summary += (
-                "; against the kit's expectation on this host's GPUs (not the paper's verdict): "
-                + ", ".join(f"{count} {verdict}" for verdict, count in against.items() if count)
-            )
+    against = expectation_counts(expectations)
+    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)  # type: ignore[arg-type]
     compared = (["the paper's published findings"] if outcomes is not None else []) + [
         f"run {other.info.run_id}" for other in others
     ]
@@ -99,6 +95,10 @@ def cover_of(
         ],
         claim_counts=claim_counts,
         claims_summary=claims_summary,
+        expectation_counts=expected_counts,
+        expectation_summary=f"{sum(against.values())} about other GPUs, vs the kit's expectation"
+        if expected_counts
+        else "",
         case_counts=_counts(dict(status_counts(run).most_common()), STATUS_TONES),  # type: ignore[arg-type]
     )
 

@@ -362,9 +362,6 @@ def environment_section(run: LoadedRun) -> Section:
 # ---------------------------------------------------------------------------------------------
 
 
-EXPECTATION_TONES = {**VERDICT_TONES, "no expectation": "muted", "paper verdict": "muted"}
-
-
 def expected_cell(expectation: RelationExpectation | None) -> Cell:
     """The value expected on this host's GPUs over its basis, labelled as the kit's expectation."""
     if expectation is None:
