@@ -250,6 +250,14 @@ class Expecting:
         self.hardware = hardware or load_hardware()
         self.run = self.runs[0]
         self.host = host_of(self.run, self.hardware)
+        # Every relation of one platform, by what it measures: where a relation looks for the
+        # same one on the platform most like this host.
+        self.one_platform: dict[tuple, list[tuple[str, Relation, str]]] = {}
+        for source in reference.claims:
+            for other in source.relations:
+                if not crosses_platforms(other):
+                    found = self.one_platform.setdefault(signature(other), [])
+                    found += [(name, other, source.id) for name in scope(source, other)]
 
     def label(self, platform: str) -> str:
         return self.reference.platforms[platform].label
@@ -273,8 +281,8 @@ class Expecting:
 
     def relation(self, claim: Claim, relation: Relation) -> RelationExpectation:
         if not self.run.gpu_names:
-            return RelationExpectation(basis=f"run {self.run.label} has {self.run.devices}: no GPU to expect of",
-                                       verdict="no expectation")  # fmt: skip
+            return RelationExpectation(basis=f"run {self.run.label} has {self.run.devices}: no GPU to expect of, so "
+                                       "the paper's verdict stands alone", verdict="paper verdict")  # fmt: skip
         if not crosses_platforms(relation):
             return self.within(claim, relation)
         if any(self.on(name) for name in relation_platforms(relation)):
@@ -306,9 +314,7 @@ class Expecting:
             return _paper(judged, _bound_of(relation), basis)
         if isinstance(relation, ValueRelation):
             return self.absolute(claim, relation, platforms)
-        candidates = [(name, other, source.id) for source in self.reference.claims for other in source.relations
-                      if not crosses_platforms(other) and signature(other) == signature(relation)
-                      for name in scope(source, other)]  # fmt: skip
+        candidates = self.one_platform[signature(relation)]
         platform = most_like(self.host, [name for name, _, _ in candidates], self.reference, self.hardware)
         _, model, source = next(c for c in candidates if c[0] == platform)
         expected = model.model_copy(update={"platform": None})
