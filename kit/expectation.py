@@ -318,7 +318,7 @@ class Expecting:
         platform = most_like(self.host, [name for name, _, _ in candidates], self.reference, self.hardware)
         _, model, source = next(c for c in candidates if c[0] == platform)
         expected = model.model_copy(update={"platform": None})
-        own = _bound_of(relation)
+        own = getattr(relation, "published", None)
         if not isinstance(relation, OrderingRelation):
             bound = model.published
             if own is not None and own.value is not None and bound.value is not None:
@@ -453,7 +453,12 @@ class Expecting:
 
 
 def _bound_of(relation: Relation) -> Published | None:
-    return getattr(relation, "published", None)
+    """What a measured value is divided by for "measured r × expected": the first reading of the
+    sentence that gives a value (C25's "about 13.3 ×", not its "up to 14 ×"), else the bound."""
+    readings = getattr(relation, "readings", None)
+    if not readings:
+        return None
+    return next((published for _, published in readings if published.value is not None), readings[0][1])
 
 
 def expect_claims(reference: Reference, runs: Sequence[MeasuredRun], hardware: HardwareTable | None = None) -> list[ClaimExpectation]:

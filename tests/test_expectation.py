@@ -213,3 +213,11 @@ def test_a_report_of_an_h100_run_labels_the_expectation_apart_from_the_paper(pap
     expected = seventy_b.cells[2]
     assert expected.text == f"{200 * H100_OVER_RTX4090:.0f} tokens/s ± {40 * H100_OVER_RTX4090:.0f} tokens/s"
     assert expected.detail.startswith("C21 on this host: ") and "dense bf16 peak 989.4/165.2 TFLOPS): measured " in expected.detail
+
+
+def test_a_sentence_read_two_ways_is_set_against_the_reading_that_gives_a_value(reference, paper_plan):
+    """C25: "up to 13 ×" is a bound, "about 120 s → 1600 s" a ratio of about 13.3 ×, the yardstick."""
+    durations = {"serve.llama2-70b.vllm.g8": 1500.0, "serve.llama2-7b.vllm.g8": 120.0}
+    run = run_on(H100, [result(paper_plan, case, duration_s=value) for case, value in durations.items()])
+    vllm = expectation(reference, [run], "C25").relations[0]
+    assert (vllm.verdict, vllm.measured, vllm.versus) == ("consistent", "12.5 ×", f"measured {12.5 / 13.3:.3f} × expected")
