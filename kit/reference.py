@@ -601,12 +601,13 @@ INTERCONNECT_OF_TOPOLOGY = {"nvlink-all-pairs": "nvlink", "nvlink-partial": "nvl
 
 
 def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerprint | None = None) -> MeasuredRun:
-    """GPU names from run.json, from every rank sample and from the fingerprint; the interconnect
-    from the fingerprint's topology class (unknown without a fingerprint)."""
+    """GPU names from run.json, from every rank sample (a serving process names all its GPUs,
+    comma-separated) and from the fingerprint; the interconnect from the fingerprint's topology
+    class (unknown without a fingerprint)."""
     results = list(results)
     ranks = [rank for result in results for run in result.samples for rank in run.ranks]
     gpus = set(info.host.get("gpus") or [])
-    gpus |= {rank.device_name for rank in ranks if rank.device != "cpu"}
+    gpus |= {name.strip() for rank in ranks if rank.device != "cpu" for name in rank.device_name.split(",")}
     interconnect = None
     if fingerprint is not None:
         gpus |= {gpu.name for gpu in fingerprint.gpus.gpus if gpu.name}

@@ -79,6 +79,9 @@ def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp
     assert [claim["id"] for claim in document["claims"]] == [f"C{n}" for n in range(1, 28)]
     c13 = next(claim for claim in document["claims"] if claim["id"] == "C13")
     assert [r["label"] for r in c13["relations"][0]["readings"]] == ["34.9 % less time", "1.349 × the speed"]
+    # The run is on A800s: RTX4090's scaling claim expects the A800's efficiency (C1's) on them.
+    c2 = next(claim for claim in document["claims"] if claim["id"] == "C2")["expectation"]["relations"][0]
+    assert c2["expected"] == "100 % ± 3 points" and "on 8 × A800-80G, NVLink, from C1" in c2["basis"]
     cases = {case["case"]: case for case in document["cases"]}
     assert sorted(cases) == sorted(GPU_CASES)
     training = cases["pretrain.llama2-7b.z3.g8"]["metrics"]
@@ -94,6 +97,8 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
     assert {row["claim"] for row in claims} == {f"C{n}" for n in range(1, 28)}
     c25 = [row for row in claims if row["claim"] == "C25"]
     assert len(c25) == 3 and all(row["readings"].startswith("up to 13 ×, a bound: ") for row in c25 if row["measured"])
+    c10 = next(row for row in claims if row["claim"] == "C10")  # a claim of any GPU: the paper's verdict stands
+    assert (c10["expected_on_this_host"], c10["verdict_vs_expectation"]) == ("37 % ± 5 points", "paper verdict")
     metrics = list(csv.DictReader(io.StringIO((tmp_path / "report-metrics.csv").read_text())))
     power = next(row for row in metrics if row["case"] == "serve.llama2-7b.vllm.g8" and row["metric"] == "mean_power_per_gpu_w")
     assert (float(power["mean"]), power["unit"], power["n"]) == (330.0, "W", "1")  # the paper plan serves once
@@ -102,7 +107,8 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
     assert cpu.returncode == 0, cpu.stderr
     assert (tmp_path / "cpu" / "report-claims.csv").read_text().strip() == ",".join(
         ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published", "measured",
-         "finding", "readings", "caveats"])  # fmt: skip  # the reference was not compared: no rows
+         "finding", "readings", "caveats", "expected_on_this_host", "expected_basis", "verdict_vs_expectation",
+         "finding_vs_expectation"])  # fmt: skip  # the reference was not compared: no rows
 
 
 def test_the_exports_beside_the_run_are_not_evidence_and_a_bad_price_is_refused(cpu_run):

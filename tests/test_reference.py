@@ -186,6 +186,10 @@ def test_a_runs_platform_comes_from_rank_samples_and_the_fingerprints_topology(p
     without = measured_run(info, [done])
     assert without.gpu_names == (RTX3090,) and without.interconnect is None
     assert measured_run(info, [done], fingerprint(RTX3090, "pcie-only")).interconnect == "pcie"
+    # A serving case's one process names all its GPUs in one string (kit/serve/session.py).
+    server = sample.model_copy(update={"device_name": ", ".join([RTX3090] * 8), "world_size": 1})
+    served = done.model_copy(update={"samples": [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[server])]})
+    assert measured_run(info, [done, served]).gpu_names == (RTX3090,)
 
 
 # --- Verdicts ---------------------------------------------------------------------------------

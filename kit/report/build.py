@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
+from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
 from kit.protocol import Protocol, load_protocol
 from kit.reference import (
     ClaimOutcome,
@@ -20,7 +21,7 @@ from kit.reference import (
     verdict_counts,
 )
 from kit.report.energy_section import energy_section
-from kit.report.cells import STATUS_TONES, VERDICT_TONES
+from kit.report.cells import EXPECTATION_TONES, STATUS_TONES, VERDICT_TONES
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
@@ -45,7 +46,11 @@ def _counts(values: dict[str, int], tones: dict[str, Tone]) -> list[Count]:
 
 
 def cover_of(
-    run: LoadedRun, others: Sequence[LoadedRun], outcomes: Sequence[ClaimOutcome] | None, protocol: Protocol
+    run: LoadedRun,
+    others: Sequence[LoadedRun],
+    outcomes: Sequence[ClaimOutcome] | None,
+    protocol: Protocol,
+    expectations: Sequence[ClaimExpectation] = (),
 ) -> Cover:
     """The first page: the verdict in counts, the machine, the date, the profile and the evidence digest."""
     info = run.info
@@ -56,6 +61,8 @@ def cover_of(
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"
+    against = expectation_counts(expectations)
+    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)  # type: ignore[arg-type]
     compared = (["the paper's published findings"] if outcomes is not None else []) + [
         f"run {other.info.run_id}" for other in others
     ]
@@ -88,6 +95,10 @@ def cover_of(
         ],
         claim_counts=claim_counts,
         claims_summary=claims_summary,
+        expectation_counts=expected_counts,
+        expectation_summary=f"{sum(against.values())} about other GPUs, vs the kit's expectation"
+        if expected_counts
+        else "",
         case_counts=_counts(dict(status_counts(run).most_common()), STATUS_TONES),  # type: ignore[arg-type]
     )
 
@@ -101,6 +112,7 @@ class Assessment(NamedTuple):
     reference: Reference | None
     outcomes: list[ClaimOutcome] | None  # None: the reference is not compared
     tables: list[TableComparison]
+    expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.expectation)
 
     @property
     def runs(self) -> list[MeasuredRun]:
@@ -118,7 +130,8 @@ def assess(
     if REFERENCE not in compare:
         return unjudged
     reference, runs = reference or load_reference(), unjudged.runs
-    return unjudged._replace(reference=reference, outcomes=evaluate_claims(reference, runs), tables=evaluate_tables(reference, runs))
+    return unjudged._replace(reference=reference, outcomes=evaluate_claims(reference, runs),
+                             tables=evaluate_tables(reference, runs), expectations=expect_claims(reference, runs))  # fmt: skip
 
 
 def build_report(
@@ -133,7 +146,7 @@ def build_report(
     """The report of a (verified) run directory, compared with the reference and/or other runs.
     The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens."""
     assessment = assessment or assess(run_dir, compare, redact, reference)
-    run, others, reference, outcomes, table_comparisons = assessment
+    run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()
     stages = stage_sections(run, protocol)
@@ -147,14 +160,14 @@ def build_report(
         )
         footer_warning = "NOT COMPARABLE TO THE REFERENCE"
     sections = [
-        summary_section(run, outcomes, stages, ab_comparisons),
+        summary_section(run, outcomes, stages, ab_comparisons, expectations or []),
         environment_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
         energy_section(run, gpu_hour_price),
-        claims_section(reference, outcomes or [], table_comparisons, run, runs),
+        claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),
-        issues_section(run, outcomes or []),
+        issues_section(run, outcomes or [], expectations or []),
         appendix_section(run, protocol),
     ]
     footer = " · ".join(
@@ -165,7 +178,7 @@ def build_report(
     return Report(
         run_id=info.run_id,
         banner=banner,
-        cover=cover_of(run, others, outcomes, protocol),
+        cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
         page_one=page_one(run, reference, sections, gpu_hour_price),
         footer=footer,

@@ -20,6 +20,7 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not measured": "warn",
     "not applicable": "muted",
 }
+EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted"}
 
 
 def _decimals(text: str) -> int:

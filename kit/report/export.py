@@ -2,7 +2,8 @@
 
 report.json holds all of it in one document; the CSV export is two flat tables, since a
 spreadsheet wants one kind of row per sheet:
-    report-claims.csv   one row per relation of each claim (the claim's verdict repeated)
+    report-claims.csv   one row per relation of each claim (the claim's verdict repeated), with
+                        the value expected on this host's GPUs and the verdict against it
     report-metrics.csv  one row per metric of each case; a case without metrics gets one row
                         with its status and reason
 Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given.
@@ -22,7 +23,8 @@ from kit.report.energy_section import token_throughput
 from kit.results import Metric, Result
 
 CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published",
-                 "measured", "finding", "readings", "caveats"]  # fmt: skip
+                 "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
+                 "verdict_vs_expectation", "finding_vs_expectation"]  # fmt: skip
 METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean", "std", "n", "unit", "per_run", "note"]
 
 
@@ -44,7 +46,10 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None) -> dic
         "evidence_digest": run.evidence_digest,
         "exported_by": f"kit {__version__}",
         "gpu_hour_price": gpu_hour_price,
-        "claims": None if assessment.outcomes is None else [o.model_dump(mode="json") for o in assessment.outcomes],
+        "claims": None if assessment.outcomes is None else [
+            {**outcome.model_dump(mode="json"), "expectation": _expectation(assessment, outcome.id)}
+            for outcome in assessment.outcomes
+        ],
         "tables": [t.model_dump(mode="json") for t in assessment.tables],
         "cases": [
             {
@@ -62,15 +67,26 @@ def export_json(assessment: Assessment, gpu_hour_price: float | None) -> str:
     return json.dumps(export_document(assessment, gpu_hour_price), indent=2) + "\n"
 
 
+def _expectation(assessment: Assessment, claim_id: str) -> dict | None:
+    """The claim's value expected on this host's GPUs (kit.expectation), as JSON."""
+    found = next((e for e in assessment.expectations or () if e.id == claim_id), None)
+    return None if found is None else found.model_dump(mode="json")
+
+
 def claim_rows(assessment: Assessment) -> Iterator[dict]:
     for claim in assessment.outcomes or []:
-        for relation in claim.relations:
+        expectation = _expectation(assessment, claim.id)
+        for index, relation in enumerate(claim.relations):
+            expected = expectation["relations"][index] if expectation else None
             yield {
                 "claim": claim.id, "statement": claim.statement, "claim_verdict": claim.verdict,
                 "claim_reason": claim.reason, "relation": relation.relation, "verdict": relation.verdict,
                 "published": relation.published, "measured": relation.measured or "", "finding": relation.finding,
                 "readings": "; ".join(f"{r.label}: {r.verdict}" for r in relation.readings),
                 "caveats": "; ".join(relation.caveats),
+                **({"expected_on_this_host": expected["expected"] or "", "expected_basis": expected["basis"],
+                    "verdict_vs_expectation": expected["verdict"], "finding_vs_expectation": expected["finding"]}
+                   if expected else {}),
             }  # fmt: skip
 
 

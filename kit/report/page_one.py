@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 
 from kit.comm import sweep_bound
 from kit.energy import JOULES_PER_TOKEN, PRICE_HINT, cost_per_million_tokens
+from kit.expectation import Expecting
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
@@ -155,7 +156,19 @@ def _training_gap(result: Result) -> str:
     return f"no {params.dtype} peak in manifests/hardware.yaml for {', '.join(sorted(set(_devices(result))))}"
 
 
-def training_row(result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str) -> Row:
+def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Sequence[str]) -> list[tuple[str, str]]:
+    """Each claim's published figure of this case scaled to this host's GPUs, as (value, the
+    value's basis and the measurement against it): "C21 on this host: ... measured 1.09 × expected"."""
+    if expecting is None:
+        return []
+    return [(found.expected, f"{claim_id} on this host: {found.expected} ({found.basis})"
+             + (f": {found.versus}, {found.verdict}" if found.versus else ""))
+            for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
+
+
+def training_row(
+    result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str, expecting: Expecting | None = None
+) -> Row:
     case, throughput = result.case, result.metrics["tokens_per_s"]
     mfu = result.metrics.get("mfu")
     measured = Cell(
@@ -164,11 +177,14 @@ def training_row(result: Result, reference: Reference | None, gpu_hour_price: fl
         else f"MFU not computed: {_training_gap(result)}",
     )  # fmt: skip
     bound = training_throughput_bound(case, device_spec(case, _devices(result), load_hardware()))
-    expected = (
-        Cell(text=f"≤ {format_value(bound)} tokens/s", detail=_ratio(throughput.mean, bound))
-        if bound
-        else Cell(text="no expectation", detail=_training_gap(result), tone="muted")
-    )
+    claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
+    said = [words for _, words in claimed]
+    if bound:
+        expected = Cell(text=f"≤ {format_value(bound)} tokens/s", detail="; ".join([_ratio(throughput.mean, bound), *said]))
+    elif claimed:
+        expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
+    else:
+        expected = Cell(text="no expectation", detail=_training_gap(result), tone="muted")
     link = energy or f"#{result.stage}"
     label = figure_cell(f"{case.model} {method_label(case.method)}, {_devices_word(case)}", case, result.stage)
     return Row(cells=[label, measured, expected, paper_cell(reference, case.id, ("tokens_per_s", "mfu")),
@@ -178,13 +194,14 @@ def training_row(result: Result, reference: Reference | None, gpu_hour_price: fl
 def training_rows(run: LoadedRun, stage: str, reference: Reference | None, gpu_hour_price: float | None, energy: str) -> list[Row]:
     """Per model, the case of the stage with the highest mean tokens/s (variants left out)."""
     cases = [c for c in run.info.plan.cases if c.stage == stage and c.variant is None and c.id in run.info.selected]
+    expecting = Expecting(reference, [run.measured]) if reference is not None and cases else None
     rows = []
     for model in dict.fromkeys(case.model for case in cases):
         results = [run.results.get(case.id) for case in cases if case.model == model]
         done = [result for result in results if has_metrics(result, "tokens_per_s")]
         if done:
             best = max(done, key=lambda result: result.metrics["tokens_per_s"].mean)
-            rows.append(training_row(best, reference, gpu_hour_price, energy))
+            rows.append(training_row(best, reference, gpu_hour_price, energy, expecting))
             continue
         statuses = Counter(result.status if result else "no result" for result in results)
         rows.append(Row(cells=[

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from kit.environment import comparable, drift, evaluate, load_expectations
+from kit.expectation import ClaimExpectation, RelationExpectation, expectation_counts
 from kit.fingerprint import Fingerprint
 from kit.hardware import HardwareTable, load_hardware, peak_tflops
 from kit.protocol import Case, Protocol
@@ -361,8 +362,25 @@ def environment_section(run: LoadedRun) -> Section:
 # ---------------------------------------------------------------------------------------------
 
 
-def claims_table(outcomes: Sequence[ClaimOutcome]) -> Table:
-    """One heading row per claim (verdict and why), then one row per relation it makes."""
+def expected_cell(expectation: RelationExpectation | None) -> Cell:
+    """The value expected on this host's GPUs over its basis, labelled as the kit's expectation."""
+    if expectation is None:
+        return Cell(text="—", tone="muted")
+    return Cell(text=expectation.expected or "no expectation", detail=expectation.basis,
+                tone="plain" if expectation.expected else "muted")  # fmt: skip
+
+
+def against_expectation(verdict: str, finding: str = "") -> str | None:
+    """The verdict against the expectation, said as such so it is never read as the paper's."""
+    if verdict == "paper verdict":
+        return None
+    return f"vs expectation: {verdict}" + (f" ({finding})" if finding else "")
+
+
+def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation] = ()) -> Table:
+    """One heading row per claim (verdict and why), then one row per relation it makes: the
+    paper's value, the value expected on this host's GPUs, the measured one."""
+    expected = {e.id: e for e in expectations}
     rows = []
     for claim in outcomes:
         meta = f"{claim.section}, {claim.source}; platform: {claim.platforms}."
@@ -374,39 +392,46 @@ def claims_table(outcomes: Sequence[ClaimOutcome]) -> Table:
             )
             if text
         ]
+        mine = expected.get(claim.id)
         rows.append(
             Row(
                 heading=True,
                 cells=[
                     Cell(text=claim.id, tone="strong"),
-                    Cell(text=claim.statement, detail=" ".join([meta, *extra]), colspan=3),
-                    Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict]),
+                    Cell(text=claim.statement, detail=" ".join([meta, *extra]), colspan=4),
+                    Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict],
+                         detail=mine and against_expectation(mine.verdict)),
                     Cell(text=claim.reason),
                 ],
             )
-        )
-        for relation in claim.relations:
+        )  # fmt: skip
+        relation_expectations = mine.relations if mine else [None] * len(claim.relations)
+        for relation, expectation in zip(claim.relations, relation_expectations):
             stand_ins = [f"{used} stands in for {case}" for case, used in relation.stand_ins.items()]
             own = [caveat for caveat in relation.caveats if caveat not in claim.caveats]
             finding = relation.finding or "—"
             if relation.caveats and relation.finding:
                 finding = f"for information: {relation.finding}"
+            against = expectation and against_expectation(expectation.verdict, expectation.finding)
+            measured = relation.measured or (expectation.measured if expectation else None)
             rows.append(
                 Row(
                     cells=[
                         Cell(text=""),
                         Cell(text=relation.relation),
                         Cell(text=relation.published),
-                        Cell(text=relation.measured or "—", tone="plain" if relation.measured else "muted"),
-                        Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict]),
-                        Cell(text=finding, detail="; ".join(own + stand_ins) or None),
+                        expected_cell(expectation),
+                        Cell(text=measured or "—", tone="plain" if measured else "muted"),
+                        Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict],
+                             detail=expectation and against_expectation(expectation.verdict)),
+                        Cell(text=finding, detail="; ".join(own + stand_ins + ([against] if against else [])) or None),
                     ]
                 )
-            )
+            )  # fmt: skip
     return Table(
-        caption="The paper's published findings against this run",
-        header=["Claim", "Relation", "Published", "Measured", "Verdict", "Why"],
-        widths=[5, 29, 11, 11, 11, 33],
+        caption="The paper's published findings against this run, and what the kit expects of this host's GPUs",
+        header=["Claim", "Relation", "Paper", "Expected on this host", "Measured", "Verdict", "Why"],
+        widths=[5, 22, 11, 14, 10, 10, 28],
         rows=rows,
         notes=[
             "Tolerances are the kit's choice: the paper states none.",
@@ -414,6 +439,12 @@ def claims_table(outcomes: Sequence[ClaimOutcome]) -> Table:
             "run is not comparable to the reference; what the run measured is still shown, for information. "
             "In a run not comparable to the reference, a case of the same stage and method stands in for a "
             "case the run lacks, and is named.",
+            "Expected on this host: the kit's expectation for this run's GPUs (kit/expectation.py), with its basis "
+            "under it: a relation of configurations on one platform carries the paper's value on the paper's "
+            "platform most like these GPUs; an absolute figure or a ratio of two platforms scales the paper's "
+            "number by manifests/hardware.yaml (dense bf16 peak for training, memory bandwidth for serving, link "
+            "bandwidth for communication). Where this host is not the claim's platform, the verdict against that "
+            "expectation is marked \"vs expectation\" and never counted as agreement with the paper.",
         ],
     )
 
@@ -448,6 +479,7 @@ def claims_section(
     comparisons: Sequence[TableComparison],
     run: LoadedRun,
     runs: Sequence[MeasuredRun],
+    expectations: Sequence[ClaimExpectation] = (),
 ) -> Section:
     section = Section(anchor="claims", title="Reference claims (arXiv:2311.03687)")
     if reference is None:
@@ -472,7 +504,14 @@ def claims_section(
             "so no claim is judged on it: each is not applicable, with what this run measured beside it for "
             "information."
         )
-    section.tables.append(claims_table(outcomes))
+    against = expectation_counts(expectations)
+    if any(against.values()):
+        section.paragraphs.append(
+            f"Against the kit's expectation on this host's GPUs ({runs[0].gpus}), for the claims about other "
+            "hardware: " + ", ".join(f"{count} {verdict}" for verdict, count in against.items()) + ". These are not "
+            "the paper's verdicts: the expected value and its basis stand beside each relation."
+        )
+    section.tables.append(claims_table(outcomes, expectations))
     if comparisons:
         section.tables.append(tables_table(comparisons))
     else:
@@ -649,7 +688,9 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
 # ---------------------------------------------------------------------------------------------
 
 
-def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
+def issues_section(
+    run: LoadedRun, outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation] = ()
+) -> Section:
     section = Section(anchor="deviations", title="Deviations, failures and waivers")
     selected = run.info.selected
     failures = [run.results[cid] for cid in selected if cid in run.results and run.results[cid].status != "ok"]
@@ -707,6 +748,20 @@ def issues_section(run: LoadedRun, outcomes: Sequence[ClaimOutcome]) -> Section:
                 ],
             )
         )
+    short = [e for e in expectations if e.verdict == "deviates"]
+    if short:
+        section.tables.append(
+            Table(
+                caption="Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
+                header=["Claim", "Against the expectation"],
+                widths=[10, 90],
+                rows=[
+                    Row(cells=[Cell(text=e.id, tone="strong"),
+                               Cell(text="; ".join(r.finding for r in e.relations if r.verdict == "deviates"))])
+                    for e in short
+                ],
+            )
+        )  # fmt: skip
     notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
     if notes:
         section.tables.append(
@@ -749,6 +804,7 @@ def summary_section(
     outcomes: Sequence[ClaimOutcome] | None,
     stages: Sequence[Section],
     comparisons: Sequence[Comparison],
+    expectations: Sequence[ClaimExpectation] = (),
 ) -> Section:
     """The executive summary in words, every figure taken from the data above it."""
     info, measured = run.info, run.measured
@@ -805,6 +861,12 @@ def summary_section(
         deviating = [o.id for o in outcomes if o.verdict == "deviates"]
         if deviating:
             text += f" Deviating: {', '.join(deviating)} (see Deviations and failures)."
+        against = expectation_counts(expectations)
+        if any(against.values()):
+            text += (
+                " Of the claims about other hardware, against what the kit expects of this host's GPUs (not the "
+                "paper's verdict): " + ", ".join(f"{count} {verdict}" for verdict, count in against.items() if count) + "."
+            )
         paragraphs.append(text)
     else:
         paragraphs.append("The paper's published findings were not compared (no `--compare reference`).")
