@@ -527,6 +527,27 @@ def test_a_listing_sets_each_case_over_its_metrics_and_runs_a_spanning_cell_on()
     ]
 
 
+def test_a_listing_wider_than_the_page_wraps_its_widest_column_under_itself():
+    """A parameter's value can list every method of a stage: its column is narrowed to the line
+    and the rest of the value goes on below it, every word kept, the next column still aligned."""
+    from kit.report.listing import LINE_CHARS, listing_lines
+    from kit.report.model import Cell, Row, Table
+
+    methods = ", ".join(f"z{n}+o+r+f" for n in range(40))  # longer than a printed line
+    table = Table(caption="c", header=["Parameter", "Value", "Origin"], rows=[
+        Row(cells=[Cell(text="runs"), Cell(text="3"), Cell(text="paper")]),
+        Row(cells=[Cell(text="recompute"), Cell(text=f"true: {methods}"), Cell(text="set by the method")]),
+    ])  # fmt: skip
+    lines = listing_lines(table)
+    assert max(len(line) for line in lines) <= LINE_CHARS
+    origin = lines[0].index("Origin")
+    assert lines[2][origin:] == "paper" and lines[3][origin:] == "set by the method"
+    value = lines[0].index("Value")
+    continued = lines[4:]
+    assert continued and all(line[:value].strip() == "" and len(line) < origin for line in continued)
+    assert " ".join(line.strip() for line in [lines[3][value:origin], *continued]).split() == f"true: {methods}".split()
+
+
 def test_the_pdf_draws_each_chart_from_the_svg_the_html_inlines(smoke_report):
     """The PDF's source holds each chart as an <img> of the very SVG the HTML inlines (WeasyPrint
     parses it once that way), so both show the same drawing."""
