@@ -136,13 +136,17 @@ def _svg(figure, salt: str) -> str:
 
 def _flattened(svg: str) -> str:
     """The same drawing with fewer elements: matplotlib wraps every artist in a <g id=...>
-    (figure, axes, each tick, each label) and adds an RDF <metadata> block; the PDF printer
-    styles and draws each element, so the wrappers cost time on every chart. Ids nothing
-    refers to are dropped, then each <g> left without attributes gives its children to its
-    parent, in order. Groups that carry a clip-path, a transform or a style stay. (minidom
-    keeps every name as written, xlink:href included, as an HTML parser needs it.)"""
-    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
+    (figure, axes, each tick, each label), adds an RDF <metadata> block and draws each marker
+    (a tick, an error bar's cap, a point of a line) as a <use> of a path; the PDF printer
+    cascades styles into and draws each element, so they cost time on every chart. Each <use>
+    becomes the path it names, moved to its place; ids nothing refers to then are dropped, a
+    definition nobody uses with them, and each <g> left without attributes gives its children to
+    its parent, in order (groups that carry a clip-path, a transform or a style stay). Last,
+    neighbouring paths drawn alike are joined into one (_joined). (minidom keeps every name as
+    written, xlink:href included, as an HTML parser needs it.)"""
     document = minidom.parseString(svg)
+    markers = _inline_markers(document)
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', document.documentElement.toxml()))
 
     def flatten(node: minidom.Element) -> None:
         for child in list(node.childNodes):
@@ -153,14 +157,81 @@ def _flattened(svg: str) -> str:
                 continue
             flatten(child)
             if child.hasAttribute("id") and child.getAttribute("id") not in referenced:
+                if node.tagName == "defs":
+                    node.removeChild(child)
+                    continue
                 child.removeAttribute("id")
-            if child.tagName == "g" and not child.attributes.length:
+            if child.tagName == "defs" and not any(c.nodeType == c.ELEMENT_NODE for c in child.childNodes):
+                node.removeChild(child)
+            elif child.tagName == "g" and not child.attributes.length:
                 while child.firstChild:
                     node.insertBefore(child.firstChild, child)
                 node.removeChild(child)
+        _joined(node, markers)
 
     flatten(document.documentElement)
     return document.documentElement.toxml()
+
+
+def _moved(path: str, x: float, y: float) -> str:
+    """An SVG path's data moved by (x, y): matplotlib writes absolute commands (M, L, Q, C, z)
+    each followed by its points, so every number alternates between x and y."""
+    words, at = [], 0
+    for word in path.split():
+        if word.isalpha():
+            words.append(word)
+            at = 0
+        else:
+            words.append(f"{float(word) + (y if at % 2 else x):.6f}".rstrip("0").rstrip("."))
+            at += 1
+    return " ".join(words)
+
+
+def _inline_markers(document: minidom.Document) -> dict[minidom.Element, str]:
+    """Each <use> of a path replaced by that path at the use's place, with the use's other
+    attributes (its style, its clip-path); returns each new path with the marker it draws."""
+    definitions = {path.getAttribute("id"): path for path in document.getElementsByTagName("path") if path.hasAttribute("id")}
+    markers = {}
+    for use in list(document.getElementsByTagName("use")):
+        name = use.getAttribute("xlink:href").removeprefix("#")
+        if name not in definitions:
+            continue
+        x, y = float(use.getAttribute("x") or 0), float(use.getAttribute("y") or 0)
+        path = document.createElement("path")
+        path.setAttribute("d", _moved(definitions[name].getAttribute("d"), x, y))
+        for key, value in use.attributes.items():
+            if key not in ("xlink:href", "x", "y"):
+                path.setAttribute(key, value)
+        use.parentNode.replaceChild(path, use)
+        markers[path] = name
+    return markers
+
+
+def _joined(node: minidom.Element, markers: dict[minidom.Element, str]) -> None:
+    """Neighbouring paths with the same attributes joined into one path of several pieces, where
+    that draws the same: lines without fill (ticks, grid lines, error bars), and copies of one
+    marker (same shape, same winding, so their fills add up the same). Nothing translucent is
+    joined: overlapping pieces of one path are not blended twice."""
+
+    def kind(element) -> tuple | None:
+        if element.nodeType != element.ELEMENT_NODE or element.tagName != "path" or element.hasAttribute("id"):
+            return None
+        attributes = tuple(sorted((k, v) for k, v in element.attributes.items() if k != "d"))
+        style = element.getAttribute("style")
+        if "opacity" in style or (element not in markers and "fill: none" not in style):
+            return None
+        return markers.get(element), attributes
+
+    previous, previous_kind = None, None
+    for child in list(node.childNodes):
+        if child.nodeType != child.ELEMENT_NODE:
+            continue
+        this = kind(child)
+        if this is not None and this == previous_kind:
+            previous.setAttribute("d", previous.getAttribute("d") + " " + child.getAttribute("d"))
+            node.removeChild(child)
+        else:
+            previous, previous_kind = child, this
 
 
 def data_uri(svg: str) -> str:
