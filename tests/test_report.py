@@ -527,6 +527,27 @@ def test_a_listing_sets_each_case_over_its_metrics_and_runs_a_spanning_cell_on()
     ]
 
 
+def test_a_listing_wider_than_the_page_wraps_its_widest_column_under_itself():
+    """A parameter's value can list every method of a stage: its column is narrowed to the line
+    and the rest of the value goes on below it, every word kept, the next column still aligned."""
+    from kit.report.listing import LINE_CHARS, listing_lines
+    from kit.report.model import Cell, Row, Table
+
+    methods = ", ".join(f"z{n}+o+r+f" for n in range(40))  # longer than a printed line
+    table = Table(caption="c", header=["Parameter", "Value", "Origin"], rows=[
+        Row(cells=[Cell(text="runs"), Cell(text="3"), Cell(text="paper")]),
+        Row(cells=[Cell(text="recompute"), Cell(text=f"true: {methods}"), Cell(text="set by the method")]),
+    ])  # fmt: skip
+    lines = listing_lines(table)
+    assert max(len(line) for line in lines) <= LINE_CHARS
+    origin = lines[0].index("Origin")
+    assert lines[2][origin:] == "paper" and lines[3][origin:] == "set by the method"
+    value = lines[0].index("Value")
+    continued = lines[4:]
+    assert continued and all(line[:value].strip() == "" and len(line) < origin for line in continued)
+    assert " ".join(line.strip() for line in [lines[3][value:origin], *continued]).split() == f"true: {methods}".split()
+
+
 def test_the_pdf_draws_each_chart_from_the_svg_the_html_inlines(smoke_report):
     """The PDF's source holds each chart as an <img> of the very SVG the HTML inlines (WeasyPrint
     parses it once that way), so both show the same drawing."""
@@ -693,12 +714,38 @@ def test_a_cdf_chart_names_its_panels_series_and_axis():
     assert "TTFT" in svg and "vllm" in svg and "fraction of requests" in svg
 
 
+def test_a_chart_draws_each_marker_in_place_and_joins_only_what_draws_the_same():
+    """Markers (as matplotlib writes them: a path in <defs>, a <use> per point) become paths at
+    their points; neighbouring copies of one marker, and neighbouring unfilled lines drawn alike,
+    become one path; filled shapes that are not markers, and anything translucent, stay apart."""
+    from kit.report.charts import _flattened
+
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+        '<defs><path id="m1" d="M 0 0 L 0 3.5" style="stroke: #000"/></defs>'
+        '<g id="tick1"><use xlink:href="#m1" x="10" y="20" style="stroke: #000"/></g>'
+        '<g id="tick2"><use xlink:href="#m1" x="30.5" y="20" style="stroke: #000"/></g>'
+        '<path d="M 0 0 L 5 5" style="fill: none; stroke: #b0b0b0"/><path d="M 1 1 L 6 6" style="fill: none; stroke: #b0b0b0"/>'
+        '<path d="M 0 0 L 1 0 L 1 1 z" style="fill: #1f4e79"/><path d="M 2 0 L 3 0 L 3 1 z" style="fill: #1f4e79"/>'
+        '<path d="M 0 0 L 5 5" style="fill: none; stroke-opacity: 0.5"/><path d="M 1 1 L 6 6" style="fill: none; stroke-opacity: 0.5"/>'
+        "</svg>"
+    )
+    paths = re.findall(r'<path d="([^"]+)"', _flattened(svg))
+    assert "<use" not in _flattened(svg) and 'id="m1"' not in _flattened(svg)
+    assert paths == [
+        "M 10 20 L 10 23.5 M 30.5 20 L 30.5 23.5",
+        "M 0 0 L 5 5 M 1 1 L 6 6",
+        "M 0 0 L 1 0 L 1 1 z", "M 2 0 L 3 0 L 3 1 z",
+        "M 0 0 L 5 5", "M 1 1 L 6 6",
+    ]
+
+
 def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
     """The PDF printer styles and draws every SVG element, so matplotlib's <metadata> and its
-    id-only <g> wrappers are left out; each reference (a clip path, a hatch pattern, a tick
-    marker) still finds its target, under the chart's own prefix. The names stay as an HTML
-    parser reads SVG, also in a process that has printed a PDF (WeasyPrint's PDF metadata
-    renames XML namespaces process-wide)."""
+    id-only <g> wrappers are left out, and each marker (a tick) is drawn in place rather than as
+    a <use>; each reference left (a clip path, a hatch pattern) still finds its target, under the
+    chart's own prefix. The names stay as an HTML parser reads SVG, also in a process that has
+    printed a PDF (WeasyPrint's PDF metadata renames XML namespaces process-wide)."""
     import weasyprint.pdf.metadata  # noqa: F401  (as printing a report imports it)
 
     from kit.report import charts
@@ -707,8 +754,9 @@ def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
                                                 charts.Segment(label="forward: GPU idle", value=1.0, hatched=True)])]  # fmt: skip
     svg = charts.stacked_chart("t", stacks, "ms")
     root = svg[: svg.index(">")]
-    assert root.startswith("<svg ") and 'xmlns="http://www.w3.org/2000/svg"' in root and "xlink:href=" in svg
-    assert "<metadata" not in svg and "<g>" not in svg
+    assert root.startswith("<svg ") and 'xmlns="http://www.w3.org/2000/svg"' in root
+    assert 'xmlns:xlink="http://www.w3.org/1999/xlink"' in root
+    assert "<metadata" not in svg and "<g>" not in svg and "<use" not in svg
     referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
     defined = set(re.findall(r'\bid="([^"]+)"', svg))
     assert referenced and referenced == defined

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+from math import cos, radians, sin
 from xml.dom import minidom
 
 import matplotlib
@@ -25,6 +26,9 @@ STYLE = {
 }
 PALETTE = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#bf9000", "#2e75b6")
 WIDTH_IN = 6.8
+POINT_IN = 1 / 72
+EDGE_IN = 0.06  # white space at the figure's edges and between texts
+TICK_IN = 7 * POINT_IN  # a tick (3.5 pt) and its label's pad (3.5 pt)
 
 
 class Bar(BaseModel):
@@ -67,6 +71,60 @@ class RatioBar(BaseModel):
     significant: bool | None
 
 
+def _text_size_in(renderer, text: str, properties) -> tuple[float, float]:
+    """Width and height of a text in inches, as the renderer would draw it."""
+    mathtext = text.count("$") >= 2
+    width, height, _ = renderer.get_text_width_height_descent(text, properties, ismath=mathtext)
+    return width / renderer.dpi, height / renderer.dpi
+
+
+def _tick_labels_in(renderer, axis) -> tuple[float, float, float]:
+    """The widest and tallest tick label of an axis, and the width of its last one, in inches
+    (of the ticks inside the axis's limits: the locator proposes some beyond them, not drawn)."""
+    low, high = sorted(axis.get_view_interval())
+    locations = axis.get_majorticklocs()
+    labels = axis.get_major_formatter().format_ticks(locations)  # all of them: a fixed formatter counts
+    texts = [text for loc, text in zip(locations, labels) if text and low <= loc <= high]
+    if not texts:
+        return 0.0, 0.0, 0.0
+    tick = axis.get_major_ticks()[0].label1
+    sizes = [_text_size_in(renderer, text, tick.get_fontproperties()) for text in texts]
+    rotation = radians(abs(tick.get_rotation()))
+    if rotation:  # a turned label takes the room of its bounding box
+        sizes = [(w * cos(rotation) + h * sin(rotation), w * sin(rotation) + h * cos(rotation)) for w, h in sizes]
+    return max(w for w, _ in sizes), max(h for _, h in sizes), sizes[-1][0]
+
+
+def _label_in(renderer, text) -> float:
+    """The height of an axis label or title (0 when it is empty)."""
+    return _text_size_in(renderer, text.get_text(), text.get_fontproperties())[1] + EDGE_IN if text.get_text() else 0.0
+
+
+def _fixed_layout(figure, panels, bottom_extra_in: float = 0.0) -> None:
+    """Place the panels (side by side) with margins measured from their tick labels, axis labels
+    and titles, once. Matplotlib's constrained layout finds the same room by laying the whole
+    figure out over and over, which took about 40 % of the time of drawing a chart; measuring the
+    texts that sit outside the axes costs a fraction of it. `bottom_extra_in` leaves room below
+    for a legend under the panels."""
+    renderer = figure.canvas.get_renderer()
+    width_in, height_in = figure.get_size_inches()
+    lefts, bottoms, tops, right_in = [], [], [], EDGE_IN
+    for axes in panels:
+        y_width, _, _ = _tick_labels_in(renderer, axes.yaxis)
+        _, x_height, x_last = _tick_labels_in(renderer, axes.xaxis)
+        lefts.append(EDGE_IN + _label_in(renderer, axes.yaxis.label) + y_width + TICK_IN)
+        bottoms.append(EDGE_IN + _label_in(renderer, axes.xaxis.label) + x_height + TICK_IN)
+        tops.append(EDGE_IN + _label_in(renderer, axes.title))
+        right_in = max(right_in, x_last / 2 + EDGE_IN)
+    bottom, top = max(bottoms) + bottom_extra_in, max(tops)
+    panel_in = (width_in - sum(lefts) - right_in * len(panels)) / len(panels)
+    x = 0.0
+    for axes, left in zip(panels, lefts):
+        x += left
+        axes.set_position([x / width_in, bottom / height_in, panel_in / width_in, (height_in - bottom - top) / height_in])
+        x += panel_in + right_in
+
+
 def _svg(figure, salt: str) -> str:
     """The figure as an <svg> element to inline in HTML (no XML prolog, no doctype)."""
     buffer = io.StringIO()
@@ -78,13 +136,17 @@ def _svg(figure, salt: str) -> str:
 
 def _flattened(svg: str) -> str:
     """The same drawing with fewer elements: matplotlib wraps every artist in a <g id=...>
-    (figure, axes, each tick, each label) and adds an RDF <metadata> block; the PDF printer
-    styles and draws each element, so the wrappers cost time on every chart. Ids nothing
-    refers to are dropped, then each <g> left without attributes gives its children to its
-    parent, in order. Groups that carry a clip-path, a transform or a style stay. (minidom
-    keeps every name as written, xlink:href included, as an HTML parser needs it.)"""
-    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg))
+    (figure, axes, each tick, each label), adds an RDF <metadata> block and draws each marker
+    (a tick, an error bar's cap, a point of a line) as a <use> of a path; the PDF printer
+    cascades styles into and draws each element, so they cost time on every chart. Each <use>
+    becomes the path it names, moved to its place; ids nothing refers to then are dropped, a
+    definition nobody uses with them, and each <g> left without attributes gives its children to
+    its parent, in order (groups that carry a clip-path, a transform or a style stay). Last,
+    neighbouring paths drawn alike are joined into one (_joined). (minidom keeps every name as
+    written, xlink:href included, as an HTML parser needs it.)"""
     document = minidom.parseString(svg)
+    markers = _inline_markers(document)
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', document.documentElement.toxml()))
 
     def flatten(node: minidom.Element) -> None:
         for child in list(node.childNodes):
@@ -95,14 +157,81 @@ def _flattened(svg: str) -> str:
                 continue
             flatten(child)
             if child.hasAttribute("id") and child.getAttribute("id") not in referenced:
+                if node.tagName == "defs":
+                    node.removeChild(child)
+                    continue
                 child.removeAttribute("id")
-            if child.tagName == "g" and not child.attributes.length:
+            if child.tagName == "defs" and not any(c.nodeType == c.ELEMENT_NODE for c in child.childNodes):
+                node.removeChild(child)
+            elif child.tagName == "g" and not child.attributes.length:
                 while child.firstChild:
                     node.insertBefore(child.firstChild, child)
                 node.removeChild(child)
+        _joined(node, markers)
 
     flatten(document.documentElement)
     return document.documentElement.toxml()
+
+
+def _moved(path: str, x: float, y: float) -> str:
+    """An SVG path's data moved by (x, y): matplotlib writes absolute commands (M, L, Q, C, z)
+    each followed by its points, so every number alternates between x and y."""
+    words, at = [], 0
+    for word in path.split():
+        if word.isalpha():
+            words.append(word)
+            at = 0
+        else:
+            words.append(f"{float(word) + (y if at % 2 else x):.6f}".rstrip("0").rstrip("."))
+            at += 1
+    return " ".join(words)
+
+
+def _inline_markers(document: minidom.Document) -> dict[minidom.Element, str]:
+    """Each <use> of a path replaced by that path at the use's place, with the use's other
+    attributes (its style, its clip-path); returns each new path with the marker it draws."""
+    definitions = {path.getAttribute("id"): path for path in document.getElementsByTagName("path") if path.hasAttribute("id")}
+    markers = {}
+    for use in list(document.getElementsByTagName("use")):
+        name = use.getAttribute("xlink:href").removeprefix("#")
+        if name not in definitions:
+            continue
+        x, y = float(use.getAttribute("x") or 0), float(use.getAttribute("y") or 0)
+        path = document.createElement("path")
+        path.setAttribute("d", _moved(definitions[name].getAttribute("d"), x, y))
+        for key, value in use.attributes.items():
+            if key not in ("xlink:href", "x", "y"):
+                path.setAttribute(key, value)
+        use.parentNode.replaceChild(path, use)
+        markers[path] = name
+    return markers
+
+
+def _joined(node: minidom.Element, markers: dict[minidom.Element, str]) -> None:
+    """Neighbouring paths with the same attributes joined into one path of several pieces, where
+    that draws the same: lines without fill (ticks, grid lines, error bars), and copies of one
+    marker (same shape, same winding, so their fills add up the same). Nothing translucent is
+    joined: overlapping pieces of one path are not blended twice."""
+
+    def kind(element) -> tuple | None:
+        if element.nodeType != element.ELEMENT_NODE or element.tagName != "path" or element.hasAttribute("id"):
+            return None
+        attributes = tuple(sorted((k, v) for k, v in element.attributes.items() if k != "d"))
+        style = element.getAttribute("style")
+        if "opacity" in style or (element not in markers and "fill: none" not in style):
+            return None
+        return markers.get(element), attributes
+
+    previous, previous_kind = None, None
+    for child in list(node.childNodes):
+        if child.nodeType != child.ELEMENT_NODE:
+            continue
+        this = kind(child)
+        if this is not None and this == previous_kind:
+            previous.setAttribute("d", previous.getAttribute("d") + " " + child.getAttribute("d"))
+            node.removeChild(child)
+        else:
+            previous, previous_kind = child, this
 
 
 def data_uri(svg: str) -> str:
@@ -127,9 +256,7 @@ def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
     groups = list(dict.fromkeys(bar.group for bar in bars))
     height = 0.8 / len(groups)
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(
-            figsize=(WIDTH_IN, 0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5)), layout="constrained"
-        )
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5)))
         for index, group in enumerate(groups):
             mine = [bar for bar in bars if bar.group == group]
             rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
@@ -148,13 +275,14 @@ def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
         axes.grid(axis="x", linewidth=0.3)
         if len(groups) > 1:
             axes.legend(frameon=False, loc="lower right")
+        _fixed_layout(figure, [axes])
         return _svg(figure, salt)
 
 
 def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
     """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
     with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.6), layout="constrained")
+        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.6))
         for index, line in enumerate(series):
             colour = PALETTE[index % len(PALETTE)]
             gpus = [p.gpus for p in line.points]
@@ -201,13 +329,14 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
         right.set_ylim(
             bottom=0, top=max(110, *(100 * (p.efficiency or 0) + 10 for line in series for p in line.points))
         )
+        _fixed_layout(figure, [left, right])
         return _svg(figure, salt)
 
 
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.25 * len(bars)), layout="constrained")
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.25 * len(bars)))
         colours = [PALETTE[0] if bar.significant else "#9dc3e6" for bar in bars]
         axes.barh(range(len(bars)), [bar.ratio - 1 for bar in bars], left=1, color=colours)
         axes.axvline(1, color="black", linewidth=0.8)
@@ -215,6 +344,7 @@ def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
         axes.invert_yaxis()
         axes.set_xlabel(f"B / A, {caption_unit} (dark: significant difference)")
         axes.grid(axis="x", linewidth=0.3)
+        _fixed_layout(figure, [axes])
         return _svg(figure, salt)
 
 
@@ -231,7 +361,7 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8), layout="constrained")
+        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8))
         for index, sweep in enumerate(sweeps):
             sizes = [p.size_bytes for p in sweep.points]
             colour = PALETTE[index % len(PALETTE)]
@@ -259,6 +389,7 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
         right.set_yscale("log")
         right.set_ylabel("time (µs)")
         right.set_title("Time per operation")
+        _fixed_layout(figure, [left, right])
         return _svg(figure, salt)
 
 
@@ -275,6 +406,16 @@ class Stack(BaseModel):
     segments: list[Segment]
 
 
+LEGEND_COLUMNS = 6
+LEGEND_POINTS = 6
+
+
+def _legend_rows_in(rows: int) -> float:
+    """The height of a frameless legend of `rows` rows at LEGEND_POINTS (matplotlib's defaults:
+    half a line between rows, half a line of border and of space to the figure's edge)."""
+    return (rows * 1.5 + 1) * LEGEND_POINTS * POINT_IN
+
+
 def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     """Horizontal stacked bars, one colour per segment label across all bars, so that a part
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
@@ -283,7 +424,7 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     palette = PALETTE if len(labels) <= len(PALETTE) else plt.get_cmap("tab20").colors  # a step has ~12 parts
     colours = {label: palette[index % len(palette)] for index, label in enumerate(labels)}
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, 1.0 + 0.3 * len(stacks)), layout="constrained")
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 1.0 + 0.3 * len(stacks)))
         shown: set[str] = set()
         for row, stack in enumerate(stacks):
             left, colour = 0.0, PALETTE[0]
@@ -298,7 +439,9 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
         axes.invert_yaxis()
         axes.set_xlabel(unit)
         axes.grid(axis="x", linewidth=0.3)
-        figure.legend(frameon=False, fontsize=6, ncols=min(len(shown), 6), loc="outside lower center")
+        columns = min(len(shown), LEGEND_COLUMNS)
+        figure.legend(frameon=False, fontsize=LEGEND_POINTS, ncols=columns, loc="lower center")
+        _fixed_layout(figure, [axes], bottom_extra_in=_legend_rows_in(-(-len(shown) // columns)))
         return _svg(figure, salt)
 
 
@@ -313,7 +456,7 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
     """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
     distribution, so a long tail shows where a median hides it."""
     with plt.rc_context(STYLE):
-        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), layout="constrained", squeeze=False)
+        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
                 values = sorted(line.values)
@@ -325,4 +468,5 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
             axes.set_ylim(0, 1.02)
             axes.grid(linewidth=0.3)
         all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower right")
+        _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)

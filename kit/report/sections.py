@@ -912,6 +912,7 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
         caption=f"Parameters of stage {stage} ({len(cases)} cases)",
         header=["Parameter", "Value", "Origin"],
         widths=[18, 54, 28],
+        print_as_listing=True,
         rows=rows,
     )
 
