@@ -18,6 +18,7 @@ launcher has ended (its exit status as subprocess gives it: -N for signal N).
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -136,6 +137,7 @@ def serve() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):  # a rank without it fails as it would have anyway
             importlib.import_module(name)
+    gc.freeze()  # what was imported stays out of the ranks' collections, and unwritten (no copy-on-write)
 
     def reply(message: dict) -> None:
         os.write(replies, (json.dumps(message) + "\n").encode())
