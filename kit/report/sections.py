@@ -730,38 +730,16 @@ def issues_section(
         )
     else:
         section.paragraphs.append("Every selected case finished with a measurement.")
-    deviating = [o for o in outcomes if o.verdict == "deviates"]
-    if deviating:
-        section.tables.append(
-            Table(
-                caption="Claims the run deviates from",
-                header=["Claim", "Deviation"],
-                widths=[10, 90],
-                rows=[
-                    Row(
-                        cells=[
-                            Cell(text=o.id, tone="strong"),
-                            Cell(text="; ".join(r.finding for r in o.relations if r.verdict == "deviates")),
-                        ]
-                    )
-                    for o in deviating
-                ],
-            )
-        )
-    short = [e for e in expectations if e.verdict == "deviates"]
-    if short:
-        section.tables.append(
-            Table(
-                caption="Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
-                header=["Claim", "Against the expectation"],
-                widths=[10, 90],
-                rows=[
-                    Row(cells=[Cell(text=e.id, tone="strong"),
-                               Cell(text="; ".join(r.finding for r in e.relations if r.verdict == "deviates"))])
-                    for e in short
-                ],
-            )
-        )  # fmt: skip
+    judged = (("Claims the run deviates from", "Deviation", outcomes),
+              ("Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
+               "Against the expectation", expectations))  # fmt: skip
+    for caption, heading, verdicts in judged:
+        deviating = [v for v in verdicts if v.verdict == "deviates"]
+        if deviating:
+            rows = [Row(cells=[Cell(text=v.id, tone="strong"),
+                               Cell(text="; ".join(r.finding for r in v.relations if r.verdict == "deviates"))])
+                    for v in deviating]  # fmt: skip
+            section.tables.append(Table(caption=caption, header=["Claim", heading], widths=[10, 90], rows=rows))
     notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
     if notes:
         section.tables.append(
