@@ -5,7 +5,7 @@ process, for runs of a few seconds: tests/benchmarks/smoke_duration.py prints th
 phase). The local executor starts this server once per kit process and asks it for every launch
 of a CPU case: the server forks a launcher (a session of its own, the case's environment, the
 case log as its output, the case's memory cap), which forks the ranks (kit.workloads.launch),
-each then running the harness as `python -m kit.workloads` would. Every run still has processes
+each then running its command line (`python -m kit.workloads ...`) as Python would. Every run still has processes
 of its own, forked from one that has done nothing but import. What a library reads from the
 environment when it is imported is the server's, so each rank applies the case's
 OMP_NUM_THREADS to torch again.
@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import resource
+import runpy
 import select
 import signal
 import subprocess
@@ -32,9 +33,12 @@ import time
 import traceback
 from pathlib import Path
 
+from kit.serve.process import die_with_parent
+
 # What every CPU training, profiling and comm rank imports; others (peft, Megatron) are imported
 # by the ranks that need them, as before.
-PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "deepspeed")
+PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "deepspeed",
+           "kit.workloads.launch", "kit.workloads.harness")
 POLL_S = 0.05
 READY_TIMEOUT_S = 300  # the server's imports on a loaded 2-core host
 
@@ -77,43 +81,51 @@ def _run_then_exit(body) -> None:
         os._exit(code)
 
 
+def _tie_to(parent: int) -> None:
+    """Die with `parent`, also when it died before the tie was made (PR_SET_PDEATHSIG's race):
+    an orphaned rank would wait in a collective for ever, holding the case log open."""
+    die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def fork_rank(command: list[str], env: dict[str, str]) -> ForkedProcess:
-    """A rank of `python -m kit.workloads ARGS`, forked instead of executed."""
-    if command[1:3] != ["-m", "kit.workloads"]:
-        raise ValueError(f"the fork server runs the workload harness only, not {command}")
+    """A rank of `python -m MODULE ARGS` or `python SCRIPT ARGS`, forked instead of executed, then
+    run as that command line would run it."""
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return ForkedProcess(pid)
 
     def rank() -> int:
-        from kit.serve.process import die_with_parent
-        from kit.workloads import harness
-
-        die_with_parent()
+        _tie_to(parent)
         os.environ.clear()
         os.environ.update(env)
-        sys.argv = [str(Path(harness.__file__).with_name("__main__.py")), *command[3:]]
         torch = sys.modules.get("torch")  # preloaded, unless this Python lacks it (the harness says so)
         if torch is not None and env.get("OMP_NUM_THREADS", "").isdigit():
             torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
         threads = torch.get_num_threads() if torch is not None else "no"
         print(f"rank {env.get('RANK', '0')}: forked by the fork server, {threads} torch threads", flush=True)
-        harness.main(command[3:])
+        if command[1] == "-m":
+            sys.argv = [command[2], *command[3:]]
+            runpy.run_module(command[2], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = command[1:]
+            runpy.run_path(command[1], run_name="__main__")
         return 0
 
     _run_then_exit(rank)
     raise AssertionError("unreachable")
 
 
-def _launch(request: dict) -> None:
+def _launch(request: dict, parent: int) -> None:
     """In the forked launcher: become the case's process group, then start its ranks."""
 
     def launcher() -> int:
-        from kit.serve.process import die_with_parent
         from kit.workloads import launch
 
+        _tie_to(parent)
         os.setsid()  # kit stops a launch by its process group, as one it executed itself
-        die_with_parent()
         os.environ.clear()
         os.environ.update(request["env"])
         if request.get("rlimit_data") is not None:
@@ -129,9 +141,8 @@ def _launch(request: dict) -> None:
 
 def serve() -> None:
     """Import, say so, then fork a launcher per request until kit closes our standard input."""
-    from kit.serve.process import die_with_parent
-
     die_with_parent()
+    server = os.getpid()
     replies = os.dup(1)  # the frameworks print to standard output: theirs goes to our log
     os.dup2(2, 1)
     for name in PRELOAD:
@@ -156,7 +167,7 @@ def serve() -> None:
                 pid = os.fork()
                 if pid == 0:
                     os.close(replies)
-                    _launch(request)
+                    _launch(request, server)
                 children.add(pid)
                 reply({"id": request["id"], "pid": pid})
         for pid in list(children):
@@ -186,8 +197,6 @@ class ForkServer:
     """kit's side: the server process, started on first use and ended with kit."""
 
     def __init__(self, env: dict[str, str], log_path: Path):
-        from kit.serve.process import die_with_parent
-
         self.log = log_path.open("ab")
         self.process = subprocess.Popen([sys.executable, "-m", "kit.workloads.forkserver"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
