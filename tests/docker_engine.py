@@ -41,9 +41,10 @@ def smoke_image_or_skip():
 
 
 def containers_of_run(run_dir) -> list:
-    """Every container, running or not, that the kit started for this run directory."""
+    """Every container, running or not, that the kit started for this run directory; one removed
+    between the engine's listing and its inspection is gone, not an error."""
     client = images.engine()
-    return client.containers.list(all=True, filters={"label": f"kit.run-dir={Path(run_dir).resolve()}"})
+    return client.containers.list(all=True, filters={"label": f"kit.run-dir={Path(run_dir).resolve()}"}, ignore_removed=True)
 
 
 ENGINE_IMAGES = Path(__file__).parent / "engine_images"
