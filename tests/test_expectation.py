@@ -178,10 +178,12 @@ def test_the_claims_table_shows_the_expectation_beside_the_paper_and_counts_it_a
     outcomes, expectations = evaluate_claims(reference, [run]), expect_claims(reference, [run])
     table = claims_table(outcomes, expectations)
     assert table.header[2:5] == ["Paper", "Expected on this host", "Measured"]
-    c2 = [row for row in table.rows if not row.heading][1]  # C1's relation, then C2's
+    c2, why = [row for row in table.rows if not row.heading][2:4]  # C1's relation and its why, then C2's
     assert c2.cells[2].text == "90.8 % ± 3 points" and c2.cells[3].text == "100 % ± 3 points"
-    assert c2.cells[3].detail.startswith("the paper's value on 8 × A800-80G, NVLink, from C1")
     assert (c2.cells[5].text, c2.cells[5].detail) == ("not applicable", "vs expectation: consistent")
+    assert why.cells[1].colspan == 5 and why.cells[1].text.startswith("Why: for information: ")
+    assert "Expected on this host: the paper's value on 8 × A800-80G, NVLink, from C1" in why.cells[1].detail
+    assert why.cells[1].detail.endswith("vs expectation: consistent (measured 0.980 × expected; within the expected bound)")
     counts = expectation_counts(expectations)
     assert counts["consistent"] == 3  # C1, C2, C3 against the A800's efficiency; none a paper verdict
     assert sum(o.verdict == "consistent" for o in outcomes) == 0

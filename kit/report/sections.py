@@ -18,6 +18,7 @@ from kit.reference import (
     ClaimOutcome,
     MeasuredRun,
     Reference,
+    RelationOutcome,
     TableComparison,
     format_value,
     metric_label,
@@ -363,11 +364,10 @@ def environment_section(run: LoadedRun) -> Section:
 
 
 def expected_cell(expectation: RelationExpectation | None) -> Cell:
-    """The value expected on this host's GPUs over its basis, labelled as the kit's expectation."""
+    """The value expected on this host's GPUs (its basis is said under the relation)."""
     if expectation is None:
         return Cell(text="—", tone="muted")
-    return Cell(text=expectation.expected or "no expectation", detail=expectation.basis,
-                tone="plain" if expectation.expected else "muted")  # fmt: skip
+    return Cell(text=expectation.expected or "no expectation", tone="plain" if expectation.expected else "muted")
 
 
 def against_expectation(verdict: str, finding: str = "") -> str | None:
@@ -378,8 +378,10 @@ def against_expectation(verdict: str, finding: str = "") -> str | None:
 
 
 def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation] = ()) -> Table:
-    """One heading row per claim (verdict and why), then one row per relation it makes: the
-    paper's value, the value expected on this host's GPUs, the measured one."""
+    """One heading row per claim (its verdict, and why under the statement), then two rows per
+    relation it makes: the paper's value, the value expected on this host's GPUs and the measured
+    one; then, across the table's width, why the verdict is what it is and what the expectation
+    rests on. Long explanations in narrow columns made each claim a page tall (and slow to print)."""
     expected = {e.id: e for e in expectations}
     rows = []
     for claim in outcomes:
@@ -389,6 +391,7 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
             for text in (
                 claim.interpretation and f"Kit's reading: {claim.interpretation}",
                 claim.note and f"Note: {claim.note}",
+                claim.reason and f"Verdict: {claim.reason}.",
             )
             if text
         ]
@@ -401,37 +404,16 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
                     Cell(text=claim.statement, detail=" ".join([meta, *extra]), colspan=4),
                     Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict],
                          detail=mine and against_expectation(mine.verdict)),
-                    Cell(text=claim.reason),
                 ],
             )
         )  # fmt: skip
         relation_expectations = mine.relations if mine else [None] * len(claim.relations)
         for relation, expectation in zip(claim.relations, relation_expectations):
-            stand_ins = [f"{used} stands in for {case}" for case, used in relation.stand_ins.items()]
-            own = [caveat for caveat in relation.caveats if caveat not in claim.caveats]
-            finding = relation.finding or "—"
-            if relation.caveats and relation.finding:
-                finding = f"for information: {relation.finding}"
-            against = expectation and against_expectation(expectation.verdict, expectation.finding)
-            measured = relation.measured or (expectation.measured if expectation else None)
-            rows.append(
-                Row(
-                    cells=[
-                        Cell(text=""),
-                        Cell(text=relation.relation),
-                        Cell(text=relation.published),
-                        expected_cell(expectation),
-                        Cell(text=measured or "—", tone="plain" if measured else "muted"),
-                        Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict],
-                             detail=expectation and against_expectation(expectation.verdict)),
-                        Cell(text=finding, detail="; ".join(own + stand_ins + ([against] if against else [])) or None),
-                    ]
-                )
-            )  # fmt: skip
+            rows += relation_rows(relation, expectation, claim.caveats)
     return Table(
         caption="The paper's published findings against this run, and what the kit expects of this host's GPUs",
-        header=["Claim", "Relation", "Paper", "Expected on this host", "Measured", "Verdict", "Why"],
-        widths=[5, 22, 11, 14, 10, 10, 28],
+        header=["Claim", "Relation", "Paper", "Expected on this host", "Measured", "Verdict"],
+        widths=[5, 35, 14, 16, 14, 16],
         rows=rows,
         notes=[
             "Tolerances are the kit's choice: the paper states none.",
@@ -447,6 +429,34 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
             "expectation is marked \"vs expectation\" and never counted as agreement with the paper.",
         ],
     )
+
+
+def relation_rows(relation: RelationOutcome, expectation: RelationExpectation | None,
+                  claim_caveats: Sequence[str] = ()) -> list[Row]:  # fmt: skip
+    """A relation's values and verdicts, then a row across the table: why, and the expectation's
+    basis (caveats the whole claim shares are said once, with it)."""
+    own = [caveat for caveat in relation.caveats if caveat not in claim_caveats]
+    stand_ins = [f"{used} stands in for {case}" for case, used in relation.stand_ins.items()]
+    finding = relation.finding
+    if relation.caveats and relation.finding:
+        finding = f"for information: {relation.finding}"
+    measured = relation.measured or (expectation.measured if expectation else None)
+    values = Row(
+        cells=[
+            Cell(text=""),
+            Cell(text=relation.relation),
+            Cell(text=relation.published),
+            expected_cell(expectation),
+            Cell(text=measured or "—", tone="plain" if measured else "muted"),
+            Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict],
+                 detail=expectation and against_expectation(expectation.verdict)),
+        ]
+    )  # fmt: skip
+    against = expectation and against_expectation(expectation.verdict, expectation.finding)
+    why = [*own, *stand_ins, *([f"Expected on this host: {expectation.basis}"] if expectation else []),
+           *([against] if against else [])]  # fmt: skip
+    why_cell = Cell(text=f"Why: {finding}", detail="; ".join(why) or None) if finding else Cell(text="; ".join(why) or "—")
+    return [values, Row(cells=[Cell(text=""), why_cell.model_copy(update={"colspan": 5})])]
 
 
 def tables_table(comparisons: Sequence[TableComparison]) -> Table:
