@@ -26,6 +26,7 @@ STYLE = {
 }
 PALETTE = ("#1f4e79", "#c55a11", "#548235", "#7030a0", "#bf9000", "#2e75b6")
 WIDTH_IN = 6.8
+TALLEST_IN = 8.6  # with its title and caption a chart still fits one A4 page; more bars get thinner
 POINT_IN = 1 / 72
 EDGE_IN = 0.06  # white space at the figure's edges and between texts
 TICK_IN = 7 * POINT_IN  # a tick (3.5 pt) and its label's pad (3.5 pt)
@@ -123,6 +124,11 @@ def _fixed_layout(figure, panels, bottom_extra_in: float = 0.0) -> None:
         x += left
         axes.set_position([x / width_in, bottom / height_in, panel_in / width_in, (height_in - bottom - top) / height_in])
         x += panel_in + right_in
+
+
+def _height_in(wanted: float) -> float:
+    """A chart's height, at most TALLEST_IN: a taller one was split from its title over pages."""
+    return min(wanted, TALLEST_IN)
 
 
 def _svg(figure, salt: str) -> str:
@@ -256,7 +262,7 @@ def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
     groups = list(dict.fromkeys(bar.group for bar in bars))
     height = 0.8 / len(groups)
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5)))
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5))))
         for index, group in enumerate(groups):
             mine = [bar for bar in bars if bar.group == group]
             rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
@@ -336,7 +342,7 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.25 * len(bars)))
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.25 * len(bars))))
         colours = [PALETTE[0] if bar.significant else "#9dc3e6" for bar in bars]
         axes.barh(range(len(bars)), [bar.ratio - 1 for bar in bars], left=1, color=colours)
         axes.axvline(1, color="black", linewidth=0.8)
@@ -365,17 +371,11 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
         for index, sweep in enumerate(sweeps):
             sizes = [p.size_bytes for p in sweep.points]
             colour = PALETTE[index % len(PALETTE)]
-            left.plot(
-                sizes,
-                [p.bus_bandwidth_gb_s for p in sweep.points],
-                marker=".",
-                color=colour,
-                linewidth=1,
-                label=sweep.label,
-            )
-            right.plot(
-                sizes, [p.time_us for p in sweep.points], marker=".", color=colour, linewidth=1, label=sweep.label
-            )
+            # a small square marks each measured size: a round dot is a curve of ~25 coordinates, which
+            # the PDF printer parses one by one for every point of every sweep
+            line = {"marker": "s", "markersize": 2, "color": colour, "linewidth": 1, "label": sweep.label}
+            left.plot(sizes, [p.bus_bandwidth_gb_s for p in sweep.points], **line)
+            right.plot(sizes, [p.time_us for p in sweep.points], **line)
         for axes in (left, right):
             axes.set_xscale("log", base=2)
             axes.xaxis.set_major_locator(LogLocator(base=4))
@@ -424,7 +424,7 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     palette = PALETTE if len(labels) <= len(PALETTE) else plt.get_cmap("tab20").colors  # a step has ~12 parts
     colours = {label: palette[index % len(palette)] for index, label in enumerate(labels)}
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, 1.0 + 0.3 * len(stacks)))
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(1.0 + 0.3 * len(stacks))))
         shown: set[str] = set()
         for row, stack in enumerate(stacks):
             left, colour = 0.0, PALETTE[0]
