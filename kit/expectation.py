@@ -112,11 +112,17 @@ class Host(BaseModel):
 
 
 def host_of(run: MeasuredRun, hardware: HardwareTable) -> Host:
-    """The run's GPU model (the first by name where a run mixes models, which the basis names),
-    with its hardware.yaml entry where it has one."""
+    """The run's GPU model with its hardware.yaml entry where it has one. Where a run mixes models,
+    the one a synchronous step waits for: one not in hardware.yaml (nothing to scale by, so no
+    expectation is made up), else the lowest dense bf16 peak; the basis names it."""
     if not run.gpu_names:
         return Host(name=None)
-    name = run.gpu_names[0]
+
+    def speed(name: str) -> tuple[bool, float]:
+        spec = hardware.lookup(name)
+        return spec is not None, (spec.bf16_dense_tflops.value or 0.0) if spec else 0.0
+
+    name = min(dict.fromkeys(run.gpu_names), key=speed)
     spec = hardware.lookup(name)
     key = next((key for key, entry in hardware.gpus.items() if entry is spec), None)
     return Host(name=name, key=key, spec=spec)

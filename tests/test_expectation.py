@@ -169,6 +169,19 @@ def test_a_gpu_not_in_the_hardware_table_is_named_and_not_scaled(reference, pape
     assert not any(expectation_counts(on_cpu).values())  # nothing to count on page one
 
 
+def test_a_host_of_mixed_gpus_is_expected_to_run_at_the_pace_of_its_slowest(reference, paper_plan):
+    """A synchronous step waits for the slowest GPU: an H100 beside an RTX 4090 is expected to
+    run C21 at the RTX 4090's pace (the paper's own value), and a GPU hardware.yaml lacks leaves
+    nothing to scale by."""
+    mixed = run_on(H100, [result(paper_plan, "finetune.llama2-70b.ql+z3+o+r+f.g8", tokens_per_s=200)])
+    mixed = mixed.model_copy(update={"gpu_names": (H100, H100, RTX4090, RTX4090)})
+    [c21] = expectation(reference, [mixed], "C21").relations
+    assert c21.expected == "200 tokens/s ± 40 tokens/s" and "GeForce RTX 4090" in c21.basis
+    unknown = mixed.model_copy(update={"gpu_names": (H100, "NVIDIA Imaginary GPU")})
+    [c21] = expectation(reference, [unknown], "C21").relations
+    assert c21.verdict == "no expectation" and "NVIDIA Imaginary GPU is not in manifests/hardware.yaml" in c21.basis
+
+
 # --- Shown and counted apart from the paper's verdicts ----------------------------------------
 
 
