@@ -23,6 +23,10 @@ class EvidenceError(Exception):
             f"{run_dir} does not match its evidence, so no report is rendered from it: " + "; ".join(problems)
         )
 
+    def __reduce__(self):
+        """Rebuilt from what it was given, so that it pickles (kit.report.forked hands it over)."""
+        return type(self), (self.run_dir, self.problems), self.__dict__
+
 
 class EvidenceFile(BaseModel):
     """One line of SHA256SUMS."""

@@ -9,10 +9,11 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from kit.report.build import REFERENCE, assess, build_report
+from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
 from kit.report.evidence import EvidenceError, verify
 from kit.report.export import export_csv, export_json
+from kit.report.forked import in_parallel
 from kit.report.listing import listing_lines
 from kit.report.model import Report
 from kit.results import REPORT_FILES
@@ -104,8 +105,9 @@ def render(
     for spreadsheets `report.json` and `report-claims.csv` + `report-metrics.csv` (kit.report.export).
 
     `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
-    Every run directory involved is verified against its SHA256SUMS first; EvidenceError names
-    each file that changed, is missing or was added. `gpu_hour_price` prices a million tokens.
+    Every run directory involved is verified against its SHA256SUMS before anything is written
+    (on another core while the model is built: kit.report.forked); EvidenceError names each
+    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens.
     Returns the files written.
     """
     wanted = list(dict.fromkeys(formats))
@@ -118,10 +120,14 @@ def render(
     for folder in run_dirs[1:]:
         if not (folder / "run.json").is_file():
             raise ValueError(f"--compare takes '{REFERENCE}' or a run directory; {folder} has no run.json")
-    verify_runs(run_dirs, Path(out_dir), own=Path(run_dir))
-    assessment = assess(Path(run_dir), list(compare), redact)
-    report = build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price, assessment=assessment) \
-        if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+
+    def assessed() -> tuple[Assessment, Report | None]:
+        assessment = assess(Path(run_dir), list(compare), redact)
+        return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
+                                        assessment=assessment) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+
+    # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
+    _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, Path(out_dir), own=Path(run_dir)), assessed])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES

@@ -4,7 +4,10 @@ across stages, each where the run has a case it selects."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from kit.protocol import Protocol
+from kit.report.forked import in_parallel
 from kit.report.load import LoadedRun
 from kit.report.model import Section
 from kit.report.stage_common import generic_stage, stage_not_run
@@ -23,17 +26,21 @@ def without_variants(run: LoadedRun) -> LoadedRun:
 
 
 def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
+    """Built on the machine's cores at once (kit.report.forked): each draws its own charts."""
     planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
     known = {stage.name for stage in STAGES}
     stages = [*STAGES, *(Stage(name=name, title=name, section=generic_stage) for name in planned if name not in known)]
-    compared = [comparison.section(comparison, run, protocol) for comparison in COMPARISONS
-                if any(comparison.cases(case) for case in run.info.plan.cases)]  # fmt: skip
-    run = without_variants(run)
-    sections = []
-    for stage in stages:
-        reason = stage_not_run(stage.name, stage.purpose, run, protocol)
-        if reason is not None:
-            sections.append(Section(anchor=stage.name, title=stage.title, not_run=reason))
-        else:
-            sections.append(stage.section(stage, run, protocol))
-    return sections + compared
+    compared = [comparison for comparison in COMPARISONS if any(comparison.cases(case) for case in run.info.plan.cases)]
+    laid_out = without_variants(run)
+    return in_parallel(
+        [partial(_stage_section, stage, laid_out, protocol) for stage in stages]
+        + [partial(comparison.section, comparison, run, protocol) for comparison in compared]
+    )
+
+
+def _stage_section(stage: Stage, run: LoadedRun, protocol: Protocol) -> Section:
+    """The stage's own section, or the reason it has none in its place."""
+    reason = stage_not_run(stage.name, stage.purpose, run, protocol)
+    if reason is not None:
+        return Section(anchor=stage.name, title=stage.title, not_run=reason)
+    return stage.section(stage, run, protocol)

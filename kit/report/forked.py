@@ -1,0 +1,99 @@
+"""Independent pieces of report work on the machine's other cores, in forked processes.
+
+WeasyPrint is single-threaded and takes most of a report's time, so the Python work before it
+(hashing the evidence, drawing the charts of each stage) is what a second core can shorten.
+A forked child inherits its piece's inputs; only the result (or the exception) is pickled back."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
+    """Each piece's result, in the pieces' order. Forked children take pieces from the front,
+    this process from the back, so that with two pieces the last stays here and its result is
+    not pickled. A piece that raised raises here with its type and message (the first in order
+    where several did), after every piece has finished. With one CPU or one piece, no fork: the
+    pieces run here in order and the first exception stops them."""
+    workers = min(len(pieces), usable_cpus())
+    if workers <= 1:
+        return [piece() for piece in pieces]
+    context = multiprocessing.get_context("fork")
+    bounds = context.Array("i", [0, len(pieces)])  # [next from the front, one past the next from the back]
+
+    def take(from_front: bool) -> int | None:
+        with bounds.get_lock():
+            if bounds[0] >= bounds[1]:
+                return None
+            if from_front:
+                bounds[0] += 1
+                return bounds[0] - 1
+            bounds[1] -= 1
+            return bounds[1]
+
+    def work(from_front: bool) -> dict[int, tuple[bool, Any]]:
+        """(True, result) or (False, exception) of each piece taken."""
+        done = {}
+        while (index := take(from_front)) is not None:
+            try:
+                done[index] = (True, pieces[index]())
+            except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                done[index] = (False, _portable(exc))
+        return done
+
+    def child(sender) -> None:
+        sender.send(work(from_front=True))
+        sender.close()
+
+    children = []
+    try:
+        for _ in range(workers - 1):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=child, args=(sender,))
+            process.start()
+            sender.close()
+            children.append((process, receiver))
+        outcomes = work(from_front=False)
+        for process, receiver in children:
+            try:
+                outcomes.update(receiver.recv())
+            except EOFError:
+                process.join()
+                raise ChildProcessError(f"a forked piece of report work died (exit code {process.exitcode})") from None
+            process.join()
+    finally:
+        for process, receiver in children:
+            receiver.close()
+            if process.is_alive():  # this process was interrupted: its children's work is of no use
+                process.terminate()
+                process.join()
+    for ok, value in (outcomes[index] for index in range(len(pieces))):
+        if not ok:
+            raise value
+    return [outcomes[index][1] for index in range(len(pieces))]
+
+
+def _portable(exc: Exception) -> Exception:
+    """The exception as the parent will raise it: itself with the child's traceback as a note,
+    or, where it does not survive pickling, a RuntimeError naming its type and message."""
+    exc.add_note("raised in a forked process:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - whatever fails to pickle is sent as a plain error
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
