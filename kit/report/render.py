@@ -85,15 +85,14 @@ def verify_runs(run_dirs: Sequence[Path], out_dir: Path, own: Path | None) -> No
 
 
 def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path) -> list[Path]:
-    """The report's HTML and/or PDF, as `wanted` names them; the files written."""
-    written = []
+    """The report's HTML and/or PDF, as `wanted` names them; the files written. The HTML is
+    rendered and written on another core while this process prints the PDF (kit.report.forked)."""
+    pieces = []
     if "html" in wanted:
-        html = render_html(report, "screen")
-        written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
+        pieces.append(lambda: _replace(html_path, lambda part: part.write_text(render_html(report, "screen"), "utf-8")))
     if "pdf" in wanted:
-        printed = render_html(report, "print")
-        written.append(_replace(pdf_path, lambda part: write_pdf(printed, part)))
-    return written
+        pieces.append(lambda: _replace(pdf_path, lambda part: write_pdf(render_html(report, "print"), part)))
+    return in_parallel(pieces)
 
 
 def render(
