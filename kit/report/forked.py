@@ -1,7 +1,8 @@
 """Independent pieces of report work on the machine's other cores, in forked processes.
 
-WeasyPrint is single-threaded and takes most of a report's time, so the Python work before it
-(hashing the evidence, drawing the charts of each stage) is what a second core can shorten.
+WeasyPrint is single-threaded and takes most of a report's time, so the Python work before and
+beside it (hashing the evidence, drawing each stage's charts, the screen HTML) is what the other
+cores can shorten.
 A forked child inherits its piece's inputs; only the result (or the exception) is pickled back."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -57,6 +59,7 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
         return done
 
     def child(sender) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's to handle: it ends the children
         sender.send(work(from_front=True))
         sender.close()
 
