@@ -25,7 +25,8 @@ from kit.reference import load_reference
 from kit.report.build import build_report
 from kit.report.load import load_run
 from kit.report.page_one import cost_per_million_tokens, energy_cell, paper_cell
-from kit.report.render import render_html, write_pdf
+from kit.report.printer import write_pdf
+from kit.report.render import render_html
 from kit.results import Metric
 
 CASES = [

@@ -16,6 +16,7 @@ from kit.report.export import export_csv, export_json
 from kit.report.forked import in_parallel
 from kit.report.listing import listing_lines
 from kit.report.model import Report
+from kit.report.printer import Printer
 from kit.results import REPORT_FILES
 
 FORMATS = ("html", "pdf", "json", "csv")
@@ -49,22 +50,6 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen") -
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium)
 
 
-def write_pdf(html: str, target: Path) -> None:
-    """Print the HTML with WeasyPrint; any attempt to fetch a resource is an error, because a
-    report that needs the network is not self-contained. A data: address (a chart, see
-    kit.report.charts.data_uri) holds its resource and fetches nothing."""
-    from weasyprint import HTML
-    from weasyprint.urls import FatalURLFetchingError, URLFetcher
-
-    class NoFetching(URLFetcher):
-        def fetch(self, url, headers=None):
-            if url.startswith("data:"):
-                return super().fetch(url, headers)
-            raise FatalURLFetchingError(f"the report is self-contained; refused to fetch {url}")
-
-    HTML(string=html, url_fetcher=NoFetching()).write_pdf(target)
-
-
 def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
@@ -84,15 +69,24 @@ def verify_runs(run_dirs: Sequence[Path], out_dir: Path, own: Path | None) -> No
             )
 
 
-def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path) -> list[Path]:
-    """The report's HTML and/or PDF, as `wanted` names them; the files written. The HTML is
-    rendered and written on another core while this process prints the PDF (kit.report.forked)."""
-    pieces = []
-    if "html" in wanted:
-        pieces.append(lambda: _replace(html_path, lambda part: part.write_text(render_html(report, "screen"), "utf-8")))
-    if "pdf" in wanted:
-        pieces.append(lambda: _replace(pdf_path, lambda part: write_pdf(render_html(report, "print"), part)))
-    return in_parallel(pieces)
+def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path,
+                    printer: Printer | None = None) -> list[Path]:  # fmt: skip
+    """The report's HTML and/or PDF, as `wanted` names them; the files written. The PDF is
+    printed by `printer` (kit.report.printer, one is started here if none is given) while this
+    process renders and writes the HTML."""
+    written = []
+    with printer or Printer() as printing:
+        try:
+            if "pdf" in wanted:
+                printing.submit(render_html(report, "print"), _partial(pdf_path))
+            if "html" in wanted:
+                html = render_html(report, "screen")
+                written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
+            if "pdf" in wanted:
+                written.append(_replace(pdf_path, lambda _part: printing.wait()))
+        finally:
+            _partial(pdf_path).unlink(missing_ok=True)  # where the HTML failed, and the printer was stopped
+    return written
 
 
 def render(
@@ -120,17 +114,25 @@ def render(
         if not (folder / "run.json").is_file():
             raise ValueError(f"--compare takes '{REFERENCE}' or a run directory; {folder} has no run.json")
 
+    printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
+    try:
+        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, run_dirs, printer)
+    finally:
+        if printer:
+            printer.close()
+
+
+def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, run_dirs, printer) -> list[Path]:
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact)
         return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
                                         assessment=assessment) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
-    _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, Path(out_dir), own=Path(run_dir)), assessed])
-    out_dir = Path(out_dir)
+    _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
-    written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file) if report else []
+    written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
     if "json" in wanted:
         document = export_json(assessment, gpu_hour_price)
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
@@ -140,10 +142,14 @@ def render(
     return written
 
 
+def _partial(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial")
+
+
 def _replace(path: Path, write: Callable[[Path], object]) -> Path:
     """Write beside `path`, then rename: a reader never sees half a report (the file's mode
     follows the umask, as any file a user writes)."""
-    partial = path.with_name(f".{path.name}.partial")
+    partial = _partial(path)
     try:
         write(partial)
         os.replace(partial, path)

@@ -1,0 +1,120 @@
+"""The PDF printer in a process of its own, started before the report is built.
+
+Importing WeasyPrint takes about a second, and printing a paper-size report most of the rest of
+`kit report`'s time, all on one core. Forked as soon as `kit report` knows it will print, the
+printer imports WeasyPrint (and loads its fonts) on another core while this process verifies
+the evidence and builds the report; it then prints while this process writes the HTML."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from pathlib import Path
+
+from kit.report.forked import usable_cpus
+
+
+def write_pdf(html: str, target: Path) -> None:
+    """Print the HTML with WeasyPrint; any attempt to fetch a resource is an error, because a
+    report that needs the network is not self-contained. A data: address (a chart, see
+    kit.report.charts.data_uri) holds its resource and fetches nothing."""
+    from weasyprint import HTML
+    from weasyprint.urls import FatalURLFetchingError, URLFetcher
+
+    class NoFetching(URLFetcher):
+        def fetch(self, url, headers=None):
+            if url.startswith("data:"):
+                return super().fetch(url, headers)
+            raise FatalURLFetchingError(f"the report is self-contained; refused to fetch {url}")
+
+    HTML(string=html, url_fetcher=NoFetching()).write_pdf(target)
+
+
+def _warm_up() -> None:
+    """Import WeasyPrint and lay out a line of text, which loads the fonts the report uses."""
+    from weasyprint import HTML
+
+    HTML(string='<p style="font-family: DejaVu Sans">kit</p>').render()
+
+
+def _serve(connection) -> None:
+    """In the printer: warm up, then print the one document it is sent and say how that went."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the printer
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001 (the print itself says what is wrong, in the parent)
+        pass
+    html, target = connection.recv()
+    try:
+        write_pdf(html, Path(target))
+        connection.send(None)
+    except BaseException as error:  # noqa: BLE001 (handed to the parent, which raises it)
+        connection.send(_picklable(error))
+    finally:
+        connection.close()
+
+
+def _picklable(error: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"printing the PDF failed: {type(error).__name__}: {error}")
+
+
+class Printer:
+    """Prints one PDF: `start` forks the printer, `submit` hands it the HTML and where to write,
+    `wait` returns once the file is written (raising what the printer raised). With a single CPU
+    there is no core to spare, and the printing is done in this process at `submit`."""
+
+    def __init__(self) -> None:
+        self._process = None
+        self._connection = None
+        self._started = False
+
+    def start(self) -> Printer:
+        """Fork the printer, once (a printer already started is left as it is)."""
+        if not self._started and usable_cpus() > 1:
+            context = multiprocessing.get_context("fork")
+            self._connection, theirs = context.Pipe()
+            self._process = context.Process(target=_serve, args=(theirs,), name="kit-pdf-printer", daemon=True)
+            self._process.start()
+            theirs.close()
+        self._started = True
+        return self
+
+    def submit(self, html: str, target: Path) -> None:
+        if self._process is None:
+            write_pdf(html, target)
+            return
+        self._connection.send((html, str(target)))
+
+    def wait(self) -> None:
+        if self._process is None:
+            return
+        try:
+            outcome = self._connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the PDF printer ended without a word (exit code {self._process.exitcode})") from None
+        finally:
+            self.close()
+        if outcome is not None:
+            raise outcome
+
+    def close(self) -> None:
+        """Stop the printer if it still runs (the report failed before it printed)."""
+        if self._process is None:
+            return
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._connection.close()
+        self._process = None
+
+    def __enter__(self) -> Printer:
+        return self.start()
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
