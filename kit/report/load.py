@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ from kit.fingerprint import (
 )
 from kit.reference import MeasuredRun, measured_run
 from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
+from kit.report.forked import in_parallel
 from kit.report.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
 
@@ -98,7 +100,9 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
             f"kit {__version__} cannot read this run directory ({exc}); if another kit version wrote it, render it "
             "with that version"
         ) from None
-    recomputed = [line for result in results.values() for line in differences(run_dir, result)]
+    # every ok case's figures recomputed from its rank files, on the machine's cores at once
+    checks = in_parallel([partial(differences, run_dir, result) for result in results.values()])
+    recomputed = [line for lines in checks for line in lines]
     # Figures added to the measuring code since the run: the kit that made it is the one to render it.
     only_new = recomputed and all(line.endswith(NOT_STORED) for line in recomputed)
     measuring = sources_sha256(PACKAGE_DIR, measuring_sources()) if only_new else None
