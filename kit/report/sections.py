@@ -422,11 +422,13 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
             "In a run not comparable to the reference, a case of the same stage and method stands in for a "
             "case the run lacks, and is named.",
             "Expected on this host: the kit's expectation for this run's GPUs (kit/expectation.py), with its basis "
-            "under it: a relation of configurations on one platform carries the paper's value on the paper's "
+            "in the row under the relation: a relation of configurations on one platform carries the paper's value on the paper's "
             "platform most like these GPUs; an absolute figure or a ratio of two platforms scales the paper's "
             "number by manifests/hardware.yaml (dense bf16 peak for training, memory bandwidth for serving, link "
             "bandwidth for communication). Where this host is not the claim's platform, the verdict against that "
-            "expectation is marked \"vs expectation\" and never counted as agreement with the paper.",
+            "expectation is marked \"vs expectation\" and never counted as agreement with the paper. Where this "
+            "host is the claim's platform, or the claim is of any GPU, the expectation is the paper's own value and "
+            "its verdict the paper's.",
         ],
     )
 
@@ -453,8 +455,10 @@ def relation_rows(relation: RelationOutcome, expectation: RelationExpectation | 
         ]
     )  # fmt: skip
     against = expectation and against_expectation(expectation.verdict, expectation.finding)
-    why = [*own, *stand_ins, *([f"Expected on this host: {expectation.basis}"] if expectation else []),
-           *([against] if against else [])]  # fmt: skip
+    # where the expectation is the paper's own value (this host is the claim's platform, or the claim is
+    # of any GPU), its basis would repeat the table's note on every relation
+    basis = expectation and expectation.verdict != "paper verdict" and f"Expected on this host: {expectation.basis}"
+    why = [*own, *stand_ins, *([basis] if basis else []), *([against] if against else [])]
     why_cell = Cell(text=f"Why: {finding}", detail="; ".join(why) or None) if finding else Cell(text="; ".join(why) or "—")
     return [values, Row(cells=[Cell(text=""), why_cell.model_copy(update={"colspan": 5})])]
 
