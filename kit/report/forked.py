@@ -55,7 +55,7 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
             try:
                 done[index] = (True, pieces[index]())
             except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
-                done[index] = (False, _portable(exc))
+                done[index] = (False, portable(exc))
         return done
 
     def child(sender) -> None:
@@ -91,7 +91,7 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
     return [outcomes[index][1] for index in range(len(pieces))]
 
 
-def _portable(exc: Exception) -> Exception:
+def portable(exc: BaseException) -> BaseException:
     """The exception as the parent will raise it: itself with the child's traceback as a note,
     or, where it does not survive pickling, a RuntimeError naming its type and message."""
     exc.add_note("raised in a forked process:\n" + "".join(traceback.format_exception(exc)).rstrip())

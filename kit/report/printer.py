@@ -11,7 +11,7 @@ import multiprocessing
 import signal
 from pathlib import Path
 
-from kit.report.forked import usable_cpus
+from kit.report.forked import portable, usable_cpus
 
 
 def write_pdf(html: str, target: Path) -> None:
@@ -48,20 +48,10 @@ def _serve(connection) -> None:
     try:
         write_pdf(html, Path(target))
         connection.send(None)
-    except BaseException as error:  # noqa: BLE001 (handed to the parent, which raises it)
-        connection.send(_picklable(error))
+    except BaseException as error:  # noqa: BLE001 (WeasyPrint's refusal to fetch is one; the parent raises it)
+        connection.send(portable(error))
     finally:
         connection.close()
-
-
-def _picklable(error: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"printing the PDF failed: {type(error).__name__}: {error}")
 
 
 class Printer:
