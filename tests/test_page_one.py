@@ -26,7 +26,7 @@ from kit.report.build import build_report
 from kit.report.load import load_run
 from kit.report.page_one import cost_per_million_tokens, energy_cell, paper_cell
 from kit.report.printer import write_pdf
-from kit.report.render import render_html
+from kit.report.render import print_parts, render_html
 from kit.results import Metric
 
 CASES = [
@@ -246,7 +246,7 @@ def pdf_page(pdf: Path, number: int) -> str:
 
 def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(report, gpu_run, tmp_path):
     pdf = tmp_path / "report.pdf"
-    write_pdf(render_html(report, "print"), pdf)
+    write_pdf(print_parts(report), pdf)
     page_one = pdf_page(pdf, 1)
     first = " ".join(page_one.split())
     headline = rows_by_case(report)

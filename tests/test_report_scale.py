@@ -229,6 +229,36 @@ def test_a_table_longer_than_a_page_repeats_its_header_on_every_page(pages):
         assert re.search(r"^\s*Case\s+Status\s+Reason\s*$", page, re.M), page[:500]
 
 
+def test_the_pdf_printed_in_parts_reads_as_one_document(pages, paper_run):
+    """The PDF is printed in parts on separate cores and bound (kit/report/binding.py): every
+    footer numbers its page out of the whole, the contents give the page each section's heading
+    is printed on, and the links and bookmarks to sections of the other part land there too."""
+    needs_layout_text()
+    from pypdf import PdfReader
+
+    total = len(pages)
+    for number, page in enumerate(pages, start=1):
+        assert re.search(rf"page {number} of {total}\s*$", page), f"page {number}: {page[-200:]}"
+    contents = between(pages[1], "Contents", "kit report")
+    entries = re.findall(r"^\s*\d+\. (.+?)\s{2,}(\d+)\s*$", contents, re.M)
+    assert len(entries) >= 12 and "Reference claims (arXiv:2311.03687)" in dict(entries), contents
+    headed = {}
+    for title, number in entries:
+        printed = int(number)
+        assert 2 < printed <= total and re.search(rf"^\s*{re.escape(title)}\s*$", pages[printed - 1], re.M), (
+            f"the contents put {title!r} on page {printed}, which does not start it"
+        )
+        headed[title] = printed - 1
+    reader = PdfReader(paper_run / "report.pdf")
+    destinations = {name: reader.get_destination_page_number(dest) for name, dest in reader.named_destinations.items()}
+    links = [annotation.get_object()["/Dest"] for annotation in reader.pages[1].get("/Annots", [])]
+    assert {"claims", "deviations", "appendix", "pretrain"} <= set(links), links  # both parts, from the cover
+    assert destinations["claims"] == headed["Reference claims (arXiv:2311.03687)"]
+    assert destinations["pretrain"] == headed["Pre-training"]
+    bookmarks = {item.title: reader.get_destination_page_number(item) for item in reader.outline if not isinstance(item, list)}
+    assert {title: bookmarks.get(title) for title in headed} == headed
+
+
 def test_a_listing_too_long_to_print_is_in_the_html_and_the_pdf_says_where(pages, paper_run):
     """The effective options of every pre-training case run to hundreds of rows: the HTML has
     them, the PDF one line with their count and where else to read them."""

@@ -49,17 +49,22 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
             return bounds[1]
 
     def work(from_front: bool) -> dict[int, tuple[bool, Any]]:
-        """(True, result) or (False, exception) of each piece taken."""
+        """(True, result) or (False, exception) of each piece taken. A child hands back even what
+        is not an Exception (WeasyPrint's refusal to fetch is a BaseException); this process lets
+        such an exception (Ctrl-C) through at once."""
         done = {}
         while (index := take(from_front)) is not None:
             try:
                 done[index] = (True, pieces[index]())
-            except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                if not from_front and not isinstance(exc, Exception):
+                    raise
                 done[index] = (False, portable(exc))
         return done
 
     def child(sender) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is this process's to handle: it ends the children
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and ending one ends it, whatever this process does on SIGTERM
         sender.send(work(from_front=True))
         sender.close()
 

@@ -1,21 +1,34 @@
 """The PDF printer in a process of its own, started before the report is built.
 
 Importing WeasyPrint takes about a second, and printing a paper-size report most of the rest of
-`kit report`'s time, all on one core. Forked as soon as `kit report` knows it will print, the
-printer imports WeasyPrint (and loads its fonts) on another core while this process verifies
-the evidence and builds the report; it then prints while this process writes the HTML."""
+`kit report`'s time, on one core per document. Forked as soon as `kit report` knows it will
+print, the printer imports WeasyPrint (and loads its fonts) on another core while this process
+verifies the evidence and builds the report. It then prints the report's parts
+(kit.report.render.print_parts) at once, one per core, and binds them into one PDF
+(kit.report.binding), while this process writes the HTML."""
 
 from __future__ import annotations
 
 import multiprocessing
 import signal
+import sys
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
-from kit.report.forked import portable, usable_cpus
+from kit.report.binding import PrintedPart, bind, contents_lines
+from kit.report.forked import in_parallel, portable, usable_cpus
+
+Part = tuple[str, frozenset[str]]  # a part's HTML, and the anchors it holds as stand-ins (kit.report.binding)
 
 
-def write_pdf(html: str, target: Path) -> None:
-    """Print the HTML with WeasyPrint; any attempt to fetch a resource is an error, because a
+def write_pdf(parts: Sequence[Part], target: Path) -> None:
+    """Print the parts, at once where there are cores for them, and bind them into `target`."""
+    bind(in_parallel([partial(print_part, html, stand_ins) for html, stand_ins in parts]), target)
+
+
+def print_part(html: str, stand_ins: frozenset[str] = frozenset()) -> PrintedPart:
+    """Print one part with WeasyPrint; any attempt to fetch a resource is an error, because a
     report that needs the network is not self-contained. A data: address (a chart, see
     kit.report.charts.data_uri) holds its resource and fetches nothing."""
     from weasyprint import HTML
@@ -27,7 +40,8 @@ def write_pdf(html: str, target: Path) -> None:
                 return super().fetch(url, headers)
             raise FatalURLFetchingError(f"the report is self-contained; refused to fetch {url}")
 
-    HTML(string=html, url_fetcher=NoFetching()).write_pdf(target)
+    document = HTML(string=html, url_fetcher=NoFetching()).render()
+    return PrintedPart(document.write_pdf(), stand_ins, contents_lines(document.pages))
 
 
 def _warm_up() -> None:
@@ -39,15 +53,21 @@ def _warm_up() -> None:
 
 def _serve(connection) -> None:
     """In the printer: warm up, then print the one document it is sent and say how that went."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the printer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the printer,
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # which stops the parts' printers on the way out
     try:
         _warm_up()
     except Exception:  # noqa: BLE001 (the print itself says what is wrong, in the parent)
         pass
-    html, target = connection.recv()
     try:
-        write_pdf(html, Path(target))
+        parts, target = connection.recv()
+    except EOFError:  # the report failed before it printed
+        return
+    try:
+        write_pdf(parts, Path(target))
         connection.send(None)
+    except SystemExit:
+        raise
     except BaseException as error:  # noqa: BLE001 (WeasyPrint's refusal to fetch is one; the parent raises it)
         connection.send(portable(error))
     finally:
@@ -55,7 +75,7 @@ def _serve(connection) -> None:
 
 
 class Printer:
-    """Prints one PDF: `start` forks the printer, `submit` hands it the HTML and where to write,
+    """Prints one PDF: `start` forks the printer, `submit` hands it the parts and where to write,
     `wait` returns once the file is written (raising what the printer raised). With a single CPU
     there is no core to spare, and the printing is done in this process at `submit`."""
 
@@ -69,17 +89,18 @@ class Printer:
         if not self._started and usable_cpus() > 1:
             context = multiprocessing.get_context("fork")
             self._connection, theirs = context.Pipe()
-            self._process = context.Process(target=_serve, args=(theirs,), name="kit-pdf-printer", daemon=True)
+            # not a daemon: it forks the parts' printers (kit.report.forked); `close` stops it
+            self._process = context.Process(target=_serve, args=(theirs,), name="kit-pdf-printer")
             self._process.start()
             theirs.close()
         self._started = True
         return self
 
-    def submit(self, html: str, target: Path) -> None:
+    def submit(self, parts: Sequence[Part], target: Path) -> None:
         if self._process is None:
-            write_pdf(html, target)
+            write_pdf(parts, target)
             return
-        self._connection.send((html, str(target)))
+        self._connection.send((list(parts), str(target)))
 
     def wait(self) -> None:
         if self._process is None:
@@ -98,7 +119,10 @@ class Printer:
         if self._process is None:
             return
         if self._process.is_alive():
-            self._process.kill()
+            self._process.terminate()
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
         self._process.join()
         self._connection.close()
         self._process = None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -15,14 +16,25 @@ from kit.report.evidence import EvidenceError, verify
 from kit.report.export import export_csv, export_json
 from kit.report.forked import in_parallel
 from kit.report.listing import listing_lines
-from kit.report.model import Report
-from kit.report.printer import Printer
+from kit.report.model import Report, Section
+from kit.report.printer import Part, Printer
 from kit.results import REPORT_FILES
 
 FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
+SECOND_PART = "claims"  # the PDF's second part, printed beside the first: the verdicts and the evidence
+
+
+@dataclass(frozen=True)
+class PrintPart:
+    """What one part of the PDF holds (report.html.j2): page one and the cover in the first, some
+    sections, and stand-ins for the anchors of the others."""
+
+    first: bool
+    sections: list[Section]
+    stand_ins: frozenset[str]
 
 
 def templates_dir() -> Path:
@@ -33,9 +45,10 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "report_templates"
 
 
-def render_html(report: Report, medium: Literal["screen", "print"] = "screen") -> str:
-    """The whole report as one HTML document: the stylesheet and every chart are inline. For
-    `print` (the PDF's source), tables meant for the screen only are left out."""
+def render_html(report: Report, medium: Literal["screen", "print"] = "screen", part: PrintPart | None = None) -> str:
+    """The whole report (or one print `part` of it) as one HTML document: the stylesheet and
+    every chart are inline. For `print` (the PDF's source), tables meant for the screen only are
+    left out."""
     folder = templates_dir()
     environment = Environment(
         loader=FileSystemLoader(folder),
@@ -47,7 +60,28 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen") -
     environment.globals["listing_lines"] = listing_lines
     environment.filters["data_uri"] = data_uri
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
-    return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium)
+    return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium, part=part)
+
+
+def print_parts(report: Report) -> list[Part]:
+    """The PDF's source in two parts that WeasyPrint prints at once on two cores, each with the
+    anchors it holds as stand-ins: page one, the cover and the measurements; then, from the
+    reference claims on (which start a page of their own), the verdicts and the evidence."""
+    sections = report.sections
+    cut = next((index for index, section in enumerate(sections) if section.anchor == SECOND_PART), len(sections))
+    groups = [sections[:cut]] + ([sections[cut:]] if cut < len(sections) else [])
+    anchors = [set(_anchors(group)) for group in groups]
+    parts = []
+    for index, group in enumerate(groups):
+        stand_ins = frozenset().union(*(held for other, held in enumerate(anchors) if other != index))
+        parts.append((render_html(report, "print", PrintPart(index == 0, group, stand_ins)), stand_ins))
+    return parts
+
+
+def _anchors(sections: list[Section]) -> Iterator[str]:
+    for section in sections:
+        yield section.anchor
+        yield from _anchors(section.subsections)
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -78,7 +112,7 @@ def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_
     with printer or Printer() as printing:
         try:
             if "pdf" in wanted:
-                printing.submit(render_html(report, "print"), _partial(pdf_path))
+                printing.submit(print_parts(report), _partial(pdf_path))
             if "html" in wanted:
                 html = render_html(report, "screen")
                 written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
