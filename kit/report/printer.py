@@ -52,7 +52,7 @@ def _warm_up() -> None:
 
 
 def _serve(connection) -> None:
-    """In the printer: warm up, then print the one document it is sent and say how that went."""
+    """In the printer: warm up, then print the parts it is sent, bind them and say how that went."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the printer,
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # which stops the parts' printers on the way out
     try:
