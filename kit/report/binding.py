@@ -10,7 +10,7 @@ contents. Those numbers are drawn in Helvetica, which every PDF reader has (noth
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 PT_PER_PX = 0.75  # WeasyPrint's CSS pixel is 1/96 in; a PDF point 1/72 in
@@ -38,8 +38,8 @@ class PrintedPart:
     part, end of the title, right edge, baseline), in CSS pixels from the page's top left."""
 
     pdf: bytes
-    stand_ins: frozenset[str] = frozenset()
-    contents_lines: dict[str, tuple[int, float, float, float]] = field(default_factory=dict)
+    stand_ins: frozenset[str]
+    contents_lines: dict[str, tuple[int, float, float, float]]
 
 
 def contents_lines(pages) -> dict[str, tuple[int, float, float, float]]:

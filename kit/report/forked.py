@@ -1,8 +1,8 @@
 """Independent pieces of report work on the machine's other cores, in forked processes.
 
-WeasyPrint is single-threaded and takes most of a report's time, so the Python work before and
-beside it (hashing the evidence, drawing each stage's charts, the screen HTML) is what the other
-cores can shorten.
+WeasyPrint is single-threaded and takes most of a report's time: the PDF's parts are printed
+at once (kit.report.printer), and the Python work before them (hashing the evidence, reading the
+runs, drawing each stage's charts) is split over the cores too.
 A forked child inherits its piece's inputs; only the result (or the exception) is pickled back."""
 
 from __future__ import annotations

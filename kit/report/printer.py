@@ -27,7 +27,7 @@ def write_pdf(parts: Sequence[Part], target: Path) -> None:
     bind(in_parallel([partial(print_part, html, stand_ins) for html, stand_ins in parts]), target)
 
 
-def print_part(html: str, stand_ins: frozenset[str] = frozenset()) -> PrintedPart:
+def print_part(html: str, stand_ins: frozenset[str]) -> PrintedPart:
     """Print one part with WeasyPrint; any attempt to fetch a resource is an error, because a
     report that needs the network is not self-contained. A data: address (a chart, see
     kit.report.charts.data_uri) holds its resource and fetches nothing."""

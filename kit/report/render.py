@@ -28,7 +28,7 @@ SECOND_PART = "claims"  # the PDF's second part, printed beside the first: the v
 
 
 @dataclass(frozen=True)
-class PrintPart:
+class PartContents:
     """What one part of the PDF holds (report.html.j2): page one and the cover in the first, some
     sections, and stand-ins for the anchors of the others."""
 
@@ -45,7 +45,7 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "report_templates"
 
 
-def render_html(report: Report, medium: Literal["screen", "print"] = "screen", part: PrintPart | None = None) -> str:
+def render_html(report: Report, medium: Literal["screen", "print"] = "screen", part: PartContents | None = None) -> str:
     """The whole report (or one print `part` of it) as one HTML document: the stylesheet and
     every chart are inline. For `print` (the PDF's source), tables meant for the screen only are
     left out."""
@@ -74,7 +74,7 @@ def print_parts(report: Report) -> list[Part]:
     parts = []
     for index, group in enumerate(groups):
         stand_ins = frozenset().union(*(held for other, held in enumerate(anchors) if other != index))
-        parts.append((render_html(report, "print", PrintPart(index == 0, group, stand_ins)), stand_ins))
+        parts.append((render_html(report, "print", PartContents(index == 0, group, stand_ins)), stand_ins))
     return parts
 
 
