@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from kit.analysis import LlamaShape
+from kit.analysis import (
+    SERVING_MEMORY_SHARE,
+    LlamaShape,
+    serving_gpus_needed,
+    serving_memory,
+    tensor_parallel_sizes,
+)
 from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
 
 
@@ -230,6 +236,14 @@ class Matrix(Strict):
     gpus: tuple[GpuCount, ...] = ()
 
 
+# How a stage's GPU counts follow a GPU host: `fixed` as written (a case needing more GPUs than
+# the host has is skipped, saying so); `host` as written where the host has that many, else on
+# all of the host's GPUs (a fitted case); `weights` (serving) as written where the host has that
+# many, else on the fewest GPUs that hold the model (a fitted case); `sweep` 1, 2, 4, ... up to
+# all of the host's GPUs; `all` every GPU of the host (at least 2: a collective needs two).
+Fit = Literal["fixed", "host", "weights", "sweep", "all"]
+
+
 class Stage(Strict):
     description: str
     workload: Literal["train", "serve", "comm", "profile"]
@@ -239,10 +253,8 @@ class Stage(Strict):
     unpublished: tuple[str, ...] = ()
     interpretation: dict[str, str] = {}
     matrix: Matrix
-    # How the stage's GPU counts follow a GPU host: `fixed` as written (a case needing more GPUs
-    # than the host has is skipped, saying so); `sweep` 1, 2, 4, ... up to all of the host's
-    # GPUs; `all` every GPU of the host (at least 2: a collective needs two).
-    fit: Literal["fixed", "sweep", "all"] = "fixed"
+    # How the stage's GPU counts follow a GPU host (Fit).
+    fit: Fit = "fixed"
     # Variants (Protocol.variants) each of the stage's multi-GPU cases is run in as well.
     variants: tuple[Name, ...] = ()
 
@@ -251,7 +263,7 @@ class ProfileStage(Strict):
     models: tuple[Name, ...] | None = None
     methods: tuple[Name, ...] | None = None
     gpus: tuple[GpuCount, ...] | None = None
-    fit: Literal["fixed", "sweep", "all"] | None = None  # the stage's own (Stage.fit) unless set: a cluster's counts are fixed
+    fit: Fit | None = None  # the stage's own (Stage.fit) unless set: a cluster's counts are fixed
     variants: tuple[Name, ...] | None = None
     params: dict[str, Any] = {}
 
@@ -315,6 +327,18 @@ class Case(BaseModel):
     interpretation: dict[str, str]
     variant: Name | None = None  # Protocol.variants: its env is in params.env
     variant_of: Name | None = None  # the case this one repeats with the variant's env
+    # The GPU count the protocol writes for a case that runs here on fewer (`gpus`): a host of
+    # fewer GPUs than the paper's measures each case on what it has. Never compared with the
+    # paper's figures of the written count.
+    fitted_from: int | None = None
+    does_not_fit: str | None = None  # why the host's GPUs cannot hold the case's model at all, found when fitting
+
+    @property
+    def fitted(self) -> str | None:
+        """"fitted: 1 of 8 GPUs", wherever a fitted case is shown; None for a case as written."""
+        from kit.plan_view import fitted_label
+
+        return fitted_label(self.gpus, self.fitted_from)
 
 
 class Plan(BaseModel):
@@ -326,15 +350,37 @@ class Plan(BaseModel):
     comparable_to_reference: bool
     cases: list[Case]
     fitted_to_gpus: int | None = None  # the host GPU count the stages that follow the host were fitted to
+    fitted_to_gpu_memory_bytes: int | None = None  # the smallest of those GPUs' memory, where it was known
 
 
 def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) -> tuple[int, ...]:
-    """A stage's GPU counts on a host with `host_gpus` GPUs (see Stage.fit)."""
-    if not host_gpus or fit == "fixed":
+    """A stage's GPU counts on a host with `host_gpus` GPUs (see Fit); the counts of a `host` or
+    `weights` stage stay as written here, each fitted with its case (_fitted)."""
+    if not host_gpus or fit in ("fixed", "host", "weights"):
         return counts
     if fit == "all":
         return (max(host_gpus, 2),)
     return tuple(sorted({2**k for k in range(host_gpus.bit_length()) if 2**k <= host_gpus} | {host_gpus}))
+
+
+def serving_fit(shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memory_bytes: int | None) -> tuple[int, str, str | None]:
+    """The GPUs a serving case of `shape` runs on, fitted to a host of fewer GPUs than written,
+    why, and why it cannot run there at all (or None): the fewest that hold its weights and the
+    KV cache of one whole sequence (tensor parallel), or all the host's where its memory is not
+    known or none holds it."""
+    sizes = tensor_parallel_sizes(shape, host_gpus)
+    context = params.input_tokens + params.max_output_tokens
+    element = {"fp32": 4}.get(params.dtype, 2)
+    if gpu_memory_bytes is None:
+        return sizes[-1], f"the host's GPU memory is not known: all {sizes[-1]} GPUs it can split the model over", None
+    fewest = serving_gpus_needed(shape, sizes, gpu_memory_bytes, context, element)
+    need, each = serving_memory(shape, 1, context, element, element).total / 2**30, gpu_memory_bytes / 2**30
+    if fewest is None:
+        return sizes[-1], "as many as it can split the model over", (
+            f"the weights and one sequence's KV cache ({need:.1f} GiB) need more than {SERVING_MEMORY_SHARE:.0%} of "
+            f"the {sizes[-1]} GPU{'s' * (sizes[-1] > 1)} of {each:.1f} GiB this host can split them over")
+    return fewest, (f"the fewest GPUs that hold the weights and one sequence's KV cache ({need:.1f} GiB, "
+                    f"{need / fewest:.1f} GiB each of {SERVING_MEMORY_SHARE:.0%} of {each:.1f} GiB), tensor parallel"), None
 
 
 def unavailable_by_design(case: Case) -> str | None:
@@ -411,16 +457,41 @@ def _case_image(stage: Stage, profile: Profile, method: str, options: dict[str, 
     return profile.images.get(image, image)
 
 
+class HostGpus(NamedTuple):
+    """What a plan is fitted to: the host's GPU count, and the smallest GPU's memory in bytes
+    where it is known (NVML, or a fingerprint's)."""
+
+    count: int
+    memory_bytes: int | None = None
+
+
+def _fitted(fit: str, written: int, host: HostGpus | None, shape: ModelSpec | None,
+            params: Any) -> tuple[int, str | None, str | None]:
+    """A case's GPU count on `host`, why it was fitted to fewer GPUs than written (or None), and
+    why it cannot run even so (or None)."""
+    if host is None or fit not in ("host", "weights") or host.count >= written:
+        return written, None, None
+    gpus, why, does_not_fit = host.count, "all of the host's GPUs", None
+    if fit == "weights" and shape is not None:
+        gpus, why, does_not_fit = serving_fit(shape, params, host.count, host.memory_bytes)
+    return gpus, (f"The protocol runs this case on {written} GPUs; this host has {host.count}, so it runs on "
+                  f"{gpus}: {why}, with the same method and per-GPU parameters. Its figures are this host's, held "
+                  f"to the expectation for it, and never compared with the paper's {written}-GPU findings."), does_not_fit
+
+
 def _stage_cases(
-    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path, host_gpus: int | None
+    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path, host: HostGpus | None
 ) -> list[Case]:
     stage, profile = protocol.stages[stage_name], protocol.profiles[profile_name]
     options = protocol.option_sets[stage.options]
     models = narrowed.models if narrowed.models is not None else stage.matrix.models
     methods = narrowed.methods if narrowed.methods is not None else stage.matrix.methods
     gpu_counts = narrowed.gpus if narrowed.gpus is not None else stage.matrix.gpus
+    fit = narrowed.fit or stage.fit
     if profile.device == "cuda":
-        gpu_counts = fitted_gpu_counts(narrowed.fit or stage.fit, gpu_counts, host_gpus)
+        gpu_counts = fitted_gpu_counts(fit, gpu_counts, host.count if host else None)
+    else:
+        host = None
     where = f"profiles.{profile_name}.stages.{stage_name}"
     cases = []
     for model in models or (None,):
@@ -445,7 +516,12 @@ def _stage_cases(
             if profile.device == "cuda" and getattr(params, "memory_cap_gib", None) is not None:
                 raise ManifestError(path, f"{where} ({method}).params.memory_cap_gib",
                                     "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles")  # fmt: skip
-            for gpus in gpu_counts:
+            shape = protocol.models[model] if model else None
+            fitted = {}
+            for written in gpu_counts:
+                gpus, *why = _fitted(fit, written, host, shape, params)
+                fitted.setdefault(gpus, (written, *why))  # the first count written that lands on it
+            for gpus, (written, why, does_not_fit) in fitted.items():
                 cases.append(
                     Case(
                         id=case_id(stage_name, model, method, gpus, getattr(params, "micro_batch", None)),
@@ -453,13 +529,15 @@ def _stage_cases(
                         workload=stage.workload,
                         image=_case_image(stage, profile, method, options),
                         model=model,
-                        shape=protocol.models[model] if model else None,
+                        shape=shape,
                         method=method,
                         gpus=gpus,
                         device=profile.device,
                         params=params,
                         unpublished=stage.unpublished,
-                        interpretation=stage.interpretation,
+                        interpretation={**stage.interpretation, "fitted": why} if why else stage.interpretation,
+                        fitted_from=written if why else None,
+                        does_not_fit=does_not_fit,
                     )
                 )
     variants = narrowed.variants if narrowed.variants is not None else stage.variants
@@ -467,16 +545,19 @@ def _stage_cases(
     return cases + [variant_case(case, name, protocol.variants[name]) for name in variants for case in cases if case.gpus > 1]
 
 
-def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None) -> Plan:
+def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None,
+               gpu_memory_bytes: int | None = None) -> Plan:
     """Every case of a profile, in manifest order (stage, model, method, GPUs); on a GPU host
-    (`host_gpus`), the stages that follow the host fitted to its GPUs."""
+    (`host_gpus`, the smallest GPU's `gpu_memory_bytes` where known), the stages that follow the
+    host fitted to its GPUs."""
     path = path or protocol_path()
     if profile_name not in protocol.profiles:
         raise ManifestError(path, "profiles", f"no profile {profile_name!r} (known: {', '.join(protocol.profiles)})")
     profile = protocol.profiles[profile_name]
     cases: list[Case] = []
+    host = HostGpus(host_gpus, gpu_memory_bytes) if host_gpus else None
     for stage_name, narrowed in profile.stages.items():
-        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host_gpus)
+        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host)
     seen: set[str] = set()
     for case in cases:
         if case.id in seen:
@@ -489,6 +570,7 @@ def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, 
         comparable_to_reference=profile.comparable_to_reference,
         cases=cases,
         fitted_to_gpus=host_gpus if profile.device == "cuda" and host_gpus else None,
+        fitted_to_gpu_memory_bytes=gpu_memory_bytes if profile.device == "cuda" and host_gpus else None,
     )
 
 

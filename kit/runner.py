@@ -64,8 +64,9 @@ def host_summary(host: Host) -> dict:
 
 
 def expected_gpus(plan: Plan) -> int | None:
-    """The GPU count a GPU profile needs (its largest case); None for a CPU profile."""
-    counts = [case.gpus for case in plan.cases if case.device == "cuda"]
+    """The GPU count a GPU profile's largest case is written for (before the plan was fitted to
+    this host); None for a CPU profile."""
+    counts = [case.fitted_from or case.gpus for case in plan.cases if case.device == "cuda"]
     return max(counts) if counts else None
 
 
@@ -152,6 +153,8 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         case_metrics, notes = measure(case, runs)
     if case.variant is not None:
         notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
+    if case.fitted:
+        notes = [f"{case.fitted}: {case.interpretation['fitted']}", *notes]
     return Result(
         case_id=case.id,
         stage=case.stage,

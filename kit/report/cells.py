@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kit.reference import Verdict, convert, format_value
 from kit.report.model import Cell, Tone
 from kit.results import Metric, Result
+
+if TYPE_CHECKING:
+    from kit.protocol import Case
 
 STATUS_TONES: dict[str, Tone] = {
     "ok": "good",
@@ -40,6 +45,14 @@ def mean_std(metric: Metric, unit: str | None = None) -> str:
 
 def percent(fraction: float) -> str:
     return f"{format_value(100 * fraction)} %"
+
+
+def devices_text(case: Case) -> str:
+    """What a case ran on: "8 GPUs", "1 GPU (fitted: 1 of 8 GPUs)", "2 CPU processes"."""
+    if case.device != "cuda":
+        return f"{case.gpus} CPU processes"
+    words = f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}"
+    return f"{words} ({case.fitted})" if case.fitted else words
 
 
 def method_label(method: str) -> str:

@@ -18,7 +18,7 @@ from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label
+from kit.report.cells import STATUS_TONES, devices_text, has_metrics, mean_std, method_label
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
@@ -73,11 +73,15 @@ def _ratio(measured: float, bound: float) -> str:
 # --- Beside each figure -------------------------------------------------------------------------
 
 
-def paper_cell(reference: Reference | None, case_id: str, metrics: Sequence[str]) -> Cell:
+def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) -> Cell:
     """The value the reference file records for this case and metric (a transcribed table value
-    or a claim's published value), labelled with where and on which platform."""
+    or a claim's published value), labelled with where and on which platform. A case fitted to
+    fewer GPUs than the paper's is not compared with it."""
     if reference is None:
         return Cell(text="not compared", tone="muted")
+    if case.fitted:
+        return Cell(text="not compared", detail=f"{case.fitted}: the paper's figures are of {case.fitted_from}", tone="muted")
+    case_id = case.id
     found = []
     for value in reference.tables:
         if value.case == case_id and value.metric in metrics:
@@ -126,10 +130,6 @@ def figure_cell(text: str, case: Case, section: str) -> Cell:
     """The figure's name, linked to its section, over the folder of its raw samples in the run
     directory (result.json, runs/<k>/rank-<r>.json), which the raw-data index lists with its digest."""
     return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
-
-
-def _devices_word(case: Case) -> str:
-    return f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}" if case.device == "cuda" else f"{case.gpus} CPU processes"
 
 
 def _without_measurement(label: Cell, result: Result | None) -> Row:
@@ -186,8 +186,8 @@ def training_row(
     else:
         expected = Cell(text="no expectation", detail=_training_gap(result), tone="muted")
     link = energy or f"#{result.stage}"
-    label = figure_cell(f"{case.model} {method_label(case.method)}, {_devices_word(case)}", case, result.stage)
-    return Row(cells=[label, measured, expected, paper_cell(reference, case.id, ("tokens_per_s", "mfu")),
+    label = figure_cell(f"{case.model} {method_label(case.method)}, {devices_text(case)}", case, result.stage)
+    return Row(cells=[label, measured, expected, paper_cell(reference, case, ("tokens_per_s", "mfu")),
                       energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
 
 
@@ -222,7 +222,7 @@ def _ttft_bound_s(result: Result) -> float | None:
 
 def serving_row(case: Case, result: Result | None, reference: Reference | None, gpu_hour_price: float | None,
                 energy: str) -> Row:  # fmt: skip
-    label = figure_cell(f"{case.model} {case.method}, {_devices_word(case)}", case, "serve")
+    label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
     if not has_metrics(result, "output_throughput", "ttft_median_s", "ttft_p99_s"):
         return _without_measurement(label, result)
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
@@ -238,12 +238,12 @@ def serving_row(case: Case, result: Result | None, reference: Reference | None, 
         expected = Cell(text=f"≤ {format_value(bound.mean)} tokens/s", detail=detail)
     link = energy or "#serve"
     return Row(cells=[label, measured, expected,
-                      paper_cell(reference, case.id, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
+                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
                       energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
 
 
 def comm_row(case: Case, result: Result | None, reference: Reference | None) -> Row:
-    label = figure_cell(f"all-reduce, {_devices_word(case)}", case, "comm")
+    label = figure_cell(f"all-reduce, {devices_text(case)}", case, "comm")
     if not has_metrics(result, "bus_bandwidth_gb_s"):
         return _without_measurement(label, result)
     busbw = result.metrics["bus_bandwidth_gb_s"]
@@ -255,7 +255,7 @@ def comm_row(case: Case, result: Result | None, reference: Reference | None) -> 
         else Cell(text="no expectation", detail=bound.reason, tone="muted")
     )
     return Row(cells=[label, Cell(text=with_unit(busbw, "GB/s", runs=True), detail="bus bandwidth, peak over the sizes"),
-                      expected, paper_cell(reference, case.id, ("bus_bandwidth_gb_s",)),
+                      expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
                       Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
 
 
