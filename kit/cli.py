@@ -28,12 +28,13 @@ def default_profile(gpu_names: list[str]) -> str:
     return "paper" if gpu_names else "smoke"
 
 
-def load_plan(profile: str | None, gpu_names: list[str]):
-    """The profile's plan, fitted to this host's GPUs where it has any."""
+def load_plan(profile: str | None, host):
+    """The profile's plan, fitted to the host's GPUs (a kit.host.Host) where it has any."""
     from kit.protocol import build_plan, load_protocol
 
     protocol = load_protocol()
-    return build_plan(protocol, profile or default_profile(gpu_names), host_gpus=len(gpu_names) or None)
+    return build_plan(protocol, profile or default_profile(host.gpu_names), host_gpus=host.gpu_count or None,
+                      gpu_memory_bytes=host.smallest_gpu_memory)  # fmt: skip
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,9 +74,9 @@ def _remove_leftovers() -> list[str] | None:
 def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
     """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import gpu_names
+    from kit.host import this_host
 
-    plan = load_plan(profile, gpu_names() if profile is None else [])
+    plan = load_plan(profile, this_host())
     fingerprint, checks = runner.preflight(plan, redact=redact)
     if as_json:
         payload = {"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]}
@@ -98,16 +99,21 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
 def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import Host, gpu_names, skip_reason
+    from kit.host import skip_reason, this_host
     from kit.preflight import run_preflight
 
     _remove_leftovers()
-    host = Host(gpu_names=gpu_names())
-    plan = load_plan(profile, host.gpu_names)
+    host = this_host()
+    plan = load_plan(profile, host)
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
-    result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
+    from kit.images import EngineUnavailable
+
+    try:
+        result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
+    except EngineUnavailable as exc:
+        raise no_engine(exc) from None
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -128,32 +134,35 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     if fingerprint_file is not None:
         from kit.fingerprint import Fingerprint
 
+        from kit.host import Host
+
         data = json.loads(fingerprint_file.read_text(encoding="utf-8"))
         found = Fingerprint.model_validate(data.get("fingerprint", data))  # kit doctor --json wraps it
-        names = [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
+        host = Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
+                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
     else:
-        from kit.host import gpu_names
+        from kit.host import this_host
 
-        names = gpu_names()
-    from kit.host import Host, skip_reason
+        host = this_host()
+    from kit.host import skip_reason
     from kit.plan_cache import case_view, plan_data
 
-    host = Host(gpu_names=names)
-    plan = plan_data(profile or default_profile(names), len(names) or None)
+    names = host.gpu_names
+    plan = plan_data(profile or default_profile(names), host.gpu_count or None, host.smallest_gpu_memory)
     cases = [case_view(case) for case in plan["cases"]]
     skipped = {case.id: reason for case in cases if (reason := skip_reason(case, host))}
     runnable = [case for case in cases if case.id not in skipped]
     if any(case.device == "cuda" for case in runnable):  # the analytic estimate reads a GPU case as its model
-        runnable = [case for case in load_plan(profile, names).cases if case.id not in skipped]
+        runnable = [case for case in load_plan(profile, host).cases if case.id not in skipped]
     predicted = {}
     if runnable:
         from kit.estimate import RUNS_ROOT, estimates
 
-        predicted = estimates(runnable, RUNS_ROOT, names)
+        predicted = estimates(runnable, RUNS_ROOT, names, host.smallest_gpu_memory)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
     if known:
-        from kit.estimate import duration_text
+        from kit.plan_view import duration_text
     total = "no estimate (no earlier run here)" if not known else \
         f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
     if as_json:
@@ -213,11 +222,11 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
-    from kit.host import Host, gpu_memory_bytes, gpu_names, skip_reason
+    from kit.host import skip_reason, this_host
     from kit.protocol import select
     from kit.results import RunDir
 
-    host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+    host = this_host()
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
     slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode, nodelist, per_node))
@@ -228,14 +237,18 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if resume_dir or nodes or nodelist:
             raise UsageFailure("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each "
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
-        _run_per_node(out or runner.default_run_dir(load_plan(profile, host.gpu_names).profile), partition, redact)
+        _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact)
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
+        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
             raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
         info = run_dir.read_info()
+        if executor is not None and executor != info.executor:
+            raise UsageFailure(f"{resume_dir} runs its cases with the executor its run.json records ({info.executor}); "
+                               f"a resume goes on the same way: leave out --executor {executor}")  # fmt: skip
+        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records")
         executor = None if info.executor == "auto" else info.executor
         slurm_options = info.slurm
         redact = info.redacted
@@ -255,7 +268,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
         if profile is None and not host.gpu_names:
             console.print(f"[yellow]{SMOKE_NOTICE}[/]")
-        plan = load_plan(profile, host.gpu_names)
+        plan = load_plan(profile, host)
         try:
             cases = select(plan, tuple(stages), tuple(case_ids))
         except ValueError as exc:
@@ -283,6 +296,13 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
         use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
 
+    if executor == "docker":  # asked for by name: without an engine nothing could run
+        from kit import images
+
+        try:
+            images.engine()
+        except images.EngineUnavailable as exc:
+            raise no_engine(exc) from None
     if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
@@ -323,14 +343,15 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         info = run_dir.read_info()  # with the node fingerprints the check recorded
         from kit.estimate import RUNS_ROOT, estimates
 
-        info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
+        # a case the host cannot attempt takes no time: the ETA and run.json count the others
+        runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
+        info.estimates = {k: e.model_dump() for k, e in estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory).items()}
         if no_preflight:
             info.no_preflight = True
         else:
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
                 checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
@@ -347,7 +368,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         _check_shared_run_dir(run_dir, pending, chosen)
     console.print(f"run directory: {run_dir.root}")
     try:
-        with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
+        with RichProgress(total=len(cases), finished=finished, estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]")
@@ -431,6 +452,12 @@ def _check_shared_run_dir(run_dir, cases, executor) -> None:
                   f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}")  # fmt: skip
 
 
+def no_engine(exc: Exception) -> UsageFailure:
+    """The line for cases to run in their images without a docker engine to run them in."""
+    return UsageFailure(f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
+                        "the NVIDIA container toolkit); --executor local runs them in this Python")  # fmt: skip
+
+
 def _prepare_images(cases) -> list:
     """A GPU run's images, present, built or pulled before its first case (with the time each
     took); without an engine the run does not start (--executor local runs in this Python)."""
@@ -442,8 +469,7 @@ def _prepare_images(cases) -> list:
     try:
         prepared = images.prepare(names, say=lambda line: console.print(f"  {line}", soft_wrap=True))
     except images.EngineUnavailable as exc:
-        raise UsageFailure(f"{exc}: a GPU profile runs in its pinned images (install docker and the NVIDIA "
-                           "container toolkit), or in this Python with --executor local") from None  # fmt: skip
+        raise no_engine(exc) from None
     total = sum(step.seconds for step in prepared)
     failed = [step.name for step in prepared if step.action == "failed"]
     console.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
