@@ -606,22 +606,22 @@ def sign(run_dir: Path, key: Path) -> None:
 
 def _sign(run, key: Path) -> None:
     """Sign the held run with `key`, saying by whom; a run that differs from its evidence exits 1, a
-    key ssh-keygen cannot sign with exits 2, each in one line."""
-    from kit.console import console
+    key ssh-keygen cannot sign with exits 2, each in one line (said without the console's imports,
+    a second of `kit sign`)."""
     from kit.report.evidence import EvidenceError
     from kit.results import SIGNATURE_FILES
     from kit.signing import SigningFailed, sign_run
 
-    console.print(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
-                  "if the key needs one)", soft_wrap=True)  # fmt: skip
+    click.echo(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
+               "if the key needs one)", err=True)  # fmt: skip
     try:
         signer = sign_run(run, key)
     except EvidenceError as exc:
-        console.print(f"[red]{exc}[/]", soft_wrap=True)
+        click.secho(str(exc), fg="red", err=True)
         sys.exit(1)
     except SigningFailed as exc:
         raise UsageFailure(str(exc)) from None
-    console.print(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}", soft_wrap=True)
+    click.echo(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}", err=True)
 
 
 @cli.command("report")
