@@ -158,7 +158,7 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
         if allowed_signers is None:
             return SignatureCheck(state="unsigned", summary=f"unsigned (no {SUMS_SIGNATURE})")
         return _failed(f"unsigned (no {SUMS_SIGNATURE}), though allowed signers ({allowed_signers.name}) were given")
-    missing = [name for name in SIGNATURE_FILES if name not in present]
+    missing = [name for name in (SUMS_FILE, *SIGNATURE_FILES) if not (root / name).is_file()]
     if missing:
         return _failed(f"{missing[0]} missing beside {present[0]}")
     keys = {}

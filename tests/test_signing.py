@@ -172,6 +172,7 @@ BREAKING = {
     "a swapped signature": (swap_the_signatures, "signature fails: SHA256SUMS is not what SHA256SUMS.sig signed"),
     "a key outside the allowed signers": (sign_by_mallory, "signature fails: signer ssh-ed25519 SHA256:"),
     "no signature": (remove_the_signature, "signature fails: unsigned (no SHA256SUMS.sig), though allowed signers"),
+    "no SHA256SUMS": (lambda run, keys: (run / "SHA256SUMS").unlink(), "signature fails: SHA256SUMS missing beside SHA256SUMS.sig"),
 }
 
 
