@@ -22,8 +22,8 @@ from kit.report.evidence import read_sums
 from kit.results import SIGNATURE_FILES, SUMS_FILE, RunDir, sha256_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-# A type URI need not resolve (in-toto's field types); .invalid (RFC 2606) is a domain no one holds,
-# so no other tool's predicate can share it.
+# A type URI need not resolve (in-toto's field types). The kit has no domain of its own, and .invalid
+# (RFC 2606) is one no one can register, so no predicate type at a registered domain collides with it.
 PREDICATE_TYPE = "https://kit.invalid/run-provenance/v1"
 PROVENANCE_FILE = SIGNATURE_FILES[1]
 

@@ -5,8 +5,8 @@ the keys they trust (an allowed-signers file, as `ssh-keygen -Y verify` reads it
 with ssh-keygen alone.
 
 Signing and verifying both run OpenSSH's ssh-keygen (-Y sign, -Y find-principals, -Y verify,
--Y check-novalidate). Signing must: a hardware key (sk-ssh-ed25519@openssh.com), a key held by an
-agent, a passphrase are ssh-keygen's business. Verifying with it too makes the kit's verdict the
+-Y check-novalidate). Signing has to: a hardware key (sk-ssh-ed25519@openssh.com), a key an agent
+holds and a passphrase are ssh-keygen's business. Verifying with it too makes the kit's verdict the
 one a reviewer's own ssh-keygen gives, with every key type and the whole allowed-signers syntax
 (principal patterns, cert-authority, namespaces=, valid-after/valid-before), which a parser of our
 own would repeat. The kit reads only a signature's envelope (PROTOCOL.sshsig), to name the signer's
@@ -37,7 +37,7 @@ from kit.results import SIGNATURE_FILES, SUMS_FILE, RunDir, sha256_file, utc_now
 
 # The signatures' namespace (ssh-keygen -n): a signature made for the kit's runs is never valid as
 # a git commit's or a file's, nor theirs as the kit's. NAME@DOMAIN as ssh-keygen(1) advises for a
-# namespace of one's own; .invalid (RFC 2606) is a domain no one holds.
+# namespace of one's own; the kit has no domain, and .invalid (RFC 2606) is one no one can register.
 NAMESPACE = "kit-run@kit.invalid"
 SUMS_SIGNATURE, _, PROVENANCE_SIGNATURE = SIGNATURE_FILES
 SIGNED = {SUMS_SIGNATURE: SUMS_FILE, PROVENANCE_SIGNATURE: PROVENANCE_FILE}  # signature -> what it signs
@@ -57,7 +57,7 @@ class SignatureCheck(BaseModel):
     signature would pass)."""
 
     state: Literal["unsigned", "verified", "intact", "failed"]
-    summary: str  # the signer's key as `ssh-keygen -l` names it ("ssh-ed25519 SHA256:…"), and its principal where verified
+    summary: str  # one line: the signer's key as `ssh-keygen -l` names it ("ssh-ed25519 SHA256:…"), its principal, or why it fails
 
     @property
     def failed(self) -> bool:
@@ -114,9 +114,10 @@ def envelope(armored: bytes) -> tuple[str, str]:
 
 def sign_run(run: RunDir, key: Path) -> str:
     """Sign a finished run that matches its SHA256SUMS (else EvidenceError), held by the caller
-    (RunDir.lock): its
-    provenance statement, then SHA256SUMS and the statement with `key` in one ssh-keygen (one
-    passphrase prompt; a hardware key asks for a touch per signature). Returns the signer's key."""
+    (RunDir.lock): its provenance statement is written, then SHA256SUMS and the statement are
+    signed with `key` by one ssh-keygen (one passphrase prompt; a hardware key asks for a touch per
+    signature), in a folder of its own, where no earlier signature makes it ask to overwrite.
+    Returns the signer's key."""
     from kit.report.evidence import EvidenceError, verify
 
     info = run.read_info()
