@@ -636,7 +636,8 @@ def _sign(run, key: Path) -> None:
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
 @click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
-@click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS, and check its signature")
+@click.option("--verify", "verify_only", is_flag=True,
+              help="only re-hash the run directory against its SHA256SUMS, and check its signature")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
 @click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",

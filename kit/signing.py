@@ -200,7 +200,8 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
         return _failed(f"{PROVENANCE_FILE} names {SUMS_FILE} {named or 'not at all'}, not this run's {actual}")
     if principal is None:
         return SignatureCheck(state="intact", summary=f"signed by {signer}; signer not checked (no allowed signers given)")
-    return SignatureCheck(state="verified", summary=f"verified: signed by {principal} ({signer}), an allowed signer of {allowed_signers.name}")
+    return SignatureCheck(state="verified",
+                          summary=f"verified: signed by {principal} ({signer}), an allowed signer of {allowed_signers.name}")  # fmt: skip
 
 
 def _failed(reason: str) -> SignatureCheck:
