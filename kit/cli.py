@@ -46,6 +46,7 @@ def cli() -> None:
     kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
     kit run --all                 run every case; results go to runs/<time>-<profile>/
     kit run --resume RUN_DIR      finish an interrupted run
+    kit sign RUN_DIR --key KEY    sign a finished run with an SSH key
     kit images verify             the pinned images: lock vs this host
     """
     from kit.execute.owners import dead_marks
