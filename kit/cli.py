@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ def cli() -> None:
     kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
     kit run --all                 run every case; results go to runs/<time>-<profile>/
     kit run --resume RUN_DIR      finish an interrupted run
+    kit sign RUN_DIR --key KEY    sign a finished run with an SSH key
     kit images verify             the pinned images: lock vs this host
     """
     from kit.execute.owners import dead_marks
@@ -216,9 +218,11 @@ def _stop_on_sigterm() -> None:
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="sign the run when it finishes with this SSH key, as `kit sign` does")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
         time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, no_preflight, redact,
-        accept_changes) -> None:  # fmt: skip
+        accept_changes, sign_key) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
@@ -229,6 +233,10 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     host = this_host()
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
+    if sign_key and shutil.which("ssh-keygen") is None:  # said before the run, not after it
+        from kit.signing import INSTALL_HINT
+
+        raise UsageFailure(f"--sign signs with ssh-keygen, which is not on PATH: {INSTALL_HINT}")
     slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode, nodelist, per_node))
     if slurm_asked and executor != "slurm":
         raise UsageFailure("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
@@ -237,7 +245,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if resume_dir or nodes or nodelist:
             raise UsageFailure("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each "
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
-        _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact)
+        _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact, sign_key)
     if resume_dir:
         if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
@@ -261,6 +269,12 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir = runner.resume(resume_dir, accept_changes)
             except runner.EvidenceChanged as exc:
                 raise UsageFailure(str(exc)) from None
+            from kit.signing import remove_signature
+
+            unsigned = remove_signature(run_dir)
+            if unsigned and not sign_key:
+                console.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
+                              f"run again with `kit sign {resume_dir} --key KEY`[/]")  # fmt: skip
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
@@ -375,6 +389,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+    if sign_key:
+        _sign(run_dir, sign_key)
     counts = runner.status_counts(results)
     failed = sum(counts.get(status, 0) for status in runner.FAILED_STATUSES)
     cases = f"{len(results)} case" + ("" if len(results) == 1 else "s")
@@ -398,13 +414,15 @@ def _options_as_given(leave_out: set[str]) -> list[str]:
     return arguments
 
 
-def _run_per_node(out: Path, partition: str | None, redact: bool) -> None:
+def _run_per_node(out: Path, partition: str | None, redact: bool, sign_key: Path | None) -> None:
     """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/ (with
-    --redact, OUT/<the node's token>/); exits with the worst of their exit statuses."""
+    --redact, OUT/<the node's token>/); exits with the worst of their exit statuses. With --sign,
+    each run that finished is signed here, where a passphrase or a hardware key can be asked for."""
     from kit.console import console
     from kit.execute.node_fingerprint import node_token
     from kit.execute.per_node import fleet_nodes, run_on_each_node
     from kit.execute.slurm import SlurmUnavailable
+    from kit.results import RunDir
 
     folder_of = str
     if redact:
@@ -420,10 +438,14 @@ def _run_per_node(out: Path, partition: str | None, redact: bool) -> None:
     if not nodes:
         raise UsageFailure("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
     console.print(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/", markup=False, soft_wrap=True)
-    codes = run_on_each_node(_options_as_given({"per_node", "out"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
+    codes = run_on_each_node(_options_as_given({"per_node", "out", "sign_key"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
                              folder_of=folder_of)  # fmt: skip
     for node, code in codes.items():
         console.print(f"{node}: {out / folder_of(node)} (exit status {code})", markup=False, soft_wrap=True)
+        if sign_key and code in (0, 1):  # finished, each case with a result
+            run = RunDir(out / folder_of(node))
+            run.lock()
+            _sign(run, sign_key)
     console.print("compare them: kit report --fleet " + " ".join(str(out / folder_of(node)) for node in nodes), markup=False, soft_wrap=True)
     sys.exit(max(codes.values()))
 
@@ -593,6 +615,42 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
         sys.exit(1)
 
 
+@cli.command("sign")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too")
+def sign(run_dir: Path, key: Path) -> None:
+    """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
+    its signature, written into the run directory (exit 1 if the run does not match its SHA256SUMS)."""
+    from kit.results import RunDir
+
+    run = RunDir(run_dir)
+    if not run.info_path.is_file():
+        raise UsageFailure(f"{run_dir} is not a run directory (no run.json)")
+    run.lock()
+    _sign(run, key)
+
+
+def _sign(run, key: Path) -> None:
+    """Sign the held run with `key`, saying by whom; a run that differs from its evidence exits 1, a
+    key ssh-keygen cannot sign with exits 2, each in one line (said without the console's imports,
+    a second of `kit sign`)."""
+    from kit.report.evidence import EvidenceError
+    from kit.results import SIGNATURE_FILES
+    from kit.signing import SigningFailed, sign_run
+
+    click.echo(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
+               "if the key needs one)", err=True)  # fmt: skip
+    try:
+        signer = sign_run(run, key)
+    except EvidenceError as exc:
+        click.secho(str(exc), fg="red", err=True)
+        sys.exit(1)
+    except SigningFailed as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}", err=True)
+
+
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
@@ -605,15 +663,20 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
 @click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
-@click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
+@click.option("--verify", "verify_only", is_flag=True,
+              help="only re-hash the run directory against its SHA256SUMS, and check its signature")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
+@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+              help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
+                   "another key, fails (exit 1)")
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest,
+           allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
-    with --fleet, compare runs of one profile, one per node."""
+    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
     from kit.console import console
     from kit.report.evidence import digest_mismatch, newest_run, verify
-    from kit.report.render import render
+    from kit.report.render import REFERENCE, render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if redact:
@@ -621,7 +684,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
-        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact,
+        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
                       compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
         return
     if tolerance is not None:
@@ -644,14 +707,30 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
             console.print(f"[red]{problem}[/]")
         console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
                                        + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
-        sys.exit(1 if problems else 0)
+        signed = _signatures_hold([run_dir], allowed_signers)
+        sys.exit(1 if problems or not signed else 0)
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price))
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers),
+                     [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
 
 
-def _write_documents(render_them) -> None:
+def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
+    """Each run's signature, checked against the allowed signers given, said in one line (red where
+    it fails); True where none fails."""
+    from rich.markup import escape
+
+    from kit.console import SIGNATURE_STYLE, console
+    from kit.signing import check_signature
+
+    checks = [(folder, check_signature(folder, allowed_signers)) for folder in run_dirs]
+    for folder, check in checks:
+        console.print(f"{escape(str(folder))}: [{SIGNATURE_STYLE[check.state]}]{escape(check.summary)}[/]", soft_wrap=True)
+    return not any(check.failed for _, check in checks)
+
+
+def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> None:
     """Render, print each file written; a run that fails its evidence exits 1 in red, one that
-    cannot be read exits 2 in one line."""
+    cannot be read exits 2 in one line; a run whose signature fails is reported, and exits 1."""
     from kit.console import console
     from kit.report.evidence import EvidenceError
     from kit.results import UnreadableRun
@@ -665,17 +744,19 @@ def _write_documents(render_them) -> None:
         raise UsageFailure(str(exc)) from None
     for path in written:
         console.print(f"wrote {path}")
+    if not _signatures_hold(run_dirs, allowed_signers):
+        sys.exit(1)
 
 
-def _fleet_report(run_dirs, tolerance, wanted, out, redact, other_options) -> None:
+def _fleet_report(run_dirs, tolerance, wanted, out, redact, allowed_signers, other_options) -> None:
     """kit report --fleet: the fleet report of the run directories, or one line on why not."""
     from kit.report.fleet import render_fleet
 
     if other_options:
-        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out and --redact only")
+        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only")
     if not 0 < tolerance < 100:
         raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
-    _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100))
+    _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100, allowed_signers), run_dirs, allowed_signers)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from kit.stages import unit_of
 console = Console(stderr=True)
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
+SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.signing.SignatureCheck
 
 
 def checks_table(checks: list[Check]) -> Table:

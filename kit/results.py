@@ -8,6 +8,7 @@ Layout:
     RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
     RUN_DIR/cases/<case-id>/runs/<k>/rank-<r>.json   raw samples of each process of run k
     RUN_DIR/SHA256SUMS                    evidence: the digest of every other file
+    RUN_DIR/SHA256SUMS.sig, provenance.intoto.json(.sig)   who vouches for SHA256SUMS (`kit sign`)
     RUN_DIR/report.html, report.pdf       rendered from the above by `kit report` (not evidence);
     RUN_DIR/report.json, report-*.csv     its export for spreadsheets (`kit report --format json,csv`)
 A case is finished exactly when its result.json exists, which is what `--resume` relies on.
@@ -38,6 +39,9 @@ SUMS_FILE = "SHA256SUMS"
 # Rendered from the run, never measured: they may be (re)written beside it without changing
 # the evidence, which covers everything else.
 REPORT_FILES = ("report.html", "report.pdf", "report.json", "report-claims.csv", "report-metrics.csv")
+# A signer's seal (kit.signing): a signature of SHA256SUMS, and a provenance statement naming it with
+# a signature of its own. They sign SHA256SUMS, so it cannot cover them; a resume removes them.
+SIGNATURE_FILES = (f"{SUMS_FILE}.sig", "provenance.intoto.json", "provenance.intoto.json.sig")
 # atomic_write_text's temporary file: a write cut short by a crash, never evidence.
 ATOMIC_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]+\.tmp")
 # Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.
@@ -346,7 +350,7 @@ class RunDir:
                 rel = path.relative_to(self.root).as_posix()
                 if path.is_symlink():
                     found[rel] = hashlib.sha256(f"symlink -> {os.readlink(path)}".encode()).hexdigest()
-                elif name in files and path.is_file() and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES) \
+                elif name in files and path.is_file() and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) \
                         and not ATOMIC_TEMP.fullmatch(name):  # fmt: skip
                     found[rel] = sha256_file(path)
         return dict(sorted(found.items()))

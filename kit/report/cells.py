@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from kit.reference import Verdict, convert, format_value
 from kit.report.model import Cell, Tone
 from kit.results import Metric, Result
+from kit.signing import SignatureCheck
 
 if TYPE_CHECKING:
     from kit.protocol import Case
@@ -26,6 +27,7 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not applicable": "muted",
 }
 EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted"}
+SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
 
 
 def _decimals(text: str) -> int:
@@ -77,3 +79,8 @@ def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
 def has_metrics(result: Result | None, *names: str) -> bool:
     """An ok result that carries every metric named."""
     return result is not None and result.status == "ok" and all(result.metrics.get(name) for name in names)
+
+
+def signature_cell(check: SignatureCheck) -> Cell:
+    """Who signed a run and whether it verified, red where it fails."""
+    return Cell(text=check.summary, tone=SIGNATURE_TONES[check.state])

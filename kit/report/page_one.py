@@ -1,5 +1,6 @@
-"""Page one of the report, for a reviewer who reads one page: the host (GPUs, interconnect,
-driver, images by digest) and the headline figures with their spread, the fastest pre-training
+"""Page one of the report, for a reviewer who reads one page: who signed the run (kit.signing:
+verified against the allowed signers given, or unsigned; a failing signature in red), the host
+(GPUs, interconnect, driver, images by digest) and the headline figures with their spread, the fastest pre-training
 and fine-tuning per model, each engine's serving, the all-reduce bus bandwidth. Beside each
 figure: what the kit's analytical model lets it expect of this host's GPUs, the paper's value,
 energy per 1k tokens and cost per 1M tokens; each links to its section and names the case
@@ -18,7 +19,7 @@ from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.cells import STATUS_TONES, devices_text, has_metrics, mean_std, method_label
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
@@ -316,11 +317,12 @@ def short_digest(reference: str) -> str:
 
 
 def host_facts(run: LoadedRun) -> list[Fact]:
-    """The machine as its fingerprint describes it, the peaks the kit holds it to, and the images
-    its cases ran in by digest."""
+    """Who signed the run, the machine as its fingerprint describes it, the peaks the kit holds it
+    to, and the images its cases ran in by digest."""
     info = run.info
     facts = [Fact(label="Run", value=f"{info.run_id}, profile {info.profile}, {info.started_at} to "
-                                     f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}")]  # fmt: skip
+                                     f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}"),
+             Fact(label="Signature", value=run.signature.summary, tone=SIGNATURE_TONES[run.signature.state])]  # fmt: skip
     fingerprint = run.before.fingerprint
     if fingerprint is None:
         facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing})"))

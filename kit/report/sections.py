@@ -32,6 +32,7 @@ from kit.report.cells import (
     has_metrics,
     mean_std,
     method_label,
+    signature_cell,
     status_cell,
 )
 from kit.report.evidence import evidence_groups
@@ -569,6 +570,9 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
             f"B = {b.info.run_id} (profile {b.info.profile}, {machine(b)}), evidence digest {b.evidence_digest}."
         ],
     )
+    section.tables.append(Table(caption="Who signed each run", header=["Run", "Signature"], widths=[25, 75],
+                                rows=[Row(cells=[Cell(text=f"{side} = {loaded.info.run_id}"), signature_cell(loaded.signature)])
+                                      for side, loaded in (("A", a), ("B", b))]))  # fmt: skip
     common = [cid for cid in a.info.selected if cid in a.results and cid in b.results]
     stages = list(dict.fromkeys(a.results[cid].stage for cid in common))
     fa, fb = a.before.fingerprint, b.before.fingerprint
