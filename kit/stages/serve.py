@@ -29,6 +29,7 @@ SERVE_FIGURES = {
     "output_throughput": ("tokens/s", lambda a: a["output_throughput"]),
     "total_token_throughput": ("tokens/s", lambda a: a["total_token_throughput"]),
     "duration_s": ("s", lambda a: a["duration_s"]),
+    "error_rate": ("fraction", lambda a: a["errors"] / a["requests"]),
     **{
         f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
         for name in ("ttft", "tpot", "itl", "latency")
@@ -40,8 +41,10 @@ SERVE_FIGURES = {
 def serve_case_metrics(
     case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
 ) -> tuple[dict[str, Metric | None], list[str]]:
-    """Each figure of the burst over the runs; notes on a client that may have limited it, short
-    outputs, the roofline bound and a token count the engine disagrees with."""
+    """Each figure of the burst over the runs; notes on failed requests, a client that may have
+    limited it, short outputs, the roofline bound, a token count the engine disagrees with, and
+    the sweep's points (whose figures the report computes from their rows, under the objectives
+    it is given: kit.serve.slo)."""
     driver = [next(rank for rank in run.ranks if rank.rank == 0) for run in runs]
     found, notes = {}, []
     for name, (unit, pick) in SERVE_FIGURES.items():
@@ -53,9 +56,15 @@ def serve_case_metrics(
                 break
         found[name] = summarize(values, unit) if len(values) == len(driver) else None
     for index, rank in enumerate(driver, start=1):
+        totals = rank.details.get("aggregates") or {}
+        if totals.get("errors"):
+            kinds = ", ".join(f"{count} × {kind}" for kind, count in totals["error_kinds"].items())
+            notes.append(f"run {index}: {totals['errors']} of {totals['requests']} requests failed ({kinds}): the figures "
+                         f"are of the {totals['completed']} that finished; see requests.jsonl")  # fmt: skip
         verdict = rank.details.get("saturation", {})
         if verdict.get("client_limited"):
             notes.append(f"run {index}: the client may have limited throughput: {'; '.join(verdict['reasons'])}")
+        notes += [f"run {index}: {note}" for note in sweep_notes(rank.details.get("sweep"))]
         short = rank.details.get("short_outputs")
         if short:
             notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
@@ -76,6 +85,28 @@ def serve_case_metrics(
     if engine_note:
         notes.append(engine_note)
     return found, notes
+
+
+def sweep_notes(sweep: dict | None) -> list[str]:
+    """What a reader of the sweep's figures must know: points the client may have limited, points
+    not measured, a token count the engine disagrees with."""
+    if not sweep:
+        return []
+    limited = [str(point["concurrency"]) for point in sweep["points"] if point["saturation"]["client_limited"]]
+    notes = [f"sweep: the client may have limited the points at concurrency {', '.join(limited)} (see each point's "
+             "saturation in rank-0.json)"] if limited else []  # fmt: skip
+    stopped = [f"{point['concurrency']} ({point['sent']} of {point['planned']})" for point in sweep["points"]
+               if point["sent"] < point["planned"] and not point["cut_short"]]  # fmt: skip
+    if stopped:
+        notes.append(f"sweep: the points at concurrency {', '.join(stopped)} stopped sending after max_point_s "
+                     f"({sweep['max_point_s']} s)")  # fmt: skip
+    if sweep.get("not_measured"):
+        notes.append(f"sweep: {sweep['not_measured']}")
+    tokens = sweep["tokens"]
+    if not tokens["equal"]:
+        notes.append(f"sweep: the client counted {tokens['client_counted']} tokens, the engine "
+                     f"{tokens['server_counters'].get('generated_tokens')}")  # fmt: skip
+    return notes
 
 
 # The serving table's columns: metric (SERVE_FIGURES) and its heading.
@@ -143,16 +174,18 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
         result = run.results.get(case.id)
         name = Cell(text=f"{case.model} {case.method}", detail=f"{case.id}, {devices_text(case)}", tone="strong")
         if result is None or result.status != "ok":
-            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 1)]))
+            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 2)]))
             continue
         measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
-        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:]]))
+        failed = metric_cell(result, "error_rate", "%")
+        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:], failed]))
     section.tables.insert(
         0,
         Table(
             caption=f"{section.title}: the burst of each engine, mean ± std over its runs",
-            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]]],
-            widths=[16, 11, 11, 9, 9, 9, 9, 13, 13],
+            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]],
+                    "failed (%)"],
+            widths=[15, 10, 10, 9, 9, 9, 9, 10, 10, 9],
             rows=rows,
             dense=True,
             notes=[
@@ -160,7 +193,8 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
                 "event; ITL, the gaps between successive token events of a request, each stamped as the client reads "
                 "it (events read together are microseconds apart, so a median ITL near zero says they arrived in "
                 "bursts); E2E from sending to the end of the stream; throughput over the burst's duration, from its "
-                "release to the end of its last request.",
+                "release to the end of its last request. failed: the share of the burst's requests that did not "
+                "finish (an HTTP error, a stream cut short); the other figures are of those that did.",
                 "bound: the roofline's ceiling on output tokens/s for this burst on this host's GPUs (weights and KV "
                 "cache read once per decode step, FLOPs at the dense peak of manifests/hardware.yaml); none where no "
                 "peak is known, with the reason.",
