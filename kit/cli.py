@@ -661,6 +661,11 @@ def _sign(run, key: Path) -> None:
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE",
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
+@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), metavar="MS",
+              help="serving objective: p99 time to first token, in ms (default: MLPerf Inference's for Llama-2-70B, "
+                   "Server scenario; the report states it)")
+@click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), metavar="MS",
+              help="serving objective: p99 time per output token, in ms (default: as --slo-ttft-ms)")
 @click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True,
@@ -670,10 +675,11 @@ def _sign(run, key: Path) -> None:
 @click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest,
-           allowed_signers) -> None:  # fmt: skip
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, slo_ttft_ms, slo_tpot_ms, out, redact, verify_only,
+           expect_digest, allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
-    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
+    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1.
+    The serving sweeps are held to the latency objectives given (--slo-ttft-ms, --slo-tpot-ms)."""
     from kit.console import console
     from kit.report.evidence import digest_mismatch, newest_run, verify
     from kit.report.render import REFERENCE, render
@@ -685,7 +691,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
         _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
-                      compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
+                      compare or gpu_hour_price or verify_only or expect_digest or slo_ttft_ms or slo_tpot_ms)  # fmt: skip
         return
     if tolerance is not None:
         raise UsageFailure("--tolerance goes with --fleet")
@@ -710,8 +716,17 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
         signed = _signatures_hold([run_dir], allowed_signers)
         sys.exit(1 if problems or not signed else 0)
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers),
+    slo = _objectives(slo_ttft_ms, slo_tpot_ms)
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, slo),
                      [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
+
+
+def _objectives(ttft_ms: float | None, tpot_ms: float | None):
+    """The serving objectives of a report: those given, the default (kit.serve.slo) for the others."""
+    from kit.serve.slo import DEFAULT_SLO, Slo
+
+    return Slo(ttft_s=DEFAULT_SLO.ttft_s if ttft_ms is None else ttft_ms / 1000,
+               tpot_s=DEFAULT_SLO.tpot_s if tpot_ms is None else tpot_ms / 1000)  # fmt: skip
 
 
 def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:

@@ -20,6 +20,7 @@ from kit.reference import (
     load_reference,
     verdict_counts,
 )
+from kit.report.capacity_section import capacity_section, sweep_capacities
 from kit.report.energy_section import energy_section
 from kit.report.cells import EXPECTATION_TONES, STATUS_TONES, VERDICT_TONES
 from kit.report.load import LoadedRun, load_run
@@ -37,6 +38,7 @@ from kit.report.sections import (
     summary_section,
 )
 from kit.report.stage_sections import stage_sections
+from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
 
@@ -145,15 +147,18 @@ def build_report(
     gpu_hour_price: float | None = None,
     assessment: Assessment | None = None,
     allowed_signers: Path | None = None,
+    slo: Slo = DEFAULT_SLO,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
     The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens;
-    each run's signature is checked against `allowed_signers` where given."""
+    each run's signature is checked against `allowed_signers` where given; the serving sweeps are
+    held to the latency objectives `slo`."""
     assessment = assessment or assess(run_dir, compare, redact, reference, allowed_signers)
     run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()
     stages = stage_sections(run, protocol)
+    capacities = sweep_capacities(run, slo)
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
     banner = footer_warning = None
@@ -168,6 +173,7 @@ def build_report(
         environment_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
+        capacity_section(run, capacities, slo),
         energy_section(run, gpu_hour_price),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),
@@ -184,6 +190,6 @@ def build_report(
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
-        page_one=page_one(run, reference, sections, gpu_hour_price),
+        page_one=page_one(run, reference, sections, gpu_hour_price, capacities, slo),
         footer=footer,
     )

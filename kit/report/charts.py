@@ -470,3 +470,54 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
         all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower right")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)
+
+
+class ParetoPoint(BaseModel):
+    """One point of a sweep: its throughput, its p99 latencies, whether it meets the objectives."""
+
+    concurrency: int
+    tokens_per_s: float
+    ttft_p99_s: float
+    tpot_p99_s: float
+    meets: bool
+
+
+class ParetoSeries(BaseModel):
+    label: str
+    points: list[ParetoPoint]
+
+
+def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float, tpot_objective_s: float) -> str:
+    """Output tokens/s against p99 TPOT and against p99 TTFT, one line per engine through its
+    points in order of concurrency, each labelled with it and filled where it meets both
+    objectives (a dashed line at each); both latencies on log axes. A point whose p99 is a
+    failed request (never answered) has no place on them and is left out."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    with plt.rc_context(STYLE):
+        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8), sharey=True)
+        for index, line in enumerate(series):
+            colour = PALETTE[index % len(PALETTE)]
+            for axes, latency, scale in ((left, "tpot_p99_s", 1000), (right, "ttft_p99_s", 1)):
+                placed = [p for p in line.points if getattr(p, latency) < float("inf")]
+                xs, ys = [scale * getattr(p, latency) for p in placed], [p.tokens_per_s for p in placed]
+                axes.plot(xs, ys, color=colour, linewidth=1, label=line.label if axes is left else None)
+                axes.scatter(xs, ys, s=14, zorder=3, edgecolors=colour,
+                             facecolors=[colour if p.meets else "white" for p in placed], linewidths=1)  # fmt: skip
+                for x, y, point in zip(xs, ys, placed):
+                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        for axes, objective, label in ((left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
+                                       (right, ttft_objective_s, "p99 time to first token (s)")):  # fmt: skip
+            axes.axvline(objective, color="grey", linestyle="--", linewidth=0.8)
+            axes.set_xscale("log")
+            axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+            axes.xaxis.set_minor_formatter(NullFormatter())  # a label on every minor tick of a short log axis overlaps
+            axes.set_xlabel(label)
+            axes.grid(linewidth=0.3)
+        left.set_ylabel("output tokens/s")
+        left.set_title("Throughput against TPOT")
+        right.set_title("Throughput against TTFT")
+        left.legend(frameon=False, fontsize=6)
+        _fixed_layout(figure, [left, right])
+        return _svg(figure, salt)

@@ -1,6 +1,7 @@
 """The report's numbers for spreadsheets: every claim verdict and every case's metrics, with units.
 
-report.json holds all of it in one document; the CSV export is two flat tables, since a
+report.json holds all of it in one document, with each serving sweep's points held to the latency
+objectives given (and those objectives); the CSV export is two flat tables, since a
 spreadsheet wants one kind of row per sheet:
     report-claims.csv   one row per relation of each claim (the claim's verdict repeated), with
                         the value expected on this host's GPUs and the verdict against it
@@ -19,8 +20,11 @@ from collections.abc import Iterator
 from kit import __version__
 from kit.energy import COST_PER_MILLION_TOKENS, cost_metric
 from kit.report.build import Assessment
+from kit.report.capacity_section import sweep_capacities
 from kit.report.energy_section import token_throughput
+from kit.report.load import LoadedRun
 from kit.results import Metric, Result
+from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 
 CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published",
                  "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
@@ -37,7 +41,18 @@ def case_metrics(result: Result, gpu_hour_price: float | None) -> dict[str, Metr
     return found
 
 
-def export_document(assessment: Assessment, gpu_hour_price: float | None) -> dict:
+def sweep_document(run: LoadedRun, slo: Slo) -> dict:
+    """Each serve case's sweep held to the objectives (kit.report.capacity_section): every point's
+    figures, and the capacity; a latency that is a failed request (never answered) is null."""
+    found = {}
+    for case_id, points in sweep_capacities(run, slo).items():
+        best = capacity(points)
+        found[case_id] = {"capacity_concurrency": best.concurrency if best else None,
+                          "points": [point.model_dump(mode="json") for point in points]}  # fmt: skip
+    return found
+
+
+def export_document(assessment: Assessment, gpu_hour_price: float | None, slo: Slo = DEFAULT_SLO) -> dict:
     run = assessment.run
     return {
         "run_id": run.info.run_id,
@@ -46,6 +61,8 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None) -> dic
         "evidence_digest": run.evidence_digest,
         "exported_by": f"kit {__version__}",
         "gpu_hour_price": gpu_hour_price,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": PERCENTILE, "described": slo.describe()},
+        "sweeps": sweep_document(run, slo),
         "claims": None if assessment.outcomes is None else [
             {**outcome.model_dump(mode="json"), "expectation": _expectation(assessment, outcome.id)}
             for outcome in assessment.outcomes
@@ -63,8 +80,8 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None) -> dic
     }
 
 
-def export_json(assessment: Assessment, gpu_hour_price: float | None) -> str:
-    return json.dumps(export_document(assessment, gpu_hour_price), indent=2) + "\n"
+def export_json(assessment: Assessment, gpu_hour_price: float | None, slo: Slo = DEFAULT_SLO) -> str:
+    return json.dumps(export_document(assessment, gpu_hour_price, slo), indent=2) + "\n"
 
 
 def _expectation(assessment: Assessment, claim_id: str) -> dict | None:

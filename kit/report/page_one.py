@@ -19,11 +19,16 @@ from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
+from kit.report.capacity_section import ANCHOR as CAPACITY_ANCHOR
+from kit.report.capacity_section import Capacities, capacity_text, case_label
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
+from kit.metrics import summarize
 from kit.results import Metric, Result
+from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
+from kit.serve.sweep import FOLDER as SWEEP_FOLDER
 from kit.stages.comm import sweep_of
 
 # Per model, the fastest case of each training stage.
@@ -243,6 +248,31 @@ def serving_row(case: Case, result: Result | None, reference: Reference | None, 
                       energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
 
 
+def capacity_row(case: Case, result: Result | None, points: list[SweepPoint], gpu_hour_price: float | None,
+                 energy: str) -> Row:  # fmt: skip
+    """The most output tokens/s a case's sweep served within the objectives, and at what concurrency."""
+    label = Cell(text=case_label(case), detail=f"cases/{case.id}/runs/<k>/{SWEEP_FOLDER}/", tone="strong", link=f"#{CAPACITY_ANCHOR}")
+    if result is None or not points:
+        return _without_measurement(label, result)
+    best = capacity(points)
+    text, detail = capacity_text(points)
+    link = energy or f"#{CAPACITY_ANCHOR}"
+    if best is None:
+        measured = Cell(text=text, detail=detail, tone="bad")
+        expected = Cell(text="no expectation", detail="no point within the objectives", tone="muted")
+        cost = Cell(text="not priced", detail="no point within the objectives", tone="muted", link=link)
+    else:
+        throughput = best.figures.output_throughput
+        measured, cost = Cell(text=text, detail=detail), cost_cell(result, summarize([throughput], "tokens/s"), gpu_hour_price, link)
+        expected = (Cell(text="no expectation", detail=best.bound_note or "no roofline bound", tone="muted")
+                    if best.bound_tokens_per_s is None else
+                    Cell(text=f"≤ {format_value(best.bound_tokens_per_s)} tokens/s at concurrency {best.concurrency}",
+                         detail=_ratio(throughput, best.bound_tokens_per_s)))  # fmt: skip
+    return Row(cells=[label, measured, expected,
+                      Cell(text="none", detail="the paper measured a burst only", tone="muted"),
+                      Cell(text="not sampled", detail="energy is sampled over the burst", tone="muted", link=link), cost])
+
+
 def comm_row(case: Case, result: Result | None, reference: Reference | None) -> Row:
     label = figure_cell(f"all-reduce, {devices_text(case)}", case, "comm")
     if not has_metrics(result, "bus_bandwidth_gb_s"):
@@ -261,7 +291,8 @@ def comm_row(case: Case, result: Result | None, reference: Reference | None) -> 
 
 
 def headline_table(
-    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None
+    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None,
+    capacities: Capacities, slo: Slo,
 ) -> Table:
     selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
     anchors: Collection[str] = {section.anchor for section in sections}
@@ -277,6 +308,9 @@ def headline_table(
         "serve": ("Serving: each engine and model, a burst of requests",
                   [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy)
                    for c in selected if c.stage == "serve"]),
+        CAPACITY_ANCHOR: (f"Serving capacity: the most output tokens/s within {slo.describe()}",
+                           [capacity_row(c, run.results.get(c.id), capacities.get(c.id, []), gpu_hour_price, energy)
+                            for c in selected if c.stage == "serve" and c.params.sweep is not None]),
         "comm": ("Communication: all-reduce between the GPUs",
                  [comm_row(c, run.results.get(c.id), reference)
                   for c in selected if c.stage == "comm" and c.method == "all_reduce"]),
@@ -297,6 +331,9 @@ def headline_table(
             "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
             "the model's cases in the stage. Each figure links to its section; under it, the case's folder of raw "
             "samples in the run directory (result.json, runs/), with its digest in the raw-data index.",
+            "Serving capacity: the highest output tokens/s of a point of the engine's sweep (concurrency N, steady "
+            "state) whose p99 TTFT and TPOT meet the objectives (kit report --slo-ttft-ms, --slo-tpot-ms), from the "
+            "point's rows; its bound is the roofline at N.",
             "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
             "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
             f"no model of typical efficiency, so it expects nothing else. Paper: the value {reference_path().name} "
@@ -344,7 +381,10 @@ def host_facts(run: LoadedRun) -> list[Fact]:
 
 
 def page_one(
-    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None = None
+    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None = None,
+    capacities: Capacities | None = None, slo: Slo = DEFAULT_SLO,
 ) -> PageOne:
-    """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to."""
-    return PageOne(host=host_facts(run), headline=headline_table(run, reference, sections, gpu_hour_price))
+    """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.capacity_section)."""
+    headline = headline_table(run, reference, sections, gpu_hour_price, capacities or {}, slo)
+    return PageOne(host=host_facts(run), headline=headline)

@@ -19,6 +19,7 @@ from kit.report.listing import listing_lines
 from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
 from kit.results import REPORT_FILES
+from kit.serve.slo import DEFAULT_SLO, Slo
 
 FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
@@ -125,7 +126,7 @@ def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_
 
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
-    gpu_hour_price: float | None = None, allowed_signers: Path | None = None,
+    gpu_hour_price: float | None = None, allowed_signers: Path | None = None, slo: Slo = DEFAULT_SLO,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -134,8 +135,9 @@ def render(
     `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
     Every run directory involved is verified against its SHA256SUMS before anything is written
     (on another core while the model is built: kit.report.forked); EvidenceError names each
-    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens. Each
-    run's signer is named, and checked against `allowed_signers` where given (kit.signing).
+    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens; `slo`
+    holds the serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named,
+    and checked against `allowed_signers` where given (kit.signing).
     Returns the files written.
     """
     wanted = list(dict.fromkeys(formats))
@@ -151,17 +153,18 @@ def render(
 
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
-        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, allowed_signers, run_dirs, printer)
+        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, allowed_signers, run_dirs, printer, slo)
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, allowed_signers, run_dirs, printer) -> list[Path]:
+def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, allowed_signers, run_dirs, printer,
+            slo) -> list[Path]:  # fmt: skip
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
         return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
-                                        assessment=assessment) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+                                        assessment=assessment, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
@@ -169,7 +172,7 @@ def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, all
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
     if "json" in wanted:
-        document = export_json(assessment, gpu_hour_price)
+        document = export_json(assessment, gpu_hour_price, slo)
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
     if "csv" in wanted:
         for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price)):
