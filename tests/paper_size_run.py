@@ -120,7 +120,9 @@ BASE_MFU = {"llama2-7b": 0.42, "llama2-13b": 0.40, "llama2-70b": 0.36}
 METHOD_FACTOR = {"naive": 1.0, "z2": 0.96, "z3": 0.84, "o": 0.38, "q": 0.55, "r": 0.77, "f": 1.12, "l": 1.5, "ql": 0.8}
 PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
 CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
-DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.061}
+# A decode step of the whole burst: 70B's below its roofline on 8 A800s (kit.predictions.serving_bounds,
+# 6014 tokens/s: compute-bound at 1000 requests), as every synthetic figure is.
+DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.16}
 ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07}
 SYNTHETIC_POWER_W = 330.0  # a GPU's draw under load, below the A800 SXM4's 400 W board power
 COMM_PEAK_BUSBW = {

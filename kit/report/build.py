@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,9 +21,10 @@ from kit.reference import (
     load_reference,
     verdict_counts,
 )
-from kit.report.capacity_section import capacity_section, sweep_capacities
+from kit.report.capacity_section import capacity_part
 from kit.report.energy_section import energy_section
 from kit.report.cells import EXPECTATION_TONES, STATUS_TONES, VERDICT_TONES
+from kit.report.forked import in_parallel
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
@@ -157,8 +159,8 @@ def build_report(
     run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()
-    stages = stage_sections(run, protocol)
-    capacities = sweep_capacities(run, slo)
+    # the sweeps' rows are read and their charts drawn while the stages' sections are built
+    stages, (capacity, capacities) = in_parallel([partial(stage_sections, run, protocol), partial(capacity_part, run, slo)])
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
     banner = footer_warning = None
@@ -173,7 +175,7 @@ def build_report(
         environment_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
-        capacity_section(run, capacities, slo),
+        capacity,
         energy_section(run, gpu_hour_price),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),

@@ -193,3 +193,9 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
     ), "in `kit report --format json`")  # fmt: skip
     return Section(anchor=ANCHOR, title=title, paragraphs=paragraphs, tables=[summary, points],
                    charts=pareto_charts(run, capacities, slo))  # fmt: skip
+
+
+def capacity_part(run: LoadedRun, slo: Slo) -> tuple[Section, Capacities]:
+    """The section and the sweeps it shows (page one reads them too), from one reading of the rows."""
+    capacities = sweep_capacities(run, slo)
+    return capacity_section(run, capacities, slo), capacities

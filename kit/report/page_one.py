@@ -1,7 +1,8 @@
 """Page one of the report, for a reviewer who reads one page: who signed the run (kit.signing:
 verified against the allowed signers given, or unsigned; a failing signature in red), the host
 (GPUs, interconnect, driver, images by digest) and the headline figures with their spread, the fastest pre-training
-and fine-tuning per model, each engine's serving, the all-reduce bus bandwidth. Beside each
+and fine-tuning per model, each engine's serving (its burst, and its capacity within the latency objectives), the
+all-reduce bus bandwidth. Beside each
 figure: what the kit's analytical model lets it expect of this host's GPUs, the paper's value,
 energy per 1k tokens and cost per 1M tokens; each links to its section and names the case
 folder of its raw samples."""
@@ -19,16 +20,13 @@ from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_throughput_bound
 from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.capacity_section import ANCHOR as CAPACITY_ANCHOR
-from kit.report.capacity_section import Capacities, capacity_text, case_label
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label
+from kit.report.capacity_section import Capacities
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label, percent
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
-from kit.metrics import summarize
 from kit.results import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
-from kit.serve.sweep import FOLDER as SWEEP_FOLDER
 from kit.stages.comm import sweep_of
 
 # Per model, the fastest case of each training stage.
@@ -227,13 +225,22 @@ def _ttft_bound_s(result: Result) -> float | None:
 
 
 def serving_row(case: Case, result: Result | None, reference: Reference | None, gpu_hour_price: float | None,
-                energy: str) -> Row:  # fmt: skip
+                energy: str, points: Sequence[SweepPoint] = ()) -> Row:  # fmt: skip
+    """The burst's throughput and TTFT, the share of its requests that failed where some did, and
+    the capacity of the case's sweep (`points`) within the objectives, with its concurrency."""
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
     if not has_metrics(result, "output_throughput", "ttft_median_s", "ttft_p99_s"):
         return _without_measurement(label, result)
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    measured = Cell(text=with_unit(throughput, "tokens/s", runs=True),
-                    detail=f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}")  # fmt: skip
+    said = [f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"]
+    failed = result.metrics.get("error_rate")
+    if failed and failed.mean > 0:
+        said.append(f"{percent(failed.mean)} failed")
+    best = capacity(points)
+    if points:
+        said.append(f"capacity {format_value(best.figures.output_throughput)} tokens/s at N={best.concurrency}"
+                    if best else "no sweep point within the objectives")  # fmt: skip
+    measured = Cell(text=with_unit(throughput, "tokens/s", runs=True), detail="; ".join(said))
     bound, ttft_bound = result.metrics.get("output_throughput_bound"), _ttft_bound_s(result)
     if bound is None:
         expected = Cell(text="no expectation", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
@@ -243,34 +250,13 @@ def serving_row(case: Case, result: Result | None, reference: Reference | None, 
             detail += f"; TTFT median {format_value(median.mean / ttft_bound)} × its bound {format_value(1000 * ttft_bound)} ms"
         expected = Cell(text=f"≤ {format_value(bound.mean)} tokens/s", detail=detail)
     link = energy or "#serve"
+    cost = cost_cell(result, throughput, gpu_hour_price, link)
+    if best and gpu_hour_price is not None and case.device == "cuda":
+        at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, gpu_hour_price)
+        cost = cost.model_copy(update={"detail": f"at capacity {format_value(at_capacity)}"})
     return Row(cells=[label, measured, expected,
                       paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
-                      energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
-
-
-def capacity_row(case: Case, result: Result | None, points: list[SweepPoint], gpu_hour_price: float | None,
-                 energy: str) -> Row:  # fmt: skip
-    """The most output tokens/s a case's sweep served within the objectives, and at what concurrency."""
-    label = Cell(text=case_label(case), detail=f"cases/{case.id}/runs/<k>/{SWEEP_FOLDER}/", tone="strong", link=f"#{CAPACITY_ANCHOR}")
-    if result is None or not points:
-        return _without_measurement(label, result)
-    best = capacity(points)
-    text, detail = capacity_text(points)
-    link = energy or f"#{CAPACITY_ANCHOR}"
-    if best is None:
-        measured = Cell(text=text, detail=detail, tone="bad")
-        expected = Cell(text="no expectation", detail="no point within the objectives", tone="muted")
-        cost = Cell(text="not priced", detail="no point within the objectives", tone="muted", link=link)
-    else:
-        throughput = best.figures.output_throughput
-        measured, cost = Cell(text=text, detail=detail), cost_cell(result, summarize([throughput], "tokens/s"), gpu_hour_price, link)
-        expected = (Cell(text="no expectation", detail=best.bound_note or "no roofline bound", tone="muted")
-                    if best.bound_tokens_per_s is None else
-                    Cell(text=f"≤ {format_value(best.bound_tokens_per_s)} tokens/s at concurrency {best.concurrency}",
-                         detail=_ratio(throughput, best.bound_tokens_per_s)))  # fmt: skip
-    return Row(cells=[label, measured, expected,
-                      Cell(text="none", detail="the paper measured a burst only", tone="muted"),
-                      Cell(text="not sampled", detail="energy is sampled over the burst", tone="muted", link=link), cost])
+                      energy_cell(result, link), cost])  # fmt: skip
 
 
 def comm_row(case: Case, result: Result | None, reference: Reference | None) -> Row:
@@ -305,12 +291,9 @@ def headline_table(
                      if (rows := training_rows(run, stage, reference, gpu_hour_price, energy))}
     groups = {
         **training,
-        "serve": ("Serving: each engine and model, a burst of requests",
-                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy)
+        "serve": (f"Serving: each engine and model, a burst of requests; its capacity, N requests in flight, within {slo.short()}",
+                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy, capacities.get(c.id, []))
                    for c in selected if c.stage == "serve"]),
-        CAPACITY_ANCHOR: (f"Serving capacity: the most output tokens/s within {slo.describe()}",
-                           [capacity_row(c, run.results.get(c.id), capacities.get(c.id, []), gpu_hour_price, energy)
-                            for c in selected if c.stage == "serve" and c.params.sweep is not None]),
         "comm": ("Communication: all-reduce between the GPUs",
                  [comm_row(c, run.results.get(c.id), reference)
                   for c in selected if c.stage == "comm" and c.method == "all_reduce"]),
@@ -325,15 +308,12 @@ def headline_table(
         caption="Headline figures: measured on this host, expected of it, and published",
         header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
                 "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
-        widths=[25, 20, 22, 7, 13, 13],
+        widths=[25, 22, 21, 6, 13, 13],
         rows=rows,
         notes=[
             "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
             "the model's cases in the stage. Each figure links to its section; under it, the case's folder of raw "
             "samples in the run directory (result.json, runs/), with its digest in the raw-data index.",
-            "Serving capacity: the highest output tokens/s of a point of the engine's sweep (concurrency N, steady "
-            "state) whose p99 TTFT and TPOT meet the objectives (kit report --slo-ttft-ms, --slo-tpot-ms), from the "
-            "point's rows; its bound is the roofline at N.",
             "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
             "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
             f"no model of typical efficiency, so it expects nothing else. Paper: the value {reference_path().name} "

@@ -40,9 +40,14 @@ class Slo(BaseModel):
     ttft_s: float = Field(gt=0)
     tpot_s: float = Field(gt=0)
 
+    def short(self) -> str:
+        return f"p{PERCENTILE} TTFT ≤ {1000 * self.ttft_s:g} ms, TPOT ≤ {1000 * self.tpot_s:g} ms"
+
+    def source(self) -> str:
+        return SOURCE if self == DEFAULT_SLO else "given to kit report"
+
     def describe(self) -> str:
-        words = f"p{PERCENTILE} TTFT ≤ {1000 * self.ttft_s:g} ms, p{PERCENTILE} TPOT ≤ {1000 * self.tpot_s:g} ms"
-        return words + (f" ({SOURCE})" if self == DEFAULT_SLO else " (given to kit report)")
+        return f"{self.short()} ({self.source()})"
 
 
 DEFAULT_SLO = Slo(ttft_s=2.0, tpot_s=0.2)  # mlperf.conf, llama2-70b.Server: 2000 ms, 200 ms

@@ -45,12 +45,9 @@ def planned_points(tokenizer, params: ServeParams) -> list[PlannedPoint]:
     return points
 
 
-FOLDER = "sweep"  # in a run's folder, a folder per point
-
-
 def point_folder(concurrency: int) -> str:
     """Where a point's files go, in its run's folder."""
-    return f"{FOLDER}/c{concurrency}"
+    return f"sweep/c{concurrency}"
 
 
 class SweepOutcome(NamedTuple):
