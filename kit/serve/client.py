@@ -157,17 +157,10 @@ async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: Requ
         raise
 
 
-async def _fire(
-    base_url: str,
-    engine: Engine,
-    params: ServeParams,
-    prompts: Sequence[str],
-    input_tokens: Sequence[int],
-    deadline_s: float,
-    on_end: Callable[[RequestRecord], None] | None,
-    concurrency: int | None,
-    stop_sending_s: float | None = None,
-) -> Firing:
+async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
+                deadline_s: float, on_end: Callable[[RequestRecord], None] | None, concurrency: int | None,
+                stop_sending_s: float | None) -> Firing:  # fmt: skip
+    """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
     import aiohttp
 
     records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
@@ -218,19 +211,11 @@ def fire_burst(
 ) -> Firing:
     """Send every prompt at once and read every stream to its end (or until `deadline_s`).
     `on_end` sees each request as it ends, in the event loop: it must be quick."""
-    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, on_end, None))
+    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, on_end, None, None))
 
 
-def fire_at_concurrency(
-    base_url: str,
-    engine: Engine,
-    params: ServeParams,
-    prompts: Sequence[str],
-    input_tokens: Sequence[int],
-    deadline_s: float,
-    concurrency: int,
-    stop_sending_s: float | None = None,
-) -> Firing:
+def fire_at_concurrency(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
+                        deadline_s: float, concurrency: int, stop_sending_s: float | None = None) -> Firing:  # fmt: skip
     """Send the prompts in order, `concurrency` of them in flight at a time, each as a slot
     frees, none after `stop_sending_s`, and read every stream to its end (or until `deadline_s`).
     The rows are those of the requests sent."""
