@@ -48,7 +48,7 @@ def sweep_document(run: LoadedRun, slo: Slo) -> dict:
     for case_id, points in sweep_capacities(run, slo).items():
         best = capacity(points)
         found[case_id] = {"capacity_concurrency": best.concurrency if best else None,
-                          "points": [point.model_dump(mode="json") for point in points]}  # fmt: skip
+                          "points": [json.loads(point.model_dump_json()) for point in points]}  # fmt: skip
     return found
 
 
