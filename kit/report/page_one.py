@@ -80,8 +80,8 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
     fewer GPUs than the paper's is not compared with it."""
     if reference is None:
         return Cell(text="not compared", tone="muted")
-    if case.fitted:
-        return Cell(text="not compared", detail=f"{case.fitted}: the paper's figures are of {case.fitted_from}", tone="muted")
+    if case.fitted:  # the figure's label says it is fitted
+        return Cell(text="not compared", tone="muted")
     case_id = case.id
     found = []
     for value in reference.tables:

@@ -716,7 +716,7 @@ def issues_section(
     rows = [
         Row(
             cells=[
-                Cell(text=r.case_id, tone="mono"),
+                Cell(text=r.case_id, tone="mono", detail=r.case.fitted),
                 Cell(text=r.status, tone=STATUS_TONES.get(r.status, "plain")),
                 Cell(text=r.reason or "no reason recorded"),
             ]
