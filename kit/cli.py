@@ -104,18 +104,15 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     from kit.host import skip_reason, this_host
     from kit.preflight import run_preflight
 
-    _remove_leftovers()
     host = this_host()
     plan = load_plan(profile, host)
+    if executor == "docker" or (executor is None and plan.device == "cuda"):  # each case in its image
+        require_engine()
+    _remove_leftovers()
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
-    from kit.images import EngineUnavailable
-
-    try:
-        result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
-    except EngineUnavailable as exc:
-        raise no_engine(exc) from None
+    result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -311,12 +308,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
 
     if executor == "docker":  # asked for by name: without an engine nothing could run
-        from kit import images
-
-        try:
-            images.engine()
-        except images.EngineUnavailable as exc:
-            raise no_engine(exc) from None
+        require_engine()
     if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
@@ -478,6 +470,16 @@ def no_engine(exc: Exception) -> UsageFailure:
     """The line for cases to run in their images without a docker engine to run them in."""
     return UsageFailure(f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
                         "the NVIDIA container toolkit); --executor local runs them in this Python")  # fmt: skip
+
+
+def require_engine() -> None:
+    """Before anything slow: a docker engine answers, or the command ends in one line (exit 2)."""
+    from kit import images
+
+    try:
+        images.engine()
+    except images.EngineUnavailable as exc:
+        raise no_engine(exc) from None
 
 
 def _prepare_images(cases) -> list:
