@@ -20,6 +20,7 @@ from kit.stages.scaling import SCALING
 from kit.stages.serve import SERVE
 from kit.stages.training import FINETUNE, PRETRAIN
 from kit.stages.unit import Stage
+from kit.throttling import throttle_notes
 
 STAGES: tuple[Stage, ...] = (PRETRAIN, MAXBATCH, SCALING, PROFILE, FINETUNE, SERVE, COMM)
 BY_NAME = {stage.name: stage for stage in STAGES}
@@ -39,7 +40,8 @@ def unit_of(case: Case) -> Stage | None:
 
 def measure(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str, Metric | None], list[str]]:
     """Everything an ok case's result.json carries: its unit's figures and, beside them, joules
-    per token and mean power per GPU (kit/energy.py) or why they are absent."""
+    per token and mean power per GPU (kit/energy.py) or why they are absent, and whether a
+    measured window was throttled (kit/throttling.py)."""
     found, notes = unit_of(case).case_metrics(case, runs)
     energy, energy_notes = energy_case_metrics(case, runs)
-    return {**found, **energy}, [*notes, *energy_notes]
+    return {**found, **energy}, [*notes, *energy_notes, *throttle_notes(runs)]
