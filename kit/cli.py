@@ -375,7 +375,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir.write_info(info)
                 raise
             console.print(preflight_table(checked))
-            info.preflight = checked.model_dump(mode="json")
+            info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
+            if checked.calibration is not None:
+                runner.record_calibration(run_dir, checked.calibration)
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
     elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start

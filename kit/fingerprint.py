@@ -260,6 +260,33 @@ class KitInfo(BaseModel):
     unreadable: dict[str, str] = Field(default_factory=dict)
 
 
+class MeasuredFigure(BaseModel):
+    """One figure the host's devices achieved, the lowest device's (a synchronous step waits for
+    the slowest), each device's beside it, and how it was measured."""
+
+    value: float
+    unit: Literal["TFLOPS", "GB/s"]
+    per_device: list[float] = Field(default_factory=list)
+    how: str
+
+
+class Calibration(BaseModel):
+    """What the host achieved in the preflight's short measurement (kit/calibration.py), the
+    denominators MFU and the expectation take where they are below the datasheet's peaks."""
+
+    device: Literal["cuda", "cpu"]
+    device_names: list[str]
+    matmul_dtype: Literal["bf16", "fp32"]
+    matmul: MeasuredFigure
+    memory_copy: MeasuredFigure
+    host_to_device: MeasuredFigure | None = None  # pinned memory, GPU only
+    device_to_host: MeasuredFigure | None = None
+    all_reduce_busbw: MeasuredFigure | None = None  # more than one GPU only
+    shapes_tflops: dict[str, float] = Field(default_factory=dict)  # "MxKxN" -> the lowest device's best
+    raw_samples: str  # the folder of its rank files, in the run directory (or the preflight's folder)
+    seconds: float
+
+
 class Fingerprint(BaseModel):
     """Everything about the environment that a reported number depends on."""
 
@@ -278,6 +305,9 @@ class Fingerprint(BaseModel):
     # runs (a stray NCCL_P2P_DISABLE=1 would make every case a p2p-off variant); docker cases
     # get only their case's variables. A variant's own variables are in its case's params.env.
     nccl_environment: dict[str, str] = Field(default_factory=dict)
+    # What the host achieved, measured by the preflight before the first case (kit run records it
+    # here); None where no preflight measured it (kit doctor, --no-preflight, a failed calibration).
+    calibration: Calibration | None = None
 
 
 # ---------------------------------------------------------------------------------------------

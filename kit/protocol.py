@@ -198,8 +198,24 @@ class CommParams(CaseParams):
         return self
 
 
+class CalibrateParams(CaseParams):
+    """What the host's devices achieve, measured in preflight (kit/calibration.py): matmuls of
+    the plan's linear shapes, a large copy in device memory, pinned copies between host and
+    device (GPU only) and one all-reduce across the GPUs (more than one only); each `repeats`
+    times, each repeat as many iterations as fill `seconds_per_repeat`."""
+
+    kind: Literal["calibrate"] = "calibrate"
+    dtype: Literal["bf16", "fp32"]
+    matmul_shapes: tuple[tuple[int, int, int], ...] = Field(min_length=1, strict=False)  # (M, K, N)
+    copy_bytes: int = Field(gt=0)
+    transfer_bytes: int | None = Field(default=None, gt=0)
+    all_reduce_bytes: int | None = Field(default=None, gt=0)
+    repeats: int = Field(gt=0)
+    seconds_per_repeat: float = Field(gt=0)
+
+
 Params = Annotated[
-    Union[TrainParams, ServeParams, CommParams, ProfileParams], Field(discriminator="kind")
+    Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
 ]
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,
