@@ -36,6 +36,7 @@ from kit.report.cells import (
     status_cell,
 )
 from kit.report.evidence import evidence_groups
+from kit.report.host_state import calibration_text, gpu_settings
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
@@ -117,6 +118,9 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
             ", ".join(f"{key}={value}" for key, value in fingerprint.nccl_environment.items())
             or "none (a variant's own are in its case)",
         ),
+        ("GPU power limit, application clocks (graphics / memory)", gpu_settings(fingerprint) or "no GPU"),
+        ("Calibration (preflight)", calibration_text(fingerprint.calibration) if fingerprint.calibration
+         else "not measured (no preflight calibration is in this fingerprint)"),  # fmt: skip
     ]
 
 
