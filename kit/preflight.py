@@ -58,14 +58,15 @@ def miniature(case: Case) -> Case:
     tiny = load_protocol().models[MINIATURE_MODEL]
     params = case.params
     common = {"runs": 1, "timeout_s": MINIATURE_TIMEOUT_S}
+    soak = {"soak": None} if params.kind in ("train", "serve") else {}  # a soak case's miniature measures no soak
     if params.kind in ("train", "profile"):
-        update = {**common, "warmup_steps": 0, "measured_steps": 1, "micro_batch": 1, "seq_len": 32}
+        update = {**common, **soak, "warmup_steps": 0, "measured_steps": 1, "micro_batch": 1, "seq_len": 32}
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     elif params.kind == "comm":
         update = {**common, "min_bytes": 1024, "max_bytes": 1024, "warmup_iters": 1, "iters": 2}
         model = {}
     else:  # serve
-        update = {**common, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
+        update = {**common, **soak, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
                   "ready_timeout_s": 480}  # fmt: skip
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})

@@ -882,15 +882,16 @@ def _json(value: object) -> str:
 
 
 def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, profile: str) -> Table:
-    """Every parameter of a stage's cases, with where its value comes from."""
+    """Every parameter of a stage's cases, with where its value comes from (a stage of several
+    workloads, as the soak's, has some parameters in some of its cases only)."""
     dumps = [case.params.model_dump(exclude={"kind"}) for case in cases]
     unpublished = set(cases[0].unpublished)
     defaults = protocol.stages[stage].params if stage in protocol.stages else {}
     rows = []
-    for name in dumps[0]:
+    for name in dict.fromkeys(name for dump in dumps for name in dump):
         values: dict[str, list[str]] = {}
         for case, dump in zip(cases, dumps):
-            values.setdefault(_json(dump[name]), []).append(case.method)
+            values.setdefault(_json(dump[name]) if name in dump else "not a parameter of its workload", []).append(case.method)
         if len(values) == 1:
             value = next(iter(values))
         else:
@@ -903,7 +904,8 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
             origin, tone = f"profile {profile} (protocol: {_json(defaults[name])})", "warn"
         elif name in defaults:
             origin, tone = "paper", "plain"
-        elif value == _json(type(cases[0].params).model_fields[name].default):
+        elif not (field := next(type(c.params).model_fields[name] for c, d in zip(cases, dumps) if name in d)).is_required() \
+                and value == _json(field.default):  # fmt: skip
             origin, tone = "kit default", "plain"
         else:
             origin, tone = "set by the method", "plain"

@@ -18,12 +18,15 @@ from kit.stages.maxbatch import MAXBATCH
 from kit.stages.profile import PROFILE
 from kit.stages.scaling import SCALING
 from kit.stages.serve import SERVE
+from kit.stages.soak import SOAK
 from kit.stages.training import FINETUNE, PRETRAIN
 from kit.stages.unit import Stage
 from kit.throttling import throttle_notes
 
 STAGES: tuple[Stage, ...] = (PRETRAIN, MAXBATCH, SCALING, PROFILE, FINETUNE, SERVE, COMM)
-BY_NAME = {stage.name: stage for stage in STAGES}
+# Stages a run asks for beyond its profile's (kit run --soak): a section only where planned.
+ON_REQUEST: tuple[Stage, ...] = (SOAK,)
+BY_NAME = {stage.name: stage for stage in (*STAGES, *ON_REQUEST)}
 # A stage the protocol names and the kit has no unit for is measured as the first unit of its workload.
 BY_WORKLOAD = {"train": PRETRAIN, "profile": PROFILE, "serve": SERVE, "comm": COMM}
 
