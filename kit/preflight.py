@@ -178,7 +178,7 @@ def calibrate(case: Case, executor, work: Path) -> tuple[PreflightLine, Calibrat
     calibration = None
     if sample is not None and sample.status == "ok":
         calibration = calibration_of(case, sample, (folder / "runs" / "1").resolve().as_posix())
-        status, detail = "ok", f"{summary(calibration)} (recorded in the fingerprint)"
+        status, detail = "ok", summary(calibration)
     else:
         status, detail = "fail", failure or f"{sample.status}: {sample.reason}"
     return PreflightLine(

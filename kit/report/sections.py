@@ -118,9 +118,7 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
             ", ".join(f"{key}={value}" for key, value in fingerprint.nccl_environment.items())
             or "none (a variant's own are in its case)",
         ),
-        ("GPU power limit, application clocks (graphics / memory)", gpu_settings(fingerprint) or "no GPU"),
-        ("Calibration (preflight)", calibration_text(fingerprint.calibration) if fingerprint.calibration
-         else "not measured (no preflight calibration is in this fingerprint)"),  # fmt: skip
+        ("GPU power limit, application clocks (graphics / memory)", gpu_settings(fingerprint) or "no GPU or not read"),
     ]
 
 
@@ -294,7 +292,11 @@ def environment_section(run: LoadedRun) -> Section:
             "be established from it."
         )
     else:
-        before.tables.append(_facts_table("The host as fingerprinted", fingerprint_facts(fingerprint, run.hostname)))
+        # What the preflight measured is a measurement, not a setting: kept out of the facts nodes are compared by.
+        calibration = (calibration_text(fingerprint.calibration) if fingerprint.calibration
+                       else "not measured (no preflight calibration is in this fingerprint)")  # fmt: skip
+        before.tables.append(_facts_table("The host as fingerprinted", [*fingerprint_facts(fingerprint, run.hostname),
+                                                                         ("Calibration (preflight)", calibration)]))  # fmt: skip
         expected = max((case.gpus for case in info.plan.cases), default=None) if info.plan.device == "cuda" else None
         checks, origin = (
             (info.checks, "as the run recorded them before it started")
