@@ -17,7 +17,7 @@ from kit.results import Result
 from kit.throttling import throttling
 
 LISTED = 3  # throttled cases named on page one; the others counted
-OLDER_KIT = "a kit from before it was measured made this run"  # why an older run has neither
+OLDER_KIT = "a kit older than the measurement made this run"  # why an older run has neither
 
 
 def run_calibration(run: LoadedRun) -> Calibration | None:
@@ -96,7 +96,7 @@ def measured_state_fact(run: LoadedRun) -> Fact:
     calibration = run_calibration(run)
     throttled, tone = throttling_text(run)
     if calibration is None and throttled == f"throttling not sampled: {OLDER_KIT}" and calibration_gap(run) == OLDER_KIT:
-        return Fact(label="Calibration", value=f"not measured, nor throttling: {OLDER_KIT}", tone="muted")
+        return Fact(label="Calibration", value=f"not measured, nor throttling sampled: {OLDER_KIT}", tone="muted")
     measured = calibration_text(calibration) if calibration is not None else f"not measured: {calibration_gap(run)}"
     if tone != "warn" and calibration is None:
         tone = "muted"
