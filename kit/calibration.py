@@ -163,7 +163,7 @@ class Achievable:
     denominators of the expectation and the achievable roofline. `replaced`: which, with its value."""
 
     def __init__(self, spec: GpuSpec, calibration: Calibration | None):
-        self.datasheet, self.replaced = spec, {}
+        self.replaced: dict[str, str] = {}
         update = {}
         if calibration is not None and calibration.device == "cuda":
             peak, bandwidth = spec.bf16_dense_tflops.value, spec.memory_bandwidth_tb_per_s.value
