@@ -4,8 +4,8 @@ turned here from raw times into the figures the fingerprint records (kit.fingerp
 
 A datasheet peak is more than any kernel reaches, and a GPU under a lowered power limit or clocks
 reaches less still: MFU against the measured matmul, and an expectation and roofline at the
-measured figures where they are lower, tell a slow software stack from a slow or capped GPU. The datasheet peak stays the bound for the flags of
-impossible values, which must be a physical limit.
+measured figures where they are lower, tell a slow software stack from a slow or capped GPU. The
+datasheet peak stays the bound for the flags of impossible values, which must be a physical limit.
 """
 
 from __future__ import annotations
