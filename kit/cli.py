@@ -210,6 +210,8 @@ def _stop_on_sigterm() -> None:
               help="slurm: the same run on every node of the allocation at once, each into OUT/<node>/ (for kit report --fleet)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
+@click.option("--soak", "soak_minutes", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+              help="also measure one training case and the serving burst on end for MINUTES each: the first minute against the last")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @click.option("--redact", is_flag=True,
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
@@ -218,7 +220,7 @@ def _stop_on_sigterm() -> None:
 @click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="sign the run when it finishes with this SSH key, as `kit sign` does")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
-        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, no_preflight, redact,
+        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, soak_minutes, no_preflight, redact,
         accept_changes, sign_key) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
@@ -244,7 +246,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
         _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact, sign_key)
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or no_preflight or redact:
+        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or soak_minutes or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
@@ -275,15 +277,24 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
-        if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
-            raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
+        if run_all and (stages or case_ids) or not (run_all or stages or case_ids or soak_minutes):
+            raise UsageFailure("say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)")
         if profile is None and not host.gpu_names:
             console.print(f"[yellow]{SMOKE_NOTICE}[/]")
         plan = load_plan(profile, host)
+        soaking = []
+        if soak_minutes:
+            from kit.soak import with_soak
+
+            plan, soaking = with_soak(plan, host, soak_minutes)
+            if not soaking:
+                raise UsageFailure(f"--soak: the {plan.profile} profile has no training or serving case this host can run")
         try:
-            cases = select(plan, tuple(stages), tuple(case_ids))
+            chosen = select(plan, tuple(stages), tuple(case_ids)) if run_all or stages or case_ids else []
         except ValueError as exc:
             raise UsageFailure(str(exc)) from None
+        named = any(case in chosen for case in soaking) and not run_all  # --case soak.<...>: that soak alone
+        cases = chosen if named else [*chosen, *(case for case in soaking if case not in chosen)]
         finished = set()
         title = f"profile {plan.profile}: {len(cases)} cases"
         slurm_options = None
@@ -367,7 +378,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir.write_info(info)
                 raise
             console.print(preflight_table(checked))
-            info.preflight = checked.model_dump(mode="json")
+            info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
+            if checked.calibration is not None:
+                runner.record_calibration(run_dir, checked.calibration)
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
     elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start

@@ -16,7 +16,8 @@ from typing import Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kit.fingerprint import PERFORMANCE_LIMITING_REASONS, Fingerprint, Gpu, GpuProcess
+from kit.clock_events import PERFORMANCE_LIMITING_REASONS
+from kit.fingerprint import Fingerprint, Gpu, GpuProcess
 from kit.manifest import load_manifest, manifests_dir
 
 T = TypeVar("T")

@@ -102,6 +102,10 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
 
 def estimate(case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None) -> Estimate:
     """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known."""
+    soak = getattr(case.params, "soak", None)
+    if soak is not None:  # as long as it was asked to last, whatever an earlier soak lasted
+        start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
+        return Estimate(seconds=soak.seconds + start, basis=f"the soak's {soak.seconds:g} s and a start of {start:.0f} s")
     earlier = history.get(case.id)
     if earlier:
         return Estimate(seconds=statistics.median(earlier), basis=f"median of {len(earlier)} earlier run(s) of this case")

@@ -107,6 +107,14 @@ class StepParams(CaseParams):
     attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
 
 
+class Soak(Strict):
+    """A case measured for `seconds` on end, in windows of `window_s` each with its throughput,
+    clocks and temperature (kit run --soak, kit/soak.py): whether a server holds its speed."""
+
+    seconds: float = Field(gt=0)
+    window_s: float = Field(gt=0)
+
+
 class MaxBatchSearch(Strict):
     """The largest micro-batch a training case holds (paper Table IV): trials from `start`
     (None: the memory model's prediction on a GPU, 1 on CPU) doubling until one runs out of
@@ -143,6 +151,7 @@ class TrainParams(StepParams):
     tensor_parallel: int = Field(default=1, gt=0)
     # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
     max_batch_search: MaxBatchSearch | None = None
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): its one run measures windows for that long
     # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
     # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
     # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
@@ -176,6 +185,7 @@ class ServeParams(CaseParams):
     warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): bursts one after another for that long
 
 
 class CommParams(CaseParams):
@@ -198,8 +208,24 @@ class CommParams(CaseParams):
         return self
 
 
+class CalibrateParams(CaseParams):
+    """What the host's devices achieve, measured in preflight (kit/calibration.py): matmuls of
+    the plan's linear shapes, a large copy in device memory, pinned copies between host and
+    device (GPU only) and one all-reduce across the GPUs (more than one only); each `repeats`
+    times, each repeat as many iterations as fill `seconds_per_repeat`."""
+
+    kind: Literal["calibrate"] = "calibrate"
+    dtype: Literal["bf16", "fp32"]
+    matmul_shapes: tuple[tuple[int, int, int], ...] = Field(min_length=1, strict=False)  # (M, K, N)
+    copy_bytes: int = Field(gt=0)
+    transfer_bytes: int | None = Field(default=None, gt=0)
+    all_reduce_bytes: int | None = Field(default=None, gt=0)
+    repeats: int = Field(gt=0)
+    seconds_per_repeat: float = Field(gt=0)
+
+
 Params = Annotated[
-    Union[TrainParams, ServeParams, CommParams, ProfileParams], Field(discriminator="kind")
+    Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
 ]
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from kit.analysis import scaling_efficiency
-from kit.fingerprint import Fingerprint
+from kit.fingerprint import Calibration, Fingerprint
 from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
@@ -584,6 +584,7 @@ class MeasuredRun(BaseModel):
     cpu_names: tuple[str, ...] = ()
     interconnect: Literal["nvlink", "pcie"] | None = None
     results: dict[str, Result]
+    calibration: Calibration | None = None  # what the host achieved in preflight (the fingerprint's)
 
     @property
     def gpus(self) -> str:
@@ -621,6 +622,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         cpu_names=tuple(sorted({rank.device_name for rank in ranks if rank.device == "cpu"})),
         interconnect=interconnect,
         results={result.case_id: result for result in results},
+        calibration=fingerprint.calibration if fingerprint is not None else None,
     )
 
 

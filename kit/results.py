@@ -71,6 +71,25 @@ class DeviceTelemetry(BaseModel):
     peak_used_bytes: int | None = None  # device-level used memory, max of samples during measured steps
     samples: int = 0
     unavailable: str | None = None  # why absent, e.g. "no NVML: this host has no NVIDIA driver"
+    # Clocks and heat over the same samples: a figure measured on a slowed GPU says so.
+    sm_clock_mhz_mean: float | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
+    sm_clock_mhz_min: int | None = None
+    temperature_c_mean: float | None = None  # nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)
+    temperature_c_max: int | None = None
+    clock_event_samples: int = 0  # samples whose clock event reason mask was read
+    clock_event_reasons: dict[str, int] = {}  # reason (kit.clock_events) -> samples in which NVML reported it
+
+
+class SoakWindow(BaseModel):
+    """One window of a soak (kit/soak.py): when it began (seconds after the soak began), the
+    seconds it measured, the tokens this process produced in them (a training rank's, or a
+    burst's output tokens), a training rank's steps, and NVML's view of the window."""
+
+    started_s: float
+    seconds: float
+    tokens: int
+    step_s: list[float] = []
+    telemetry: DeviceTelemetry | None = None
 
 
 class EffectiveOption(BaseModel):
@@ -99,6 +118,7 @@ class RankSample(BaseModel):
     phases_s: dict[str, float] = {}
     peak_memory: PeakMemory | None = None
     telemetry: DeviceTelemetry | None = None
+    windows: list[SoakWindow] = []  # a soak case's windows, one after another
     details: dict[str, Any] = {}
     versions: dict[str, str] = {}
     started_at: str

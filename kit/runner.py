@@ -19,7 +19,7 @@ from kit import effective
 from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
-from kit.fingerprint import Fingerprint, collect, probe_this_python
+from kit.fingerprint import Calibration, Fingerprint, collect, probe_this_python
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
@@ -124,6 +124,17 @@ def start_run(
     run.write_info(info)
     redact_in_place(run, info)
     return run
+
+
+def record_calibration(run: RunDir, calibration: Calibration) -> None:
+    """What the preflight measured the host to achieve, into the fingerprint before the run (a
+    fact of the host every figure of the run was measured on), its raw samples named by their
+    place in the run directory."""
+    raw = Path(calibration.raw_samples)
+    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
+        calibration = calibration.model_copy(update={"raw_samples": raw.relative_to(run.root.resolve()).as_posix()})
+    fingerprint = read_model(run.fingerprint_path, Fingerprint)
+    atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"calibration": calibration}))
 
 
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
