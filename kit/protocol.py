@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from kit.analysis import LlamaShape
+from kit.credentials import looks_like_a_credential
 from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
+from kit.names import checked_name
 
 
 class Strict(BaseModel):
@@ -32,27 +34,8 @@ class ModelSpec(LlamaShape):
     source: str
 
 
-# Names that become path components (case folders, cache entries, container names): one
-# segment of letters, digits, '.', '_', '+', '-', starting with a letter or digit, so that no
-# name (a case id read back from a run.json, a model of a manifest) can be '..', hold a '/' or
-# be absolute, and nothing is ever written or removed outside the folder meant for it.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-
-
-def checked_name(value: str) -> str:
-    if not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{value[:80]!r} is not a usable name (letters, digits, '.', '_', '+', '-'; "
-                         "starting with a letter or digit; at most 128 characters)")  # fmt: skip
-    return value
-
-
 Name = Annotated[str, AfterValidator(checked_name)]
 GpuCount = Annotated[int, Field(gt=0, le=4096, strict=True)]  # `true` or "2" is not a count
-
-
-# What looks like a credential, by its name or its value (a Hugging Face token: hf_...).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|(^|_)KEY($|_)|CREDENTIAL", re.IGNORECASE)
-SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -68,7 +51,7 @@ def checked_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"{name[:60]!r} is not a variable name (letters, digits and '_', at most 128)")
         if "\x00" in value or len(value) > 4096:
             raise ValueError(f"{name}: a value holds a NUL byte or is longer than 4096 characters")
-        if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
+        if looks_like_a_credential(name, value):
             raise ValueError(f"{name} looks like a credential, and a case's env is written into every run "
                              "directory and report: set it in the environment kit runs in instead")  # fmt: skip
     return env
