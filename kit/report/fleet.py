@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from kit import __version__
 from kit.reference import format_value, metric_label
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.report.cells import STATUS_TONES, has_metrics, mean_std, percent
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
@@ -70,8 +71,8 @@ def check_fleet(run_dirs: Sequence[Path]) -> None:
         if not path.is_file():
             raise ValueError(f"{folder} is not a run directory (no run.json)")
         try:
-            profiles[folder] = json.loads(path.read_text(encoding="utf-8"))["profile"]
-        except (ValueError, KeyError, TypeError):
+            profiles[folder] = json.loads(read_regular(path, RUN_FILE_LIMIT))["profile"]
+        except (OSError, ValueError, KeyError, TypeError):
             raise ValueError(f"{path} is not a run.json the kit wrote (no profile in it)") from None
     if len(set(profiles.values())) > 1:
         listed = ", ".join(f"{folder}: {profile}" for folder, profile in profiles.items())

@@ -15,6 +15,7 @@ from kit.report import charts
 from kit.report.cells import has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import generic_stage, stage_cases
+from kit.regular_files import RUN_FILE_LIMIT, read_regular_text
 from kit.results import Metric, Result, RunSample
 from kit.serve.aggregate import RequestRecord
 from kit.stages.unit import Stage
@@ -103,7 +104,7 @@ def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
     """Every request of every run of a serving case, as its requests.jsonl recorded it."""
     rows = []
     for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")):
-        rows += [RequestRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+        rows += [RequestRecord.model_validate_json(line) for line in read_regular_text(path, RUN_FILE_LIMIT).splitlines() if line.strip()]
     return rows
 
 
