@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import json
+import math
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -22,6 +25,35 @@ class UsageFailure(click.ClickException):
     """A problem with what was asked (exit code 2), reported as one line."""
 
     exit_code = 2
+
+
+def writable_folder(ctx, param, value: Path | None) -> Path | None:
+    """--out, checked before anything slow starts: a folder that is there or can be made, and
+    can be written in. What the check made is removed again; the command makes it when it
+    writes."""
+    if value is None:
+        return None
+    if value.exists() and not value.is_dir():
+        raise click.BadParameter(f"{value} is there and is not a folder; give a folder (it is made where missing)")
+    made = [folder for folder in [value, *value.parents] if not folder.exists()]
+    try:
+        value.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=value):
+            pass
+    except OSError as exc:
+        raise click.BadParameter(f"cannot make or write the folder {value} ({exc.strerror or exc}); give one you can write in") from None
+    finally:
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return value
+
+
+def positive_price(ctx, param, value: float | None) -> float | None:
+    """A price is a positive, finite number (nan and inf are floats click takes)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"a price is a positive number; got {value:g}")
+    return value
 
 
 def default_profile(gpu_names: list[str]) -> str:
@@ -126,11 +158,7 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
     """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
     if fingerprint_file is not None:
-        from kit.fingerprint import Fingerprint
-
-        data = json.loads(fingerprint_file.read_text(encoding="utf-8"))
-        found = Fingerprint.model_validate(data.get("fingerprint", data))  # kit doctor --json wraps it
-        names = [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
+        names = _fingerprint_gpu_names(fingerprint_file)
     else:
         from kit.host import gpu_names
 
@@ -168,6 +196,28 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     click.echo(plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted))
 
 
+def _fingerprint_gpu_names(path: Path) -> list[str]:
+    """The GPUs of a fingerprint file (a run's fingerprint.json, or `kit doctor --json`, which
+    wraps it); a file that is neither is refused in one line."""
+    from pydantic import ValidationError
+
+    from kit.fingerprint import Fingerprint
+    from kit.regular_files import RUN_FILE_LIMIT, read_regular
+
+    try:
+        data = json.loads(read_regular(path, RUN_FILE_LIMIT))
+        found = Fingerprint.model_validate(data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        reason = f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"
+    except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+    else:
+        return [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
+    raise UsageFailure(f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
+                       "`kit doctor --json`")  # fmt: skip
+
+
 def _stop_on_sigterm() -> None:
     """Turn SIGTERM into an exception so that running cases are torn down and run.json says so."""
 
@@ -182,7 +232,7 @@ def _stop_on_sigterm() -> None:
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
-@click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<time>-<profile>)")
+@click.option("--out", type=click.Path(path_type=Path), callback=writable_folder, help="run directory (default: runs/<time>-<profile>)")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
 @click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
@@ -249,6 +299,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             except runner.EvidenceChanged as exc:
                 raise UsageFailure(str(exc)) from None
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
+        if not dry_run and runner.is_complete(run_dir, run_dir.read_info()):
+            console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False)
+            return
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
         if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
@@ -545,7 +598,7 @@ def k8s_group() -> None:
 @click.option("--image-pull-secret", help="a Secret the pods pull the images with")
 @click.option("--hf-token-secret", help="a Secret whose key HF_TOKEN holds a token for gated models (named, never read)")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of a node; a case with more becomes a PyTorchJob")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="folder for the manifests")
+@click.option("--out", required=True, type=click.Path(path_type=Path), callback=writable_folder, help="folder for the manifests")
 def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, hf_token_secret, gpus_per_node, out) -> None:
     """One manifest per case into OUT (a Job, or a PyTorchJob across nodes), and each case's case.json."""
     from kit.execute.k8s_manifests import K8sOptions, write_manifests
@@ -575,9 +628,10 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
-@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE",
+@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_price,
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
-@click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
+@click.option("--out", type=click.Path(path_type=Path), callback=writable_folder,
+              help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
 @click.option("--expect-digest", metavar="HEX",
@@ -585,8 +639,10 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node."""
+    from rich.markup import escape
+
     from kit.console import console
-    from kit.report.evidence import digest_mismatch, newest_run, verify
+    from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
     from kit.report.render import render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
@@ -608,16 +664,23 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
             run_dir = newest_run()
         except (FileNotFoundError, ValueError) as exc:
             raise UsageFailure(str(exc)) from None
+    if not (run_dir / "run.json").is_file():
+        raise UsageFailure(f"{run_dir} is not a run directory (no run.json): give the folder `kit run` wrote")
     if expect_digest is not None and not verify_only:
         raise UsageFailure("--expect-digest goes with --verify")
     if verify_only:
+        try:
+            wanted_digest = None if expect_digest is None else expected_digest(expect_digest)
+        except ValueError as exc:
+            raise UsageFailure(str(exc)) from None
         problems = verify(run_dir)
-        if expect_digest is not None and not problems:
-            problems = digest_mismatch(run_dir, expect_digest)
+        if wanted_digest is not None and not problems:
+            problems = digest_mismatch(run_dir, wanted_digest)
         for problem in problems:
-            console.print(f"[red]{problem}[/]")
-        console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
-                                       + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
+            console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
+        console.print(f"{escape(str(run_dir))}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
+                                                    + (f", whose digest is the one expected ({wanted_digest})" if wanted_digest else "")),
+                      soft_wrap=True)  # fmt: skip
         sys.exit(1 if problems else 0)
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price))
@@ -626,6 +689,8 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 def _write_documents(render_them) -> None:
     """Render, print each file written; a run that fails its evidence exits 1 in red, one that
     cannot be read exits 2 in one line."""
+    from rich.markup import escape
+
     from kit.console import console
     from kit.report.evidence import EvidenceError
     from kit.results import UnreadableRun
@@ -633,7 +698,7 @@ def _write_documents(render_them) -> None:
     try:
         written = render_them()
     except EvidenceError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
         sys.exit(1)
     except (ValueError, UnreadableRun) as exc:
         raise UsageFailure(str(exc)) from None
@@ -658,6 +723,10 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # an option or argument: one line, what is wrong and where the options are listed
+        command = exc.ctx.command_path if exc.ctx else "kit"
+        click.echo(f"error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
