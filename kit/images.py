@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from kit.cache import cache_dir, exclusive
-from kit.manifest import ManifestError, load_manifest, manifests_dir
+from kit.manifest import ManifestError, load_manifest, manifests_dir, whole_number
 from kit.results import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -131,7 +131,7 @@ class ImagesLock(Strict):
     """The lock's three keys, each required: a lock cut short (its last part, the environments,
     missing) is refused rather than read as one without the images it lost."""
 
-    schema_version: Literal[1]
+    schema_version: Annotated[Literal[1], BeforeValidator(whole_number)]
     images: dict[str, LockedImage] = Field(min_length=1)
     environments: dict[str, LockedEnvironment]
 

@@ -158,6 +158,14 @@ def _tuples(value: object) -> object:
     return value
 
 
+def whole_number(value: object) -> object:
+    """For a Literal of numbers, which in pydantic takes `false` and `0.0` for 0, `true` for 1:
+    a whole number as written, or a ValueError."""
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
 def validate(path: Path, data: object, model: type[M]) -> M:
     """Validate parsed data against a model, reporting the first error as one line. Values are
     read as written (pydantic's strict mode): `"128"` is not a number, `"no"` or `0` not a flag,

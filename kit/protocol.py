@@ -11,11 +11,11 @@ from pathlib import Path
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from kit.analysis import LlamaShape
 from kit.credentials import looks_like_a_credential
-from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
+from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
 from kit.names import checked_name
 
 
@@ -101,7 +101,7 @@ class TrainParams(StepParams):
     optimizer: Literal["adamw"]
     optimizer_impl: Literal["deepspeed", "torch"]
     learning_rate: float = Field(gt=0)
-    zero_stage: Literal[0, 2, 3] = 0
+    zero_stage: Annotated[Literal[0, 2, 3], BeforeValidator(whole_number)] = 0
     offload: bool = False
     quantization: Literal["none", "nf4-double"] = "none"
     peft: Literal["none", "lora", "qlora"] = "none"
@@ -420,7 +420,7 @@ def _stage_cases(
                                     f"method {method!r} sets it to {method_params[overridden[0]]!r}; a profile cannot change it")  # fmt: skip
             params_data = {**stage.params, **narrowed.params, **method_params, "kind": stage.workload}
             try:
-                params = PARAM_MODELS[stage.workload].model_validate(params_data)
+                params = PARAM_MODELS[stage.workload].model_validate(params_data, strict=True)  # a nested search's too
             except Exception as exc:  # pydantic ValidationError: report the first problem on one line
                 first = exc.errors()[0]  # type: ignore[attr-defined]
                 key = ".".join(str(p) for p in first["loc"])

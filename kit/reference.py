@@ -497,8 +497,8 @@ class Claim(Strict):
             if unknown:
                 raise ValueError(f"placeholder {{{unknown[0]}}} has no for_each values")
             lists = [values[name] for name in used]
-            if not all(isinstance(items, (list, tuple)) for items in lists):
-                raise ValueError("for_each gives each placeholder a list of values")
+            if not all(isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items) for items in lists):
+                raise ValueError("for_each gives each placeholder a list of names")
             if len(expanded) + math.prod(len(items) for items in lists) > MAX_EXPANDED:
                 raise ValueError(f"for_each expands the claim into more than {MAX_EXPANDED} relations")
             expanded += [_substitute(relation, dict(zip(used, combination))) for combination in product(*lists)]
