@@ -274,8 +274,9 @@ class RunDir:
         say) is refused, naming the holder, instead of running the same cases twice. The kernel
         lock (flock on the folder itself) goes with the process, however it ends."""
         self.root.mkdir(parents=True, exist_ok=True)
-        if (self.root / LOCK_NOTE).is_dir():
-            raise UnreadableRun(f"{self.root / LOCK_NOTE}: a folder where the kit writes who holds the run")
+        note = self.root / LOCK_NOTE
+        if note.is_symlink() or (note.exists() and not note.is_file()):
+            raise UnreadableRun(f"{note}: not a file, where the kit writes who holds the run")
         fd = os.open(self.root, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

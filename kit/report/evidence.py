@@ -107,7 +107,10 @@ def verify(run_dir: Path) -> list[str]:
     run = RunDir(Path(run_dir))
     if not run.info_path.is_file():
         return [f"{run_dir} is not a run directory (no run.json)"]
-    if not (run.root / SUMS_FILE).is_file():
+    sums = run.root / SUMS_FILE
+    if sums.is_symlink() or (sums.exists() and not sums.is_file()):
+        return [f"{SUMS_FILE}: not a file; a run's evidence is the file the kit writes"]
+    if not sums.is_file():
         try:
             status = run.read_info().status
         except ValueError as exc:
