@@ -403,7 +403,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]")
+        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]", soft_wrap=True)
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
@@ -643,7 +643,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 
     from kit.console import console
     from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
-    from kit.report.render import render
+    from kit.report.render import chosen_formats, render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if redact:
@@ -682,6 +682,10 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
                                                     + (f", whose digest is the one expected ({wanted_digest})" if wanted_digest else "")),
                       soft_wrap=True)  # fmt: skip
         sys.exit(1 if problems else 0)
+    try:
+        chosen_formats(wanted)
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price))
 

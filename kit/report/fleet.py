@@ -24,7 +24,7 @@ from kit.report.cells import STATUS_TONES, has_metrics, mean_std, percent
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
-from kit.report.render import verify_runs, write_documents
+from kit.report.render import chosen_formats, verify_runs, write_documents
 from kit.report.sections import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions, image_section
 from kit.stages import unit_of
 
@@ -310,9 +310,7 @@ def render_fleet(
     each run verified against its SHA256SUMS first (EvidenceError names what changed). Bad input
     (one run, a folder that is no run, runs of different profiles) is a ValueError in one line,
     said before any run is verified."""
-    wanted = list(dict.fromkeys(formats))
-    if not wanted or any(name not in FLEET_FORMATS for name in wanted):
-        raise ValueError(f"a fleet report's formats are {', '.join(FLEET_FORMATS)}; got {', '.join(formats) or 'none'}")
+    wanted = chosen_formats(formats, FLEET_FORMATS, "a fleet report's")
     run_dirs = [Path(folder) for folder in run_dirs]
     check_fleet(run_dirs)
     out_dir = Path(out_dir) if out_dir else Path(os.path.commonpath([folder.resolve() for folder in run_dirs]))
