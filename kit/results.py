@@ -251,6 +251,12 @@ def read_model(path: Path, model: type[M]) -> M:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
 
 
+def not_a_file(path: Path) -> bool:
+    """Whether something other than a regular file is where the kit keeps one: a link (written
+    through, it would reach outside the run), a folder, a FIFO."""
+    return path.is_symlink() or (path.exists() and not path.is_file())
+
+
 def printable(name: str) -> str:
     """A file name as it can be shown: each character a terminal would act on or hide (a line
     break, an escape sequence, a right-to-left override) and each byte that was not UTF-8 written
@@ -275,7 +281,7 @@ class RunDir:
         lock (flock on the folder itself) goes with the process, however it ends."""
         self.root.mkdir(parents=True, exist_ok=True)
         note = self.root / LOCK_NOTE
-        if note.is_symlink() or (note.exists() and not note.is_file()):
+        if not_a_file(note):
             raise UnreadableRun(f"{note}: not a file, where the kit writes who holds the run")
         fd = os.open(self.root, os.O_RDONLY)
         try:

@@ -32,6 +32,7 @@ from kit.results import (
     RunSample,
     UnreadableRun,
     atomic_write_model,
+    not_a_file,
     read_model,
     utc_now,
 )
@@ -367,7 +368,7 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     run.lock()
     info = run.read_info()
     sums = run.root / SUMS_FILE
-    if sums.is_symlink() or (sums.exists() and not sums.is_file()):  # the seal could not replace it
+    if not_a_file(sums):  # the seal could not replace it
         raise UnreadableRun(f"{sums}: not a file; a run's evidence is the file the kit writes")
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:

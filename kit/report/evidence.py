@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kit.regular_files import RUN_FILE_LIMIT, read_regular, read_regular_text
-from kit.results import SUMS_FILE, RunDir, printable, sha256_file
+from kit.results import SUMS_FILE, RunDir, not_a_file, printable, sha256_file
 
 SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
@@ -108,7 +108,7 @@ def verify(run_dir: Path) -> list[str]:
     if not run.info_path.is_file():
         return [f"{run_dir} is not a run directory (no run.json)"]
     sums = run.root / SUMS_FILE
-    if sums.is_symlink() or (sums.exists() and not sums.is_file()):
+    if not_a_file(sums):
         return [f"{SUMS_FILE}: not a file; a run's evidence is the file the kit writes"]
     if not sums.is_file():
         try:
