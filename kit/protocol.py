@@ -191,7 +191,7 @@ class Option(Strict):
 
     label: str
     params: dict[str, Any] = {}
-    image: str | None = None  # an option that needs its own image (a serving engine) names it
+    image: Name | None = None  # an option that needs its own image (a serving engine) names it
     requires_any: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
 
@@ -216,7 +216,7 @@ class Matrix(Strict):
 class Stage(Strict):
     description: str
     workload: Literal["train", "serve", "comm", "profile"]
-    image: str
+    image: Name
     options: str
     params: dict[str, Any]
     unpublished: tuple[str, ...] = ()
@@ -245,7 +245,7 @@ class Profile(Strict):
     comparable_to_reference: bool
     stages: dict[str, ProfileStage]
     # A stage's image -> the image this profile runs it in (the CPU profile runs all in `smoke`).
-    images: dict[str, str] = {}
+    images: dict[Name, Name] = {}
 
     @model_validator(mode="after")
     def _cpu_is_never_the_reference(self) -> "Profile":
