@@ -202,6 +202,7 @@ LAUGHS = "".join(f"_l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for 
     ("protocol.yaml", "    comparable_to_reference: false\n", '    comparable_to_reference: "no"\n', "valid boolean"),
     ("protocol.yaml", "    comparable_to_reference: false\n", "    comparable_to_reference: 0\n", "valid boolean"),
     ("protocol.yaml", "    hidden_size: 4096\n", '    hidden_size: "4096"\n', "valid integer"),
+    ("protocol.yaml", "    image: train\n", '    image: " "\n', "is not a usable name"),
     ("protocol.yaml", "learning_rate: 1.0e-5", "learning_rate: .inf", "not a finite number"),
     ("protocol.yaml", "memory_cap_gib: 1.5", "memory_cap_gib: .inf", "not a finite number"),
     ("references/arxiv-2311.03687.yaml", "tolerance: 0.05", "tolerance: .inf", "not a finite number"),
