@@ -300,7 +300,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 raise UsageFailure(str(exc)) from None
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         if not dry_run and runner.is_complete(run_dir, run_dir.read_info()):
-            console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False)
+            console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False, soft_wrap=True)
             return
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
