@@ -206,13 +206,17 @@ def model_flops_per_token(shape: LlamaShape, seq_len: int) -> float:
     return 3 * forward_flops_per_token(shape, seq_len)
 
 
-def hardware_flops_per_token(shape: LlamaShape, seq_len: int, recompute: bool) -> float:
+def hardware_flops_per_token(shape: LlamaShape, seq_len: int, recompute: bool, frozen_linears: bool = False) -> float:
     """Training FLOPs per token the GPUs execute. Full activation recomputation runs the decoder
     layers' forward once more; the LM head sits outside the checkpointed layers and is not
     recomputed (Narayanan 2021 count the transformer layers four times and the logit layer three
-    times; Hugging Face's gradient checkpointing wraps the decoder layers only)."""
+    times; Hugging Face's gradient checkpointing wraps the decoder layers only). With the decoder
+    linears frozen (4-bit pre-training, LoRA, QLoRA) their weight gradients are never computed,
+    while the input gradients still flow back to the embedding or the adapters; the adapters'
+    own few FLOPs are left out, so this stays a floor."""
     extra = decoder_forward_flops_per_token(shape, seq_len) if recompute else 0.0
-    return model_flops_per_token(shape, seq_len) + extra
+    skipped = 2 * decoder_linear_parameter_count(shape) if frozen_linears else 0.0
+    return model_flops_per_token(shape, seq_len) + extra - skipped
 
 
 def prefill_flops(shape: LlamaShape, prompt_len: int) -> float:
@@ -283,6 +287,33 @@ def serving_memory(
         weights=parameter_count(shape) * weight_bytes,
         kv_cache=batch * kv_cache_bytes(shape, context_len, kv_bytes),
     )
+
+
+# Serving engines leave part of each GPU to the CUDA context, the activations of their profiling
+# forward and the sampler: vLLM's `gpu_memory_utilization` and LightLLM's `mem_fraction` both
+# default to 0.9 (vLLM engine arguments; LightLLM api_cli.py).
+SERVING_MEMORY_SHARE = 0.9
+
+
+def tensor_parallel_sizes(shape: LlamaShape, most: int) -> list[int]:
+    """The tensor-parallel sizes an engine can split `shape` over, at most `most`, smallest first:
+    powers of two that divide the attention heads, and the KV heads or are a multiple of them
+    (vLLM replicates KV heads when there are fewer than ranks)."""
+    sizes, size = [], 1
+    while size <= most:
+        if shape.num_heads % size == 0 and (shape.num_kv_heads % size == 0 or size % shape.num_kv_heads == 0):
+            sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def serving_gpus_needed(shape: LlamaShape, sizes: list[int], capacity_bytes: float, context_len: int,
+                        element_bytes: float) -> int | None:
+    """The fewest of `sizes` GPUs whose share of memory (SERVING_MEMORY_SHARE) holds the weights
+    and the KV cache of one sequence of `context_len` tokens, split evenly over them: what an
+    engine must fit before it can serve anything. None where not even the largest does."""
+    need = serving_memory(shape, 1, context_len, element_bytes, element_bytes).total
+    return next((size for size in sizes if need / size <= SERVING_MEMORY_SHARE * capacity_bytes), None)
 
 
 # --- Training memory --------------------------------------------------------------------------
@@ -404,6 +435,7 @@ def training_memory_per_gpu(
     grad_bytes: float = 2,
     optimizer_bytes_per_param: float = ADAM_MIXED_PRECISION_BYTES_PER_PARAM,
     peft: Literal["lora", "qlora"] | None = None,
+    quantized_linears: bool = False,
     lora_rank: int = 64,
     lora_targets: tuple[str, ...] = DECODER_LINEARS,
     qlora_bits: int = 4,
@@ -420,7 +452,8 @@ def training_memory_per_gpu(
     Offloading the optimizer moves the optimizer states and gradients to host memory, as
     ZeRO-Offload does (Ren et al. 2021, "ZeRO-Offload"); offloading the parameters (stage 3 only)
     moves the weights. With LoRA/QLoRA only the adapters have gradients and optimizer states; the
-    frozen base stays in `weight_bytes` (LoRA) or is quantised (QLoRA). Activations are not
+    frozen base stays in `weight_bytes` (LoRA) or is quantised (QLoRA); `quantized_linears`
+    (4-bit pre-training) quantises the decoder linears, frozen, and trains the rest. Activations are not
     partitioned by ZeRO; `activation_bytes` is the size of one activation element (2 in 16-bit
     training). Not modelled: communication buckets, the CUDA context, allocator fragmentation,
     so the total is a lower bound of what a step needs.
@@ -434,7 +467,10 @@ def training_memory_per_gpu(
     if offload_params and zero_stage != 3:
         raise ValueError("parameter offload needs ZeRO stage 3")
 
-    if peft is None:
+    if peft is None and quantized_linears:  # the rest trains: embedding, norms, LM head
+        trainable = parameter_count(shape) - decoder_linear_parameter_count(shape)
+        weights = base_weight_bytes(shape, weight_bytes, qlora_bits)
+    elif peft is None:
         trainable = parameter_count(shape)
         weights = base_weight_bytes(shape, weight_bytes)
     else:

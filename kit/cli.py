@@ -7,6 +7,7 @@ import errno
 import importlib.util
 import json
 import math
+import shutil
 import signal
 import sys
 import tempfile
@@ -60,12 +61,13 @@ def default_profile(gpu_names: list[str]) -> str:
     return "paper" if gpu_names else "smoke"
 
 
-def load_plan(profile: str | None, gpu_names: list[str]):
-    """The profile's plan, fitted to this host's GPUs where it has any."""
+def load_plan(profile: str | None, host):
+    """The profile's plan, fitted to the host's GPUs (a kit.host.Host) where it has any."""
     from kit.protocol import build_plan, load_protocol
 
     protocol = load_protocol()
-    return build_plan(protocol, profile or default_profile(gpu_names), host_gpus=len(gpu_names) or None)
+    return build_plan(protocol, profile or default_profile(host.gpu_names), host_gpus=host.gpu_count or None,
+                      gpu_memory_bytes=host.smallest_gpu_memory)  # fmt: skip
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,6 +79,7 @@ def cli() -> None:
     kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
     kit run --all                 run every case; results go to runs/<time>-<profile>/
     kit run --resume RUN_DIR      finish an interrupted run
+    kit sign RUN_DIR --key KEY    sign a finished run with an SSH key
     kit images verify             the pinned images: lock vs this host
     """
     from kit.execute.owners import dead_marks
@@ -105,9 +108,9 @@ def _remove_leftovers() -> list[str] | None:
 def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
     """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import gpu_names
+    from kit.host import this_host
 
-    plan = load_plan(profile, gpu_names() if profile is None else [])
+    plan = load_plan(profile, this_host())
     fingerprint, checks = runner.preflight(plan, redact=redact)
     if as_json:
         payload = {"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]}
@@ -130,12 +133,14 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
 def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import Host, gpu_names, skip_reason
+    from kit.host import skip_reason, this_host
     from kit.preflight import run_preflight
 
+    host = this_host()
+    plan = load_plan(profile, host)
+    if executor == "docker" or (executor is None and plan.device == "cuda"):  # each case in its image
+        require_engine()
     _remove_leftovers()
-    host = Host(gpu_names=gpu_names())
-    plan = load_plan(profile, host.gpu_names)
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
@@ -158,30 +163,30 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
     """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
     if fingerprint_file is not None:
-        names = _fingerprint_gpu_names(fingerprint_file)
+        host = _fingerprint_host(fingerprint_file)
     else:
-        from kit.host import gpu_names
+        from kit.host import this_host
 
-        names = gpu_names()
-    from kit.host import Host, skip_reason
+        host = this_host()
+    from kit.host import skip_reason
     from kit.plan_cache import case_view, plan_data
 
-    host = Host(gpu_names=names)
-    plan = plan_data(profile or default_profile(names), len(names) or None)
+    names = host.gpu_names
+    plan = plan_data(profile or default_profile(names), host.gpu_count or None, host.smallest_gpu_memory)
     cases = [case_view(case) for case in plan["cases"]]
     skipped = {case.id: reason for case in cases if (reason := skip_reason(case, host))}
     runnable = [case for case in cases if case.id not in skipped]
     if any(case.device == "cuda" for case in runnable):  # the analytic estimate reads a GPU case as its model
-        runnable = [case for case in load_plan(profile, names).cases if case.id not in skipped]
+        runnable = [case for case in load_plan(profile, host).cases if case.id not in skipped]
     predicted = {}
     if runnable:
         from kit.estimate import RUNS_ROOT, estimates
 
-        predicted = estimates(runnable, RUNS_ROOT, names)
+        predicted = estimates(runnable, RUNS_ROOT, names, host.smallest_gpu_memory)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
     if known:
-        from kit.estimate import duration_text
+        from kit.plan_view import duration_text
     total = "no estimate (no earlier run here)" if not known else \
         f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
     if as_json:
@@ -196,12 +201,13 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     click.echo(plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted))
 
 
-def _fingerprint_gpu_names(path: Path) -> list[str]:
-    """The GPUs of a fingerprint file (a run's fingerprint.json, or `kit doctor --json`, which
-    wraps it); a file that is neither is refused in one line."""
+def _fingerprint_host(path: Path):
+    """The host a fingerprint file describes, its GPUs and their memory (a run's fingerprint.json,
+    or `kit doctor --json`, which wraps it); a file that is neither is refused in one line."""
     from pydantic import ValidationError
 
     from kit.fingerprint import Fingerprint
+    from kit.host import Host
     from kit.regular_files import RUN_FILE_LIMIT, read_regular
 
     try:
@@ -213,7 +219,8 @@ def _fingerprint_gpu_names(path: Path) -> list[str]:
     except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
     else:
-        return [gpu.name or "unknown GPU" for gpu in found.gpus.gpus]
+        return Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
+                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
     raise UsageFailure(f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
                        "`kit doctor --json`")  # fmt: skip
 
@@ -252,24 +259,32 @@ def _stop_on_sigterm() -> None:
               help="slurm: the same run on every node of the allocation at once, each into OUT/<node>/ (for kit report --fleet)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
+@click.option("--soak", "soak_minutes", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+              help="also measure one training case and the serving burst on end for MINUTES each: the first minute against the last")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @click.option("--redact", is_flag=True,
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="sign the run when it finishes with this SSH key, as `kit sign` does")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
-        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, no_preflight, redact,
-        accept_changes) -> None:  # fmt: skip
+        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, soak_minutes, no_preflight, redact,
+        accept_changes, sign_key) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, console, summary_table
-    from kit.host import Host, gpu_memory_bytes, gpu_names, skip_reason
+    from kit.host import skip_reason, this_host
     from kit.protocol import select
     from kit.results import RunDir
 
-    host = Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+    host = this_host()
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
+    if sign_key and shutil.which("ssh-keygen") is None:  # said before the run, not after it
+        from kit.signing import INSTALL_HINT
+
+        raise UsageFailure(f"--sign signs with ssh-keygen, which is not on PATH: {INSTALL_HINT}")
     slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode, nodelist, per_node))
     if slurm_asked and executor != "slurm":
         raise UsageFailure("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
@@ -278,14 +293,18 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if resume_dir or nodes or nodelist:
             raise UsageFailure("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each "
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
-        _run_per_node(out or runner.default_run_dir(load_plan(profile, host.gpu_names).profile), partition, redact)
+        _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact, sign_key)
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or executor or skip_predicted_oom or no_preflight or redact:
+        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or soak_minutes or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
             raise UsageFailure(f"{resume_dir} is not a run directory (no run.json)")
         info = run_dir.read_info()
+        if executor is not None and executor != info.executor:
+            raise UsageFailure(f"{resume_dir} runs its cases with the executor its run.json records ({info.executor}); "
+                               f"a resume goes on the same way: leave out --executor {executor}")  # fmt: skip
+        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records")
         executor = None if info.executor == "auto" else info.executor
         slurm_options = info.slurm
         redact = info.redacted
@@ -298,21 +317,40 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir = runner.resume(resume_dir, accept_changes)
             except runner.EvidenceChanged as exc:
                 raise UsageFailure(str(exc)) from None
+            resumed = run_dir.read_info()
+            complete = runner.is_complete(run_dir, resumed)
+            if not complete or len(resumed.accepted_changes) > len(info.accepted_changes):  # its evidence is sealed anew
+                from kit.signing import remove_signature
+
+                unsigned = remove_signature(run_dir)
+                if unsigned and not sign_key:
+                    console.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
+                                  f"run again with `kit sign {resume_dir} --key KEY`[/]")  # fmt: skip
+            if complete:
+                console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False,
+                              soft_wrap=True)  # fmt: skip
+                return
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
-        if not dry_run and runner.is_complete(run_dir, run_dir.read_info()):
-            console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False, soft_wrap=True)
-            return
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
-        if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
-            raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
+        if run_all and (stages or case_ids) or not (run_all or stages or case_ids or soak_minutes):
+            raise UsageFailure("say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)")
         if profile is None and not host.gpu_names:
             console.print(f"[yellow]{SMOKE_NOTICE}[/]")
-        plan = load_plan(profile, host.gpu_names)
+        plan = load_plan(profile, host)
+        soaking = []
+        if soak_minutes:
+            from kit.soak import with_soak
+
+            plan, soaking = with_soak(plan, host, soak_minutes)
+            if not soaking:
+                raise UsageFailure(f"--soak: the {plan.profile} profile has no training or serving case this host can run")
         try:
-            cases = select(plan, tuple(stages), tuple(case_ids))
+            chosen = select(plan, tuple(stages), tuple(case_ids)) if run_all or stages or case_ids else []
         except ValueError as exc:
             raise UsageFailure(str(exc)) from None
+        named = any(case in chosen for case in soaking) and not run_all  # --case soak.<...>: that soak alone
+        cases = chosen if named else [*chosen, *(case for case in soaking if case not in chosen)]
         finished = set()
         title = f"profile {plan.profile}: {len(cases)} cases"
         slurm_options = None
@@ -336,6 +374,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
         use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
 
+    if executor == "docker":  # asked for by name: without an engine nothing could run
+        require_engine()
     if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
@@ -376,14 +416,15 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         info = run_dir.read_info()  # with the node fingerprints the check recorded
         from kit.estimate import RUNS_ROOT, estimates
 
-        info.estimates = {k: e.model_dump() for k, e in estimates(cases, RUNS_ROOT, host.gpu_names).items()}
+        # a case the host cannot attempt takes no time: the ETA and run.json count the others
+        runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
+        info.estimates = {k: e.model_dump() for k, e in estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory).items()}
         if no_preflight:
             info.no_preflight = True
         else:
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
             console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
                 checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
@@ -393,20 +434,24 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir.write_info(info)
                 raise
             console.print(preflight_table(checked))
-            info.preflight = checked.model_dump(mode="json")
+            info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
+            if checked.calibration is not None:
+                runner.record_calibration(run_dir, checked.calibration)
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
     elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start
         _check_shared_run_dir(run_dir, pending, chosen)
     console.print(f"run directory: {run_dir.root}")
     try:
-        with RichProgress(total=len(cases), already_done=len(finished), estimates=run_dir.read_info().estimates) as progress:
+        with RichProgress(total=len(cases), finished=finished, estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]", soft_wrap=True)
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+    if sign_key:
+        _sign(run_dir, sign_key)
     counts = runner.status_counts(results)
     failed = sum(counts.get(status, 0) for status in runner.FAILED_STATUSES)
     cases = f"{len(results)} case" + ("" if len(results) == 1 else "s")
@@ -430,13 +475,15 @@ def _options_as_given(leave_out: set[str]) -> list[str]:
     return arguments
 
 
-def _run_per_node(out: Path, partition: str | None, redact: bool) -> None:
+def _run_per_node(out: Path, partition: str | None, redact: bool, sign_key: Path | None) -> None:
     """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/ (with
-    --redact, OUT/<the node's token>/); exits with the worst of their exit statuses."""
+    --redact, OUT/<the node's token>/); exits with the worst of their exit statuses. With --sign,
+    each run that finished is signed here, where a passphrase or a hardware key can be asked for."""
     from kit.console import console
     from kit.execute.node_fingerprint import node_token
     from kit.execute.per_node import fleet_nodes, run_on_each_node
     from kit.execute.slurm import SlurmUnavailable
+    from kit.results import RunDir
 
     folder_of = str
     if redact:
@@ -452,10 +499,14 @@ def _run_per_node(out: Path, partition: str | None, redact: bool) -> None:
     if not nodes:
         raise UsageFailure("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
     console.print(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/", markup=False, soft_wrap=True)
-    codes = run_on_each_node(_options_as_given({"per_node", "out"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
+    codes = run_on_each_node(_options_as_given({"per_node", "out", "sign_key"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
                              folder_of=folder_of)  # fmt: skip
     for node, code in codes.items():
         console.print(f"{node}: {out / folder_of(node)} (exit status {code})", markup=False, soft_wrap=True)
+        if sign_key and code in (0, 1):  # finished, each case with a result
+            run = RunDir(out / folder_of(node))
+            run.lock()
+            _sign(run, sign_key)
     console.print("compare them: kit report --fleet " + " ".join(str(out / folder_of(node)) for node in nodes), markup=False, soft_wrap=True)
     sys.exit(max(codes.values()))
 
@@ -484,6 +535,22 @@ def _check_shared_run_dir(run_dir, cases, executor) -> None:
                   f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}")  # fmt: skip
 
 
+def no_engine(exc: Exception) -> UsageFailure:
+    """The line for cases to run in their images without a docker engine to run them in."""
+    return UsageFailure(f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
+                        "the NVIDIA container toolkit); --executor local runs them in this Python")  # fmt: skip
+
+
+def require_engine() -> None:
+    """Before anything slow: a docker engine answers, or the command ends in one line (exit 2)."""
+    from kit import images
+
+    try:
+        images.engine()
+    except images.EngineUnavailable as exc:
+        raise no_engine(exc) from None
+
+
 def _prepare_images(cases) -> list:
     """A GPU run's images, present, built or pulled before its first case (with the time each
     took); without an engine the run does not start (--executor local runs in this Python)."""
@@ -495,8 +562,7 @@ def _prepare_images(cases) -> list:
     try:
         prepared = images.prepare(names, say=lambda line: console.print(f"  {line}", soft_wrap=True))
     except images.EngineUnavailable as exc:
-        raise UsageFailure(f"{exc}: a GPU profile runs in its pinned images (install docker and the NVIDIA "
-                           "container toolkit), or in this Python with --executor local") from None  # fmt: skip
+        raise no_engine(exc) from None
     total = sum(step.seconds for step in prepared)
     failed = [step.name for step in prepared if step.action == "failed"]
     console.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
@@ -620,6 +686,42 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
         sys.exit(1)
 
 
+@cli.command("sign")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too")
+def sign(run_dir: Path, key: Path) -> None:
+    """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
+    its signature, written into the run directory (exit 1 if the run does not match its SHA256SUMS)."""
+    from kit.results import RunDir
+
+    run = RunDir(run_dir)
+    if not run.info_path.is_file():
+        raise UsageFailure(f"{run_dir} is not a run directory (no run.json)")
+    run.lock()
+    _sign(run, key)
+
+
+def _sign(run, key: Path) -> None:
+    """Sign the held run with `key`, saying by whom; a run that differs from its evidence exits 1, a
+    key ssh-keygen cannot sign with exits 2, each in one line (said without the console's imports,
+    a second of `kit sign`)."""
+    from kit.report.evidence import EvidenceError
+    from kit.results import SIGNATURE_FILES
+    from kit.signing import SigningFailed, sign_run
+
+    click.echo(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
+               "if the key needs one)", err=True)  # fmt: skip
+    try:
+        signer = sign_run(run, key)
+    except EvidenceError as exc:
+        click.secho(str(exc), fg="red", err=True)
+        sys.exit(1)
+    except SigningFailed as exc:
+        raise UsageFailure(str(exc)) from None
+    click.echo(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}", err=True)
+
+
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the nodes unlike the others")
@@ -633,17 +735,22 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 @click.option("--out", type=click.Path(path_type=Path), callback=writable_folder,
               help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
-@click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run directory against its SHA256SUMS")
+@click.option("--verify", "verify_only", is_flag=True,
+              help="only re-hash the run directory against its SHA256SUMS, and check its signature")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest) -> None:
+@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+              help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
+                   "another key, fails (exit 1)")
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest,
+           allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
-    with --fleet, compare runs of one profile, one per node."""
+    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
     from rich.markup import escape
 
     from kit.console import console
     from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
-    from kit.report.render import chosen_formats, render
+    from kit.report.render import REFERENCE, chosen_formats, render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if redact:
@@ -651,7 +758,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
 
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
-        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact,
+        _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
                       compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
         return
     if tolerance is not None:
@@ -681,18 +788,34 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
         console.print(f"{escape(str(run_dir))}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
                                                     + (f", whose digest is the one expected ({wanted_digest})" if wanted_digest else "")),
                       soft_wrap=True)  # fmt: skip
-        sys.exit(1 if problems else 0)
+        signed = _signatures_hold([run_dir], allowed_signers)
+        sys.exit(1 if problems or not signed else 0)
     try:
         chosen_formats(wanted)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price))
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers),
+                     [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
 
 
-def _write_documents(render_them) -> None:
+def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
+    """Each run's signature, checked against the allowed signers given, said in one line (red where
+    it fails); True where none fails."""
+    from rich.markup import escape
+
+    from kit.console import SIGNATURE_STYLE, console
+    from kit.signing import check_signature
+
+    checks = [(folder, check_signature(folder, allowed_signers)) for folder in run_dirs]
+    for folder, check in checks:
+        console.print(f"{escape(str(folder))}: [{SIGNATURE_STYLE[check.state]}]{escape(check.summary)}[/]", soft_wrap=True)
+    return not any(check.failed for _, check in checks)
+
+
+def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> None:
     """Render, print each file written; a run that fails its evidence exits 1 in red, one that
-    cannot be read exits 2 in one line."""
+    cannot be read exits 2 in one line; a run whose signature fails is reported, and exits 1."""
     from rich.markup import escape
 
     from kit.console import console
@@ -708,17 +831,19 @@ def _write_documents(render_them) -> None:
         raise UsageFailure(str(exc)) from None
     for path in written:
         console.print(f"wrote {path}")
+    if not _signatures_hold(run_dirs, allowed_signers):
+        sys.exit(1)
 
 
-def _fleet_report(run_dirs, tolerance, wanted, out, redact, other_options) -> None:
+def _fleet_report(run_dirs, tolerance, wanted, out, redact, allowed_signers, other_options) -> None:
     """kit report --fleet: the fleet report of the run directories, or one line on why not."""
     from kit.report.fleet import render_fleet
 
     if other_options:
-        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out and --redact only")
+        raise UsageFailure("--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only")
     if not 0 < tolerance < 100:
         raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
-    _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100))
+    _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100, allowed_signers), run_dirs, allowed_signers)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from kit.stages import unit_of
 console = Console(stderr=True)
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
+SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.signing.SignatureCheck
 
 
 def checks_table(checks: list[Check]) -> Table:
@@ -78,13 +79,14 @@ def summary_table(results: list[Result]) -> Table:
 class RichProgress(runner.Progress):
     """A live bar: which case, which run of it, how many cases left, time elapsed."""
 
-    def __init__(self, total: int, already_done: int, estimates: dict | None = None):
+    def __init__(self, total: int, finished: set[str], estimates: dict | None = None):
+        """`estimates`: of the cases that take time (run.json's; a skipped case has none)."""
         from kit.estimate import Estimate
 
         self.started = time.monotonic()
         self.predicted = {case_id: Estimate.model_validate(e) for case_id, e in (estimates or {}).items()}
         self.actual: dict[str, float] = {}
-        self.pending = set(self.predicted)
+        self.pending = set(self.predicted) - finished
         self.case_started_at = self.started
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
@@ -96,11 +98,12 @@ class RichProgress(runner.Progress):
             console=console,
             transient=False,
         )
-        self.task = self.bar.add_task("starting", total=total, completed=already_done, eta=self.eta_text())
+        self.task = self.bar.add_task("starting", total=total, completed=len(finished), eta=self.eta_text())
 
     def eta_text(self) -> str:
         """What is left by the estimates, corrected by how the finished cases compared."""
-        from kit.estimate import duration_text, remaining_seconds
+        from kit.estimate import remaining_seconds
+        from kit.plan_view import duration_text
 
         left = remaining_seconds(sorted(self.pending), self.predicted, self.actual)
         return f"ETA {duration_text(left)}" if left is not None else ""

@@ -29,6 +29,15 @@ class Host:
     def gpu_count(self) -> int:
         return len(self.gpu_names)
 
+    @property
+    def smallest_gpu_memory(self) -> int | None:
+        """What a case on any of the GPUs can count on, in bytes; None where NVML could not say."""
+        return min(self.gpu_memory_bytes) if len(self.gpu_memory_bytes) == self.gpu_count and self.gpu_memory_bytes else None
+
+
+def this_host() -> Host:
+    return Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+
 
 def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False, cluster: bool = False) -> str | None:
     """Why a case cannot be attempted on this host at all, or None. With skip_predicted_oom, a
@@ -39,6 +48,8 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False, cluste
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
     if case.device == "cuda" and case.gpus > host.gpu_count and not cluster:
         return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
+    if getattr(case, "does_not_fit", None) and not cluster:
+        return case.does_not_fit
     if skip_predicted_oom and case.device == "cuda":
         from kit.hardware import load_hardware
         from kit.predictions import host_gpu_spec, predicted_oom

@@ -4,7 +4,7 @@ Validating the protocol means importing pydantic and building its models, two th
 `kit list --profile paper` took; the plan they yield changes only when the manifests, the kit's
 code, or pydantic and PyYAML change. So an entry is named by the digest of all of them (every
 manifest and every module of the kit: 4 ms to read and hash, against guessing which modules a
-plan depends on) and of the profile and host GPU count it was built for: any change names
+plan depends on) and of the profile and the host GPUs (count and memory) it was built for: any change names
 another entry, and the protocol is validated again, its errors reported as before. Nothing
 invalid is ever kept: an entry is written only after the whole protocol validated.
 """
@@ -36,25 +36,26 @@ def _dependency_file(package: str, name: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / name  # type: ignore[union-attr,index]
 
 
-def plan_key(protocol_file: Path, profile: str, host_gpus: int | None) -> str:
+def plan_key(protocol_file: Path, profile: str, host_gpus: int | None, gpu_memory_bytes: int | None = None) -> str:
     """The digest of everything a plan is built from; pydantic's and PyYAML's versions are in
     the files hashed."""
     package = Path(kit.__file__).parent
     sources = [protocol_file, *sorted(set(protocol_file.parent.glob("*.yaml")) - {protocol_file}), *sorted(package.rglob("*.py")),
                _dependency_file("pydantic", "version.py"), _dependency_file("yaml", "__init__.py")]  # fmt: skip
-    digest = hashlib.sha256(f"{profile}\0{host_gpus}".encode())
+    digest = hashlib.sha256(f"{profile}\0{host_gpus}\0{gpu_memory_bytes}".encode())
     for source in sources:  # a FIFO or a link to /dev/zero named notes.yaml is refused, not read
         digest.update(b"\0" + read_regular(source, MANIFEST_LIMIT))
     return digest.hexdigest()
 
 
-def plan_data(profile: str, host_gpus: int | None) -> dict:
-    """The plan of `profile` as `Plan.model_dump(mode="json")` (fitted to `host_gpus` as
+def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None = None) -> dict:
+    """The plan of `profile` as `Plan.model_dump(mode="json")` (fitted to `host_gpus` of
+    `gpu_memory_bytes` as
     kit.protocol.build_plan fits it), from the cache where an entry for the same inputs is there;
     else the protocol is loaded and validated (a ManifestError as ever), and the entry written."""
     protocol_file = manifests_dir() / "protocol.yaml"
     try:
-        entry = cache_dir() / "plans" / f"{plan_key(protocol_file, profile, host_gpus)}.json"
+        entry = cache_dir() / "plans" / f"{plan_key(protocol_file, profile, host_gpus, gpu_memory_bytes)}.json"
     except OSError:  # no protocol file, an unreadable one, or an odd file beside it: loading says what matters
         entry = None
     if entry is not None:
@@ -67,7 +68,8 @@ def plan_data(profile: str, host_gpus: int | None) -> dict:
     from kit.atomic_write import atomic_write_text
     from kit.protocol import build_plan, load_protocol
 
-    plan = build_plan(load_protocol(protocol_file), profile, path=protocol_file, host_gpus=host_gpus)
+    plan = build_plan(load_protocol(protocol_file), profile, path=protocol_file, host_gpus=host_gpus,
+                      gpu_memory_bytes=gpu_memory_bytes)  # fmt: skip
     data = plan.model_dump(mode="json")
     if entry is not None:
         try:

@@ -1,4 +1,5 @@
-"""The plan as aligned plain text, for `kit list` and `kit run --dry-run`.
+"""The plan as aligned plain text, for `kit list` and `kit run --dry-run`, and the words its
+cells are made of wherever else they are shown (durations, fitted cases).
 
 Plain columns read the same in a terminal, a pipe and a CI log, and cost nothing to print: a
 table drawn with rich took a third of a second for the paper profile's 133 cases and folded
@@ -13,19 +14,35 @@ if TYPE_CHECKING:  # `kit list` passes the cases as read from the plan cache (ki
     from kit.protocol import Case
 
 
+def duration_text(seconds: float | None) -> str:
+    """"1 h 05 min", "3 min 07 s", "42 s"; "?" for a duration not known."""
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def fitted_label(gpus: int, fitted_from: int | None) -> str | None:
+    """How a case fitted to a host of fewer GPUs than the protocol writes is labelled wherever it
+    is shown ("fitted: 1 of 8 GPUs"); None for a case as written."""
+    return None if fitted_from is None else f"fitted: {gpus} of {fitted_from} GPUs"
+
+
 def plan_text(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
               estimates: dict | None = None) -> str:
     """The cases, one per line; with `finished`, which are done; with `on_host`, each case this
     host cannot run says why (skipped: ...); with `estimates`, how long each will take."""
-    if estimates:
-        from kit.estimate import duration_text  # pydantic's models: only where a case has an estimate
     header = ["case", "model", "method", "GPUs", "runs", "steps (warm-up + measured)"]
     header += ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
     rows = []
     for case in cases:
         steps = getattr(case.params, "measured_steps", None)
-        row = [case.id, case.model or "-", case.method, str(case.gpus), str(case.params.runs),
-               f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"]  # fmt: skip
+        soak = getattr(case.params, "soak", None)
+        fitted = fitted_label(case.gpus, getattr(case, "fitted_from", None))
+        measured = f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"
+        row = [case.id, case.model or "-", case.method, f"{case.gpus} ({fitted})" if fitted else str(case.gpus), str(case.params.runs),
+               f"on end for {soak.seconds:g} s" if soak is not None else measured]  # fmt: skip
         if finished:
             row.append("done" if case.id in finished else "to run")
         if on_host is not None:

@@ -20,6 +20,7 @@ from kit.analysis import (
     LatencyBound,
     TrainingMemory,
     attention_matmul_flops_per_token,
+    base_weight_bytes,
     decode_flops_per_token,
     decode_latency_lower_bound,
     decode_step_bytes,
@@ -38,6 +39,11 @@ GIB = 1024**3
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
 # fp32 training keeps no master copy: Adam's momentum and variance, 4 bytes each (ZeRO, sec. 3.1).
 ADAM_FP32_BYTES_PER_PARAM = 8
+# bitsandbytes' 8-bit AdamW: momentum and variance in one byte each, block-wise quantised (one
+# fp32 constant per 2048 values, left out) (Dettmers et al. 2022, "8-bit Optimizers via Block-wise
+# Quantization", arXiv:2110.02861, sec. 2); in 16-bit training over DeepSpeed's fp32 master copy.
+ADAM_8BIT_BYTES_PER_PARAM = 2
+FP32_MASTER_BYTES = 4
 
 
 # --- Memory -----------------------------------------------------------------------------------
@@ -74,13 +80,15 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
                  f"micro-batch {params.micro_batch} x {params.seq_len}"
                  f"{', recomputation' if params.recompute else ''}{', FlashAttention' if flash else ''}")  # fmt: skip
         return MemoryPrediction(memory=memory, basis=basis)
-    if params.quantization != "none" and params.peft == "none":
-        return MemoryPrediction(
-            memory=None,
-            basis="not predicted: the memory model does not cover 4-bit pre-training "
-            "(frozen NF4 linear layers, 8-bit AdamW on the rest)",
-        )
-    optimizer = ADAM_MIXED_PRECISION_BYTES_PER_PARAM if element == 2 else ADAM_FP32_BYTES_PER_PARAM
+    # 4-bit pre-training hands DeepSpeed a client optimizer (8-bit AdamW, kit/workloads/train.py)
+    # that steps an fp32 master copy of the trained parameters; their fp32 gradients exist only
+    # within that step, after the activations are gone, so they add nothing to the peak (H200,
+    # micro-batch 2: 9.83 GiB allocated, tests/fixtures/gpu_results; 9.3 GiB predicted).
+    quantized_linears = params.quantization != "none" and params.peft == "none"
+    if quantized_linears:
+        optimizer = ADAM_8BIT_BYTES_PER_PARAM + (FP32_MASTER_BYTES if element == 2 else 0)
+    else:
+        optimizer = ADAM_MIXED_PRECISION_BYTES_PER_PARAM if element == 2 else ADAM_FP32_BYTES_PER_PARAM
     if params.framework == "megatron":
         return _megatron_memory(case, element, optimizer)
     offload_params = params.offload and params.zero_stage == 3
@@ -89,9 +97,9 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
         seq_len=params.seq_len, recompute=params.recompute, flash_attention=flash,
         offload_optimizer=params.offload, offload_params=offload_params,
         weight_bytes=element, grad_bytes=element, optimizer_bytes_per_param=optimizer,
-        peft=None if params.peft == "none" else params.peft,
+        peft=None if params.peft == "none" else params.peft, quantized_linears=quantized_linears,
         lora_rank=params.lora_rank, lora_targets=params.lora_targets or DECODER_LINEARS,
-        activation_bytes=element, master_gradient_bytes=FP32_GRADIENT_BYTES if element == 2 else 0,
+        activation_bytes=element, master_gradient_bytes=FP32_GRADIENT_BYTES if element == 2 and not quantized_linears else 0,
     )  # fmt: skip
     offload = ("optimizer states and parameters" if offload_params else "optimizer states") if params.offload else None
     parts = [f"ZeRO-{params.zero_stage}" if params.zero_stage else "no ZeRO", f"world size {case.gpus}"]
@@ -99,7 +107,11 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
     parts += ["recomputation"] if params.recompute else []
     parts += ["FlashAttention"] if flash else []
     parts += [f"{params.peft} rank {params.lora_rank}"] if params.peft != "none" else []
-    parts.append(f"{params.dtype} with {'mixed-precision ' if element == 2 else ''}Adam states")
+    if quantized_linears:
+        parts.append(f"decoder linears frozen in NF4, the rest {params.dtype} with 8-bit AdamW states"
+                     + (" over an fp32 master copy" if element == 2 else ""))
+    else:
+        parts.append(f"{params.dtype} with {'mixed-precision ' if element == 2 else ''}Adam states")
     return MemoryPrediction(memory=memory, basis=", ".join(parts))
 
 
@@ -203,24 +215,28 @@ def training_step_bound(case: Case, spec: GpuSpec | None) -> LatencyBound | None
     Compute: the FLOPs the GPU must execute per step (kit.analysis.hardware_flops_per_token over
     the GPU's micro-batch, recomputation included), with the attention score and value matmuls
     counted at half, since causal kernels may skip the masked half. Memory: every weight read
-    once. None where a peak is unknown or the weights are frozen (LoRA, 4-bit), whose backward
-    skips the weight-gradient matmuls that the FLOPs model counts."""
+    once. A case whose decoder linears are frozen (4-bit, LoRA, QLoRA) skips their weight
+    gradients, and reads its 4-bit weights in 4 bits. None where a peak is unknown."""
     params = case.params
     if spec is None or case.shape is None or params.kind not in ("train", "profile") or params.dtype not in ("bf16", "fp16"):
-        return None
-    if params.kind == "train" and (params.quantization != "none" or params.peft != "none"):
         return None
     peak = peak_tflops(spec, params.dtype)
     if peak is None:
         return None
+    frozen = params.kind == "train" and (params.quantization != "none" or params.peft != "none")
     passes = 4 if params.recompute else 3
-    per_token = hardware_flops_per_token(case.shape, params.seq_len, params.recompute)
+    per_token = hardware_flops_per_token(case.shape, params.seq_len, params.recompute, frozen_linears=frozen)
     per_token -= passes * attention_matmul_flops_per_token(case.shape, params.seq_len) / 2
     flops = per_token * params.micro_batch * params.seq_len
     bandwidth = _bandwidth_gb_s(spec)
     if bandwidth is None:
         return LatencyBound(compute_s=flops / (peak * 1e12), memory_s=0.0)
-    weights = weight_bytes_read_per_forward(case.shape, BYTES_PER_ELEMENT[params.dtype])
+    element = BYTES_PER_ELEMENT[params.dtype]
+    if params.kind == "train" and params.quantization != "none":
+        weights = base_weight_bytes(case.shape, element, quant_bits=4)
+        weights -= 0 if case.shape.tie_embeddings else case.shape.vocab_size * case.shape.hidden_size * element
+    else:
+        weights = weight_bytes_read_per_forward(case.shape, element)
     return roofline(flops, weights, peak, bandwidth)
 
 

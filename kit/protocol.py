@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from kit.analysis import LlamaShape
+from kit.analysis import (
+    SERVING_MEMORY_SHARE,
+    LlamaShape,
+    serving_gpus_needed,
+    serving_memory,
+    tensor_parallel_sizes,
+)
 from kit.credentials import looks_like_a_credential
 from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
 from kit.names import checked_name
@@ -84,6 +90,14 @@ class StepParams(CaseParams):
     attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
 
 
+class Soak(Strict):
+    """A case measured for `seconds` on end, in windows of `window_s` each with its throughput,
+    clocks and temperature (kit run --soak, kit/soak.py): whether a server holds its speed."""
+
+    seconds: float = Field(gt=0)
+    window_s: float = Field(gt=0)
+
+
 class MaxBatchSearch(Strict):
     """The largest micro-batch a training case holds (paper Table IV): trials from `start`
     (None: the memory model's prediction on a GPU, 1 on CPU) doubling until one runs out of
@@ -120,6 +134,7 @@ class TrainParams(StepParams):
     tensor_parallel: int = Field(default=1, gt=0)
     # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
     max_batch_search: MaxBatchSearch | None = None
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): its one run measures windows for that long
     # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
     # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
     # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
@@ -153,6 +168,7 @@ class ServeParams(CaseParams):
     warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): bursts one after another for that long
 
 
 class CommParams(CaseParams):
@@ -175,8 +191,24 @@ class CommParams(CaseParams):
         return self
 
 
+class CalibrateParams(CaseParams):
+    """What the host's devices achieve, measured in preflight (kit/calibration.py): matmuls of
+    the plan's linear shapes, a large copy in device memory, pinned copies between host and
+    device (GPU only) and one all-reduce across the GPUs (more than one only); each `repeats`
+    times, each repeat as many iterations as fill `seconds_per_repeat`."""
+
+    kind: Literal["calibrate"] = "calibrate"
+    dtype: Literal["bf16", "fp32"]
+    matmul_shapes: tuple[tuple[int, int, int], ...] = Field(min_length=1, strict=False)  # (M, K, N)
+    copy_bytes: int = Field(gt=0)
+    transfer_bytes: int | None = Field(default=None, gt=0)
+    all_reduce_bytes: int | None = Field(default=None, gt=0)
+    repeats: int = Field(gt=0)
+    seconds_per_repeat: float = Field(gt=0)
+
+
 Params = Annotated[
-    Union[TrainParams, ServeParams, CommParams, ProfileParams], Field(discriminator="kind")
+    Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
 ]
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,
@@ -213,6 +245,14 @@ class Matrix(Strict):
     gpus: tuple[GpuCount, ...] = ()
 
 
+# How a stage's GPU counts follow a GPU host: `fixed` as written (a case needing more GPUs than
+# the host has is skipped, saying so); `host` as written where the host has that many, else on
+# all of the host's GPUs (a fitted case); `weights` (serving) as written where the host has that
+# many, else on the fewest GPUs that hold the model (a fitted case); `sweep` 1, 2, 4, ... up to
+# all of the host's GPUs; `all` every GPU of the host (at least 2: a collective needs two).
+Fit = Literal["fixed", "host", "weights", "sweep", "all"]
+
+
 class Stage(Strict):
     description: str
     workload: Literal["train", "serve", "comm", "profile"]
@@ -222,10 +262,8 @@ class Stage(Strict):
     unpublished: tuple[str, ...] = ()
     interpretation: dict[str, str] = {}
     matrix: Matrix
-    # How the stage's GPU counts follow a GPU host: `fixed` as written (a case needing more GPUs
-    # than the host has is skipped, saying so); `sweep` 1, 2, 4, ... up to all of the host's
-    # GPUs; `all` every GPU of the host (at least 2: a collective needs two).
-    fit: Literal["fixed", "sweep", "all"] = "fixed"
+    # How the stage's GPU counts follow a GPU host (Fit).
+    fit: Fit = "fixed"
     # Variants (Protocol.variants) each of the stage's multi-GPU cases is run in as well.
     variants: tuple[Name, ...] = ()
 
@@ -234,7 +272,7 @@ class ProfileStage(Strict):
     models: tuple[Name, ...] | None = None
     methods: tuple[Name, ...] | None = None
     gpus: tuple[GpuCount, ...] | None = None
-    fit: Literal["fixed", "sweep", "all"] | None = None  # the stage's own (Stage.fit) unless set: a cluster's counts are fixed
+    fit: Fit | None = None  # the stage's own (Stage.fit) unless set: a cluster's counts are fixed
     variants: tuple[Name, ...] | None = None
     params: dict[str, Any] = {}
 
@@ -298,6 +336,18 @@ class Case(BaseModel):
     interpretation: dict[str, str]
     variant: Name | None = None  # Protocol.variants: its env is in params.env
     variant_of: Name | None = None  # the case this one repeats with the variant's env
+    # The GPU count the protocol writes for a case that runs here on fewer (`gpus`): a host of
+    # fewer GPUs than the paper's measures each case on what it has. Never compared with the
+    # paper's figures of the written count.
+    fitted_from: int | None = None
+    does_not_fit: str | None = None  # why the host's GPUs cannot hold the case's model at all, found when fitting
+
+    @property
+    def fitted(self) -> str | None:
+        """"fitted: 1 of 8 GPUs", wherever a fitted case is shown; None for a case as written."""
+        from kit.plan_view import fitted_label
+
+        return fitted_label(self.gpus, self.fitted_from)
 
 
 class Plan(BaseModel):
@@ -309,15 +359,37 @@ class Plan(BaseModel):
     comparable_to_reference: bool
     cases: list[Case]
     fitted_to_gpus: int | None = None  # the host GPU count the stages that follow the host were fitted to
+    fitted_to_gpu_memory_bytes: int | None = None  # the smallest of those GPUs' memory, where it was known
 
 
 def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) -> tuple[int, ...]:
-    """A stage's GPU counts on a host with `host_gpus` GPUs (see Stage.fit)."""
-    if not host_gpus or fit == "fixed":
+    """A stage's GPU counts on a host with `host_gpus` GPUs (see Fit); the counts of a `host` or
+    `weights` stage stay as written here, each fitted with its case (_fitted)."""
+    if not host_gpus or fit in ("fixed", "host", "weights"):
         return counts
     if fit == "all":
         return (max(host_gpus, 2),)
     return tuple(sorted({2**k for k in range(host_gpus.bit_length()) if 2**k <= host_gpus} | {host_gpus}))
+
+
+def serving_fit(shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memory_bytes: int | None) -> tuple[int, str, str | None]:
+    """The GPUs a serving case of `shape` runs on, fitted to a host of fewer GPUs than written,
+    why, and why it cannot run there at all (or None): the fewest that hold its weights and the
+    KV cache of one whole sequence (tensor parallel), or all the host's where its memory is not
+    known or none holds it."""
+    sizes = tensor_parallel_sizes(shape, host_gpus)
+    context = params.input_tokens + params.max_output_tokens
+    element = {"fp32": 4}.get(params.dtype, 2)
+    if gpu_memory_bytes is None:
+        return sizes[-1], f"the host's GPU memory is not known: all {sizes[-1]} GPUs it can split the model over", None
+    fewest = serving_gpus_needed(shape, sizes, gpu_memory_bytes, context, element)
+    need, each = serving_memory(shape, 1, context, element, element).total / 2**30, gpu_memory_bytes / 2**30
+    if fewest is None:
+        return sizes[-1], "as many as it can split the model over", (
+            f"the weights and one sequence's KV cache ({need:.1f} GiB) need more than {SERVING_MEMORY_SHARE:.0%} of "
+            f"the {sizes[-1]} GPU{'s' * (sizes[-1] > 1)} of {each:.1f} GiB this host can split them over")
+    return fewest, (f"the fewest GPUs that hold the weights and one sequence's KV cache ({need:.1f} GiB, "
+                    f"{need / fewest:.1f} GiB each of {SERVING_MEMORY_SHARE:.0%} of {each:.1f} GiB), tensor parallel"), None
 
 
 def unavailable_by_design(case: Case) -> str | None:
@@ -394,16 +466,41 @@ def _case_image(stage: Stage, profile: Profile, method: str, options: dict[str, 
     return profile.images.get(image, image)
 
 
+class HostGpus(NamedTuple):
+    """What a plan is fitted to: the host's GPU count, and the smallest GPU's memory in bytes
+    where it is known (NVML, or a fingerprint's)."""
+
+    count: int
+    memory_bytes: int | None = None
+
+
+def _fitted(fit: str, written: int, host: HostGpus | None, shape: ModelSpec | None,
+            params: Any) -> tuple[int, str | None, str | None]:
+    """A case's GPU count on `host`, why it was fitted to fewer GPUs than written (or None), and
+    why it cannot run even so (or None)."""
+    if host is None or fit not in ("host", "weights") or host.count >= written:
+        return written, None, None
+    gpus, why, does_not_fit = host.count, "all of the host's GPUs", None
+    if fit == "weights" and shape is not None:
+        gpus, why, does_not_fit = serving_fit(shape, params, host.count, host.memory_bytes)
+    return gpus, (f"The protocol runs this case on {written} GPUs; this host has {host.count}, so it runs on "
+                  f"{gpus}: {why}, with the same method and per-GPU parameters. Its figures are this host's, held "
+                  f"to the expectation for it, and never compared with the paper's {written}-GPU findings."), does_not_fit
+
+
 def _stage_cases(
-    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path, host_gpus: int | None
+    protocol: Protocol, profile_name: str, stage_name: str, narrowed: ProfileStage, path: Path, host: HostGpus | None
 ) -> list[Case]:
     stage, profile = protocol.stages[stage_name], protocol.profiles[profile_name]
     options = protocol.option_sets[stage.options]
     models = narrowed.models if narrowed.models is not None else stage.matrix.models
     methods = narrowed.methods if narrowed.methods is not None else stage.matrix.methods
     gpu_counts = narrowed.gpus if narrowed.gpus is not None else stage.matrix.gpus
+    fit = narrowed.fit or stage.fit
     if profile.device == "cuda":
-        gpu_counts = fitted_gpu_counts(narrowed.fit or stage.fit, gpu_counts, host_gpus)
+        gpu_counts = fitted_gpu_counts(fit, gpu_counts, host.count if host else None)
+    else:
+        host = None
     where = f"profiles.{profile_name}.stages.{stage_name}"
     cases = []
     for model in models or (None,):
@@ -428,7 +525,12 @@ def _stage_cases(
             if profile.device == "cuda" and getattr(params, "memory_cap_gib", None) is not None:
                 raise ManifestError(path, f"{where} ({method}).params.memory_cap_gib",
                                     "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles")  # fmt: skip
-            for gpus in gpu_counts:
+            shape = protocol.models[model] if model else None
+            fitted = {}
+            for written in gpu_counts:
+                gpus, *why = _fitted(fit, written, host, shape, params)
+                fitted.setdefault(gpus, (written, *why))  # the first count written that lands on it
+            for gpus, (written, why, does_not_fit) in fitted.items():
                 cases.append(
                     Case(
                         id=case_id(stage_name, model, method, gpus, getattr(params, "micro_batch", None)),
@@ -436,13 +538,15 @@ def _stage_cases(
                         workload=stage.workload,
                         image=_case_image(stage, profile, method, options),
                         model=model,
-                        shape=protocol.models[model] if model else None,
+                        shape=shape,
                         method=method,
                         gpus=gpus,
                         device=profile.device,
                         params=params,
                         unpublished=stage.unpublished,
-                        interpretation=stage.interpretation,
+                        interpretation={**stage.interpretation, "fitted": why} if why else stage.interpretation,
+                        fitted_from=written if why else None,
+                        does_not_fit=does_not_fit,
                     )
                 )
     variants = narrowed.variants if narrowed.variants is not None else stage.variants
@@ -450,16 +554,19 @@ def _stage_cases(
     return cases + [variant_case(case, name, protocol.variants[name]) for name in variants for case in cases if case.gpus > 1]
 
 
-def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None) -> Plan:
+def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None,
+               gpu_memory_bytes: int | None = None) -> Plan:
     """Every case of a profile, in manifest order (stage, model, method, GPUs); on a GPU host
-    (`host_gpus`), the stages that follow the host fitted to its GPUs."""
+    (`host_gpus`, the smallest GPU's `gpu_memory_bytes` where known), the stages that follow the
+    host fitted to its GPUs."""
     path = path or protocol_path()
     if profile_name not in protocol.profiles:
         raise ManifestError(path, "profiles", f"no profile {profile_name!r} (known: {', '.join(protocol.profiles)})")
     profile = protocol.profiles[profile_name]
     cases: list[Case] = []
+    host = HostGpus(host_gpus, gpu_memory_bytes) if host_gpus else None
     for stage_name, narrowed in profile.stages.items():
-        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host_gpus)
+        cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host)
     seen: set[str] = set()
     for case in cases:
         if case.id in seen:
@@ -472,6 +579,7 @@ def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, 
         comparable_to_reference=profile.comparable_to_reference,
         cases=cases,
         fitted_to_gpus=host_gpus if profile.device == "cuda" and host_gpus else None,
+        fitted_to_gpu_memory_bytes=gpu_memory_bytes if profile.device == "cuda" and host_gpus else None,
     )
 
 

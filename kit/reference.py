@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from kit.analysis import scaling_efficiency
-from kit.fingerprint import Fingerprint
+from kit.fingerprint import Calibration, Fingerprint
 from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
@@ -591,6 +591,7 @@ class MeasuredRun(BaseModel):
     cpu_names: tuple[str, ...] = ()
     interconnect: Literal["nvlink", "pcie"] | None = None
     results: dict[str, Result]
+    calibration: Calibration | None = None  # what the host achieved in preflight (the fingerprint's)
 
     @property
     def gpus(self) -> str:
@@ -628,6 +629,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         cpu_names=tuple(sorted({rank.device_name for rank in ranks if rank.device == "cpu"})),
         interconnect=interconnect,
         results={result.case_id: result for result in results},
+        calibration=fingerprint.calibration if fingerprint is not None else None,
     )
 
 
@@ -773,6 +775,17 @@ def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
     return candidates[max(multi)] if wanted.gpus > 1 and multi else None
 
 
+def fitted_in_place_of(case_id: str, run: MeasuredRun) -> Result | None:
+    """The run's case fitted to fewer GPUs than the protocol's `case_id` (the same cell on this
+    host's GPUs; kit.protocol.Case.fitted_from), or None."""
+    wanted = parse_case_id(case_id)
+    for cid, result in run.results.items():
+        written = result.case.fitted_from
+        if written is not None and (cid == case_id or (written == wanted.gpus and parse_case_id(cid)._replace(gpus=written) == wanted)):
+            return result
+    return None
+
+
 class ClaimContext:
     """Finds the run and the case behind each quantity a claim's relations read."""
 
@@ -843,6 +856,10 @@ class ClaimContext:
             stand_in = (case, used) if used != case else None
         found = dict(caveats=tuple(caveats), stand_in=stand_in, run=run.label, case=case, case_used=used)
         result = run.results.get(used)
+        fitted = fitted_in_place_of(used, run)
+        if fitted is not None:  # the host's own figure, never a measure of the paper's GPU count
+            return Reading(None, missing=f"{case} (run {run.label} has it {fitted.case.fitted} as {fitted.case_id}, "
+                                         "never compared with the paper's figure)", **found)  # fmt: skip
         if result is None:
             return Reading(None, missing=f"{case} (not in run {run.label})", **found)
         if result.status != "ok":  # a case this host could not attempt says why ("needs 8 GPUs, host has 4")

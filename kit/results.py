@@ -8,6 +8,7 @@ Layout:
     RUN_DIR/cases/<case-id>/log.txt       everything the workload printed
     RUN_DIR/cases/<case-id>/runs/<k>/rank-<r>.json   raw samples of each process of run k
     RUN_DIR/SHA256SUMS                    evidence: the digest of every other file
+    RUN_DIR/SHA256SUMS.sig, provenance.intoto.json(.sig)   who vouches for SHA256SUMS (`kit sign`)
     RUN_DIR/report.html, report.pdf       rendered from the above by `kit report` (not evidence);
     RUN_DIR/report.json, report-*.csv     its export for spreadsheets (`kit report --format json,csv`)
 A case is finished exactly when its result.json exists, which is what `--resume` relies on.
@@ -40,6 +41,9 @@ SUMS_FILE = "SHA256SUMS"
 # Rendered from the run, never measured: they may be (re)written beside it without changing
 # the evidence, which covers everything else.
 REPORT_FILES = ("report.html", "report.pdf", "report.json", "report-claims.csv", "report-metrics.csv")
+# A signer's seal (kit.signing): a signature of SHA256SUMS, and a provenance statement naming it with
+# a signature of its own. They sign SHA256SUMS, so it cannot cover them; a resume removes them.
+SIGNATURE_FILES = (f"{SUMS_FILE}.sig", "provenance.intoto.json", "provenance.intoto.json.sig")
 # atomic_write_text's temporary file: a write cut short by a crash, never evidence.
 ATOMIC_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]+\.tmp")
 # Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.
@@ -70,6 +74,25 @@ class DeviceTelemetry(BaseModel):
     peak_used_bytes: int | None = None  # device-level used memory, max of samples during measured steps
     samples: int = 0
     unavailable: str | None = None  # why absent, e.g. "no NVML: this host has no NVIDIA driver"
+    # Clocks and heat over the same samples: a figure measured on a slowed GPU says so.
+    sm_clock_mhz_mean: float | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
+    sm_clock_mhz_min: int | None = None
+    temperature_c_mean: float | None = None  # nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)
+    temperature_c_max: int | None = None
+    clock_event_samples: int = 0  # samples whose clock event reason mask was read
+    clock_event_reasons: dict[str, int] = {}  # reason (kit.clock_events) -> samples in which NVML reported it
+
+
+class SoakWindow(BaseModel):
+    """One window of a soak (kit/soak.py): when it began (seconds after the soak began), the
+    seconds it measured, the tokens this process produced in them (a training rank's, or a
+    burst's output tokens), a training rank's steps, and NVML's view of the window."""
+
+    started_s: float
+    seconds: float
+    tokens: int
+    step_s: list[float] = []
+    telemetry: DeviceTelemetry | None = None
 
 
 class EffectiveOption(BaseModel):
@@ -98,6 +121,7 @@ class RankSample(BaseModel):
     phases_s: dict[str, float] = {}
     peak_memory: PeakMemory | None = None
     telemetry: DeviceTelemetry | None = None
+    windows: list[SoakWindow] = []  # a soak case's windows, one after another
     details: dict[str, Any] = {}
     versions: dict[str, str] = {}
     started_at: str
@@ -380,7 +404,8 @@ class RunDir:
                     foreign.append(f"{rel} (a symbolic link)")
                 elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                     foreign.append(f"{rel} ({kind_of(mode)})")
-                elif name in files and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES) and not ATOMIC_TEMP.fullmatch(name):
+                elif name in files and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) \
+                        and not ATOMIC_TEMP.fullmatch(name):  # fmt: skip
                     found[rel] = sha256_file(path)
         if foreign:
             raise UnreadableRun(f"{self.root}: not what a run writes, so neither listed in SHA256SUMS nor read: "

@@ -19,7 +19,7 @@ from kit import effective
 from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
-from kit.fingerprint import Fingerprint, collect, probe_this_python
+from kit.fingerprint import Calibration, Fingerprint, collect, probe_this_python
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
@@ -65,8 +65,9 @@ def host_summary(host: Host) -> dict:
 
 
 def expected_gpus(plan: Plan) -> int | None:
-    """The GPU count a GPU profile needs (its largest case); None for a CPU profile."""
-    counts = [case.gpus for case in plan.cases if case.device == "cuda"]
+    """The GPU count a GPU profile's largest case is written for (before the plan was fitted to
+    this host); None for a CPU profile."""
+    counts = [case.fitted_from or case.gpus for case in plan.cases if case.device == "cuda"]
     return max(counts) if counts else None
 
 
@@ -126,6 +127,17 @@ def start_run(
     return run
 
 
+def record_calibration(run: RunDir, calibration: Calibration) -> None:
+    """What the preflight measured the host to achieve, into the fingerprint before the run (a
+    fact of the host every figure of the run was measured on), its raw samples named by their
+    place in the run directory."""
+    raw = Path(calibration.raw_samples)
+    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
+        calibration = calibration.model_copy(update={"raw_samples": raw.relative_to(run.root.resolve()).as_posix()})
+    fingerprint = read_model(run.fingerprint_path, Fingerprint)
+    atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"calibration": calibration}))
+
+
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
     """A redacted run's files, redacted now (before its evidence is first written)."""
     if info.redacted:
@@ -153,6 +165,8 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
         case_metrics, notes = measure(case, runs)
     if case.variant is not None:
         notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
+    if case.fitted:
+        notes = [f"{case.fitted}: {case.interpretation['fitted']}", *notes]
     return Result(
         case_id=case.id,
         stage=case.stage,

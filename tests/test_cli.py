@@ -74,6 +74,40 @@ def test_resume_needs_a_run_directory(tmp_path):
     assert done.returncode == 2 and "not a run directory" in done.stderr
 
 
+def test_a_resume_goes_on_with_the_executor_its_run_json_records(tmp_path):
+    """The recorded one-H100 run (tests/fixtures/h100x1-run), made with --executor local."""
+    import tarfile
+    from pathlib import Path
+
+    with tarfile.open(Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    run = tmp_path / "runh100"
+    same = kit("run", "--resume", str(run), "--executor", "local", "--dry-run")
+    assert same.returncode == 0, same.stderr
+    assert f"executor: local, as {run / 'run.json'} records" in same.stderr.replace("\n", "")
+    other = kit("run", "--resume", str(run), "--executor", "docker", "--dry-run")
+    assert other.returncode == 2
+    assert "runs its cases with the executor its run.json records (local)" in other.stderr
+
+
+def test_without_a_docker_engine_preflight_and_a_docker_run_say_so_in_one_line(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    for args in (["preflight", "--executor", "docker"], ["run", "--all", "--executor", "docker", "--out", str(tmp_path / "run")]):
+        done = subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "the docker engine does not answer" in done.stderr and "--executor local" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_eta_counts_the_cases_left_to_run():
+    from kit.console import RichProgress
+    from kit.estimate import Estimate
+
+    estimates = {case: Estimate(seconds=60, basis="x").model_dump() for case in "abc"}
+    progress = RichProgress(total=5, finished={"a"}, estimates=estimates)  # d and e are skipped: no estimate
+    assert progress.pending == {"b", "c"} and progress.eta_text() == "ETA 2 min 00 s"
+
+
 def test_doctor_passes_on_this_host_for_the_profile_it_would_run():
     done = kit("doctor")
     assert done.returncode == 0, done.stderr

@@ -169,7 +169,7 @@ def test_gpu_count_is_held_to_the_profile(expectations):
 
     assert count_check(8, 8).status == count_check(8, 4).status == "pass"  # a larger host: the plan fits up
     fewer = count_check(4, 8)  # the plan is fitted down: a warning, never a refusal
-    assert (fewer.status, fewer.severity) == ("warn", "warn") and "cases that need more are skipped" in fewer.observed
+    assert (fewer.status, fewer.severity) == ("warn", "warn") and "the plan is fitted to them" in fewer.observed
     assert count_check(0, 8).status == "fail"  # a GPU profile on a host without GPUs runs nothing
     assert count_check(8, None).status == "skip"
 

@@ -6,17 +6,27 @@ import json
 import subprocess
 import sys
 
-from kit.estimate import Estimate, estimate, remaining_seconds
+from kit.estimate import ASSUMED_START_S, ENGINE_START_S, Estimate, estimate, remaining_seconds
+from kit.protocol import build_plan, load_protocol
 
 KIT = [sys.executable, "-m", "kit.cli"]
 
 
 def test_a_gpu_case_is_estimated_by_the_analytic_model_and_says_on_what(paper_plan):
-    case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.naive.g8")
+    case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
     found = estimate(case, {}, ["NVIDIA A800-SXM4-80GB"] * 8)
-    assert found.seconds > case.params.runs * 90 and "roofline" in found.basis and "A800" in found.basis
+    assert found.seconds > case.params.runs * ASSUMED_START_S and "roofline" in found.basis and "A800" in found.basis
     serve = next(c for c in paper_plan.cases if c.id == "serve.llama2-70b.vllm.g8")
-    assert estimate(serve, {}, ["NVIDIA A800-SXM4-80GB"] * 8).seconds > 300
+    assert estimate(serve, {}, ["NVIDIA A800-SXM4-80GB"] * 8).seconds > ENGINE_START_S
+
+
+def test_a_4bit_case_is_estimated_and_one_that_cannot_fit_costs_its_start(tmp_path):
+    plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=81559 * 2**20)
+    cases = {case.id: case for case in plan.cases}
+    quantised = estimate(cases["scaling.llama2-7b.q.g1.b2"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
+    assert quantised.seconds > 3 * ASSUMED_START_S and "roofline" in quantised.basis
+    naive = estimate(cases["pretrain.llama2-7b.naive.g1"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
+    assert naive == Estimate(seconds=3 * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run")
 
 
 def test_without_history_or_a_known_gpu_the_estimate_is_unknown(smoke_plan, paper_plan):

@@ -585,7 +585,8 @@ def test_an_ab_comparison_tests_each_common_case_and_the_fingerprints(tmp_path, 
         fingerprint=a800_fingerprint(torch="2.5.0"),
     )
     ab = section(report_of(a, [str(b)]), "ab-b")
-    comparability, cases_table = ab.tables
+    signers, comparability, cases_table = ab.tables
+    assert texts(signers) == [["A = a", "unsigned (no SHA256SUMS.sig)"], ["B = b", "unsigned (no SHA256SUMS.sig)"]]
     stage, verdict, reasons = texts(comparability)[0]
     assert (stage, verdict) == ("pretrain", "no") and reasons.startswith("torch differs: 2.4.0 vs 2.5.0;")
     rows = {(row[0], row[1]): row[4:] for row in texts(cases_table)}

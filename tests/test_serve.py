@@ -356,6 +356,22 @@ def test_an_engine_not_installed_here_is_unavailable_with_how_to_run_it_in_its_i
         local_command(engine_for(case.params), case, print)
 
 
+def test_vllm_on_a_gpu_host_without_docker_gets_an_environment_of_its_pinned_wheel(paper_plan, tmp_path, monkeypatch):
+    """A GPU serve case run locally makes vLLM's CUDA environment with pip, which reads its own
+    variables: here a folder of wheels without vLLM, so pip cannot, and the case says why."""
+    from kit.serve.local_engines import environment_for, local_command
+    from kit.workloads.harness import Unavailable
+
+    case = paper_case(paper_plan, "serve.llama2-7b.vllm.g8")
+    name, environment = environment_for(engine_for(case.params), "cuda")
+    assert (name, environment.requirement) == ("vllm-cuda", "vllm==0.30.0")
+    (tmp_path / "wheels").mkdir()
+    for variable, value in {"KIT_CACHE": tmp_path / "cache", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": tmp_path / "wheels"}.items():
+        monkeypatch.setenv(variable, str(value))
+    with pytest.raises(Unavailable, match=r"the vllm-cuda environment could not be made: pip install .*vllm==0\.30\.0 failed"):
+        local_command(engine_for(case.params), case, print)
+
+
 # --- the stage, for real, on this CPU ----------------------------------------------------------
 
 

@@ -82,7 +82,8 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
     assert "1 cases, the same case on both: pretrain.llama2-7b.z3.g8" in c8.relations[0].finding
     assert "pretrain.llama2-7b.q.g8" in c8.relations[1].finding
     c4 = outcomes["C4"]  # efficiency 8 GPUs with / without: the 1-GPU base is one case for both
-    assert c4.verdict == "consistent" and c4.relations[0].measured_value == pytest.approx(1 / 0.9, rel=0.02)
+    # each efficiency is of two cases' means over 3 runs drawn with 1.2 % noise: about 1.4 % on the ratio
+    assert c4.verdict == "consistent" and c4.relations[0].measured_value == pytest.approx(1 / 0.9, rel=0.04)
     c27 = outcomes["C27"]
     assert c27.verdict == "consistent" and len(c27.relations) == 2
     assert all("on RTX3090 " in r.measured and " > on RTX3090-PCIe " in r.measured for r in c27.relations)

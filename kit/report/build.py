@@ -120,12 +120,14 @@ class Assessment(NamedTuple):
 
 
 def assess(
-    run_dir: Path, compare: Sequence[str] = (REFERENCE,), redact: bool = False, reference: Reference | None = None
+    run_dir: Path, compare: Sequence[str] = (REFERENCE,), redact: bool = False, reference: Reference | None = None,
+    allowed_signers: Path | None = None,
 ) -> Assessment:
     """A (verified) run directory and the runs it is compared with, the claims evaluated on them
-    where the reference is compared. The reference is read from manifests/ unless given."""
-    run = load_run(Path(run_dir), redact)
-    others = [load_run(Path(item), redact) for item in compare if item != REFERENCE]
+    where the reference is compared. The reference is read from manifests/ unless given; each
+    run's signature is checked against `allowed_signers` where given."""
+    run = load_run(Path(run_dir), redact, allowed_signers)
+    others = [load_run(Path(item), redact, allowed_signers) for item in compare if item != REFERENCE]
     unjudged = Assessment(run, others, None, None, [])
     if REFERENCE not in compare:
         return unjudged
@@ -142,10 +144,12 @@ def build_report(
     protocol: Protocol | None = None,
     gpu_hour_price: float | None = None,
     assessment: Assessment | None = None,
+    allowed_signers: Path | None = None,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
-    The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens."""
-    assessment = assessment or assess(run_dir, compare, redact, reference)
+    The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens;
+    each run's signature is checked against `allowed_signers` where given."""
+    assessment = assessment or assess(run_dir, compare, redact, reference, allowed_signers)
     run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()

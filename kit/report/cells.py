@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kit.reference import Verdict, convert, format_value
 from kit.report.model import Cell, Tone
 from kit.results import Metric, Result
+from kit.signing import SignatureCheck
+from kit.throttling import throttling
+
+if TYPE_CHECKING:
+    from kit.protocol import Case
 
 STATUS_TONES: dict[str, Tone] = {
     "ok": "good",
@@ -21,6 +28,7 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not applicable": "muted",
 }
 EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted"}
+SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
 
 
 def _decimals(text: str) -> int:
@@ -42,6 +50,14 @@ def percent(fraction: float) -> str:
     return f"{format_value(100 * fraction)} %"
 
 
+def devices_text(case: Case) -> str:
+    """What a case ran on: "8 GPUs", "1 GPU (fitted: 1 of 8 GPUs)", "2 CPU processes"."""
+    if case.device != "cuda":
+        return f"{case.gpus} CPU processes"
+    words = f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}"
+    return f"{words} ({case.fitted})" if case.fitted else words
+
+
 def method_label(method: str) -> str:
     """The paper's notation: Naive, Z3+O, QL+Z2."""
     return "Naive" if method == "naive" else "+".join(token.upper() for token in method.split("+"))
@@ -55,12 +71,34 @@ def status_cell(result: Result | None, selected: bool, colspan: int = 1) -> Cell
     return Cell(text=result.status, tone=STATUS_TONES.get(result.status, "plain"), colspan=colspan)
 
 
+# The figure a throttled GPU lowers first: its cell says so (kit.throttling).
+THROUGHPUTS = ("tokens_per_s", "output_throughput", "bus_bandwidth_gb_s")
+
+
+def throttle_marked(cell: Cell, result: Result) -> Cell:
+    """A measured figure's cell, marked, with why under it, where a measured window of its case
+    was throttled."""
+    found = throttling(result.samples)
+    if found is None:
+        return cell
+    return cell.model_copy(update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)})
+
+
 def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
-    """A metric of a result as `mean ± std` (in `unit`), or the fact that the result lacks it."""
+    """A metric of a result as `mean ± std` (in `unit`), or the fact that the result lacks it; a
+    throughput measured while throttled is marked."""
     metric = result.metrics.get(name)
-    return Cell(text=mean_std(metric, unit)) if metric else Cell(text=f"no {name}", tone="muted")
+    if not metric:
+        return Cell(text=f"no {name}", tone="muted")
+    cell = Cell(text=mean_std(metric, unit))
+    return throttle_marked(cell, result) if name in THROUGHPUTS else cell
 
 
 def has_metrics(result: Result | None, *names: str) -> bool:
     """An ok result that carries every metric named."""
     return result is not None and result.status == "ok" and all(result.metrics.get(name) for name in names)
+
+
+def signature_cell(check: SignatureCheck) -> Cell:
+    """Who signed a run and whether it verified, red where it fails."""
+    return Cell(text=check.summary, tone=SIGNATURE_TONES[check.state])

@@ -19,15 +19,13 @@ SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 class EvidenceError(Exception):
     """A run directory that does not match its SHA256SUMS; names every file concerned."""
 
-    def __init__(self, run_dir: Path, problems: list[str]):
-        self.run_dir, self.problems = run_dir, problems
-        super().__init__(
-            f"{run_dir} does not match its evidence, so no report is rendered from it: " + "; ".join(problems)
-        )
+    def __init__(self, run_dir: Path, problems: list[str], refused: str = "no report is rendered from it"):
+        self.run_dir, self.problems, self.refused = run_dir, problems, refused
+        super().__init__(f"{run_dir} does not match its evidence, so {refused}: " + "; ".join(problems))
 
     def __reduce__(self):
         """Rebuilt from what it was given, so that it pickles (kit.report.forked hands it over)."""
-        return type(self), (self.run_dir, self.problems), self.__dict__
+        return type(self), (self.run_dir, self.problems, self.refused), self.__dict__
 
 
 class EvidenceFile(BaseModel):

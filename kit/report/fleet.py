@@ -3,8 +3,9 @@ which of them is not like the others.
 
 Each run is verified and read as for its own report; the fleet report then shows, per case, the
 headline figure of the case's unit on every node beside the fleet median, flags nodes by the rule
-of kit/report/outliers.py (or because a case did not end ok on them while it did elsewhere), and
-names every fact of the runs' fingerprints and run.json that is not the same on every node.
+of kit/report/outliers.py (or because a case did not end ok on them while it did elsewhere, or
+its run's signature fails against the allowed signers given), and names every fact of the runs'
+fingerprints and run.json that is not the same on every node, and who signed each run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import NamedTuple
 from kit import __version__
 from kit.reference import format_value, metric_label
 from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.report.cells import STATUS_TONES, has_metrics, mean_std, percent
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, percent, signature_cell
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
@@ -189,12 +190,25 @@ def fingerprint_differences(nodes: Sequence[Node]) -> tuple[list[Row], list[str]
     return differing_facts({node.name: node_facts(node.run) for node in nodes})
 
 
+def signatures_fact(nodes: Sequence[Node]) -> Fact:
+    """Who signed each node's run, nodes of one verdict together, in the tone of the worst."""
+    verdicts: dict[str, list[str]] = {}
+    for node in nodes:
+        verdicts.setdefault(node.run.signature.summary, []).append(node.name)
+    worst = min((node.run.signature.state for node in nodes), key=list(SIGNATURE_TONES).index)
+    return Fact(label="Signatures", value="; ".join(f"{', '.join(names)}: {summary}" for summary, names in verdicts.items()),
+                tone=SIGNATURE_TONES[worst])  # fmt: skip
+
+
 def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) -> Report:
     """The fleet report of runs of one profile, one per node (verified and read beforehand)."""
     first = nodes[0].run.info
     case_ids = list(dict.fromkeys(cid for node in nodes for cid in node.run.info.selected))
     judged = [judge_case(case_id, nodes, tolerance) for case_id in case_ids]
     flagged: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.run.signature.failed:  # signed by a key outside the allowed signers, unsigned, or not what was signed
+            flagged[node.name] = [node.run.signature.summary]
     for case in judged:
         for name, why in case.flags.items():
             flagged.setdefault(name, []).append(f"{case.case_id}{f' {metric_label(case.metric)}' if case.metric else ''}: {why}")
@@ -235,6 +249,7 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
         host=[
             Fact(label="Fleet", value=f"{len(nodes)} nodes ({names}), profile {first.profile}: {first.plan.description}"),
             verdict,
+            signatures_fact(nodes),
             Fact(label="Fingerprints", value=("differ in: " + ", ".join(dict.fromkeys(row.cells[0].text for row in differing if row.cells[0].text)))
                  if differing else "the same on every node", tone="warn" if differing else "good"),  # fmt: skip
             Fact(label="Rule", value=f"more than {percent(tolerance)} below the fleet median, or every run below every "
@@ -281,11 +296,13 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             paragraphs=["Each run directory matched its SHA256SUMS, and its stored figures the raw samples, before it was read."],
             tables=[Table(
                 caption="One run per node",
-                header=["Node", "Run", "Host (kit)", "Where its cases ran", "Run directory", "Evidence digest (SHA-256 of SHA256SUMS)"],
-                widths=[10, 15, 10, 12, 20, 33],
+                header=["Node", "Run", "Host (kit)", "Where its cases ran", "Run directory", "Evidence digest (SHA-256 of SHA256SUMS)",
+                        "Signature"],
+                widths=[9, 13, 9, 10, 15, 24, 20],
                 rows=[Row(cells=[Cell(text=node.name, tone="strong"), Cell(text=node.run.info.run_id),
                                  Cell(text=node.run.hostname), Cell(text=job_nodes(node.run)), Cell(text=str(node.run.path)),
-                                 Cell(text=node.run.evidence_digest, tone="mono")]) for node in nodes],  # fmt: skip
+                                 Cell(text=node.run.evidence_digest, tone="mono"), signature_cell(node.run.signature)])
+                      for node in nodes],  # fmt: skip
             )],
         ),
     ]
@@ -304,10 +321,11 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
 
 def render_fleet(
     run_dirs: Sequence[Path], formats: Sequence[str], out_dir: Path | None = None, redact: bool = False,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float = DEFAULT_TOLERANCE, allowed_signers: Path | None = None,
 ) -> list[Path]:
     """fleet-report.html / .pdf of the runs in `out_dir` (default: the folder that holds them all),
-    each run verified against its SHA256SUMS first (EvidenceError names what changed). Bad input
+    each run verified against its SHA256SUMS first (EvidenceError names what changed), its signer
+    checked against `allowed_signers` where given (a node whose signature fails is flagged). Bad input
     (one run, a folder that is no run, runs of different profiles) is a ValueError in one line,
     said before any run is verified."""
     wanted = chosen_formats(formats, FLEET_FORMATS, "a fleet report's")
@@ -315,7 +333,7 @@ def render_fleet(
     check_fleet(run_dirs)
     out_dir = Path(out_dir) if out_dir else Path(os.path.commonpath([folder.resolve() for folder in run_dirs]))
     verify_runs(run_dirs, out_dir, own=None)
-    nodes = [Node(name, load_run(folder, redact)) for name, folder in zip(node_names(run_dirs), run_dirs)]
+    nodes = [Node(name, load_run(folder, redact, allowed_signers)) for name, folder in zip(node_names(run_dirs), run_dirs)]
     if redact:  # a per-node run's folder is named after its node: the node's token, for its name and its path
         from kit.execute.node_fingerprint import node_token
 

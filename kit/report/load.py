@@ -26,6 +26,7 @@ from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, re
 from kit.report.forked import in_parallel
 from kit.report.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
+from kit.signing import SignatureCheck, check_signature
 
 
 class LoadedFingerprint(BaseModel):
@@ -46,6 +47,7 @@ class LoadedRun(BaseModel):
     nodes: dict[str, LoadedFingerprint] = {}  # Slurm: each node a job ran on, fingerprinted on it (run.json)
     evidence: list[EvidenceFile]
     evidence_digest: str
+    signature: SignatureCheck  # against the allowed signers the report was given (kit.signing)
     hostname: str
     redacted: bool
     measured: MeasuredRun
@@ -90,8 +92,9 @@ def _nodes_by_token(run_dir: RunDir, info: RunInfo, results: dict[str, Result], 
     return info, results, nodes, [entry.model_copy(update={"path": redactor.text(entry.path)}) for entry in evidence]
 
 
-def load_run(path: Path, redact: bool) -> LoadedRun:
-    """Everything a report reads of one run directory (verified beforehand by the caller)."""
+def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> LoadedRun:
+    """Everything a report reads of one run directory (verified beforehand by the caller), its
+    signature checked against `allowed_signers` where given."""
     run_dir = RunDir(path)
     try:
         info = run_dir.read_info()
@@ -132,6 +135,7 @@ def load_run(path: Path, redact: bool) -> LoadedRun:
         nodes=nodes,
         evidence=evidence,
         evidence_digest=evidence_digest(run_dir.root),
+        signature=check_signature(run_dir.root, allowed_signers),
         hostname=hostname,
         redacted=redact,
         measured=measured_run(info, results.values(), before.fingerprint),

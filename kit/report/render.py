@@ -134,7 +134,7 @@ def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str
 
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
-    gpu_hour_price: float | None = None,
+    gpu_hour_price: float | None = None, allowed_signers: Path | None = None,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -143,7 +143,8 @@ def render(
     `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
     Every run directory involved is verified against its SHA256SUMS before anything is written
     (on another core while the model is built: kit.report.forked); EvidenceError names each
-    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens.
+    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens. Each
+    run's signer is named, and checked against `allowed_signers` where given (kit.signing).
     Returns the files written.
     """
     wanted = chosen_formats(formats)
@@ -156,15 +157,15 @@ def render(
 
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
-        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, run_dirs, printer)
+        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, allowed_signers, run_dirs, printer)
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, run_dirs, printer) -> list[Path]:
+def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, allowed_signers, run_dirs, printer) -> list[Path]:
     def assessed() -> tuple[Assessment, Report | None]:
-        assessment = assess(Path(run_dir), list(compare), redact)
+        assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
         return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
                                         assessment=assessment) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kit.estimate import Estimate, duration_text
+from kit.estimate import Estimate
+from kit.plan_view import duration_text
 from kit.preflight import Preflight
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Row, Section, Table

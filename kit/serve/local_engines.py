@@ -1,12 +1,14 @@
 """How an engine starts on this host without its image: the command the image would run, found
 in an environment of this host.
 
-On a CPU host the engine's environment is one the kit makes (manifests/images.lock.yaml,
-`environments`): a virtual environment in the kit's cache with the pinned distribution, made
-once like every cache entry (kit.cache.ensure_entry), in place since a virtual environment
-cannot move. Elsewhere the engine's command must be installed here by the user (on PATH, or its
-module importable by this Python), else the case is unavailable and says how to run it in its
-image instead.
+Where the engine's publisher ships a Python package (vLLM: its CPU build on a CPU host, its
+CUDA wheel on a GPU host), the engine's environment is one the kit makes
+(manifests/images.lock.yaml, `environments`): a virtual environment in the kit's cache with the
+pinned distribution, made once like every cache entry (kit.cache.ensure_entry), in place since
+a virtual environment cannot move; pip reads its usual variables (PIP_INDEX_URL, PIP_FIND_LINKS,
+PIP_NO_INDEX) for a host with a mirror or a folder of wheels. An engine published as an image
+only (TGI, LightLLM) must be installed here by the user (on PATH, or its module importable by
+this Python), else the case is unavailable and says how to run it in its image instead.
 """
 
 from __future__ import annotations
@@ -89,6 +91,6 @@ def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | Non
     elif shutil.which(program):
         return [shutil.which(program), *rest], None, str(Path(shutil.which(program)).parent)
     raise Unavailable(
-        f"{engine.label} is not installed here ({' '.join(engine.entrypoint)}); it runs in its image: "
-        f"kit images pull {engine.image}, then --executor docker"
+        f"{engine.label} is published as an image only and is not installed here ({' '.join(engine.entrypoint)}): "
+        f"it runs in its image (kit images pull {engine.image}, then --executor docker)"
     )

@@ -137,7 +137,7 @@ def maxbatch_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = N
     rows = []
     for case in cases:
         result = run.results.get(case.id)
-        cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus))]
+        cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus), detail=case.fitted)]
         if has_metrics(result, "max_micro_batch", "tokens_per_s"):
             cells += [Cell(text=f"{result.metrics['max_micro_batch'].mean:.0f}"),
                       metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "peak_memory_gib")]  # fmt: skip

@@ -12,7 +12,7 @@ from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
 from kit.report import charts
-from kit.report.cells import has_metrics, metric_cell, status_cell
+from kit.report.cells import devices_text, has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import generic_stage, stage_cases
 from kit.regular_files import RUN_FILE_LIMIT, read_regular_text
@@ -142,7 +142,7 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
     rows = []
     for case in stage_cases(run, stage.name):
         result = run.results.get(case.id)
-        name = Cell(text=f"{case.model} {case.method}", detail=case.id, tone="strong")
+        name = Cell(text=f"{case.model} {case.method}", detail=f"{case.id}, {devices_text(case)}", tone="strong")
         if result is None or result.status != "ok":
             rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 1)]))
             continue

@@ -27,7 +27,7 @@ from kit.metrics import (
 from kit.predictions import model_notes
 from kit.protocol import Case, Protocol
 from kit.report import charts
-from kit.report.cells import has_metrics, method_label, metric_cell, status_cell
+from kit.report.cells import devices_text, has_metrics, method_label, metric_cell, status_cell
 from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table, printed_if_short
 from kit.report.stage_common import memory_source, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample
@@ -116,8 +116,7 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
             (case.gpus, getattr(case.params, "micro_batch", None), getattr(case.params, "seq_len", None)), []
         ).append(case)
     stage_results = [run.results[c.id] for c in cases if c.id in run.results]
-    device = "GPUs" if run.info.plan.device == "cuda" else "processes on CPU"
-    for (gpus, batch, seq_len), members in groups.items():
+    for (_, batch, seq_len), members in groups.items():
         models = list(dict.fromkeys(case.model for case in members))
         methods = list(dict.fromkeys(case.method for case in members))
         by_key = {(case.model, case.method): case for case in members}
@@ -140,7 +139,7 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
             rows.append(Row(cells=cells))
         section.tables.append(
             Table(
-                caption=f"{title}: {gpus} {device}, micro-batch {batch}, sequence {seq_len} tokens",
+                caption=f"{title}: {devices_text(members[0])}, micro-batch {batch}, sequence {seq_len} tokens",
                 header=["Method"] + ["10^3 tokens/s", "peak memory (GiB)"] * len(models),
                 widths=[16] + [round(84 / (2 * len(models)))] * (2 * len(models)),
                 groups=[HeaderGroup(label="", span=1)] + [HeaderGroup(label=model or "", span=2) for model in models],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, ensure_entry
 from kit.protocol import TrainParams
-from kit.workloads.harness import SetupFailed
+from kit.workloads.harness import SetupFailed, Unavailable
 
 BUILD_TIMEOUT_S = 1800
 
@@ -87,11 +87,22 @@ def _build_into(staging: Path, builder_name: str, op_name: str, say) -> dict:
     return {"kind": "deepspeed-op", "op": op_name, "builder": builder_name}
 
 
+def cuda_compiler() -> Path | None:
+    """The nvcc a CUDA op would be JIT-built with (torch's CUDA_HOME), or None: a CUDA build of
+    torch from the package index ships the CUDA runtime, not the compiler."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    nvcc = Path(CUDA_HOME) / "bin" / "nvcc" if CUDA_HOME else None
+    return nvcc if nvcc is not None and nvcc.is_file() else None
+
+
 def prepare_ops(names: list[str], say=print) -> dict[str, str]:
-    """Make sure every op named is built and loaded; op name -> where it came from."""
+    """Make sure every op named is built and loaded; op name -> where it came from. A CUDA op
+    that is neither prebuilt nor buildable here makes the case unavailable, saying so, rather
+    than failing in DeepSpeed's own build halfway through its initialisation."""
     import deepspeed
     from deepspeed.git_version_info import installed_ops
-    from deepspeed.ops.op_builder.builder import OpBuilder
+    from deepspeed.ops.op_builder.builder import CUDAOpBuilder, OpBuilder
 
     root = extensions_root()
     found = {}
@@ -103,6 +114,10 @@ def prepare_ops(names: list[str], say=print) -> dict[str, str]:
         if installed_ops.get(op_name, False):
             found[op_name] = "prebuilt in this environment"
             continue
+        if isinstance(builder, CUDAOpBuilder) and cuda_compiler() is None:
+            raise Unavailable(f"DeepSpeed's {op_name} op is not prebuilt in this environment and there is no CUDA "
+                              "compiler (nvcc under CUDA_HOME) to build it: install the CUDA toolkit (or set CUDA_HOME "
+                              "to one), or run in the train image (--executor docker), which has it prebuilt")  # fmt: skip
         target = root / op_name
         ensure_entry(target, lambda staging: _build_into(staging, builder_name, op_name, say), f"DeepSpeed op {op_name}", say)
         try:
