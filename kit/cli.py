@@ -329,6 +329,8 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             if complete:
                 console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False,
                               soft_wrap=True)  # fmt: skip
+                if sign_key:
+                    _sign(run_dir, sign_key)
                 return
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
