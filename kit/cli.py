@@ -304,7 +304,6 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if executor is not None and executor != info.executor:
             raise UsageFailure(f"{resume_dir} runs its cases with the executor its run.json records ({info.executor}); "
                                f"a resume goes on the same way: leave out --executor {executor}")  # fmt: skip
-        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records")
         executor = None if info.executor == "auto" else info.executor
         slurm_options = info.slurm
         redact = info.redacted
@@ -332,6 +331,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 if sign_key:
                     _sign(run_dir, sign_key)
                 return
+        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records", soft_wrap=True)
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
