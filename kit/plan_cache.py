@@ -21,12 +21,12 @@ import kit
 from kit.cache import cache_dir
 from kit.manifest import manifests_dir
 from kit.names import NAME_PATTERN
-from kit.regular_files import MANIFEST_LIMIT, read_regular
+from kit.regular_files import MANIFEST_LIMIT, MiB, read_regular
 
 # Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
 # makes new ones, and the oldest go when one is written.
 ENTRIES_KEPT = 16
-PLAN_LIMIT = 64 << 20  # bytes of an entry read at most: the paper profile's is about half a megabyte
+PLAN_LIMIT = 64 * MiB  # bytes of an entry read at most: the paper profile's is about half a megabyte
 STEPS = ("warmup_steps", "measured_steps")  # a case's step counts, which `kit list` shows
 
 

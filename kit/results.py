@@ -313,7 +313,7 @@ class RunDir:
         except BlockingIOError:
             os.close(fd)
             try:
-                holder = read_regular(self.root / LOCK_NOTE, LOCK_NOTE_LIMIT).decode("utf-8", "replace").strip()
+                holder = read_regular(note, LOCK_NOTE_LIMIT).decode("utf-8", "replace").strip()
             except OSError:  # not there yet, or not a note the kit wrote
                 holder = "unknown"
             raise RunInUse(f"{self.root} is in use by another kit ({holder}); wait for it, or stop it first") from None
@@ -419,4 +419,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
