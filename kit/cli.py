@@ -50,10 +50,18 @@ def writable_folder(ctx, param, value: Path | None) -> Path | None:
     return value
 
 
-def positive_price(ctx, param, value: float | None) -> float | None:
-    """A price is a positive, finite number (nan and inf are floats click takes)."""
+def positive_number(ctx, param, value: float | None) -> float | None:
+    """A price or a duration: a positive, finite number (nan and inf are floats click takes, and
+    compare as no bound would have them)."""
     if value is not None and not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"a price is a positive number; got {value:g}")
+        raise click.BadParameter(f"a positive number is needed; got {value:g}")
+    return value
+
+
+def regular_file(ctx, param, value: Path | None) -> Path | None:
+    """A file the kit or ssh-keygen reads: a regular file (a FIFO would keep the read waiting)."""
+    if value is not None and not value.is_file():
+        raise click.BadParameter(f"{value} is not a regular file")
     return value
 
 
@@ -158,7 +166,7 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 @cli.command("list")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
-@click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="plan for the host this fingerprint describes (kit doctor --json, or a run's fingerprint.json)")
 def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
     """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
@@ -259,14 +267,14 @@ def _stop_on_sigterm() -> None:
               help="slurm: the same run on every node of the allocation at once, each into OUT/<node>/ (for kit report --fleet)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
-@click.option("--soak", "soak_minutes", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES",
+@click.option("--soak", "soak_minutes", type=float, callback=positive_number, metavar="MINUTES",
               help="also measure one training case and the serving burst on end for MINUTES each: the first minute against the last")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @click.option("--redact", is_flag=True,
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
-@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="sign the run when it finishes with this SSH key, as `kit sign` does")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
         time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, soak_minutes, no_preflight, redact,
@@ -690,7 +698,7 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 
 @cli.command("sign")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too")
 def sign(run_dir: Path, key: Path) -> None:
     """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
@@ -732,7 +740,7 @@ def _sign(run, key: Path) -> None:
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
-@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_price,
+@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_number,
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
 @click.option("--out", type=click.Path(path_type=Path), callback=writable_folder,
               help="folder for the report files (default: the run directory)")
@@ -741,7 +749,7 @@ def _sign(run, key: Path) -> None:
               help="only re-hash the run directory against its SHA256SUMS, and check its signature")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file, metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
 def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest,

@@ -168,9 +168,9 @@ A_FILE = "a-file"  # made in the test's folder
     (["report", "/nonexistent"], "not a run directory"),
     (["report", "--verify", "/nonexistent"], "not a run directory"),
     (["report", "--verify", "RUN", "--expect-digest", "zz"], "16 to 64 hexadecimal characters"),
-    (["report", "RUN", "--gpu-hour-price", "nan"], "a price is a positive number"),
-    (["report", "RUN", "--gpu-hour-price", "inf"], "a price is a positive number"),
-    (["report", "RUN", "--gpu-hour-price", "-1"], "a price is a positive number"),
+    (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
+    (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
+    (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
     (["report", "RUN", "--format", "doc"], "report formats are"),
     (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
     (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
@@ -190,6 +190,9 @@ A_FILE = "a-file"  # made in the test's folder
     (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
     (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
     (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
+    (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
+    (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
+    (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
     (["list", "--bogus"], "No such option"),
     (["reprt"], "No such command"),
 ])
@@ -198,10 +201,11 @@ def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypa
     (tmp_path / A_FILE).write_bytes(bytes(range(256)))
     (tmp_path / "a-list.json").write_text("[1, 2]")
     (tmp_path / "not-utf8.json").write_bytes(b"\xff\xfe{}")
+    os.mkfifo(tmp_path / "a-fifo")  # read as a key, it kept ssh-keygen waiting for ever
     code, out, err = kit_in_process(*[arg.replace("RUN", str(real_smoke_run)) for arg in args])
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1, out + err
     assert not (tmp_path / "kit-run").exists() and sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [A_FILE, "a-list.json", "not-utf8.json"]), "a refused command left something behind"
+        [A_FILE, "a-list.json", "not-utf8.json", "a-fifo"]), "a refused command left something behind"
 
 
 def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_path):
