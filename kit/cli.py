@@ -217,13 +217,13 @@ def _fingerprint_host(path: Path):
     from kit.fingerprint import Fingerprint
     from kit.host import Host
     from kit.regular_files import RUN_FILE_LIMIT, read_regular
+    from kit.results import first_problem
 
     try:
         data = json.loads(read_regular(path, RUN_FILE_LIMIT))
         found = Fingerprint.model_validate(data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        reason = f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"
+        reason = first_problem(exc)
     except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
     else:
@@ -828,15 +828,19 @@ def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> Non
     cannot be read exits 2 in one line; a run whose signature fails is reported, and exits 1."""
     from rich.markup import escape
 
+    from pydantic import ValidationError
+
     from kit.console import console
     from kit.report.evidence import EvidenceError
-    from kit.results import UnreadableRun
+    from kit.results import UnreadableRun, first_problem
 
     try:
         written = render_them()
     except EvidenceError as exc:
         console.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
         sys.exit(1)
+    except ValidationError as exc:  # a part of a run (its estimates, a rank's details) that is not what this kit reads
+        raise UsageFailure(f"a run holds {exc.title} data this kit cannot read: {first_problem(exc)}") from None
     except (ValueError, UnreadableRun) as exc:
         raise UsageFailure(str(exc)) from None
     for path in written:

@@ -268,11 +268,15 @@ def read_model(path: Path, model: type[M]) -> M:
     try:
         return model.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise UnreadableRun(f"{path}: {where}: {first['msg']}") from None
+        raise UnreadableRun(f"{path}: {first_problem(exc)}") from None
     except OSError as exc:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first thing pydantic found wrong, in one line: the key, and what."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"
 
 
 def not_a_file(path: Path) -> bool:

@@ -439,3 +439,25 @@ def test_a_resume_of_a_finished_run_changes_nothing(real_smoke_run, tmp_path, ki
     code, out, err = kit_in_process("run", "--resume", run, seconds=30)
     assert code == 0 and "nothing to resume" in err, out + err
     assert entries(run) == before
+
+
+def a_bad_request_row(run) -> None:
+    requests = case_dir(run, SERVE_CASE) / "runs" / "1" / "requests.jsonl"
+    rows = requests.read_text().splitlines()
+    requests.write_text("\n".join([json.dumps({**json.loads(rows[0]), "ttft": "soon"}), *rows[1:]]) + "\n")
+
+
+def a_bad_estimate(run) -> None:
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "estimates": {SMOKE_CASE: {"seconds": "soon", "basis": "x"}}}))
+
+
+@pytest.mark.parametrize("damage", [a_bad_request_row, a_bad_estimate], ids=lambda damage: damage.__name__)
+def test_a_run_sealed_again_over_data_the_kit_cannot_read_is_refused_in_one_line(real_smoke_run, tmp_path, kit_in_process, damage):
+    run = tmp_path / "run"
+    shutil.copytree(real_smoke_run, run)
+    damage(run)
+    sealed_again(run)
+    code, out, err = kit_in_process("report", run, "--format", "html", "--out", tmp_path / "report")
+    said = [line for line in err.splitlines() if line.lower().startswith("error")]
+    assert code == 2 and len(said) == 1 and "Input should be a valid number" in said[0], out + err
