@@ -71,8 +71,8 @@ class ComparabilityRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    always: list[Aspect]
-    stages: dict[str, list[Aspect]]
+    always: tuple[Aspect, ...]
+    stages: dict[str, tuple[Aspect, ...]]
 
 
 class Expectations(BaseModel):
@@ -81,7 +81,7 @@ class Expectations(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: int
-    expectations: list[Expectation]
+    expectations: tuple[Expectation, ...]
     comparability: ComparabilityRules
 
     @model_validator(mode="after")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
+
 if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
     from kit.protocol import Case
 
@@ -49,7 +51,7 @@ def run_history(root: Path) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/cases/*/result.json")):
         try:
-            result = json.loads(path.read_text(encoding="utf-8"))
+            result = json.loads(read_regular(path, RUN_FILE_LIMIT))
             if result.get("status") != "ok":
                 continue
             span = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])

@@ -25,13 +25,15 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from kit import __version__
 from kit.clock_events import decode_clock_event_reasons, read_clock_event_mask
+from kit.credentials import masked
 from kit.host import nvml_text, open_nvml, run_command
+from kit.regular_files import MANIFEST_LIMIT, read_regular
 
 T = TypeVar("T")
 
@@ -304,7 +306,7 @@ class Fingerprint(BaseModel):
     # NCCL_* variables of the kit's own environment: they reach every case the local executor
     # runs (a stray NCCL_P2P_DISABLE=1 would make every case a p2p-off variant); docker cases
     # get only their case's variables. A variant's own variables are in its case's params.env.
-    nccl_environment: dict[str, str] = Field(default_factory=dict)
+    nccl_environment: Annotated[dict[str, str], AfterValidator(masked)] = Field(default_factory=dict)
     # What the host achieved, measured by the preflight before the first case (kit run records it
     # here); None where no preflight measured it (kit doctor, --no-preflight, a failed calibration).
     calibration: Calibration | None = None
@@ -891,6 +893,13 @@ def kit_info() -> KitInfo:
         unreadable["dirty"] = why
     measuring = measuring_sources()
     manifests = manifests_dir()
+    hashed = {}
+    for path in sorted(manifests.rglob("*.yaml")):
+        name = path.relative_to(manifests).as_posix()
+        try:  # a FIFO or a link to /dev/zero among them is named, not read
+            hashed[name] = sha256_bytes(read_regular(path, MANIFEST_LIMIT))
+        except OSError as exc:
+            unreadable[f"manifest {name}"] = exc.strerror or str(exc)
     return KitInfo(
         version=__version__,
         git_commit=commit,
@@ -898,8 +907,7 @@ def kit_info() -> KitInfo:
         workload_sources_sha256=sources_sha256(PACKAGE_DIR, measuring),
         workload_files=[path.relative_to(PACKAGE_DIR).as_posix() for path in measuring],
         source_sha256=sources_sha256(PACKAGE_DIR, PACKAGE_DIR.rglob("*.py")),
-        manifests_sha256={path.relative_to(manifests).as_posix(): sha256_bytes(path.read_bytes())
-                          for path in sorted(manifests.rglob("*.yaml"))},  # fmt: skip
+        manifests_sha256=hashed,
         unreadable=unreadable,
     )
 

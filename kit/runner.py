@@ -32,6 +32,7 @@ from kit.results import (
     RunSample,
     UnreadableRun,
     atomic_write_model,
+    not_a_file,
     read_model,
     utc_now,
 )
@@ -372,14 +373,16 @@ def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
 def resume(path: Path, accept_changes: bool = False) -> RunDir:
     """The run directory, held, checked against its evidence (a tampered run is refused unless
     the changes are accepted, which run.json records), its cases without evidence discarded to
-    be run again, and marked running again."""
+    be run again, and marked running again. A finished run with every case finished is left as
+    it is (its accepted changes recorded and sealed): there is nothing to run, and its
+    fingerprint after the run and its end are those of the run."""
     run = RunDir(path)
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
     info = run.read_info()
     sums = run.root / SUMS_FILE
-    if sums.is_symlink() or (sums.exists() and not sums.is_file()):  # the seal could not replace it
+    if not_a_file(sums):  # the seal could not replace it
         raise UnreadableRun(f"{sums}: not a file; a run's evidence is the file the kit writes")
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:
@@ -390,10 +393,20 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
         info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
     for case_id in unsealed_cases(run, info):
         shutil.rmtree(run.case_dir(case_id))
+    if is_complete(run, info):
+        if changed:
+            run.write_info(info)
+            seal(run, info)
+        return run
     info.resumed_at.append(utc_now())
     info.status = "running"
     run.write_info(info)
     return run
+
+
+def is_complete(run: RunDir, info: RunInfo) -> bool:
+    """A run that finished, with a result for each of its cases: a resume has nothing to do."""
+    return info.status == "finished" and all(run.is_finished(case_id) for case_id in info.selected)
 
 
 def current_argv() -> list[str]:

@@ -31,7 +31,7 @@ KIT = [sys.executable, "-m", "kit.cli"]
 
 
 def write_lock(directory, images_: dict) -> None:
-    (directory / "images.lock.yaml").write_text(yaml.safe_dump({"schema_version": 1, "images": images_}))
+    (directory / "images.lock.yaml").write_text(yaml.safe_dump({"schema_version": 1, "images": images_, "environments": {}}))
 
 
 # --- the lock itself --------------------------------------------------------------------------
