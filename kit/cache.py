@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kit.regular_files import MiB, read_regular
+
 CACHE_ENV = "KIT_CACHE"
 MARKER = "kit-cache-entry.json"
+MARKER_LIMIT = 64 * MiB  # a marker lists each file of its entry (a virtual environment's tens of thousands)
 
 
 def cache_dir() -> Path:
@@ -88,7 +91,7 @@ def readable_by_all(folder: Path) -> None:
 def read_marker(entry: Path) -> dict:
     """The marker of a whole entry; CacheEntryInvalid says what is wrong with any other."""
     try:
-        marker = json.loads((entry / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads(read_regular(entry / MARKER, MARKER_LIMIT))
         files = marker["files"]
     except FileNotFoundError:
         raise CacheEntryInvalid(f"{entry} has no {MARKER}") from None

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case, ServeParams
-from kit.results import RankSample, RunSample, atomic_write_model, atomic_write_text, sha256_file, utc_now
+from kit.results import RankSample, RunSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
+from kit.serve.aggregate import aggregate
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
@@ -200,6 +201,34 @@ def none_finished(what: str, records) -> str | None:
     return f"none of the {len(records)} requests of the {what} finished (first: {records[0].error})"
 
 
+def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out_dir: Path, first: SoakWindow,
+                soak_started: float, deadline: float) -> tuple[list[SoakWindow], str | None]:  # fmt: skip
+    """After the first burst (`first`), bursts one after another until the soak's seconds have
+    passed since it began, each of fresh prompts (an engine that caches prefixes would serve
+    repeated ones faster) with its rows in requests-window-<k>.jsonl and NVML over it; the
+    windows, and why they stopped early (or None)."""
+    params: ServeParams = case.params
+    windows = [first]
+    while time.monotonic() - soak_started < params.soak.seconds:
+        index = len(windows) + 1
+        prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index)
+        counts = [token_count(tokenizer, prompt) for prompt in prompts]
+        telemetry = BurstTelemetry(case)
+        begun = time.monotonic() - soak_started
+        telemetry.start()
+        try:
+            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0))
+        finally:
+            telemetry.stop()
+        totals, _ = burst.kept(out_dir / f"requests-window-{index}.jsonl", all_at_once=True)
+        windows.append(SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result))
+        if handle.exit_code() is not None:
+            return windows, f"the engine exited with code {handle.exit_code()} in soak window {index}"
+        if totals.errors:
+            return windows, f"{totals.errors} of {totals.requests} requests of soak window {index} failed"
+    return windows, None
+
+
 def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry) -> dict:
     """The burst against the engine the placement starts, then the sweep's points where the case
     has one; the details of the driver's sample. Requests that fail are data (their rows and the
@@ -247,6 +276,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
                 raise EngineFailed(f"the warm-up request failed: {errors[0]}")
         before = read_counters(engine, handle.base_url)
         say(f"serve: burst of {len(prompts)} requests released")
+        soak_started = time.monotonic()
         telemetry.start()
         try:
             burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
@@ -260,6 +290,12 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
             failure = f"the case's time (timeout_s {params.timeout_s}) ran out during the burst"
         else:
             failure = none_finished("burst", burst.records)
+        if failure is None and params.soak is not None:
+            say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
+            first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
+                               tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
+            windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
+            details["windows"] = windows
         if failure is None and points:
             sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
             swept = read_counters(engine, handle.base_url)
@@ -317,11 +353,12 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     telemetry = BurstTelemetry(case)
     try:
         details = measure(case, placement, out_dir, say, telemetry)
-        sample = RankSample(**base, status="ok", details=details, finished_at=utc_now())
+        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=details, finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
     except MeasureFailed as exc:
-        sample = RankSample(**base, status="error", reason=str(exc)[:2000], details=exc.details, finished_at=utc_now())
+        sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.details.pop("windows", []),
+                            details=exc.details, finished_at=utc_now())  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
     sample.telemetry = telemetry.result
