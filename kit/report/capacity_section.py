@@ -20,13 +20,10 @@ from kit.results import Result
 from kit.serve.aggregate import RequestTimes, latency_figures
 from kit.serve.slo import Slo, SweepPoint, capacity, judge
 from kit.serve.sweep import point_folder
+from kit.stages.serve import rows_of
 
 ANCHOR = "capacity"
 Capacities = Mapping[str, list[SweepPoint]]  # serve case id -> its sweep's points
-
-
-def _rows(path) -> list[RequestTimes]:
-    return [RequestTimes.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
@@ -37,7 +34,7 @@ def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
         for point in ((driver.details.get("sweep") or {}).get("points", []) if driver else []):
             folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(int(point["concurrency"]))
-            rows = _rows(folder / "requests.jsonl")
+            rows = rows_of(folder / "requests.jsonl", RequestTimes)
             duration = max((row.ended_at for row in rows if row.ended_at is not None), default=0.0)
             before = pooled.get(point["concurrency"], ([], 0.0, [], False))
             pooled[point["concurrency"]] = (before[0] + rows, before[1] + duration, before[2] + [point["bounds"]],

@@ -6,7 +6,8 @@ definitions), the section sets throughput beside its roofline bound and the late
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
@@ -19,11 +20,13 @@ from kit.report.cells import devices_text, has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import generic_stage, stage_cases
 from kit.results import Metric, Result, RunSample, UnreadableRun, first_problem
-from kit.serve.aggregate import RequestRecord
+from kit.serve.aggregate import RequestRecord, RequestTimes
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
     from kit.report.load import LoadedRun
+
+Request = TypeVar("Request", bound=RequestTimes)  # a request's row as read: all of it, or its times alone
 
 # Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
 # burst), which `aggregate` computed from the run's requests.jsonl rows.
@@ -133,17 +136,21 @@ def _serving_bound(result: Result) -> Cell:
     return Cell(text="none", detail=reason, tone="muted")
 
 
-def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
-    """Every request of every run of a serving case, as its requests.jsonl recorded it; a row that
-    is not one is UnreadableRun, naming the file, the line and the key."""
+def rows_of(path: Path, row: type[Request] = RequestRecord) -> list[Request]:
+    """The requests of one requests.jsonl, each read as `row`; a row that is not one is
+    UnreadableRun, naming the file, the line and the key."""
     rows = []
-    for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")):
-        for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
-            try:
-                rows += [RequestRecord.model_validate_json(line)] if line.strip() else []
-            except ValidationError as exc:
-                raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
+    for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
+        try:
+            rows += [row.model_validate_json(line)] if line.strip() else []
+        except ValidationError as exc:
+            raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
     return rows
+
+
+def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
+    """Every request of every run of a serving case's burst, as its requests.jsonl recorded it."""
+    return [row for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")) for row in rows_of(path)]
 
 
 def serve_charts(run: LoadedRun, served: list[tuple[Case, Result]]) -> list[Chart]:
