@@ -358,7 +358,7 @@ def headline_table(
         caption="Headline figures: measured on this host, expected of it, and published",
         header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
                 "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
-        widths=[25, 22, 21, 6, 13, 13],
+        widths=[25, 20, 22, 7, 13, 13],
         rows=rows,
         notes=[
             "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
