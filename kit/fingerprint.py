@@ -567,27 +567,6 @@ def read_probe_output(stdout: str) -> ImageProbe:
     return ImageProbe.model_validate_json(lines[-1])
 
 
-def probe_this_python() -> ImageProbe | None:
-    """The probe run in this Python, which is the "image" of the local executor; None if it fails.
-    Its answer is kept for as long as nothing this Python imports changes (kit.probe_cache)."""
-    from kit.probe_cache import keep, probe_entry, read_entry
-
-    entry = probe_entry()
-    kept = read_entry(entry)
-    if kept is not None:
-        with contextlib.suppress(ValueError):
-            return ImageProbe.model_validate_json(kept)
-    stdout, problem = run_command([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
-    if problem:
-        return None
-    try:
-        probe = read_probe_output(stdout)
-    except ValueError:
-        return None
-    keep(entry, probe.model_dump_json())
-    return probe
-
-
 # ---------------------------------------------------------------------------------------------
 # Redaction
 # ---------------------------------------------------------------------------------------------

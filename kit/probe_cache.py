@@ -1,4 +1,5 @@
-"""This Python's frameworks probe (kit.workloads.probe), kept in the kit's cache.
+"""This Python's frameworks probe (kit.workloads.probe), kept in the kit's cache: this Python is
+the "image" of the local executor.
 
 The probe imports every framework to learn its version and whether it imports at all: 16 s of
 every `kit run`, `kit doctor` and `kit preflight` on this project's CPU hosts. Its answer changes
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 from kit.cache import cache_dir, drop_oldest
+from kit.fingerprint import ImageProbe, read_probe_output
+from kit.host import run_command
 from kit.regular_files import MiB, read_regular
 
 ENTRIES_KEPT = 8  # one per Python environment the kit runs from, and a few of their past states
@@ -63,3 +66,21 @@ def keep(entry: Path, answer: str) -> None:
         drop_oldest(entry.parent, ENTRIES_KEPT)
     except OSError:
         pass  # a cache that cannot be written costs time, not the answer
+
+
+def probe_this_python() -> ImageProbe | None:
+    """The probe run in this Python, which is the "image" of the local executor; None if it fails."""
+    entry = probe_entry()
+    kept = read_entry(entry)
+    if kept is not None:
+        with contextlib.suppress(ValueError):
+            return ImageProbe.model_validate_json(kept)
+    stdout, problem = run_command([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
+    if problem:
+        return None
+    try:
+        probe = read_probe_output(stdout)
+    except ValueError:
+        return None
+    keep(entry, probe.model_dump_json())
+    return probe
