@@ -158,3 +158,10 @@ def ensure_entry(
         (target / MARKER).chmod(0o644)
         say(f"{what}: made in {marker['made_in_s']} s ({target})")
         return marker
+
+
+def drop_oldest(folder: Path, kept: int) -> None:
+    """Keep the `kept` newest JSON entries of a folder of small cached answers (plans, probes)."""
+    entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    for stale in entries[kept:]:
+        stale.unlink(missing_ok=True)

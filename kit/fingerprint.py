@@ -567,17 +567,6 @@ def read_probe_output(stdout: str) -> ImageProbe:
     return ImageProbe.model_validate_json(lines[-1])
 
 
-def probe_this_python() -> ImageProbe | None:
-    """The probe run in this Python, which is the "image" of the local executor; None if it fails."""
-    stdout, problem = run_command([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
-    if problem:
-        return None
-    try:
-        return read_probe_output(stdout)
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Redaction
 # ---------------------------------------------------------------------------------------------

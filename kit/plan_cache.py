@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import kit
-from kit.cache import cache_dir
+from kit.cache import cache_dir, drop_oldest
 from kit.manifest import manifests_dir
 from kit.names import NAME_PATTERN
 from kit.regular_files import MANIFEST_LIMIT, MiB, read_regular
@@ -74,7 +74,7 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     if entry is not None:
         try:
             atomic_write_text(entry, json.dumps(data))
-            _drop_oldest(entry.parent)
+            drop_oldest(entry.parent, ENTRIES_KEPT)
         except OSError:
             pass  # a cache that cannot be written costs time, not the answer
     return data
@@ -98,12 +98,6 @@ def _reads_as_case(case: object) -> bool:
     return (all(isinstance(name, str) and NAME_PATTERN.fullmatch(name) for name in names)
             and all(type(count) is int and count >= 0 for count in counts)
             and case.get("device") in ("cuda", "cpu") and isinstance(case.get("workload"), str))  # fmt: skip
-
-
-def _drop_oldest(folder: Path) -> None:
-    entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
-    for stale in entries[ENTRIES_KEPT:]:
-        stale.unlink(missing_ok=True)
 
 
 def case_view(data: dict) -> SimpleNamespace:
