@@ -171,6 +171,8 @@ A_FILE = "a-file"  # made in the test's folder
     (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
     (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
     (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
+    (["report", "RUN", "--slo-ttft-ms", "nan"], "a positive number is needed"),
+    (["report", "RUN", "--slo-tpot-ms", "0"], "a positive number is needed"),
     (["report", "RUN", "--format", "doc"], "report formats are"),
     (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
     (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
