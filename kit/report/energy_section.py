@@ -72,7 +72,7 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None) -> Section:
         return Section(anchor="energy", title="Energy and cost", paragraphs=paragraphs,
                        not_run="no completed case measured tokens/s")  # fmt: skip
     rows = [
-        Row(cells=[Cell(text=result.case_id, tone="mono"), Cell(text=mean_std(result.metrics[name])),
+        Row(cells=[Cell(text=result.case_id, tone="mono", detail=result.case.fitted), Cell(text=mean_std(result.metrics[name])),
                    *energy_cells(result), cost_cell(result, name, gpu_hour_price)])  # fmt: skip
         for result, name in priced
     ]

@@ -12,14 +12,17 @@ import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
 
+from kit.calibration import achievable_mfu, matmul_text
 from kit.comm import sweep_bound
 from kit.energy import JOULES_PER_TOKEN, PRICE_HINT, cost_per_million_tokens
 from kit.expectation import Expecting
 from kit.hardware import load_hardware
-from kit.predictions import device_spec, training_throughput_bound
+from kit.fingerprint import Calibration
+from kit.predictions import device_spec, serving_bounds, training_throughput_bound
 from kit.protocol import Case
 from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label, throttle_marked
+from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
@@ -66,9 +69,11 @@ def _devices(result: Result) -> list[str]:
     return [rank.device_name for sample in result.samples for rank in sample.ranks]
 
 
-def _ratio(measured: float, bound: float) -> str:
+def _ratio(measured: float, bound: float, physical: bool = True) -> str:
+    """"measured 0.31 × bound"; above a physical bound (the datasheet's) is impossible, above one
+    at what the preflight measured is not."""
     ratio = measured / bound
-    return f"measured {format_value(ratio)} × bound" + (": above it, impossible" if ratio > 1 else "")
+    return f"measured {format_value(ratio)} × bound" + ((": above it, impossible" if physical else ": above it") if ratio > 1 else "")
 
 
 # --- Beside each figure -------------------------------------------------------------------------
@@ -80,8 +85,8 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
     fewer GPUs than the paper's is not compared with it."""
     if reference is None:
         return Cell(text="not compared", tone="muted")
-    if case.fitted:
-        return Cell(text="not compared", detail=f"{case.fitted}: the paper's figures are of {case.fitted_from}", tone="muted")
+    if case.fitted:  # the figure's label says it is fitted
+        return Cell(text="not compared", tone="muted")
     case_id = case.id
     found = []
     for value in reference.tables:
@@ -167,20 +172,40 @@ def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Seq
             for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
 
 
+def mfu_words(result: Result, calibration: Calibration | None) -> str:
+    """MFU against the datasheet peak and against the matmul the preflight measured on this host
+    (or why not), run by run."""
+    mfu, tflops, dtype = result.metrics.get("mfu"), result.metrics.get("achieved_tflops"), result.case.params.dtype
+    parts = [f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')} of the datasheet peak" if mfu
+             else f"MFU not computed: {_training_gap(result)}"]  # fmt: skip
+    if calibration is not None and tflops is not None:
+        if calibration.matmul_dtype == dtype:
+            shares = achievable_mfu(tflops.per_run, result.case.gpus, calibration)
+            where = "a GPU" if calibration.device == "cuda" else "the host"
+            parts.append(f"{with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')} of the preflight's "
+                         f"{matmul_text(calibration)} on {where}")  # fmt: skip
+        else:
+            parts.append(f"not against the preflight's {calibration.matmul_dtype} matmul (the case computes in {dtype})")
+    return "; ".join(parts)
+
+
 def training_row(
-    result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str, expecting: Expecting | None = None
+    result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str, expecting: Expecting | None = None,
+    calibration: Calibration | None = None,
 ) -> Row:
     case, throughput = result.case, result.metrics["tokens_per_s"]
-    mfu = result.metrics.get("mfu")
-    measured = Cell(
-        text=with_unit(throughput, "tokens/s", runs=True),
-        detail=f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}" if mfu
-        else f"MFU not computed: {_training_gap(result)}",
-    )  # fmt: skip
-    bound = training_throughput_bound(case, device_spec(case, _devices(result), load_hardware()))
+    measured = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result)
+    spec = device_spec(case, _devices(result), load_hardware())
+    bound = training_throughput_bound(case, spec)
+    measured_gpu = achievable(result, spec, calibration)
+    reachable = training_throughput_bound(case, measured_gpu.spec) if measured_gpu else None
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
-    if bound:
+    if bound and reachable:
+        expected = Cell(text=f"≤ {format_value(reachable)} tokens/s", detail="; ".join([
+            f"at the preflight's {measured_gpu.which}: {_ratio(throughput.mean, reachable, physical=False)}",
+            f"≤ {format_value(bound)} at the datasheet's: {_ratio(throughput.mean, bound)}", *said]))  # fmt: skip
+    elif bound:
         expected = Cell(text=f"≤ {format_value(bound)} tokens/s", detail="; ".join([_ratio(throughput.mean, bound), *said]))
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
@@ -202,7 +227,7 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, gpu_h
         done = [result for result in results if has_metrics(result, "tokens_per_s")]
         if done:
             best = max(done, key=lambda result: result.metrics["tokens_per_s"].mean)
-            rows.append(training_row(best, reference, gpu_hour_price, energy, expecting))
+            rows.append(training_row(best, reference, gpu_hour_price, energy, expecting, run_calibration(run)))
             continue
         statuses = Counter(result.status if result else "no result" for result in results)
         rows.append(Row(cells=[
@@ -221,15 +246,32 @@ def _ttft_bound_s(result: Result) -> float | None:
     return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
 
 
+def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[float, str] | None:
+    """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
+    (kit.predictions.serving_bounds with the measured figures where lower), and which figures;
+    None where nothing measured lies below the datasheet."""
+    names = [name.strip() for name in _devices(result) for name in name.split(",")]
+    measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
+    tokens = [(rank.details.get("bounds") or {}).get("output_tokens") for sample in result.samples for rank in sample.ranks
+              if rank.rank == 0]  # fmt: skip
+    if measured_gpu is None or not tokens or None in tokens:
+        return None
+    found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
+    if None in found:
+        return None
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in found), measured_gpu.which
+
+
 def serving_row(case: Case, result: Result | None, reference: Reference | None, gpu_hour_price: float | None,
-                energy: str) -> Row:  # fmt: skip
+                energy: str, calibration: Calibration | None = None) -> Row:  # fmt: skip
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
     if not has_metrics(result, "output_throughput", "ttft_median_s", "ttft_p99_s"):
         return _without_measurement(label, result)
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    measured = Cell(text=with_unit(throughput, "tokens/s", runs=True),
-                    detail=f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}")  # fmt: skip
+    measured = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True),
+                                    detail=f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"), result)  # fmt: skip
     bound, ttft_bound = result.metrics.get("output_throughput_bound"), _ttft_bound_s(result)
+    reachable = serving_reachable(result, calibration) if bound is not None else None
     if bound is None:
         expected = Cell(text="no expectation", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:
@@ -237,26 +279,33 @@ def serving_row(case: Case, result: Result | None, reference: Reference | None, 
         if ttft_bound:
             detail += f"; TTFT median {format_value(median.mean / ttft_bound)} × its bound {format_value(1000 * ttft_bound)} ms"
         expected = Cell(text=f"≤ {format_value(bound.mean)} tokens/s", detail=detail)
+        if reachable is not None:
+            value, which = reachable
+            expected = Cell(text=f"≤ {format_value(value)} tokens/s", detail=(
+                f"at the preflight's {which}: {_ratio(throughput.mean, value, physical=False)}; ≤ {format_value(bound.mean)} "
+                f"at the datasheet's: {detail}"))  # fmt: skip
     link = energy or "#serve"
     return Row(cells=[label, measured, expected,
                       paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
                       energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
 
 
-def comm_row(case: Case, result: Result | None, reference: Reference | None) -> Row:
+def comm_row(case: Case, result: Result | None, reference: Reference | None, calibration: Calibration | None = None) -> Row:
     label = figure_cell(f"all-reduce, {devices_text(case)}", case, "comm")
     if not has_metrics(result, "bus_bandwidth_gb_s"):
         return _without_measurement(label, result)
     busbw = result.metrics["bus_bandwidth_gb_s"]
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
+    preflight = calibration.all_reduce_busbw if calibration is not None else None
+    also = f"; the preflight's all-reduce: {format_value(preflight.value)} GB/s ({preflight.how})" if preflight else ""
     expected = (
         Cell(text=f"≤ {format_value(bound.gbps)} GB/s", detail=f"link bound ({bound.link.split(':')[0]}); "
-             f"{_ratio(busbw.mean, bound.gbps)}")  # fmt: skip
+             f"{_ratio(busbw.mean, bound.gbps)}{also}")  # fmt: skip
         if bound.known
-        else Cell(text="no expectation", detail=bound.reason, tone="muted")
+        else Cell(text="no expectation", detail=bound.reason + also, tone="muted")
     )
-    return Row(cells=[label, Cell(text=with_unit(busbw, "GB/s", runs=True), detail="bus bandwidth, peak over the sizes"),
-                      expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
+    measured = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True), detail="bus bandwidth, peak over the sizes"), result)
+    return Row(cells=[label, measured, expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
                       Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
 
 
@@ -275,10 +324,10 @@ def headline_table(
     groups = {
         **training,
         "serve": ("Serving: each engine and model, a burst of requests",
-                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy)
+                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy, run_calibration(run))
                    for c in selected if c.stage == "serve"]),
         "comm": ("Communication: all-reduce between the GPUs",
-                 [comm_row(c, run.results.get(c.id), reference)
+                 [comm_row(c, run.results.get(c.id), reference, run_calibration(run))
                   for c in selected if c.stage == "comm" and c.method == "all_reduce"]),
     }  # fmt: skip
     rows = []
@@ -299,7 +348,10 @@ def headline_table(
             "samples in the run directory (result.json, runs/), with its digest in the raw-data index.",
             "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
             "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
-            f"no model of typical efficiency, so it expects nothing else. Paper: the value {reference_path().name} "
+            "no model of typical efficiency, so it expects nothing else"
+            + (", except what the preflight measured of the GPUs (Calibration, above): the roofline at those figures where lower "
+               "comes first, and MFU is also of its matmul. " if run_calibration(run) else ". ")
+            + f"Paper: the value {reference_path().name} "
             "records for the case and metric, with its platform"
             + (" (not compared: the report was rendered without --compare reference)." if reference is None else "."),
             "Energy: 1000 × joules_per_token (NVML's energy counter over the measured interval, all the case's GPUs). "
@@ -328,12 +380,14 @@ def host_facts(run: LoadedRun) -> list[Fact]:
         facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing})"))
     else:
         described = dict(fingerprint_facts(fingerprint, run.hostname))
+        settings = gpu_settings(fingerprint)
         facts += [Fact(label="GPUs", value=described["GPUs"]),
-                  Fact(label="Link, driver", value=f"{described['GPU topology']}; driver, CUDA "
-                                                           f"{described['Driver, CUDA (driver)']}")]  # fmt: skip
+                  Fact(label="Link, driver" + (", power" if settings else ""), value=f"{described['GPU topology']}; driver, CUDA "
+                       f"{described['Driver, CUDA (driver)']}" + (f"; {settings}" if settings else ""))]  # fmt: skip
     gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
     if gpu_names:
         facts.append(Fact(label="Peak figures", value=peak_figures(gpu_names, load_hardware())))
+    facts.append(measured_state_fact(run))
     images = image_section(run)
     if images.not_run:
         facts.append(Fact(label="Images", value=images.not_run, tone="muted"))
