@@ -23,27 +23,9 @@ CASES = ("profile.llama2-7b.base.g1", "profile.llama2-7b.r.g1.b16")
 class RecordedCase(NamedTuple):
     trace: dict
     rank: RankSample  # rank 0 as the recorded run wrote it: a breakdown by marks
+    marked: MarkedBreakdown  # the same, read
     result: Result
-
-    @property
-    def marked(self) -> MarkedBreakdown:
-        return MarkedBreakdown.model_validate(self.rank.details)
-
-    def plain_steps(self) -> list[dict[str, float]]:
-        """Each plain step's phases (ms), as the recorded run timed them."""
-        phases = self.marked.phases
-        return [{p.name: p.wall_ms_per_step[k] for p in phases} for k in range(len(phases[0].wall_ms_per_step))]
-
-    def breakdown(self) -> Breakdown:
-        """The trace's timeline beside the recorded plain steps. The trace was recorded with every
-        operator (SOURCE), hence its profiler."""
-        marked = self.marked
-        return summarize_steps(
-            timeline(self.trace, "cuda"), self.plain_steps(), device="cuda", timer=TIMERS["cuda"],
-            profiler=PROFILERS["full"], micro_batch=marked.micro_batch, seq_len=marked.seq_len,
-            attention=marked.attention, recompute=marked.recompute, optimizer=marked.optimizer,
-            measured_steps=marked.measured_steps, trace_file=marked.trace_file, method=list(METHOD),
-        )  # fmt: skip
+    breakdown: Breakdown  # the trace's timeline beside the recorded plain steps
 
 
 @functools.cache
@@ -54,4 +36,14 @@ def recorded(case_id: str) -> RecordedCase:
     with tarfile.open(FIXTURES / "h100x1-run" / "run.tgz") as archive:
         rank = RankSample.model_validate_json(archive.extractfile(f"{folder}/runs/1/rank-0.json").read())
         result = Result.model_validate_json(archive.extractfile(f"{folder}/result.json").read())
-    return RecordedCase(trace, rank, result)
+    marked = MarkedBreakdown.model_validate(rank.details)
+    phases = marked.phases
+    plain = [{p.name: p.wall_ms_per_step[k] for p in phases} for k in range(len(phases[0].wall_ms_per_step))]
+    # recorded with every operator (SOURCE), hence its profiler
+    breakdown = summarize_steps(
+        timeline(trace, "cuda"), plain, device="cuda", timer=TIMERS["cuda"], profiler=PROFILERS["full"],
+        micro_batch=marked.micro_batch, seq_len=marked.seq_len, attention=marked.attention, recompute=marked.recompute,
+        optimizer=marked.optimizer, measured_steps=marked.measured_steps, trace_file=marked.trace_file,
+        method=list(METHOD),
+    )  # fmt: skip
+    return RecordedCase(trace, rank, marked, result, breakdown)

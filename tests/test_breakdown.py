@@ -286,7 +286,7 @@ def test_on_the_real_h100_traces_every_device_event_joins_its_launch_and_the_tim
     [step] = timeline(found.trace, "cuda")
     device_events = sum(1 for e in found.trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert step.unlaunched == 0 and step.events == device_events
-    breakdown = found.breakdown()
+    breakdown = found.breakdown
     # other, the optimizer's device time and the idle time are the traced step, to the rounding
     assert breakdown.accounted_ms == pytest.approx(breakdown.traced_step_ms, rel=1e-9)
     # each phase's busy time is what the recording kit made of the same trace, and the operators share it out
@@ -309,7 +309,7 @@ TRACED_VS_PLAIN = {
 
 def test_against_the_plain_step_the_h100_traces_meet_the_goal_where_the_host_does_not_bound_the_step(h100):
     case_id, found = h100
-    breakdown = found.breakdown()
+    breakdown = found.breakdown
     traced, plain, within = TRACED_VS_PLAIN[case_id]
     assert breakdown.accounted_ms == pytest.approx(traced, abs=0.01)
     assert breakdown.step_ms == pytest.approx(plain, abs=0.01) and breakdown.step_ms == found.marked.step_ms
@@ -320,7 +320,7 @@ def test_against_the_plain_step_the_h100_traces_meet_the_goal_where_the_host_doe
 
 def test_at_micro_batch_1_the_h100_waits_for_the_host_in_forward_and_backward(h100):
     case_id, found = h100
-    breakdown = found.breakdown()
+    breakdown = found.breakdown
     bound = {p.name for p in breakdown.phases if p.launch_bound}
     assert bound == ({"forward", "backward"} if case_id.endswith("base.g1") else set())
     top = {(o.phase, o.name) for o in breakdown.operators[:3]}
@@ -418,7 +418,7 @@ def test_on_a_cpu_each_part_gets_its_operators_time_and_parts_other_optimizer_an
 def test_the_real_h100_step_gives_a_gpus_figures_and_says_where_it_is_launch_bound():
     """The recorded H100 step's timeline as its case's metrics (its parts: none, SOURCE)."""
     found_case = recorded("profile.llama2-7b.base.g1")
-    rank = found_case.rank.model_copy(update={"details": found_case.breakdown().model_dump(mode="json")})
+    rank = found_case.rank.model_copy(update={"details": found_case.breakdown.model_dump(mode="json")})
     found, notes = profile_case_metrics(found_case.result.case, [RunSample(index=1, status="ok", exit_code=0,
                                                                            wall_s=1.0, ranks=[rank])])  # fmt: skip
     assert found["step_s"].mean == pytest.approx(0.21088, abs=1e-5) and found["tokens_per_s"].mean == pytest.approx(350 / 0.21088, rel=1e-4)

@@ -107,7 +107,7 @@ def test_every_profile_metric_a_claim_reads_is_in_a_real_gpu_result():
             for stage, metric in relation_metrics(relation) if stage == "profile"}  # fmt: skip
     assert {metric for metric in read if metric.endswith(GPU_ONLY_SUFFIX)}  # the idle shares are among them
     assert sorted(read - set(profile.metrics)) == ["device_busy_s"]
-    figures = breakdown_figures(recorded("profile.llama2-7b.base.g1").breakdown())
+    figures = breakdown_figures(recorded("profile.llama2-7b.base.g1").breakdown)
     assert {"device_busy_s", "forward_idle_share", "backward_idle_share"} <= set(figures)
 
 
