@@ -168,10 +168,6 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
     return [(start, end) for start, end in merged]
 
 
-def length(intervals: Iterable[Interval]) -> float:
-    return sum(end - start for start, end in union(intervals))
-
-
 def overlap(disjoint: Sequence[Interval], start: float, end: float) -> float:
     """Time of the disjoint intervals that falls within [start, end]."""
     return sum(max(0.0, min(end, e) - max(start, s)) for s, e in disjoint)

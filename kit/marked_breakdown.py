@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel
 
 from kit.breakdown import PART_GROUPS
-
-# The share of the instrumented step that could be left unexplained ("other").
-OTHER_TOLERANCE = 0.10
 
 
 class PhaseActivity(BaseModel):
@@ -26,21 +23,12 @@ class PhaseActivity(BaseModel):
     window_ms: float
     kernel_ms: float | None = None
     device_busy_ms: float | None = None
-    host_op_ms: float | None = None
 
-    @computed_field
     @property
     def idle_share(self) -> float | None:
         if self.device_busy_ms is None or self.window_ms <= 0:
             return None
         return 1.0 - self.device_busy_ms / self.window_ms
-
-    @computed_field
-    @property
-    def host_op_share(self) -> float | None:
-        if self.host_op_ms is None or self.window_ms <= 0:
-            return None
-        return self.host_op_ms / self.window_ms
 
 
 class ModuleTime(BaseModel):
@@ -50,7 +38,6 @@ class ModuleTime(BaseModel):
     recompute_ms: float = 0.0
     calls: int
 
-    @computed_field
     @property
     def total_ms(self) -> float:
         return self.forward_ms + self.backward_ms + self.recompute_ms
@@ -66,7 +53,6 @@ class PhaseTime(BaseModel):
     recompute_ms: float = 0.0
     activity: PhaseActivity | None = None
 
-    @computed_field
     @property
     def other_ms(self) -> float:
         return 0.0 if self.name == "optimizer" else self.instrumented_wall_ms - self.covered_ms
@@ -102,32 +88,22 @@ class MarkedBreakdown(BaseModel):
     def module(self, name: str) -> ModuleTime | None:
         return next((m for m in [*self.modules, *self.blocks] if m.name == name), None)
 
-    @computed_field
     @property
     def modules_ms(self) -> float:
         return sum(m.total_ms for m in self.modules) + self.phase("optimizer").instrumented_wall_ms
 
-    @computed_field
     @property
     def overlap_ms(self) -> float:
         return sum(p.parts_ms - p.covered_ms for p in self.phases)
 
-    @computed_field
     @property
     def other_ms(self) -> float:
         return self.instrumented_step_ms - (self.modules_ms - self.overlap_ms)
 
-    @computed_field
     @property
     def other_share(self) -> float:
         return self.other_ms / self.instrumented_step_ms if self.instrumented_step_ms > 0 else 0.0
 
-    @computed_field
-    @property
-    def within_tolerance(self) -> bool:
-        return abs(self.other_share) <= OTHER_TOLERANCE
-
-    @computed_field
     @property
     def instrumentation_overhead_ms(self) -> float:
         return self.instrumented_step_ms - self.step_ms
