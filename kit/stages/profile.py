@@ -95,8 +95,8 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
                    + f" the {ACCOUNTED_TOLERANCE:.0%} goal; the profiled step {b.profiler_overhead:+.1%} against the "
                    f"plain one (goal: at most +{PROFILER_OVERHEAD_LIMIT:.0%})")  # fmt: skip
     else:
-        summed += (f" ({b.profiler_overhead:+.1%}: on a CPU the profiler records every operator, each costing about "
-                   "as much as a small operator's work)")  # fmt: skip
+        summed += (f": the profiled step {b.profiler_overhead:+.1%} against the plain one (on a CPU the profiler "
+                   "records every operator)")  # fmt: skip
     notes = [summed]
     bound = [p for p in b.phases if p.launch_bound]
     if bound:
