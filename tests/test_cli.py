@@ -212,10 +212,11 @@ def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_
     """A terminal's Ctrl-C signals the whole foreground process group, the kit's fork server
     among them: the server must outlive it, for the kit to stop the launch and say so."""
     run = tmp_path / "run"
-    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", "comm.all_reduce.g2",
+    case = "pretrain.tiny-llama.naive.g2"  # its ranks train for seconds after the fork: the signal finds them running
+    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", case,
                                 "--executor", "local", "--no-preflight", "--out", str(run)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    log = run / "cases" / "comm.all_reduce.g2" / "log.txt"
+    log = run / "cases" / case / "log.txt"
     deadline = time.monotonic() + 300
     while not (log.is_file() and "forked by the fork server" in log.read_text()):
         assert started.poll() is None and time.monotonic() < deadline, "the case's ranks never started"
