@@ -151,7 +151,9 @@ def images_table(lock, local) -> Table:
         if image.build:
             pinned += f"\nbuilt from {image.build.context} on {image.build.base}"
             current = local.current_context_sha256.get(name)
-            if current != image.context_sha256:
+            if current is None:
+                pinned += "\n[yellow]context not here: a source checkout builds it[/]"
+            elif current != image.context_sha256:
                 pinned += f"\n[red]context changed: {current} (lock {image.context_sha256})[/]"
         versions = ", ".join(f"{key} {value}" for key, value in image.versions.items())
         here = "unknown" if local.engine else (local.present.get(name) or "[yellow]missing[/]")
