@@ -33,6 +33,14 @@ def test_importing_the_cli_loads_no_module_a_command_may_not_need():
     assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
 
 
+def test_importing_the_runner_loads_no_renderer():
+    """Every `kit run` imports the runner, and through the stages the report's charts: matplotlib
+    and WeasyPrint are imported when a report is drawn, not before a run measures anything."""
+    probe = "import sys, kit.runner; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
+    assert "kit.report.charts" in loaded and not {"matplotlib", "weasyprint"} & loaded
+
+
 def test_list_reads_as_aligned_columns_in_a_pipe():
     lines = kit("list", "--profile", "paper").stdout.splitlines()
     header = next(line for line in lines if line.startswith("case "))
