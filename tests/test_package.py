@@ -83,7 +83,7 @@ def test_an_installed_kit_lists_the_paper_profile(installed):
 def test_an_installed_kit_checks_the_host(installed):
     done = installed("doctor")
     assert done.returncode == 0, done.stderr
-    assert "gpu_count_matches_profile" in done.stderr
+    assert "gpu_count_matches_profile" in done.stdout
 
 
 def test_an_installed_kit_renders_a_recorded_run_and_runs_as_a_module(installed):

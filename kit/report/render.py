@@ -11,6 +11,7 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from kit.manifest import package_data
+from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
 from kit.report.evidence import EvidenceError, verify
@@ -21,7 +22,6 @@ from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
 from kit.results import REPORT_FILES
 
-FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
