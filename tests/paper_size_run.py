@@ -18,25 +18,24 @@ Given the same plan and seed, the bytes written are the same.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import hashlib
 import json
-import copy
-import shutil
 import random
+import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from kit import effective, nccl_tests
 from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
-    BLOCKS,
+    CALL_PREFIX,
+    CALLS_KEY,
+    MODULE_PREFIX,
     PHASE_RANGES,
-    PHASES,
-    Breakdown,
-    ModuleTime,
-    PhaseTime,
-    trace_activity,
+    summarize_steps,
+    timeline,
 )
 from kit.comm import (
     COLLECTIVES,
@@ -71,7 +70,6 @@ from kit.predictions import (
     serving_bounds,
 )
 from kit.protocol import Case, Plan, build_plan, load_protocol
-from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.results import (
     ContainerRun,
     DeviceTelemetry,
@@ -89,7 +87,8 @@ from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
 from kit.stages import maxbatch
-from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
+from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
+from kit.workloads.profile import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
@@ -518,29 +517,125 @@ PART_SHARE = {
     "LM head": 0.04,
     "Loss": 0.01,
 }
-COVERED = 0.94  # share of an instrumented phase inside some part
+OUTSIDE_LAYERS = ("Embedding", "LM head", "Loss")
+OTHER_SHARE = 0.03  # device time in no part (residual adds, the SwiGLU product)
+BLOCK_OF = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "RoPE": "self_attn",
+            "Attention": "self_attn", "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp",
+            "SiLU": "mlp", "down_proj": "mlp"}  # fmt: skip
 
 
-def chrome_trace(phases: dict[str, tuple[float, float]], busy_share: float) -> dict:
-    """A minimal profiler trace: the phase ranges and kernels covering `busy_share` of each."""
-    events = []
-    for phase, (start_us, length_us) in phases.items():
-        events.append(
-            {"ph": "X", "cat": "user_annotation", "name": PHASE_RANGES[phase], "ts": start_us, "dur": length_us}
-        )
-        slices = 40
-        for k in range(slices):
-            width = length_us / slices
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": f"kernel_{phase}_{k}",
-                    "ts": start_us + k * width,
-                    "dur": width * busy_share,
-                }
-            )
-    return {"traceEvents": events}
+class SyntheticTrace:
+    """A profiler trace in the layout the profile workload records (kit.breakdown reads it):
+    phase ranges and module ranges on the step's thread, autograd nodes on the engine's thread,
+    each kernel launched inside them with its correlation id, the module calls' sequence numbers
+    as metadata. Each kernel starts once launched and the device is queued up; the host leaves a
+    gap after each, so the device sits idle for (1 - busy_share) of the time."""
+
+    def __init__(self, busy_share: float):
+        self.events: list[dict] = []
+        self.calls: list[list] = []
+        self.host = 1_000_000.0  # us
+        self.correlation = 0
+        self.sequence = 0
+        self.busy_share = busy_share
+        self.made: dict[str, int] = {}  # part -> the sequence number of its forward call in this step
+
+    def span(self, cat: str, name: str, start: float, end: float, tid, **args) -> None:
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start,
+                            "args": args})  # fmt: skip
+
+    def kernel(self, name: str, us: float, tid="main") -> None:
+        self.correlation += 1
+        self.span("cuda_runtime", "cudaLaunchKernel", self.host, self.host + 4, tid, correlation=self.correlation)
+        self.span("kernel", name, self.host + 5, self.host + 5 + us, 7, correlation=self.correlation)
+        self.host += 5 + us + us * (1 - self.busy_share) / self.busy_share
+
+    def open(self) -> tuple[float, int]:
+        """A range opened now: its start and the first sequence number within it."""
+        opened = self.host, self.sequence
+        self.host += 1
+        return opened
+
+    def close(self, name: str, opened: tuple[float, int], tid="main") -> None:
+        start, first = opened
+        self.host += 1
+        self.span("user_annotation", name, start, self.host, tid)
+        self.host += 1
+        if tid == "main" and name.startswith((MODULE_PREFIX, CALL_PREFIX)):
+            self.calls.append([name, "main", first, self.sequence])
+
+    def part_forward(self, part: str, us: float) -> None:
+        opened = self.open()
+        self.made[part] = self.sequence
+        self.sequence += 1
+        self.kernel(f"{part}_fwd", us)
+        self.close(_part_range(part), opened)
+
+    def recompute(self, part: str, us: float) -> None:
+        """A checkpointed layer's part re-run inside the backward node that needs it."""
+        node, outer = self.host, self.open()
+        inner = self.open()
+        self.kernel(f"{part}_recompute", us, tid="autograd")
+        self.close(_part_range(part), inner, "autograd")
+        self.close("kit::recompute", outer, "autograd")
+        self.span("cpu_op", "MulBackward0", node, self.host, "autograd",
+                  **{"Sequence number": self.made[part], "Fwd thread id": 1})  # fmt: skip
+        self.host += 1
+
+    def node(self, name: str, sequence: int, us: float) -> None:
+        start = self.host
+        self.kernel(f"{name}_kernel", us, tid="autograd")
+        self.span("cpu_op", name, start, self.host, "autograd", **{"Sequence number": sequence, "Fwd thread id": 1})
+        self.host += 1
+
+
+def _part_range(part: str) -> str:
+    if part in ("RoPE", "Attention", "Loss"):
+        return CALL_PREFIX + part
+    module = {"Embedding": "model.embed_tokens", "RMSNorm": "model.norm", "LM head": "lm_head", "SiLU": "model.layers.0.mlp.act_fn"}
+    name = module.get(part) or f"model.layers.0.{BLOCK_OF[part]}.{part}"
+    return MODULE_PREFIX + name
+
+
+def chrome_trace(walls: dict[str, float], recompute_ms: float, busy_share: float, steps: int, rng: random.Random) -> dict:
+    """`steps` steps of the given phase times (ms): parts in their ranges in proportion to
+    PART_SHARE, a little device time in no part, backward as nodes of the forward's calls."""
+    trace = SyntheticTrace(busy_share)
+    scale = sum(PART_SHARE.values())
+    device = {phase: 1e3 * ms * busy_share for phase, ms in walls.items()}  # us of device time per phase
+    plain_backward = device["backward"] - 1e3 * recompute_ms * busy_share
+    for _ in range(steps):
+        jitter = rng.uniform(0.99, 1.02)
+        forward_us = {part: device["forward"] * (1 - OTHER_SHARE) * share / scale * jitter for part, share in PART_SHARE.items()}
+        phase = trace.open()
+        trace.part_forward("Embedding", forward_us["Embedding"])
+        layer = trace.open()
+        trace.part_forward("RMSNorm", forward_us["RMSNorm"])
+        for block in ("self_attn", "mlp"):
+            opened = trace.open()
+            for part in (part for part, owner in BLOCK_OF.items() if owner == block):
+                trace.part_forward(part, forward_us[part])
+            trace.close(MODULE_PREFIX + f"model.layers.0.{block}", opened)
+        trace.close(MODULE_PREFIX + "model.layers.0", layer)
+        trace.kernel("residual_add", device["forward"] * OTHER_SHARE * jitter)
+        trace.part_forward("LM head", forward_us["LM head"])
+        trace.part_forward("Loss", forward_us["Loss"])
+        trace.close(PHASE_RANGES["forward"], phase)
+
+        phase = trace.open()
+        for part, share in reversed(PART_SHARE.items()):
+            if recompute_ms and part not in OUTSIDE_LAYERS:
+                trace.recompute(part, 1e3 * recompute_ms * busy_share * share / scale * jitter)
+            trace.node(f"{part}Backward0", trace.made[part], plain_backward * (1 - OTHER_SHARE) * share / scale * jitter)
+        trace.kernel("accumulate_grad", plain_backward * OTHER_SHARE * jitter, tid="autograd")
+        trace.close(PHASE_RANGES["backward"], phase)
+
+        phase = trace.open()
+        for name in ("multi_tensor_apply_kernel", "fused_adamw"):
+            trace.kernel(name, device["optimizer"] / 2 * jitter)
+        trace.close(PHASE_RANGES["optimizer"], phase)
+        trace.host += 50
+    return {"traceEvents": trace.events, CALLS_KEY: trace.calls}
 
 
 def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
@@ -555,106 +650,25 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
     runs = []
     for index in range(1, params.runs + 1):
         walls = {"forward": forward_ms, "backward": backward_ms + recompute_ms, "optimizer": optimizer_ms}
-        plain = {
-            name: [value * rng.uniform(0.99, 1.02) for _ in range(params.measured_steps)]
-            for name, value in walls.items()
-        }
-        instrumented = {name: sum(values) / len(values) * 1.03 for name, values in plain.items()}
-        starts, cursor = {}, 1_000_000.0
-        for name in PHASES:
-            starts[name] = (cursor, 1e3 * instrumented[name] * 1.01)
-            cursor += starts[name][1] + 50
+        plain = [{name: value * rng.uniform(0.99, 1.02) for name, value in walls.items()}
+                 for _ in range(params.measured_steps)]  # fmt: skip
         out = folder / "runs" / str(index)
         out.mkdir(parents=True, exist_ok=True)
-        trace = chrome_trace(starts, busy_share=0.93 if host.cuda else 0.88)
+        trace = chrome_trace(walls, recompute_ms, 0.93 if host.cuda else 0.88, params.measured_steps, rng)
         trace_name = "profile-trace-rank0.json.gz"
         with (out / trace_name).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
             handle.write(json.dumps(trace).encode())
-        activity = trace_activity(trace, case.device)
-        scale = sum(PART_SHARE.values())
-        modules = [
-            ModuleTime(
-                name=part,
-                forward_ms=COVERED * instrumented["forward"] * share / scale,
-                backward_ms=COVERED * (instrumented["backward"] - recompute_ms) * share / scale,
-                recompute_ms=recompute_ms * COVERED * share / scale
-                if part not in ("Embedding", "LM head", "Loss")
-                else 0.0,
-                calls=1
-                if part in ("Embedding", "LM head", "Loss")
-                else case.shape.num_layers * (2 if part == "RMSNorm" else 1),
-            )
-            for part, share in PART_SHARE.items()
-        ]
-        sums = {
-            "forward": sum(m.forward_ms for m in modules),
-            "backward": sum(m.backward_ms + m.recompute_ms for m in modules),
-            "optimizer": 0.0,
-        }
-        phases = [
-            PhaseTime(
-                name=name,
-                wall_ms=sum(plain[name]) / len(plain[name]),
-                wall_ms_per_step=plain[name],
-                instrumented_wall_ms=instrumented[name],
-                parts_ms=sums[name],
-                covered_ms=sums[name],
-                recompute_ms=recompute_ms if name == "backward" else 0.0,
-                activity=activity.get(name),
-            )
-            for name in PHASES
-        ]
-        layers = 0.93 * (instrumented["forward"] + instrumented["backward"])
-        blocks = [
-            ModuleTime(
-                name="Decoder layers",
-                forward_ms=0.93 * instrumented["forward"],
-                backward_ms=0.93 * (instrumented["backward"] - recompute_ms),
-                recompute_ms=0.93 * recompute_ms,
-                calls=case.shape.num_layers,
-            ),
-            ModuleTime(
-                name="Self-attention",
-                forward_ms=0.42 * layers / 3,
-                backward_ms=0.84 * layers / 3,
-                calls=case.shape.num_layers,
-            ),
-            ModuleTime(
-                name="MLP", forward_ms=0.45 * layers / 3, backward_ms=0.9 * layers / 3, calls=case.shape.num_layers
-            ),
-        ]
-        step_per_step = [sum(plain[name][k] for name in PHASES) for k in range(params.measured_steps)]
-        instrumented_step = sum(instrumented.values())
-        breakdown = Breakdown(
-            device=case.device,
-            timer=TIMERS[case.device],
-            micro_batch=params.micro_batch,
-            seq_len=params.seq_len,
-            attention=params.attention,
-            recompute=params.recompute,
+        breakdown = summarize_steps(
+            timeline(trace, case.device), plain, device=case.device, timer=TIMERS[case.device],
+            profiler=PROFILERS["scoped" if host.cuda else "full"], micro_batch=params.micro_batch,
+            seq_len=params.seq_len, attention=params.attention, recompute=params.recompute,
             optimizer="torch.optim.AdamW (fused, lr 1e-05, weight decay 0, bf16 states, no master copy), "
-            "gradient clipping 1.0",
-            measured_steps=params.measured_steps,
-            step_ms=sum(step_per_step) / len(step_per_step),
-            step_ms_per_step=step_per_step,
-            instrumented_step_ms=instrumented_step,
-            instrumented_step_ms_per_step=[
-                instrumented_step * rng.uniform(0.99, 1.01) for _ in range(params.measured_steps)
-            ],
-            phases=phases,
-            modules=modules,
-            blocks=[b for b in blocks if b.name in BLOCKS],
-            blocks_step_ms=instrumented_step * 1.01,
-            unmatched_marks=0,
-            trace_file=trace_name,
-            activity_method=ACTIVITY_METHODS[case.device],
-            method=list(METHOD)
-            + ([RECOMPUTE_METHOD] if params.recompute else [])
-            + [
+            "gradient clipping 1.0", measured_steps=params.measured_steps, trace_file=trace_name,
+            method=list(METHOD) + ([RECOMPUTE_METHOD] if params.recompute else []) + [
                 f"model: random initialisation, {parameter_count(case.shape)} parameters, {params.dtype}, "
-                f"attention {params.attention}"
-            ],
-        )
+                f"attention {params.attention}"],
+        )  # fmt: skip
+        step_per_step = breakdown.step_ms_per_step
         prediction = predicted_training_memory(case).memory
         memory = (
             PeakMemory(

@@ -128,7 +128,7 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
     cpu = kit_report(str(cpu_run), "--format", "csv", "--out", str(tmp_path / "cpu"))
     assert cpu.returncode == 0, cpu.stderr
     assert (tmp_path / "cpu" / "report-claims.csv").read_text().strip() == ",".join(
-        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published", "measured",
+        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published", "measured",
          "finding", "readings", "caveats", "expected_on_this_host", "expected_basis", "verdict_vs_expectation",
          "finding_vs_expectation"])  # fmt: skip  # the reference was not compared: no rows
 

@@ -61,7 +61,10 @@ def cover_of(
     if outcomes is None:
         claim_counts, claims_summary = [], "Reference not compared (no --compare reference)."
     else:
-        claim_counts = _counts(verdict_counts(o.verdict for o in outcomes), VERDICT_TONES)  # type: ignore[arg-type]
+        # consistent and deviates always (a reviewer looks for "0 deviates"), the rest where there are any
+        counted = verdict_counts(o.verdict for o in outcomes)
+        shown = {v: n for v, n in counted.items() if n or v in ("consistent", "deviates")}
+        claim_counts = _counts(shown, VERDICT_TONES)  # type: ignore[arg-type]
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"

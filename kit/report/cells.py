@@ -24,6 +24,7 @@ STATUS_TONES: dict[str, Tone] = {
 VERDICT_TONES: dict[Verdict, Tone] = {
     "consistent": "good",
     "deviates": "bad",
+    "inconclusive": "unsure",  # measured, but too few runs or too wide a spread to decide
     "not measured": "warn",
     "not applicable": "muted",
 }

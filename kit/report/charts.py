@@ -4,17 +4,13 @@ same data always gives the same bytes (fixed hash salt, no date in the metadata)
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import re
 from math import cos, radians, sin
 from xml.dom import minidom
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
 STYLE = {
     "font.family": "DejaVu Sans",
@@ -70,6 +66,18 @@ class RatioBar(BaseModel):
     label: str
     ratio: float
     significant: bool | None
+
+
+@functools.cache
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a chart is drawn: the stages import
+    this module, and `kit run` need not pay matplotlib's 2 s of imports before it measures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _text_size_in(renderer, text: str, properties) -> tuple[float, float]:
@@ -134,9 +142,9 @@ def _height_in(wanted: float) -> float:
 def _svg(figure, salt: str) -> str:
     """The figure as an <svg> element to inline in HTML (no XML prolog, no doctype)."""
     buffer = io.StringIO()
-    with plt.rc_context({"svg.hashsalt": salt}):
+    with pyplot().rc_context({"svg.hashsalt": salt}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(figure)
+    pyplot().close(figure)
     return _scoped_ids(_flattened(buffer.getvalue()), salt)
 
 
@@ -261,8 +269,8 @@ def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
     height = 0.8 / len(groups)
-    with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5))))
+    with pyplot().rc_context(STYLE):
+        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5))))
         for index, group in enumerate(groups):
             mine = [bar for bar in bars if bar.group == group]
             rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
@@ -287,8 +295,8 @@ def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
 
 def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
     """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
-    with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.6))
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.6))
         for index, line in enumerate(series):
             colour = PALETTE[index % len(PALETTE)]
             gpus = [p.gpus for p in line.points]
@@ -341,8 +349,8 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
 
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
-    with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.25 * len(bars))))
+    with pyplot().rc_context(STYLE):
+        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.25 * len(bars))))
         colours = [PALETTE[0] if bar.significant else "#9dc3e6" for bar in bars]
         axes.barh(range(len(bars)), [bar.ratio - 1 for bar in bars], left=1, color=colours)
         axes.axvline(1, color="black", linewidth=0.8)
@@ -366,8 +374,8 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
     by latency (flat time), large ones by bandwidth (flat busbw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8))
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.8))
         for index, sweep in enumerate(sweeps):
             sizes = [p.size_bytes for p in sweep.points]
             colour = PALETTE[index % len(PALETTE)]
@@ -421,10 +429,10 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
     before it, the phase it is part of."""
     labels = list(dict.fromkeys(seg.label for stack in stacks for seg in stack.segments if not seg.hatched))
-    palette = PALETTE if len(labels) <= len(PALETTE) else plt.get_cmap("tab20").colors  # a step has ~12 parts
+    palette = PALETTE if len(labels) <= len(PALETTE) else pyplot().get_cmap("tab20").colors  # a step has ~12 parts
     colours = {label: palette[index % len(palette)] for index, label in enumerate(labels)}
-    with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(1.0 + 0.3 * len(stacks))))
+    with pyplot().rc_context(STYLE):
+        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(1.0 + 0.3 * len(stacks))))
         shown: set[str] = set()
         for row, stack in enumerate(stacks):
             left, colour = 0.0, PALETTE[0]
@@ -455,8 +463,8 @@ class CdfSeries(BaseModel):
 def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -> str:
     """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
     distribution, so a long tail shows where a median hides it."""
-    with plt.rc_context(STYLE):
-        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
+    with pyplot().rc_context(STYLE):
+        figure, all_axes = pyplot().subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
                 values = sorted(line.values)
@@ -494,8 +502,8 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
     failed request (never answered) has no place on them and is left out."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8), sharey=True)
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.8), sharey=True)
         for index, line in enumerate(series):
             colour = PALETTE[index % len(PALETTE)]
             for axes, latency, scale in ((left, "tpot_p99_s", 1000), (right, "ttft_p99_s", 1)):
@@ -533,8 +541,8 @@ class TimeSeries(BaseModel):
 def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> str:
     """Panels side by side, each a quantity (title, y label) of each series over the minutes of a
     soak: whether the figures hold from the first minute to the last."""
-    with plt.rc_context(STYLE):
-        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
+    with pyplot().rc_context(STYLE):
+        figure, all_axes = pyplot().subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, unit, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
                 axes.plot([x for x, _ in line.points], [y for _, y in line.points], marker="s", markersize=2,

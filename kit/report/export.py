@@ -4,7 +4,9 @@ report.json holds all of it in one document, with each serving sweep's points he
 objectives given (and those objectives); the CSV export is two flat tables, since a
 spreadsheet wants one kind of row per sheet:
     report-claims.csv   one row per relation of each claim (the claim's verdict repeated), with
-                        the value expected on this host's GPUs and the verdict against it
+                        what its numbers alone say (judged: consistent, deviates or inconclusive,
+                        also where the verdict is not applicable), the value expected on this
+                        host's GPUs and the verdict against it
     report-metrics.csv  one row per metric of each case; a case without metrics gets one row
                         with its status and reason
 Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given.
@@ -26,7 +28,7 @@ from kit.report.load import LoadedRun
 from kit.results import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 
-CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published",
+CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published",
                  "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
                  "verdict_vs_expectation", "finding_vs_expectation"]  # fmt: skip
 METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean", "std", "n", "unit", "per_run", "note"]
@@ -98,6 +100,7 @@ def claim_rows(assessment: Assessment) -> Iterator[dict]:
             yield {
                 "claim": claim.id, "statement": claim.statement, "claim_verdict": claim.verdict,
                 "claim_reason": claim.reason, "relation": relation.relation, "verdict": relation.verdict,
+                "judged": relation.judged or "",
                 "published": relation.published, "measured": relation.measured or "", "finding": relation.finding,
                 "readings": "; ".join(f"{r.label}: {r.verdict}" for r in relation.readings),
                 "caveats": "; ".join(relation.caveats),

@@ -10,6 +10,8 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from kit.manifest import package_data
+from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
 from kit.report.evidence import EvidenceError, verify
@@ -21,7 +23,6 @@ from kit.report.printer import Part, Printer
 from kit.results import REPORT_FILES
 from kit.serve.slo import DEFAULT_SLO, Slo
 
-FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
@@ -39,11 +40,11 @@ class PartContents:
 
 
 def templates_dir() -> Path:
-    """$KIT_REPORT_TEMPLATES, else report_templates/ beside the package (source checkout)."""
+    """$KIT_REPORT_TEMPLATES, else the report templates the package ships."""
     configured = os.environ.get(TEMPLATES_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parent.parent.parent / "report_templates"
+    return package_data("report_templates")
 
 
 def render_html(report: Report, medium: Literal["screen", "print"] = "screen", part: PartContents | None = None) -> str:

@@ -32,7 +32,7 @@ from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import ServerCounters, counter_total
+from kit.serve.prometheus import ServerCounters, counter_total, parse_samples
 from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import MeasureFailed, Unavailable
 
@@ -123,10 +123,13 @@ def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | st
         return f"GET /metrics failed: {exc}"
     if status != 200:
         return f"GET /metrics answered {status}"
-    text = body.decode("utf-8", errors="replace")
+    try:
+        samples = parse_samples(body.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return f"GET /metrics answered a page that is not Prometheus text: {exc}"
     found: dict[str, float | None] = {}
     for field, counter in (("generated_tokens", engine.generated_tokens), ("finished_requests", engine.finished_requests)):
-        values = [counter_total(text, name, dict(counter.exclude)) for name in counter.metric_names()]
+        values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
         found[field] = next((value for value in values if value is not None), None)
     return found
 
