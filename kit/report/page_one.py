@@ -358,24 +358,21 @@ def headline_table(
         caption="Headline figures: measured on this host, expected of it, and published",
         header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
                 "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
-        widths=[25, 20, 22, 7, 13, 13],
+        widths=[25, 26, 21, 5, 10, 13],
         rows=rows,
-        notes=[
+        notes=[  # one paragraph: page one ends where the page does
             "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
-            "the model's cases in the stage. Each figure links to its section; under it, the case's folder of raw "
-            "samples in the run directory (result.json, runs/), with its digest in the raw-data index.",
-            "Expected: the bound kit.predictions computes for this host's GPUs from manifests/hardware.yaml (roofline "
-            "at the datasheet peak; for TTFT, a prompt served alone; the link's rate). No run can pass it; the kit has "
-            "no model of typical efficiency, so it expects nothing else"
+            "the model's cases in the stage; each figure links to its section, above its raw samples' folder (its "
+            "digest in the raw-data index). Expected: the bound kit.predictions computes for this host's GPUs "
+            "(manifests/hardware.yaml: roofline at the datasheet peak; TTFT of a prompt served alone; the link's "
+            "rate), which no run can pass; the kit has no model of typical efficiency"
             + (", except what the preflight measured of the GPUs (Calibration, above): the roofline at those figures where lower "
                "comes first, and MFU is also of its matmul. " if run_calibration(run) else ". ")
-            + f"Paper: the value {reference_path().name} "
-            "records for the case and metric, with its platform"
-            + (" (not compared: the report was rendered without --compare reference)." if reference is None else "."),
-            "Energy: 1000 × joules_per_token (NVML's energy counter over the measured interval, all the case's GPUs). "
-            "Cost: GPUs × price per GPU-hour × the hours a million tokens take at the measured throughput (rental "
-            "time, not electricity)" + (f", at {format_value(gpu_hour_price, trim=True)} per GPU-hour."
-                                        if gpu_hour_price is not None else f"; {PRICE_HINT}."),
+            + f"Paper: the value {reference_path().name} records for the case and metric"
+            + (" (not compared: the report was rendered without --compare reference). " if reference is None else ". ")
+            + "Energy: 1000 × joules_per_token (NVML's energy counter, all the case's GPUs). Cost: GPUs × price per "
+            "GPU-hour × the hours a million tokens take at the measured throughput"
+            + (f", at {format_value(gpu_hour_price, trim=True)} per GPU-hour." if gpu_hour_price is not None else f"; {PRICE_HINT}."),
         ],  # fmt: skip
     )
 
