@@ -358,12 +358,12 @@ def headline_table(
         caption="Headline figures: measured on this host, expected of it, and published",
         header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
                 "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
-        widths=[25, 26, 21, 5, 10, 13],
+        widths=[25, 25, 21, 8, 9, 12],
         rows=rows,
         notes=[  # one paragraph: page one ends where the page does
             "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
-            "the model's cases in the stage; each figure links to its section, above its raw samples' folder (its "
-            "digest in the raw-data index). Expected: the bound kit.predictions computes for this host's GPUs "
+            "the model's cases in the stage; each figure links to its section, above its raw samples' folder. "
+            "Expected: the bound kit.predictions computes for this host's GPUs "
             "(manifests/hardware.yaml: roofline at the datasheet peak; TTFT of a prompt served alone; the link's "
             "rate), which no run can pass; the kit has no model of typical efficiency"
             + (", except what the preflight measured of the GPUs (Calibration, above): the roofline at those figures where lower "
