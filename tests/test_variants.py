@@ -85,7 +85,7 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
     # each efficiency is of two cases' means over 3 runs drawn with 1.2 % noise: about 1.4 % on the ratio
     assert c4.verdict == "consistent" and c4.relations[0].measured_value == pytest.approx(1 / 0.9, rel=0.04)
     c27 = outcomes["C27"]
-    assert c27.verdict == "consistent" and len(c27.relations) == 2
+    assert c27.verdict == "inconclusive" and len(c27.relations) == 2  # evaluated, from comm cases run once each
     assert all("on RTX3090 " in r.measured and " > on RTX3090-PCIe " in r.measured for r in c27.relations)
 
 
@@ -94,7 +94,8 @@ def test_a_run_really_without_nvlink_comes_before_a_variant(nvlink_3090_run, tmp
     pcie = write_run(tmp_path / "rtx3090-pcie", plan, gpu_name=RTX3090, interconnect="pcie-only", speed=0.5,
                      cases=["comm.all_gather.g8", "comm.reduce_scatter.g8"])  # fmt: skip
     c27 = next(o for o in evaluate_claims(load_reference(), [measured(nvlink_3090_run), measured(pcie)]) if o.id == "C27")
-    assert c27.verdict == "consistent" and all(r.runs == ("rtx3090-nvlink", "rtx3090-pcie") for r in c27.relations)
+    assert c27.verdict == "inconclusive"  # evaluated, from comm cases run once each (a claim deviates from 3 runs)
+    assert all(r.runs == ("rtx3090-nvlink", "rtx3090-pcie") for r in c27.relations)
 
 
 def test_the_report_pairs_each_variant_with_its_twin_and_judges_the_claims(nvlink_3090_run):
