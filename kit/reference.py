@@ -33,6 +33,7 @@ from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
 from kit.results import Result, RunInfo
+from kit.validity import invalid_reasons
 
 REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
 
@@ -859,6 +860,9 @@ class ClaimContext:
         metric_value = result.metrics.get(metric)
         if metric_value is None:
             return Reading(None, missing=f"{metric} of {used}", **found)
+        invalid = invalid_reasons(result)
+        if invalid:  # a figure past its physical bound is no measurement to judge a claim on
+            return Reading(None, missing=f"{used} (invalid: {invalid[0]})", **found)
         return Reading(metric_value.mean, metric_value.unit, result=result, **found)
 
     def platforms_of(self, relation_platform: str | None, item_platform: str | None = None) -> list[str]:

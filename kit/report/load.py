@@ -26,6 +26,7 @@ from kit.report.forked import in_parallel
 from kit.report.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
 from kit.signing import SignatureCheck, check_signature
+from kit.validity import invalid_reasons
 
 
 class LoadedFingerprint(BaseModel):
@@ -50,6 +51,7 @@ class LoadedRun(BaseModel):
     hostname: str
     redacted: bool
     measured: MeasuredRun
+    invalid: dict[str, list[str]] = {}  # case id -> why its figures are not a measurement (kit.validity)
 
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
@@ -138,4 +140,5 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
         hostname=hostname,
         redacted=redact,
         measured=measured_run(info, results.values(), before.fingerprint),
+        invalid={case_id: found for case_id, result in results.items() if (found := invalid_reasons(result))},
     )
