@@ -50,16 +50,32 @@ def h200_run():
 def test_a_scaling_claim_about_rtx4090_expects_the_a800s_efficiency_on_an_h100(reference, paper_plan):
     run = run_on(H100, [result(paper_plan, "scaling.llama2-7b.q.g1.b2", tokens_per_s=1000),
                         result(paper_plan, "scaling.llama2-7b.q.g8.b2", tokens_per_s=8 * 1000 * 0.98)])  # fmt: skip
-    c2 = expectation(reference, [run], "C2")
+    c1, c2 = (expectation(reference, [run], claim_id) for claim_id in ("C1", "C2"))
     [relation] = c2.relations
-    assert relation.expected == "100 % ± 3 points"  # C1's value, C2's own tolerance
+    assert relation.expected == "100 % ± 5 points"  # C1's value with C1's tolerance: one expectation
     assert relation.basis.startswith("the paper's value on 8 × A800-80G, NVLink, from C1, a scaling efficiency")
     assert "of A800, RTX3090, RTX4090, the one most like H100 SXM5 80GB" in relation.basis
-    assert (c2.verdict, relation.measured) == ("consistent", "98.0 %")
-    assert relation.finding.startswith("measured 0.980 × expected; within")
+    # The one measurement is judged once, by C1, the first claim that states it; C2 points there.
+    assert (c1.verdict, c1.relations[0].measured, c1.relations[0].expected) == ("consistent", "98.0 %", "100 % ± 5 points")
+    assert (c2.verdict, relation.judged_in, relation.measured) == ("judged in another claim", "C1", "98.0 %")
+    assert relation.finding == "C1: the same measurement, judged there once"
     # The paper's verdict is untouched: the claim is about RTX4090s.
     paper = next(o for o in evaluate_claims(reference, [run]) if o.id == "C2")
     assert paper.verdict == "not applicable"
+
+
+def test_a_quantity_measured_on_the_claims_own_platform_is_judged_by_that_claim_alone(reference, paper_plan):
+    """On an A800, C1's paper verdict judges the scaling efficiency; C2 and C3, the same relation
+    stated for other GPUs, point to it rather than judge it again against other tolerances."""
+    run = run_on("NVIDIA A800-SXM4-80GB", [result(paper_plan, "scaling.llama2-7b.q.g1.b2", tokens_per_s=1000),
+                                           result(paper_plan, "scaling.llama2-7b.q.g8.b2", tokens_per_s=8 * 1000 * 0.873)])  # fmt: skip
+    by_id = {e.id: e for e in expect_claims(reference, [run])}
+    assert by_id["C1"].verdict == "paper verdict"
+    assert {claim_id: (by_id[claim_id].verdict, by_id[claim_id].relations[0].judged_in) for claim_id in ("C2", "C3")} == {
+        "C2": ("judged in another claim", "C1"), "C3": ("judged in another claim", "C1")}
+    assert expectation_counts(list(by_id.values()))["deviates"] == 0
+    paper = {o.id: o.verdict for o in evaluate_claims(reference, [run])}
+    assert paper["C1"] == "deviates" and paper["C2"] == paper["C3"] == "not applicable"
 
 
 def test_a_scaling_efficiency_far_below_the_expectation_deviates_against_it(reference, paper_plan):
@@ -218,7 +234,8 @@ def test_a_report_of_an_h100_run_labels_the_expectation_apart_from_the_paper(pap
     assert "(NVIDIA H100 80GB HBM3)" in against and "These are not the paper's verdicts" in against
     cover = report.cover
     assert cover.expectation_summary.endswith(" about other GPUs, vs the kit's expectation")
-    assert {c.label for c in cover.expectation_counts} <= {"deviates", "consistent", "not measured", "no expectation"}
+    assert {c.label for c in cover.expectation_counts} <= {"deviates", "consistent", "not measured", "no expectation",
+                                                          "judged in another claim"}
     assert sum(c.count for c in cover.expectation_counts) == int(cover.expectation_summary.split()[0])
     rows = {row.cells[0].text: row for row in claims.tables[0].rows if row.heading}
     assert rows["C1"].cells[2].text == "not applicable" and rows["C1"].cells[2].detail.startswith("vs expectation: ")

@@ -26,7 +26,7 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not measured": "warn",
     "not applicable": "muted",
 }
-EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted"}
+EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted", "judged in another claim": "muted"}
 SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
 
 
