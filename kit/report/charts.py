@@ -33,12 +33,23 @@ TICK_IN = 7 * POINT_IN  # a tick (3.5 pt) and its label's pad (3.5 pt)
 
 
 class Bar(BaseModel):
-    """One bar: a mean with its standard deviation (None for a single run)."""
+    """One bar: a mean with its standard deviation (None for a single run) over `runs` runs; or,
+    where the case has no figure (out of memory, an error), `mark` drawn in its place. A bar with
+    a value and a mark ("invalid") is drawn hatched, the mark beside it."""
 
     label: str
     group: str
-    value: float
+    value: float | None = None
     error: float | None = None
+    runs: int = 1
+    mark: str | None = None
+
+
+class Limit(BaseModel):
+    """A vertical line across a bar chart's panels: what no bar can pass (a GPU's memory)."""
+
+    value: float
+    label: str
 
 
 class ScalingPoint(BaseModel):
@@ -83,6 +94,9 @@ def _tick_labels_in(renderer, axis) -> tuple[float, float, float]:
     """The widest and tallest tick label of an axis, and the width of its last one, in inches
     (of the ticks inside the axis's limits: the locator proposes some beyond them, not drawn)."""
     low, high = sorted(axis.get_view_interval())
+    ticks = axis.get_major_ticks()
+    if ticks and not ticks[0].label1.get_visible():  # a panel sharing its neighbour's labels draws none
+        return 0.0, 0.0, 0.0
     locations = axis.get_majorticklocs()
     labels = axis.get_major_formatter().format_ticks(locations)  # all of them: a fixed formatter counts
     texts = [text for loc, text in zip(locations, labels) if text and low <= loc <= high]
@@ -256,32 +270,74 @@ def _scoped_ids(svg: str, scope: str) -> str:
     return re.sub(r'href="#([^"]+)"', lambda m: f'href="#{scope}-{m.group(1)}"', svg)
 
 
-def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
-    """Horizontal bars, one colour per group (model), error bars where there are several runs."""
+# A log axis's ticks as plain numbers (0.1, 1, 10): matplotlib writes powers of ten with their
+# exponents a third smaller than the text around them.
+PLAIN_NUMBER = matplotlib.ticker.FuncFormatter(lambda value, _position: f"{value:g}")
+MARK_COLOURS = {"OOM": "#8a5a00", "invalid": "#b00020"}  # any other mark (error, timeout...) in grey
+
+
+def _draw_bars(axes, bars: list[Bar], labels: list[str], offset: float, thickness: float, colour: str,
+               label: str | None = None) -> None:  # fmt: skip
+    """Bars at their label's row (+ offset); a mark in the place of a bar without a value, and
+    beside a hatched bar with one."""
+    drawn = [bar for bar in bars if bar.value is not None]
+    rows = [labels.index(bar.label) + offset for bar in drawn]
+    axes.barh(rows, [bar.value for bar in drawn], height=thickness * 0.9, xerr=[bar.error or 0 for bar in drawn],
+              color=[colour if bar.mark is None else "white" for bar in drawn],
+              edgecolor=[colour if bar.mark is None else MARK_COLOURS.get(bar.mark, "#777") for bar in drawn],
+              hatch=[None if bar.mark is None else "////" for bar in drawn], linewidth=0.6,
+              error_kw={"elinewidth": 0.8, "capsize": 2}, label=label)  # fmt: skip
+    for bar in bars:  # the mark beside a hatched bar's end, or where a bar without a value would start
+        if bar.mark is not None:
+            at, colour = labels.index(bar.label) + offset, MARK_COLOURS.get(bar.mark, "#777")
+            if bar.value is None:
+                axes.text(0.01, at, bar.mark, transform=axes.get_yaxis_transform(), va="center", fontsize=7, color=colour)
+            else:
+                axes.text(bar.value + (bar.error or 0), at, f" {bar.mark}", va="center", fontsize=7, color=colour)
+
+
+def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False,
+              limit: Limit | None = None) -> str:  # fmt: skip
+    """Horizontal bars, error bars where there are several runs. One colour per group (model) on
+    one axis, or, with `panels`, one panel per group, each on its own scale (a 70B model's bars
+    are not a sliver beside a 7B's); `log` scales the axis by powers of ten; `limit` is drawn as
+    a line in every panel."""
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
-    height = 0.8 / len(groups)
     with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5))))
-        for index, group in enumerate(groups):
-            mine = [bar for bar in bars if bar.group == group]
-            rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
-            axes.barh(
-                rows,
-                [bar.value for bar in mine],
-                height=height * 0.9,
-                xerr=[bar.error or 0 for bar in mine],
-                color=PALETTE[index % len(PALETTE)],
-                error_kw={"elinewidth": 0.8, "capsize": 2},
-                label=group,
-            )
-        axes.set_yticks(range(len(labels)), labels)
-        axes.invert_yaxis()
-        axes.set_xlabel(unit)
-        axes.grid(axis="x", linewidth=0.3)
-        if len(groups) > 1:
-            axes.legend(frameon=False, loc="lower right")
-        _fixed_layout(figure, [axes])
+        if panels:
+            height = _height_in(0.9 + 0.2 * len(labels))
+            figure, grid = plt.subplots(1, len(groups), figsize=(WIDTH_IN, height), sharey=True, squeeze=False)
+            all_axes = list(grid[0])
+            for index, (axes, group) in enumerate(zip(all_axes, groups)):
+                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)])
+                axes.set_title(group)
+        else:  # each label's bars side by side, one per group; one bar a label needs no room for others
+            side_by_side = len(labels) < len(bars)
+            thickness = 0.8 / len(groups) if side_by_side else 0.8
+            rows_in = 0.28 * max(1, len(groups) ** 0.5) if side_by_side else 0.22
+            figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + rows_in * len(labels))))
+            all_axes = [axes]
+            for index, group in enumerate(groups):
+                offset = index * thickness - 0.4 + thickness / 2 if side_by_side else 0.0
+                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, offset, thickness,
+                           PALETTE[index % len(PALETTE)], label=group)  # fmt: skip
+            if len(groups) > 1:
+                axes.legend(frameon=False, loc="lower right", fontsize=7)
+        all_axes[0].set_yticks(range(len(labels)), labels)
+        all_axes[0].invert_yaxis()
+        for axes in all_axes:
+            if log:
+                axes.set_xscale("log")
+                axes.xaxis.set_major_formatter(PLAIN_NUMBER)
+                axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            if limit is not None:
+                axes.axvline(limit.value, color=MARK_COLOURS["invalid"], linestyle="--", linewidth=0.8)
+                axes.text(limit.value, 0.0, f"{limit.label} ", transform=axes.get_xaxis_transform(), va="bottom",
+                          ha="right", rotation=90, fontsize=7, color=MARK_COLOURS["invalid"])  # fmt: skip
+            axes.set_xlabel(unit)
+            axes.grid(axis="x", linewidth=0.3)
+        _fixed_layout(figure, all_axes)
         return _svg(figure, salt)
 
 
@@ -328,7 +384,7 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
             axes.grid(linewidth=0.3)
         left.set_ylabel("10^3 tokens/s")
         left.set_title("Throughput")
-        left.legend(frameon=False, fontsize=6)
+        left.legend(frameon=False, fontsize=7)
         right.axhline(100, color="grey", linestyle="--", linewidth=0.8)
         right.set_ylabel("scaling efficiency (%)")
         right.set_title("Efficiency: T(N) / (N × T(1))")
@@ -385,8 +441,10 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
             axes.grid(linewidth=0.3)
         left.set_ylabel("bus bandwidth (GB/s)")
         left.set_title("Bus bandwidth")
-        left.legend(frameon=False, fontsize=6)
+        left.legend(frameon=False, fontsize=7)
         right.set_yscale("log")
+        right.yaxis.set_major_formatter(PLAIN_NUMBER)
+        right.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         right.set_ylabel("time (µs)")
         right.set_title("Time per operation")
         _fixed_layout(figure, [left, right])
@@ -407,7 +465,7 @@ class Stack(BaseModel):
 
 
 LEGEND_COLUMNS = 6
-LEGEND_POINTS = 6
+LEGEND_POINTS = 7
 
 
 def _legend_rows_in(rows: int) -> float:
@@ -467,6 +525,6 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
             axes.set_ylabel("fraction of requests")
             axes.set_ylim(0, 1.02)
             axes.grid(linewidth=0.3)
-        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower right")
+        all_axes[0][0].legend(frameon=False, fontsize=7, loc="lower right")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)

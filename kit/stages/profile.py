@@ -17,7 +17,7 @@ from kit.protocol import Case, Protocol
 from kit.report import charts
 from kit.report.cells import has_metrics, method_label
 from kit.report.model import Chart, Section
-from kit.report.stage_common import generic_stage, stage_cases
+from kit.report.stage_common import bars_note, generic_stage, stage_cases
 from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
@@ -195,18 +195,19 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
                 if has_metrics(run.results.get(case.id), "step_s")]  # fmt: skip
     if not measured:
         return section
+    runs = bars_note(result.metrics["step_s"].n for _, result in measured)
     section.charts.append(Chart(
         title="Phases of a training step",
         svg=charts.stacked_chart("profile-phases", [phase_stack(c, r) for c, r in measured], "ms per step"),
         caption="Forward, backward and optimizer time of a step, mean over the measured steps; hatched: the share of "
                 "the phase in which the GPU ran no kernel, from the profiled step (GPU cases only: a CPU has no such "
-                "measure).",
+                f"measure). {runs}",
     ))  # fmt: skip
     section.charts.append(Chart(
         title="Parts of a training step",
         svg=charts.stacked_chart("profile-parts", [parts_stack(c, r) for c, r in measured], "ms per step"),
         caption="Each part's forward, backward and recomputation time per step, summed over the layers, grouped as "
-                "the paper's Tables V-VIII group them; other: instrumented step time inside no part.",
+                f"the paper's Tables V-VIII group them; other: instrumented step time inside no part. {runs}",
     ))  # fmt: skip
     pairs = flash_pairs(measured)
     if pairs:
@@ -214,7 +215,7 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
             title="FlashAttention's effect per part",
             svg=charts.bar_chart("profile-flash", _flash_bars(pairs), "ms per step"),
             caption="Each part's time per step without and with FlashAttention-2, the same model, micro-batch and "
-                    "sequence; mean ± std over the runs.",
+                    f"sequence. {runs}",
         ))  # fmt: skip
     else:
         section.paragraphs.append("FlashAttention's effect per part is not drawn: no case with FlashAttention (f) "
