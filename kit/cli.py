@@ -661,6 +661,8 @@ def _sign(run, key: Path) -> None:
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE",
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
+@click.option("--currency", metavar="CODE", help="the currency of --gpu-hour-price, which the report names and report.json "
+              "records (default USD)")
 @click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True,
@@ -670,7 +672,7 @@ def _sign(run, key: Path) -> None:
 @click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, redact, verify_only, expect_digest,
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currency, out, redact, verify_only, expect_digest,
            allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
@@ -685,7 +687,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
         _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
-                      compare or gpu_hour_price or verify_only or expect_digest)  # fmt: skip
+                      compare or gpu_hour_price or currency or verify_only or expect_digest)  # fmt: skip
         return
     if tolerance is not None:
         raise UsageFailure("--tolerance goes with --fleet")
@@ -710,7 +712,8 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, out, re
         signed = _signatures_hold([run_dir], allowed_signers)
         sys.exit(1 if problems or not signed else 0)
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers),
+    priced = {"currency": currency} if currency else {}
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, **priced),
                      [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
 
 

@@ -45,6 +45,13 @@ def mean_std(metric: Metric, unit: str | None = None) -> str:
     return f"{mean} ± {metric.std * factor:.{_decimals(mean)}f}"
 
 
+def with_unit(metric: Metric, unit: str, runs: bool = False) -> str:
+    """`mean ± std unit`; for one run the value alone, said to be one run's where `runs`."""
+    if metric.std is None:
+        return f"{format_value(metric.mean)} {unit}" + (" (1 run)" if runs else "")
+    return f"{mean_std(metric)} {unit}"
+
+
 def percent(fraction: float) -> str:
     return f"{format_value(100 * fraction)} %"
 
@@ -52,7 +59,7 @@ def percent(fraction: float) -> str:
 def devices_text(case: Case) -> str:
     """What a case ran on: "8 GPUs", "1 GPU (fitted: 1 of 8 GPUs)", "2 CPU processes"."""
     if case.device != "cuda":
-        return f"{case.gpus} CPU processes"
+        return f"{case.gpus} CPU process{'es' * (case.gpus != 1)}"
     words = f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}"
     return f"{words} ({case.fitted})" if case.fitted else words
 
