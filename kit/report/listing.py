@@ -40,7 +40,7 @@ def _wrapped(text: str, width: int) -> list[str]:
 
 def listing_lines(table: Table) -> list[str]:
     """The header, a rule, then one line per row: each column padded to its widest single-column
-    cell; a cell spanning columns, and a heading row, run on as they are. Where the columns would
+    cell; a cell spanning columns runs on, a heading row wraps at the line's end. Where the columns would
     run past LINE_CHARS, the widest column that breaks at spaces or dots is narrowed to fit (else
     the widest) and a longer cell in it goes on, under itself, on the lines that follow (its other
     columns left blank there)."""
@@ -74,7 +74,7 @@ def listing_lines(table: Table) -> list[str]:
     lines = [*header, "-" * max(len(line) for line in header)]
     for row in table.rows:
         if row.heading:
-            lines.append(" ".join(_text(cell) for cell in row.cells))
+            lines += _wrapped(" ".join(_text(cell) for cell in row.cells), LINE_CHARS)
             continue
         texts = [_text(cell) for cell in row.cells]
         if grouped:

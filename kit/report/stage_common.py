@@ -150,7 +150,9 @@ def generic_stage(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
         if result is None or result.status != "ok":
             rows.append(Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected)]))
             continue
-        rows.append(Row(cells=[Cell(text=case.id, tone="mono", colspan=2)], heading=True))
+        invalid = run.invalid.get(case.id)
+        rows.append(Row(cells=[Cell(text=case.id + (f" (invalid: {invalid[0]})" if invalid else ""), tone="bad" if invalid else "mono",
+                                    colspan=2)], heading=True))  # fmt: skip
         recorded = {name: metric for name, metric in result.metrics.items() if metric is not None}
         if not recorded:
             rows.append(

@@ -130,7 +130,8 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
                     continue
                 result = run.results.get(case.id)
                 if result is not None and result.status == "ok":
-                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s"))
+                    invalid = {"detail": "invalid", "tone": "bad"} if run.invalid.get(case.id) else {}
+                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s").model_copy(update=invalid))
                     cells.append(metric_cell(result, "peak_memory_gib"))
                 elif result is not None and result.status == "oom":
                     cells += [Cell(text="-", tone="warn"), Cell(text="-", tone="warn")]
@@ -148,7 +149,8 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
                     runs_note(stage_results) + " Throughput is summed over all processes.",
                     memory_source(stage_results),
                     "- : out of memory (OOM), a result as in the paper. unavailable, skipped, error, timeout: "
-                    "see Deviations and failures. not run: in the profile, not selected for this run.",
+                    "see Deviations and failures. not run: in the profile, not selected for this run. invalid: past "
+                    "its physical bound, not a measurement (see Deviations and failures).",
                 ],
             )
         )
