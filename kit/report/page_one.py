@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 from kit.comm import sweep_bound
 from kit.expectation import ClaimExpectation, Expecting
@@ -176,12 +177,13 @@ def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Seq
             for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
 
 
-class Pricing:
+class Pricing(NamedTuple):
     """How page one prices a token: the price per GPU-hour given (or None), its currency, and
     the anchor of the energy section its cells link to ("" where the report has none)."""
 
-    def __init__(self, gpu_hour_price: float | None, currency: str, energy_anchor: str):
-        self.gpu_hour_price, self.currency, self.energy_anchor = gpu_hour_price, currency, energy_anchor
+    gpu_hour_price: float | None
+    currency: str
+    energy_anchor: str
 
     def cells(self, result: Result, throughput: str) -> list[Cell]:
         link = self.energy_anchor or f"#{result.stage}"

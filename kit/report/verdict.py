@@ -34,6 +34,14 @@ INSTEAD = {"scaling": ("trains data-parallel", "tokens_per_s", "tokens/s"),
            "profile": ("trains (module breakdown)", "tokens_per_s", "tokens/s")}  # fmt: skip
 
 
+def gpu_count(run: LoadedRun) -> int:
+    """The host's GPUs, as its fingerprint lists them (else run.json): 0 on a CPU."""
+    fingerprint = run.before.fingerprint
+    if fingerprint is not None and fingerprint.gpus.gpus:
+        return len(fingerprint.gpus.gpus)
+    return len(run.info.host.get("gpus") or [])
+
+
 def primary(run: LoadedRun) -> list[Result]:
     """The results of the run's selected cases as the protocol writes them (no variant)."""
     return [run.results[c.id] for c in run.info.plan.cases if c.variant is None and c.id in run.results and c.id in run.info.selected]
@@ -116,7 +124,7 @@ def limited_by(run: LoadedRun) -> tuple[str, Tone]:
     if run.info.plan.device == "cpu":
         return ("a CPU: the smoke profile runs the kit's code paths on CPU processes; no figure here is of a GPU, "
                 "nor comparable to the paper"), "warn"  # fmt: skip
-    gpus = len(run.measured.gpu_names)
+    gpus = gpu_count(run)
     short = [r for r in selected if r.status == "skipped" and r.case.gpus > gpus]
     if short:
         needed = ", ".join(str(n) for n in sorted({r.case.gpus for r in short}))
@@ -152,7 +160,7 @@ def verdict_box(run: LoadedRun, outcomes: Sequence[ClaimOutcome] | None, expecta
 def fitted_stages(run: LoadedRun) -> set[str]:
     """The stages this kit's plan of the run's profile runs on the run's GPUs (kit.protocol fits
     a GPU profile to a host of fewer GPUs); empty on a CPU, or where the profile is gone."""
-    gpus, fingerprint = len(run.measured.gpu_names), run.before.fingerprint
+    gpus, fingerprint = gpu_count(run), run.before.fingerprint
     if not gpus or run.info.profile not in load_protocol().profiles:
         return set()
     sizes = [gpu.memory_bytes for gpu in fingerprint.gpus.gpus if gpu.memory_bytes] if fingerprint else []
@@ -162,7 +170,7 @@ def fitted_stages(run: LoadedRun) -> set[str]:
 
 def _to_learn(run: LoadedRun, results: Sequence[Result], fitted: set[str]) -> str:
     """What to run to learn what `results` (of one stage) did not measure, where the kit can say."""
-    gpus = len(run.measured.gpu_names)
+    gpus = gpu_count(run)
     short = [r for r in results if r.status == "skipped" and r.case.gpus > gpus]
     if short and short[0].stage in fitted and short[0].case.variant is None:
         return f"this kit's `kit run --all --profile {run.info.profile}` fits the plan to the host's {gpus} GPU{'s' * (gpus != 1)}"
