@@ -585,6 +585,7 @@ class MeasuredRun(BaseModel):
     cpu_names: tuple[str, ...] = ()
     interconnect: Literal["nvlink", "pcie"] | None = None
     results: dict[str, Result]
+    invalid: dict[str, list[str]] = {}  # case id -> why its figures are no measurement (kit.validity)
 
     @property
     def gpus(self) -> str:
@@ -622,6 +623,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         cpu_names=tuple(sorted({rank.device_name for rank in ranks if rank.device == "cpu"})),
         interconnect=interconnect,
         results={result.case_id: result for result in results},
+        invalid={result.case_id: found for result in results if (found := invalid_reasons(result))},
     )
 
 
@@ -860,9 +862,8 @@ class ClaimContext:
         metric_value = result.metrics.get(metric)
         if metric_value is None:
             return Reading(None, missing=f"{metric} of {used}", **found)
-        invalid = invalid_reasons(result)
-        if invalid:  # a figure past its physical bound is no measurement to judge a claim on
-            return Reading(None, missing=f"{used} (invalid: {invalid[0]})", **found)
+        if used in run.invalid:  # a figure past its physical bound is no measurement to judge a claim on
+            return Reading(None, missing=f"{used} (invalid: {run.invalid[used][0]})", **found)
         return Reading(metric_value.mean, metric_value.unit, result=result, **found)
 
     def platforms_of(self, relation_platform: str | None, item_platform: str | None = None) -> list[str]:

@@ -26,7 +26,6 @@ from kit.report.forked import in_parallel
 from kit.report.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
 from kit.signing import SignatureCheck, check_signature
-from kit.validity import invalid_reasons
 
 
 class LoadedFingerprint(BaseModel):
@@ -51,7 +50,11 @@ class LoadedRun(BaseModel):
     hostname: str
     redacted: bool
     measured: MeasuredRun
-    invalid: dict[str, list[str]] = {}  # case id -> why its figures are not a measurement (kit.validity)
+
+    @property
+    def invalid(self) -> dict[str, list[str]]:
+        """Case id -> why its figures are no measurement (kit.validity), found once when read."""
+        return self.measured.invalid
 
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
@@ -140,5 +143,4 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
         hostname=hostname,
         redacted=redact,
         measured=measured_run(info, results.values(), before.fingerprint),
-        invalid={case_id: found for case_id, result in results.items() if (found := invalid_reasons(result))},
     )
