@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
 
 from kit.energy import DEFAULT_CURRENCY
 from kit.report.build import REFERENCE, Assessment, assess, build_report
@@ -41,16 +40,18 @@ class PartContents:
     stand_ins: frozenset[str]
 
 
-# A dotted name, such as a case id (pretrain.llama2-70b.z3+o.g8): two or more dots, each followed by a letter.
-DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}")
+# A dotted name, such as a case id (pretrain.llama2-70b.z3+o.g8): two or more dots, each followed by
+# a letter; or a command-line option (--gpu-hour-price).
+DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*")
+ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
 
 
-def breakable(text: str) -> Markup:
-    """The text, escaped, with each dotted name in pieces that keep together and break only at its
-    dots: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8", never
-    inside a name (a browser or WeasyPrint would otherwise break it after a hyphen, or anywhere)."""
-    return Markup(DOTTED_NAME.sub(lambda name: ".<wbr>".join(f'<span class="id">{piece}</span>' for piece in name.group(0).split(".")),
-                                  str(escape(text))))  # fmt: skip
+def breakable(text: str) -> str:
+    """The text with each dotted name breakable after its dots and nowhere else, and each option
+    whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8", never
+    after a hyphen nor anywhere (as WeasyPrint would). Neither character is drawn, nor read back
+    from the PDF."""
+    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE).replace("-", "-" + WORD_JOINER), text)
 
 
 def templates_dir() -> Path:
@@ -75,7 +76,7 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen", p
     )
     environment.globals["listing_lines"] = listing_lines
     environment.filters["data_uri"] = data_uri
-    environment.filters["breakable"] = breakable if medium == "print" else escape  # a browser wraps as it pleases
+    environment.filters["breakable"] = breakable if medium == "print" else str  # a browser wraps as it pleases
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium, part=part)
 
