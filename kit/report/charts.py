@@ -94,9 +94,6 @@ def _tick_labels_in(renderer, axis) -> tuple[float, float, float]:
     """The widest and tallest tick label of an axis, and the width of its last one, in inches
     (of the ticks inside the axis's limits: the locator proposes some beyond them, not drawn)."""
     low, high = sorted(axis.get_view_interval())
-    ticks = axis.get_major_ticks()
-    if ticks and not ticks[0].label1.get_visible():  # a panel sharing its neighbour's labels draws none
-        return 0.0, 0.0, 0.0
     locations = axis.get_majorticklocs()
     labels = axis.get_major_formatter().format_ticks(locations)  # all of them: a fixed formatter counts
     texts = [text for loc, text in zip(locations, labels) if text and low <= loc <= high]
@@ -305,13 +302,15 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
     with plt.rc_context(STYLE):
-        if panels:
+        if panels:  # the labels on the first panel only: the others draw no tick to line up with them
             height = _height_in(0.9 + 0.2 * len(labels))
-            figure, grid = plt.subplots(1, len(groups), figsize=(WIDTH_IN, height), sharey=True, squeeze=False)
+            figure, grid = plt.subplots(1, len(groups), figsize=(WIDTH_IN, height), squeeze=False)
             all_axes = list(grid[0])
             for index, (axes, group) in enumerate(zip(all_axes, groups)):
                 _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)])
                 axes.set_title(group)
+                axes.set_ylim(len(labels) - 0.5, -0.5)  # the first label on top, as in every panel
+                axes.set_yticks([])
         else:  # each label's bars side by side, one per group; one bar a label needs no room for others
             side_by_side = len(labels) < len(bars)
             thickness = 0.8 / len(groups) if side_by_side else 0.8
@@ -325,7 +324,8 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
             if len(groups) > 1:
                 axes.legend(frameon=False, loc="lower right", fontsize=7)
         all_axes[0].set_yticks(range(len(labels)), labels)
-        all_axes[0].invert_yaxis()
+        if not panels:
+            all_axes[0].invert_yaxis()
         for axes in all_axes:
             if log:
                 axes.set_xscale("log")
