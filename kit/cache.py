@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kit.regular_files import MiB, read_regular
+
 CACHE_ENV = "KIT_CACHE"
 MARKER = "kit-cache-entry.json"
+MARKER_LIMIT = 64 * MiB  # a marker lists each file of its entry (a virtual environment's tens of thousands)
 
 
 def cache_dir() -> Path:
@@ -88,7 +91,7 @@ def readable_by_all(folder: Path) -> None:
 def read_marker(entry: Path) -> dict:
     """The marker of a whole entry; CacheEntryInvalid says what is wrong with any other."""
     try:
-        marker = json.loads((entry / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads(read_regular(entry / MARKER, MARKER_LIMIT))
         files = marker["files"]
     except FileNotFoundError:
         raise CacheEntryInvalid(f"{entry} has no {MARKER}") from None
@@ -155,3 +158,10 @@ def ensure_entry(
         (target / MARKER).chmod(0o644)
         say(f"{what}: made in {marker['made_in_s']} s ({target})")
         return marker
+
+
+def drop_oldest(folder: Path, kept: int) -> None:
+    """Keep the `kept` newest JSON entries of a folder of small cached answers (plans, probes)."""
+    entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    for stale in entries[kept:]:
+        stale.unlink(missing_ok=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import json
+import math
 import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -23,6 +26,43 @@ class UsageFailure(click.ClickException):
     """A problem with what was asked (exit code 2), reported as one line."""
 
     exit_code = 2
+
+
+def writable_folder(ctx, param, value: Path | None) -> Path | None:
+    """--out, checked before anything slow starts: a folder that is there or can be made, and
+    can be written in. What the check made is removed again; the command makes it when it
+    writes."""
+    if value is None:
+        return None
+    if value.exists() and not value.is_dir():
+        raise click.BadParameter(f"{value} is there and is not a folder; give a folder (it is made where missing)")
+    made = [folder for folder in [value, *value.parents] if not folder.exists()]
+    try:
+        value.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=value):
+            pass
+    except OSError as exc:
+        raise click.BadParameter(f"cannot make or write the folder {value} ({exc.strerror or exc}); give one you can write in") from None
+    finally:
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return value
+
+
+def positive_number(ctx, param, value: float | None) -> float | None:
+    """A price or a duration: a positive, finite number (nan and inf are floats click takes, and
+    compare as no bound would have them)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"a positive number is needed; got {value:g}")
+    return value
+
+
+def regular_file(ctx, param, value: Path | None) -> Path | None:
+    """A file the kit or ssh-keygen reads: a regular file (a FIFO would keep the read waiting)."""
+    if value is not None and not value.is_file():
+        raise click.BadParameter(f"{value} is not a regular file")
+    return value
 
 
 def default_profile(gpu_names: list[str]) -> str:
@@ -104,18 +144,15 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     from kit.host import skip_reason, this_host
     from kit.preflight import run_preflight
 
-    _remove_leftovers()
     host = this_host()
     plan = load_plan(profile, host)
+    if executor == "docker" or (executor is None and plan.device == "cuda"):  # each case in its image
+        require_engine()
+    _remove_leftovers()
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     say = (lambda line: click.echo(line, err=True))
-    from kit.images import EngineUnavailable
-
-    try:
-        result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
-    except EngineUnavailable as exc:
-        raise no_engine(exc) from None
+    result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -129,19 +166,12 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 @cli.command("list")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
-@click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="plan for the host this fingerprint describes (kit doctor --json, or a run's fingerprint.json)")
 def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
     """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
     if fingerprint_file is not None:
-        from kit.fingerprint import Fingerprint
-
-        from kit.host import Host
-
-        data = json.loads(fingerprint_file.read_text(encoding="utf-8"))
-        found = Fingerprint.model_validate(data.get("fingerprint", data))  # kit doctor --json wraps it
-        host = Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
-                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
+        host = _fingerprint_host(fingerprint_file)
     else:
         from kit.host import this_host
 
@@ -179,6 +209,30 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     click.echo(plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted))
 
 
+def _fingerprint_host(path: Path):
+    """The host a fingerprint file describes, its GPUs and their memory (a run's fingerprint.json,
+    or `kit doctor --json`, which wraps it); a file that is neither is refused in one line."""
+    from pydantic import ValidationError
+
+    from kit.fingerprint import Fingerprint
+    from kit.host import Host
+    from kit.regular_files import RUN_FILE_LIMIT, read_regular
+    from kit.results import first_problem
+
+    try:
+        data = json.loads(read_regular(path, RUN_FILE_LIMIT))
+        found = Fingerprint.model_validate(data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data)
+    except ValidationError as exc:
+        reason = first_problem(exc)
+    except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+    else:
+        return Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
+                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
+    raise UsageFailure(f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
+                       "`kit doctor --json`")  # fmt: skip
+
+
 def _stop_on_sigterm() -> None:
     """Turn SIGTERM into an exception so that running cases are torn down and run.json says so."""
 
@@ -193,7 +247,7 @@ def _stop_on_sigterm() -> None:
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
 @click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
-@click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<time>-<profile>)")
+@click.option("--out", type=click.Path(path_type=Path), callback=writable_folder, help="run directory (default: runs/<time>-<profile>)")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
 @click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
@@ -213,15 +267,17 @@ def _stop_on_sigterm() -> None:
               help="slurm: the same run on every node of the allocation at once, each into OUT/<node>/ (for kit report --fleet)")
 @click.option("--skip-predicted-oom", is_flag=True,
               help="skip GPU cases whose predicted memory exceeds the GPU's (recorded in run.json)")
+@click.option("--soak", "soak_minutes", type=float, callback=positive_number, metavar="MINUTES",
+              help="also measure one training case and the serving burst on end for MINUTES each: the first minute against the last")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @click.option("--redact", is_flag=True,
               help="no host or user name, no identifying path in any file of the run (GPU serials and UUIDs as tokens)")
 @click.option("--accept-changes", is_flag=True,
               help="with --resume: go on although files differ from the run's SHA256SUMS (recorded in run.json)")
-@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="sign the run when it finishes with this SSH key, as `kit sign` does")
 def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, executor, partition, account, nodes, gpus_per_node,
-        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, no_preflight, redact,
+        time_limit, sbatch_args, container_mode, nodelist, per_node, skip_predicted_oom, soak_minutes, no_preflight, redact,
         accept_changes, sign_key) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
@@ -247,7 +303,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                                "node's run is resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
         _run_per_node(out or runner.default_run_dir(load_plan(profile, host).profile), partition, redact, sign_key)
     if resume_dir:
-        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or no_preflight or redact:
+        if run_all or stages or case_ids or profile or out or force or skip_predicted_oom or soak_minutes or no_preflight or redact:
             raise UsageFailure("--resume takes the run directory alone: the run keeps its own plan")
         run_dir = RunDir(resume_dir)
         if not run_dir.info_path.is_file():
@@ -256,7 +312,6 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if executor is not None and executor != info.executor:
             raise UsageFailure(f"{resume_dir} runs its cases with the executor its run.json records ({info.executor}); "
                                f"a resume goes on the same way: leave out --executor {executor}")  # fmt: skip
-        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records")
         executor = None if info.executor == "auto" else info.executor
         slurm_options = info.slurm
         redact = info.redacted
@@ -269,24 +324,43 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir = runner.resume(resume_dir, accept_changes)
             except runner.EvidenceChanged as exc:
                 raise UsageFailure(str(exc)) from None
-            from kit.signing import remove_signature
+            resumed = run_dir.read_info()
+            complete = runner.is_complete(run_dir, resumed)
+            if not complete or len(resumed.accepted_changes) > len(info.accepted_changes):  # its evidence is sealed anew
+                from kit.signing import remove_signature
 
-            unsigned = remove_signature(run_dir)
-            if unsigned and not sign_key:
-                console.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
-                              f"run again with `kit sign {resume_dir} --key KEY`[/]")  # fmt: skip
+                unsigned = remove_signature(run_dir)
+                if unsigned and not sign_key:
+                    console.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
+                                  f"run again with `kit sign {resume_dir} --key KEY`[/]")  # fmt: skip
+            if complete:
+                console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False,
+                              soft_wrap=True)  # fmt: skip
+                if sign_key:
+                    _sign(run_dir, sign_key)
+                return
+        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records", soft_wrap=True)
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
-        if sum(bool(x) for x in (run_all, stages or case_ids)) != 1:
-            raise UsageFailure("say what to run: --all, or --stage/--case (or --resume RUN_DIR)")
+        if run_all and (stages or case_ids) or not (run_all or stages or case_ids or soak_minutes):
+            raise UsageFailure("say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)")
         if profile is None and not host.gpu_names:
             console.print(f"[yellow]{SMOKE_NOTICE}[/]")
         plan = load_plan(profile, host)
+        soaking = []
+        if soak_minutes:
+            from kit.soak import with_soak
+
+            plan, soaking = with_soak(plan, host, soak_minutes)
+            if not soaking:
+                raise UsageFailure(f"--soak: the {plan.profile} profile has no training or serving case this host can run")
         try:
-            cases = select(plan, tuple(stages), tuple(case_ids))
+            chosen = select(plan, tuple(stages), tuple(case_ids)) if run_all or stages or case_ids else []
         except ValueError as exc:
             raise UsageFailure(str(exc)) from None
+        named = any(case in chosen for case in soaking) and not run_all  # --case soak.<...>: that soak alone
+        cases = chosen if named else [*chosen, *(case for case in soaking if case not in chosen)]
         finished = set()
         title = f"profile {plan.profile}: {len(cases)} cases"
         slurm_options = None
@@ -311,12 +385,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
 
     if executor == "docker":  # asked for by name: without an engine nothing could run
-        from kit import images
-
-        try:
-            images.engine()
-        except images.EngineUnavailable as exc:
-            raise no_engine(exc) from None
+        require_engine()
     if not resume_dir:  # the host is checked before anything slow (building or pulling images) starts
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
@@ -375,7 +444,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir.write_info(info)
                 raise
             console.print(preflight_table(checked))
-            info.preflight = checked.model_dump(mode="json")
+            info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
+            if checked.calibration is not None:
+                runner.record_calibration(run_dir, checked.calibration)
         run_dir.write_info(info)
         runner.redact_in_place(run_dir, info)
     elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start
@@ -385,7 +456,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         with RichProgress(total=len(cases), finished=finished, estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]")
+        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]", soft_wrap=True)
         sys.exit(130)
     console.print(summary_table(results))
     console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
@@ -478,6 +549,16 @@ def no_engine(exc: Exception) -> UsageFailure:
     """The line for cases to run in their images without a docker engine to run them in."""
     return UsageFailure(f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
                         "the NVIDIA container toolkit); --executor local runs them in this Python")  # fmt: skip
+
+
+def require_engine() -> None:
+    """Before anything slow: a docker engine answers, or the command ends in one line (exit 2)."""
+    from kit import images
+
+    try:
+        images.engine()
+    except images.EngineUnavailable as exc:
+        raise no_engine(exc) from None
 
 
 def _prepare_images(cases) -> list:
@@ -593,7 +674,7 @@ def k8s_group() -> None:
 @click.option("--image-pull-secret", help="a Secret the pods pull the images with")
 @click.option("--hf-token-secret", help="a Secret whose key HF_TOKEN holds a token for gated models (named, never read)")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of a node; a case with more becomes a PyTorchJob")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="folder for the manifests")
+@click.option("--out", required=True, type=click.Path(path_type=Path), callback=writable_folder, help="folder for the manifests")
 def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, hf_token_secret, gpus_per_node, out) -> None:
     """One manifest per case into OUT (a Job, or a PyTorchJob across nodes), and each case's case.json."""
     from kit.execute.k8s_manifests import K8sOptions, write_manifests
@@ -617,7 +698,7 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 
 @cli.command("sign")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too")
 def sign(run_dir: Path, key: Path) -> None:
     """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
@@ -659,26 +740,29 @@ def _sign(run, key: Path) -> None:
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
 @click.option("--format", "formats", default="html,pdf", show_default=True,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
-@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE",
+@click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_number,
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
 @click.option("--currency", metavar="CODE", help="the currency of --gpu-hour-price, which the report names and report.json "
               "records (default USD)")
-@click.option("--out", type=click.Path(path_type=Path), help="folder for the report files (default: the run directory)")
+@click.option("--out", type=click.Path(path_type=Path), callback=writable_folder,
+              help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 @click.option("--verify", "verify_only", is_flag=True,
               help="only re-hash the run directory against its SHA256SUMS, and check its signature")
 @click.option("--expect-digest", metavar="HEX",
               help="with --verify: the evidence digest a report printed (all of it, or its first 16 or more characters)")
-@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+@click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file, metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
 def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currency, out, redact, verify_only, expect_digest,
            allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
+    from rich.markup import escape
+
     from kit.console import console
-    from kit.report.evidence import digest_mismatch, newest_run, verify
-    from kit.report.render import REFERENCE, render
+    from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
+    from kit.report.render import REFERENCE, chosen_formats, render
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if redact:
@@ -699,18 +783,29 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currenc
             run_dir = newest_run()
         except (FileNotFoundError, ValueError) as exc:
             raise UsageFailure(str(exc)) from None
+    if not (run_dir / "run.json").is_file():
+        raise UsageFailure(f"{run_dir} is not a run directory (no run.json): give the folder `kit run` wrote")
     if expect_digest is not None and not verify_only:
         raise UsageFailure("--expect-digest goes with --verify")
     if verify_only:
+        try:
+            wanted_digest = None if expect_digest is None else expected_digest(expect_digest)
+        except ValueError as exc:
+            raise UsageFailure(str(exc)) from None
         problems = verify(run_dir)
-        if expect_digest is not None and not problems:
-            problems = digest_mismatch(run_dir, expect_digest)
+        if wanted_digest is not None and not problems:
+            problems = digest_mismatch(run_dir, wanted_digest)
         for problem in problems:
-            console.print(f"[red]{problem}[/]")
-        console.print(f"{run_dir}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
-                                       + (f", whose digest is the one expected ({expect_digest})" if expect_digest else "")))  # fmt: skip
+            console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
+        console.print(f"{escape(str(run_dir))}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
+                                                    + (f", whose digest is the one expected ({wanted_digest})" if wanted_digest else "")),
+                      soft_wrap=True)  # fmt: skip
         signed = _signatures_hold([run_dir], allowed_signers)
         sys.exit(1 if problems or not signed else 0)
+    try:
+        chosen_formats(wanted)
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
     console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     priced = {"currency": currency} if currency else {}
     _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, **priced),
@@ -734,15 +829,21 @@ def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
 def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> None:
     """Render, print each file written; a run that fails its evidence exits 1 in red, one that
     cannot be read exits 2 in one line; a run whose signature fails is reported, and exits 1."""
+    from rich.markup import escape
+
+    from pydantic import ValidationError
+
     from kit.console import console
     from kit.report.evidence import EvidenceError
-    from kit.results import UnreadableRun
+    from kit.results import UnreadableRun, first_problem
 
     try:
         written = render_them()
     except EvidenceError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
         sys.exit(1)
+    except ValidationError as exc:  # a part of a run (its estimates, a rank's details) that is not what this kit reads
+        raise UsageFailure(f"a run holds {exc.title} data this kit cannot read: {first_problem(exc)}") from None
     except (ValueError, UnreadableRun) as exc:
         raise UsageFailure(str(exc)) from None
     for path in written:
@@ -768,6 +869,10 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # an option or argument: one line, what is wrong and where the options are listed
+        command = exc.ctx.command_path if exc.ctx else "kit"
+        click.echo(f"error: {exc.format_message()} (see `{command} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

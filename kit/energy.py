@@ -11,8 +11,8 @@ summed over the case's GPUs, divided by the tokens of that interval:
   sequence x those steps.
 Mean power per GPU: the mean over the case's GPUs of each GPU's mean power over the interval.
 Each figure is computed per run and summarised over runs like every other metric. Where a run
-has no reading (a CPU case, no NVML, a GPU without the energy counter, a workload that does
-not sample) the figures are absent and a note says why: never a zero.
+has no reading (a CPU case, no NVML, a GPU without the energy counter, a collective, which
+produces no tokens) the figures are absent and a note says why: never a zero.
 
 Cost per 1M tokens is rental time, not electricity: the case's GPUs x the price of one
 GPU-hour x the hours a million tokens take at the measured throughput.
@@ -90,7 +90,7 @@ def per_run_energy(case: Case, runs: Sequence[RunSample]) -> list[tuple[float, f
     """(joules per token, mean power per GPU) of each run; NoReading says why there are none."""
     tokens_of = INTERVAL_TOKENS.get(case.workload)
     if tokens_of is None:
-        raise NoReading(f"the {case.workload} workload does not sample NVML")
+        raise NoReading(f"a {case.workload} case produces no tokens to divide its energy by")
     if getattr(case.params, "max_batch_search", None) is not None:
         raise NoReading("a max-batch search's trials differ in micro-batch")
     return [run_energy(run.ranks, tokens_of) for run in runs]

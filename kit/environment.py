@@ -16,7 +16,8 @@ from typing import Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kit.fingerprint import PERFORMANCE_LIMITING_REASONS, Fingerprint, Gpu, GpuProcess
+from kit.clock_events import PERFORMANCE_LIMITING_REASONS
+from kit.fingerprint import Fingerprint, Gpu, GpuProcess
 from kit.manifest import load_manifest, manifests_dir
 
 T = TypeVar("T")
@@ -70,8 +71,8 @@ class ComparabilityRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    always: list[Aspect]
-    stages: dict[str, list[Aspect]]
+    always: tuple[Aspect, ...]
+    stages: dict[str, tuple[Aspect, ...]]
 
 
 class Expectations(BaseModel):
@@ -80,7 +81,7 @@ class Expectations(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: int
-    expectations: list[Expectation]
+    expectations: tuple[Expectation, ...]
     comparability: ComparabilityRules
 
     @model_validator(mode="after")

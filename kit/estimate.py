@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
+
 if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
     from kit.protocol import Case
 
@@ -49,7 +51,7 @@ def run_history(root: Path) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/cases/*/result.json")):
         try:
-            result = json.loads(path.read_text(encoding="utf-8"))
+            result = json.loads(read_regular(path, RUN_FILE_LIMIT))
             if result.get("status") != "ok":
                 continue
             span = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])
@@ -102,6 +104,10 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
 
 def estimate(case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None) -> Estimate:
     """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known."""
+    soak = getattr(case.params, "soak", None)
+    if soak is not None:  # as long as it was asked to last, whatever an earlier soak lasted
+        start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
+        return Estimate(seconds=soak.seconds + start, basis=f"the soak's {soak.seconds:g} s and a start of {start:.0f} s")
     earlier = history.get(case.id)
     if earlier:
         return Estimate(seconds=statistics.median(earlier), basis=f"median of {len(earlier)} earlier run(s) of this case")

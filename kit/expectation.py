@@ -11,7 +11,8 @@ labelled as such so that it is never counted as agreement with the paper:
   taken from this claim or from the same relation in another claim, assumed to carry over;
 - an absolute figure, or a ratio of two platforms, scales the paper's number by this host's GPU
   against that platform's GPU in manifests/hardware.yaml: the dense bf16 peak for training, the
-  memory bandwidth for serving, the link bandwidth for communication;
+  memory bandwidth for serving, the link bandwidth for communication; this host's matmul and
+  memory copy as the preflight measured them where they are below its datasheet (kit.calibration);
 - a relation between the same GPUs with and without NVLink is measured on this host by its
   NVLink cases against their p2p-off variants, as the paper's RTX3090 pair.
 
@@ -33,6 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from kit.calibration import Achievable
 from kit.hardware import GpuSpec, HardwareTable, load_hardware
 from kit.reference import (
     EVALUATORS,
@@ -216,18 +218,23 @@ class GpuRatio(BaseModel):
     basis: str
 
 
-def gpu_ratio(host: Host, platform_gpu: GpuSpec, stage: str) -> GpuRatio | str:
-    """The ratio, or why there is none."""
+def gpu_ratio(host: Host, platform_gpu: GpuSpec, stage: str, measured: Achievable | None = None) -> GpuRatio | str:
+    """The ratio, or why there is none. This host's figure is what the preflight measured where
+    that is below its datasheet (`measured`), and the basis says so; the platform's is its
+    datasheet's, so such a ratio expects less of this host than the datasheets would."""
     attribute, words, unit = FIGURES.get(stage, COMPUTE)
     if host.spec is None:
         return f"{host.name} is not in manifests/hardware.yaml: no peak figures to scale by"
-    mine, theirs = getattr(host.spec, attribute).value, getattr(platform_gpu, attribute).value
+    spec = measured.spec if measured is not None else host.spec
+    mine, theirs = getattr(spec, attribute).value, getattr(platform_gpu, attribute).value
     if not mine or not theirs:
         lacking = host.spec.model if not mine else platform_gpu.model
         return f"manifests/hardware.yaml gives no {words} for {lacking}"
+    replaced = measured.replaced.get(attribute) if measured is not None else None
     return GpuRatio(
         factor=mine / theirs,
-        basis=f"{host.spec.model}/{platform_gpu.model} {words} {mine:g}/{theirs:g} {unit}",
+        basis=f"{host.spec.model}/{platform_gpu.model} {words} {format_value(mine) if replaced else f'{mine:g}'}/{theirs:g} {unit}"
+        + (" (this host's measured in preflight, below its datasheet's)" if replaced else ""),
     )
 
 
@@ -265,6 +272,8 @@ class Expecting:
         self.hardware = hardware or load_hardware()
         self.run = self.runs[0]
         self.host = host_of(self.run, self.hardware)
+        # What the preflight measured of this host's GPUs, where it is below their datasheet.
+        self.measured = Achievable(self.host.spec, self.run.calibration) if self.host.spec and self.run.calibration else None
         # Every relation of one platform, by what it measures: where a relation looks for the
         # same one on the platform most like this host.
         self.one_platform: dict[tuple, list[tuple[str, Relation, str]]] = {}
@@ -361,7 +370,7 @@ class Expecting:
         platform = most_like(self.host, platforms, self.reference, self.hardware)
         measure = relation.measure
         sign = metric_sign(measure.metric)
-        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, platform), measure.case.split(".")[0])
+        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, platform), measure.case.split(".")[0], self.measured)
         if isinstance(ratio, str):
             return RelationExpectation(basis=f"the paper's value on {self.label(platform)} cannot be scaled: {ratio}",
                                        verdict="no expectation")  # fmt: skip
@@ -379,7 +388,7 @@ class Expecting:
         pair = [relation.numerator_platform, relation.denominator_platform]
         replaced = most_like(self.host, pair, self.reference, self.hardware)
         other = pair[1] if replaced == pair[0] else pair[0]
-        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, replaced), relation.stage)
+        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, replaced), relation.stage, self.measured)
         if isinstance(ratio, str):
             return RelationExpectation(basis=f"this host cannot stand in for {replaced}: {ratio}", verdict="no expectation")
         factor = ratio.factor ** metric_sign(relation.metric)

@@ -25,12 +25,15 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from kit import __version__
+from kit.clock_events import decode_clock_event_reasons, read_clock_event_mask
+from kit.credentials import masked
 from kit.host import nvml_text, open_nvml, run_command
+from kit.regular_files import MANIFEST_LIMIT, read_regular
 
 T = TypeVar("T")
 
@@ -40,26 +43,6 @@ STAGES_DIR = PACKAGE_DIR / "stages"
 REPORT_ONLY = ("report", "reference")  # kit.<these>: what shows figures, never what computes them
 INFINIBAND_SYSFS = Path("/sys/class/infiniband")
 REDACTION_SALT_ENV = "KIT_REDACTION_SALT"
-
-# NVML clock event (formerly "throttle") reason bits, from nvml.h / the NVML API reference,
-# group nvmlClocksEventReasons (R535 renamed ClocksThrottleReasons to ClocksEventReasons).
-CLOCK_EVENT_REASON_BITS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-# The reasons that mean the GPU runs slower than it could: power, thermal or hardware limits.
-# gpu_idle, applications_clocks_setting, sync_boost and display_clock_setting are not.
-PERFORMANCE_LIMITING_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-     "hw_power_brake_slowdown"}
-)
 
 # `nvidia-smi topo -m` PCIe path kinds, nearest first, as its legend orders them.
 PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -279,6 +262,33 @@ class KitInfo(BaseModel):
     unreadable: dict[str, str] = Field(default_factory=dict)
 
 
+class MeasuredFigure(BaseModel):
+    """One figure the host's devices achieved, the lowest device's (a synchronous step waits for
+    the slowest), each device's beside it, and how it was measured."""
+
+    value: float
+    unit: Literal["TFLOPS", "GB/s"]
+    per_device: list[float] = Field(default_factory=list)
+    how: str
+
+
+class Calibration(BaseModel):
+    """What the host achieved in the preflight's short measurement (kit/calibration.py), the
+    denominators MFU and the expectation take where they are below the datasheet's peaks."""
+
+    device: Literal["cuda", "cpu"]
+    device_names: list[str]
+    matmul_dtype: Literal["bf16", "fp32"]
+    matmul: MeasuredFigure
+    memory_copy: MeasuredFigure
+    host_to_device: MeasuredFigure | None = None  # pinned memory, GPU only
+    device_to_host: MeasuredFigure | None = None
+    all_reduce_busbw: MeasuredFigure | None = None  # more than one GPU only
+    shapes_tflops: dict[str, float] = Field(default_factory=dict)  # "MxKxN" -> the lowest device's best
+    raw_samples: str  # the folder of its rank files, in the run directory (or the preflight's folder)
+    seconds: float
+
+
 class Fingerprint(BaseModel):
     """Everything about the environment that a reported number depends on."""
 
@@ -296,7 +306,10 @@ class Fingerprint(BaseModel):
     # NCCL_* variables of the kit's own environment: they reach every case the local executor
     # runs (a stray NCCL_P2P_DISABLE=1 would make every case a p2p-off variant); docker cases
     # get only their case's variables. A variant's own variables are in its case's params.env.
-    nccl_environment: dict[str, str] = Field(default_factory=dict)
+    nccl_environment: Annotated[dict[str, str], AfterValidator(masked)] = Field(default_factory=dict)
+    # What the host achieved, measured by the preflight before the first case (kit run records it
+    # here); None where no preflight measured it (kit doctor, --no-preflight, a failed calibration).
+    calibration: Calibration | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,15 +440,6 @@ def classify_topology(matrix: TopologyMatrix) -> TopologyClass:
     )
 
 
-def decode_clock_event_reasons(mask: int) -> list[str]:
-    """Name the bits of an NVML clock event (throttle) reason mask; unknown bits stay visible."""
-    names = [name for bit, name in CLOCK_EVENT_REASON_BITS.items() if mask & bit]
-    unknown = mask & ~sum(CLOCK_EVENT_REASON_BITS.keys())
-    if unknown:
-        names.append(f"unknown_bits_{unknown:#x}")
-    return names
-
-
 def cuda_version_text(encoded: int) -> str:
     """NVML encodes the CUDA driver version as 1000 * major + 10 * minor (12040 -> "12.4")."""
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
@@ -563,17 +567,6 @@ def read_probe_output(stdout: str) -> ImageProbe:
     return ImageProbe.model_validate_json(lines[-1])
 
 
-def probe_this_python() -> ImageProbe | None:
-    """The probe run in this Python, which is the "image" of the local executor; None if it fails."""
-    stdout, problem = run_command([sys.executable, "-m", "kit.workloads.probe"], timeout_s=120)
-    if problem:
-        return None
-    try:
-        return read_probe_output(stdout)
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Redaction
 # ---------------------------------------------------------------------------------------------
@@ -682,24 +675,6 @@ def _read_nvlink(nvml, handle, unreadable: dict[str, str]) -> NvLinkState:
     return NvLinkState(links=len(states), active_links=len(active), version_code=version)
 
 
-def _read_clock_event_mask(nvml, handle) -> int:
-    """Current clock event reasons under either name.
-
-    R535 renamed nvmlDeviceGetCurrentClocksThrottleReasons to ...ClocksEventReasons: newer
-    bindings may drop the old name, and drivers older than R535 lack the new symbol.
-    """
-    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
-                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
-        call = getattr(nvml, name, None)
-        if call is None:
-            continue
-        try:
-            return call(handle)
-        except nvml.NVMLError_FunctionNotFound:
-            continue
-    raise LookupError("the driver answers neither clock event reason call")
-
-
 def _read_processes(nvml, handle, unreadable: dict[str, str]) -> list[GpuProcess]:
     processes = {}
     for call in (nvml.nvmlDeviceGetComputeRunningProcesses,
@@ -729,7 +704,7 @@ def _read_gpu(nvml, index: int) -> Gpu:
     ecc_mode = read("ecc_enabled", lambda: nvml.nvmlDeviceGetEccMode(handle))
     mig_mode = read("mig_enabled", lambda: nvml.nvmlDeviceGetMigMode(handle))
     power_mw = read("power_limit_w", lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle))
-    event_mask = read("clock_event_reasons", lambda: _read_clock_event_mask(nvml, handle))
+    event_mask = read("clock_event_reasons", lambda: read_clock_event_mask(nvml, handle))
     return Gpu(
         index=index,
         name=read("name", lambda: nvml_text(nvml.nvmlDeviceGetName(handle))),
@@ -907,6 +882,13 @@ def kit_info() -> KitInfo:
         unreadable["dirty"] = why
     measuring = measuring_sources()
     manifests = manifests_dir()
+    hashed = {}
+    for path in sorted(manifests.rglob("*.yaml")):
+        name = path.relative_to(manifests).as_posix()
+        try:  # a FIFO or a link to /dev/zero among them is named, not read
+            hashed[name] = sha256_bytes(read_regular(path, MANIFEST_LIMIT))
+        except OSError as exc:
+            unreadable[f"manifest {name}"] = exc.strerror or str(exc)
     return KitInfo(
         version=__version__,
         git_commit=commit,
@@ -914,8 +896,7 @@ def kit_info() -> KitInfo:
         workload_sources_sha256=sources_sha256(PACKAGE_DIR, measuring),
         workload_files=[path.relative_to(PACKAGE_DIR).as_posix() for path in measuring],
         source_sha256=sources_sha256(PACKAGE_DIR, PACKAGE_DIR.rglob("*.py")),
-        manifests_sha256={path.relative_to(manifests).as_posix(): sha256_bytes(path.read_bytes())
-                          for path in sorted(manifests.rglob("*.yaml"))},  # fmt: skip
+        manifests_sha256=hashed,
         unreadable=unreadable,
     )
 

@@ -57,7 +57,7 @@ class GpuSpec(_Strict):
     vendor: Literal["NVIDIA", "AMD"]
     model: str = Field(min_length=1)
     nvml_name: str = Field(min_length=1)
-    aliases: list[str] = []
+    aliases: tuple[str, ...] = ()
     bf16_dense_tflops: Figure[float]
     fp16_dense_tflops: Figure[float]
     memory: MemoryFigure

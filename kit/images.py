@@ -21,16 +21,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from kit.cache import cache_dir, exclusive
-from kit.manifest import ManifestError, load_manifest, manifests_dir
+from kit.manifest import ManifestError, load_manifest, manifests_dir, whole_number
 from kit.results import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-PINNED_REFERENCE = re.compile(r"^[^@\s]+:[^@:/\s]+@sha256:[0-9a-f]{64}$")
+# repo:tag as docker reads a reference: an optional registry (host[:port]/), lowercase path
+# components, a tag of word characters, '.' and '-'; nothing that could be read as an option.
+REFERENCE = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+                       r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+PINNED_REFERENCE = re.compile(REFERENCE.pattern.removesuffix("$") + r"@sha256:[0-9a-f]{64}$")
 LABEL_PREFIX = "kit."
 CONTEXT_LABEL = "kit.context-sha256"
 BASE_LABEL = "org.opencontainers.image.base.name"
@@ -77,8 +81,8 @@ class LockedImage(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "LockedImage":
-        if "@" in self.reference or ":" not in self.reference.rsplit("/", 1)[-1]:
-            raise ValueError(f"reference {self.reference!r} must be repo:tag (the digest goes under digest)")
+        if not REFERENCE.match(self.reference):
+            raise ValueError(f"reference {self.reference[:80]!r} must be repo:tag (the digest goes under digest)")
         if self.reference.endswith(":latest"):
             raise ValueError(f"reference {self.reference!r} uses the moving tag 'latest'")
         if self.digest is not None and not DIGEST.match(self.digest):
@@ -124,9 +128,12 @@ class LockedEnvironment(Strict):
 
 
 class ImagesLock(Strict):
-    schema_version: Literal[1]
-    images: dict[str, LockedImage]
-    environments: dict[str, LockedEnvironment] = {}
+    """The lock's three keys, each required: a lock cut short (its last part, the environments,
+    missing) is refused rather than read as one without the images it lost."""
+
+    schema_version: Annotated[Literal[1], BeforeValidator(whole_number)]
+    images: dict[str, LockedImage] = Field(min_length=1)
+    environments: dict[str, LockedEnvironment]
 
 
 def lock_path() -> Path:

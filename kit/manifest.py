@@ -12,6 +12,7 @@ manifests are (`manifests_dir`) is asked by commands that answer from the plan c
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -91,14 +92,17 @@ def _refuse_deep_nesting(text: str) -> None:
 
 
 def read_yaml(path: Path) -> object:
-    """Parse one YAML file; a missing or unreadable file, a syntax error, a duplicate key, absurd
-    nesting or a number too long to read becomes a ManifestError."""
+    """Parse one YAML file; a missing or unreadable file (or one that is not a regular file, or
+    too large), a syntax error, a duplicate key, absurd nesting or a number too long to read
+    becomes a ManifestError."""
     import yaml
 
-    if not path.is_file():
+    from kit.regular_files import MANIFEST_LIMIT, read_regular_text
+
+    if not path.exists():
         raise ManifestError(path, "", "file not found")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_text(path, MANIFEST_LIMIT)
         _refuse_deep_nesting(text)
         return yaml.load(text, Loader=unique_key_loader())
     except UnicodeDecodeError as exc:
@@ -116,12 +120,60 @@ def read_yaml(path: Path) -> object:
         raise ManifestError(path, where, f"invalid YAML: {problem}") from None
 
 
+# Every value of a manifest, counted as often as its aliases repeat it (the largest, the hardware
+# table, has about 1,000): beyond this, a few lines of anchors ("billion laughs") would take
+# hours to validate.
+MAX_VALUES = 100_000
+
+
+def _as_written(path: Path, data: object) -> object:
+    """The parsed YAML with each list a tuple (what a manifest's sequences are), refusing what no
+    manifest means: a number that is not finite (.nan, .inf: a bound, a peak or a cap that every
+    comparison passes or fails), and what its aliases expand into beyond MAX_VALUES values or
+    MAX_DEPTH levels (an alias of itself among them). Counted first, with a stack, in the
+    document's order, so that the first offender is named with its key."""
+    stack: list[tuple[object, tuple, int]] = [(data, (), 0)]
+    count = 0
+    while stack:
+        value, location, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ManifestError(path, _key_path(location), f"more than {MAX_VALUES} values once its aliases are expanded")
+        if depth > MAX_DEPTH:
+            raise ManifestError(path, _key_path(location), f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ManifestError(path, _key_path(location), f"{value} is not a finite number")
+        if isinstance(value, dict):
+            stack += reversed([(item, (*location, key), depth + 1) for key, item in value.items()])
+        elif isinstance(value, list):
+            stack += reversed([(item, (*location, index), depth + 1) for index, item in enumerate(value)])
+    return _tuples(data)
+
+
+def _tuples(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _tuples(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(item) for item in value)
+    return value
+
+
+def whole_number(value: object) -> object:
+    """For a Literal of numbers, which in pydantic takes `false` and `0.0` for 0, `true` for 1:
+    a whole number as written, or a ValueError."""
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
 def validate(path: Path, data: object, model: type[M]) -> M:
-    """Validate parsed data against a model, reporting the first error as one line."""
+    """Validate parsed data against a model, reporting the first error as one line. Values are
+    read as written (pydantic's strict mode): `"128"` is not a number, `"no"` or `0` not a flag,
+    `true` not 1; a manifest's sequences are tuples."""
     from pydantic import ValidationError
 
     try:
-        return model.model_validate(data)
+        return model.model_validate(_as_written(path, data), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ManifestError(path, _key_path(first["loc"]), first["msg"]) from None

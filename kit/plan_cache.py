@@ -18,12 +18,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import kit
-from kit.cache import cache_dir
+from kit.cache import cache_dir, drop_oldest
 from kit.manifest import manifests_dir
+from kit.names import NAME_PATTERN
+from kit.regular_files import MANIFEST_LIMIT, MiB, read_regular
 
 # Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
 # makes new ones, and the oldest go when one is written.
 ENTRIES_KEPT = 16
+PLAN_LIMIT = 64 * MiB  # bytes of an entry read at most: the paper profile's is about half a megabyte
+STEPS = ("warmup_steps", "measured_steps")  # a case's step counts, which `kit list` shows
 
 
 def _dependency_file(package: str, name: str) -> Path:
@@ -39,8 +43,8 @@ def plan_key(protocol_file: Path, profile: str, host_gpus: int | None, gpu_memor
     sources = [protocol_file, *sorted(set(protocol_file.parent.glob("*.yaml")) - {protocol_file}), *sorted(package.rglob("*.py")),
                _dependency_file("pydantic", "version.py"), _dependency_file("yaml", "__init__.py")]  # fmt: skip
     digest = hashlib.sha256(f"{profile}\0{host_gpus}\0{gpu_memory_bytes}".encode())
-    for source in sources:
-        digest.update(b"\0" + source.read_bytes())
+    for source in sources:  # a FIFO or a link to /dev/zero named notes.yaml is refused, not read
+        digest.update(b"\0" + read_regular(source, MANIFEST_LIMIT))
     return digest.hexdigest()
 
 
@@ -52,13 +56,15 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     protocol_file = manifests_dir() / "protocol.yaml"
     try:
         entry = cache_dir() / "plans" / f"{plan_key(protocol_file, profile, host_gpus, gpu_memory_bytes)}.json"
-    except OSError:  # no protocol file, or an unreadable one: loading it says which, as one line
+    except OSError:  # no protocol file, an unreadable one, or an odd file beside it: loading says what matters
         entry = None
     if entry is not None:
         try:
-            return json.loads(entry.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(entry, PLAN_LIMIT))
+            if reads_as_plan(data):
+                return data
         except (OSError, ValueError):
-            pass  # not made yet (an entry is renamed into place whole)
+            pass  # not made yet (an entry is renamed into place whole), or not a file the kit wrote
     from kit.atomic_write import atomic_write_text
     from kit.protocol import build_plan, load_protocol
 
@@ -68,16 +74,30 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     if entry is not None:
         try:
             atomic_write_text(entry, json.dumps(data))
-            _drop_oldest(entry.parent)
+            drop_oldest(entry.parent, ENTRIES_KEPT)
         except OSError:
             pass  # a cache that cannot be written costs time, not the answer
     return data
 
 
-def _drop_oldest(folder: Path) -> None:
-    entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
-    for stale in entries[ENTRIES_KEPT:]:
-        stale.unlink(missing_ok=True)
+def reads_as_plan(data: object) -> bool:
+    """Whether a cache entry holds what `kit list` reads of a Plan (an entry is JSON anyone who
+    can write the cache could have put there): the fields it shows, of their types, and only
+    names kit.names accepts, so that nothing shown or used is a path out of a folder."""
+    if not (isinstance(data, dict) and isinstance(data.get("profile"), str) and NAME_PATTERN.fullmatch(data["profile"])
+            and isinstance(data.get("description"), str) and isinstance(data.get("cases"), list)):  # fmt: skip
+        return False
+    return all(_reads_as_case(case) for case in data["cases"])
+
+
+def _reads_as_case(case: object) -> bool:
+    if not isinstance(case, dict) or not isinstance(case.get("params"), dict):
+        return False
+    names = [case.get(key) for key in ("id", "stage", "image", "method")] + [case["model"]] * (case.get("model") is not None)
+    counts = [case.get("gpus"), case["params"].get("runs")] + [case["params"][key] for key in STEPS if key in case["params"]]
+    return (all(isinstance(name, str) and NAME_PATTERN.fullmatch(name) for name in names)
+            and all(type(count) is int and count >= 0 for count in counts)
+            and case.get("device") in ("cuda", "cpu") and isinstance(case.get("workload"), str))  # fmt: skip
 
 
 def case_view(data: dict) -> SimpleNamespace:

@@ -38,9 +38,11 @@ def plan_text(title: str, cases: list[Case], finished: set[str] = frozenset(), o
     rows = []
     for case in cases:
         steps = getattr(case.params, "measured_steps", None)
+        soak = getattr(case.params, "soak", None)
         fitted = fitted_label(case.gpus, getattr(case, "fitted_from", None))
+        measured = f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"
         row = [case.id, case.model or "-", case.method, f"{case.gpus} ({fitted})" if fitted else str(case.gpus), str(case.params.runs),
-               f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"]  # fmt: skip
+               f"on end for {soak.seconds:g} s" if soak is not None else measured]  # fmt: skip
         if finished:
             row.append("done" if case.id in finished else "to run")
         if on_host is not None:

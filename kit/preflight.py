@@ -18,7 +18,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from kit.fingerprint import Calibration
 from kit.protocol import Case, CommParams, load_protocol, unavailable_by_design
+from kit.results import RunSample
 
 MINIATURE_MODEL = "tiny-llama"
 MINIATURE_TIMEOUT_S = 600
@@ -38,6 +40,8 @@ class PreflightLine(BaseModel):
 class Preflight(BaseModel):
     lines: list[PreflightLine]
     seconds: float
+    # What the host achieved (kit.calibration); `kit run` moves it into the run's fingerprint.
+    calibration: Calibration | None = None
 
     def failed_images(self) -> dict[str, str]:
         """Image -> the first failed check's reason, for the cases that would run in it."""
@@ -54,14 +58,15 @@ def miniature(case: Case) -> Case:
     tiny = load_protocol().models[MINIATURE_MODEL]
     params = case.params
     common = {"runs": 1, "timeout_s": MINIATURE_TIMEOUT_S}
+    soak = {"soak": None} if params.kind in ("train", "serve") else {}  # a soak case's miniature measures no soak
     if params.kind in ("train", "profile"):
-        update = {**common, "warmup_steps": 0, "measured_steps": 1, "micro_batch": 1, "seq_len": 32}
+        update = {**common, **soak, "warmup_steps": 0, "measured_steps": 1, "micro_batch": 1, "seq_len": 32}
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     elif params.kind == "comm":
         update = {**common, "min_bytes": 1024, "max_bytes": 1024, "warmup_iters": 1, "iters": 2}
         model = {}
     else:  # serve
-        update = {**common, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
+        update = {**common, **soak, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
                   "ready_timeout_s": 480}  # fmt: skip
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})
@@ -124,34 +129,63 @@ def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     )]  # fmt: skip
 
 
+def run_check(case: Case, executor, work: Path) -> tuple[RunSample | None, str | None, Path]:
+    """One run of `case` for real, through the executor the plan will use, in work/<case id>/:
+    its sample, or why the executor gave none, and the folder."""
+    folder = work / case.id
+    folder.mkdir(parents=True, exist_ok=True)
+    from kit.results import atomic_write_model
+
+    atomic_write_model(folder / "case.json", case)
+    with (folder / "log.txt").open("a", encoding="utf-8") as log:
+        try:
+            return executor.run_once(case, folder, 1, log), None, folder
+        except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer
+            return None, f"{type(exc).__name__}: {exc}", folder
+
+
 def _case_line(case: Case, executor, work: Path, host_gpu_names: list[str]) -> PreflightLine:
     """Run the miniature for real, through the executor the plan will use; on a GPU, the GPUs its
     processes saw must be the host's."""
     started = time.monotonic()
-    small = miniature(case)
-    folder = work / small.id
-    folder.mkdir(parents=True, exist_ok=True)
-    from kit.results import atomic_write_model
-
-    atomic_write_model(folder / "case.json", small)
     what = {"train": "one training step", "profile": "one profiled step", "serve": "one streamed request",
             "comm": f"one collective of 1 KiB by {getattr(case.params, 'backend', '')}"}[case.params.kind]  # fmt: skip
     check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
-    with (folder / "log.txt").open("a", encoding="utf-8") as log:
-        try:
-            sample = executor.run_once(small, folder, 1, log)
-            status, detail = ("ok", f"{executor.NAME}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
-                ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
-            # A serving sample names the host's GPUs itself; the others report what they saw inside.
-            differ = gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
-            if status == "ok" and differ:
-                status, detail = "fail", differ
-        except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer
-            status, detail = "fail", f"{type(exc).__name__}: {exc}"
+    sample, failure, folder = run_check(miniature(case), executor, work)
+    if sample is None:
+        status, detail = "fail", failure
+    else:
+        status, detail = ("ok", f"{executor.NAME}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
+            ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
+        # A serving sample names the host's GPUs itself; the others report what they saw inside.
+        differ = gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
+        if status == "ok" and differ:
+            status, detail = "fail", differ
     hint = None if status == "ok" else f"see {folder / 'log.txt'}" + (
         f" and {folder / 'runs/1/engine.log'}" if case.params.kind == "serve" else "")  # fmt: skip
     return PreflightLine(image=case.image, check=check, status=status, detail=detail[:600], hint=hint,
                          seconds=time.monotonic() - started)  # fmt: skip
+
+
+def calibrate(case: Case, executor, work: Path) -> tuple[PreflightLine, Calibration | None]:
+    """What the host achieves (kit.calibration), measured through the executor the plan will use;
+    the line and the figures, or the line saying why there are none. The host's line: a failed
+    calibration leaves the figures unmeasured and every case to run."""
+    from kit.calibration import calibration_of, summary
+
+    started = time.monotonic()
+    sample, failure, folder = run_check(case, executor, work)
+    calibration = None
+    if sample is not None and sample.status == "ok":
+        calibration = calibration_of(case, sample, (folder / "runs" / "1").resolve().as_posix())
+        status, detail = "ok", summary(calibration)
+    else:
+        status, detail = "fail", failure or f"{sample.status}: {sample.reason}"
+    return PreflightLine(
+        image="host", check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.NAME}, "
+        f"g{case.gpus})", status=status, detail=detail[:600], hint=None if calibration else f"see {folder / 'log.txt'}",
+        seconds=time.monotonic() - started,
+    ), calibration  # fmt: skip
 
 
 def gate_line(checks) -> PreflightLine:
@@ -166,7 +200,9 @@ def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Pat
                   host_gpu_names: list[str] = ()) -> Preflight:  # fmt: skip
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
-    training image also runs an all-reduce across all of them."""
+    training image also runs an all-reduce across all of them. Then, where the training image
+    passed, a short measurement of what the host achieves (kit.calibration)."""
+    from kit.calibration import calibration_case
     from kit.execute.choice import choose
 
     started = time.monotonic()
@@ -187,4 +223,11 @@ def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Pat
             continue  # no use starting what is not there
         say(f"preflight: {case.image}, {case.stage} ({executor.NAME})")
         lines.append(_case_line(case, executor, work, list(host_gpu_names)))
-    return Preflight(lines=lines, seconds=time.monotonic() - started)
+    calibration = None
+    measuring = calibration_case(cases, len(host_gpu_names))
+    if measuring is not None and not any(line.image == measuring.image and line.status == "fail" for line in lines):
+        executor = choose(measuring, requested)
+        say(f"preflight: calibration, what this host achieves ({executor.NAME})")
+        line, calibration = calibrate(measuring, executor, work)
+        lines.append(line)
+    return Preflight(lines=lines, seconds=time.monotonic() - started, calibration=calibration)

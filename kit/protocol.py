@@ -11,7 +11,7 @@ from pathlib import Path
 import re
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from kit.analysis import (
     SERVING_MEMORY_SHARE,
@@ -20,7 +20,9 @@ from kit.analysis import (
     serving_memory,
     tensor_parallel_sizes,
 )
-from kit.manifest import ManifestError, manifests_dir, read_yaml, validate
+from kit.credentials import looks_like_a_credential
+from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
+from kit.names import checked_name
 
 
 class Strict(BaseModel):
@@ -38,27 +40,8 @@ class ModelSpec(LlamaShape):
     source: str
 
 
-# Names that become path components (case folders, cache entries, container names): one
-# segment of letters, digits, '.', '_', '+', '-', starting with a letter or digit, so that no
-# name (a case id read back from a run.json, a model of a manifest) can be '..', hold a '/' or
-# be absolute, and nothing is ever written or removed outside the folder meant for it.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-
-
-def checked_name(value: str) -> str:
-    if not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{value[:80]!r} is not a usable name (letters, digits, '.', '_', '+', '-'; "
-                         "starting with a letter or digit; at most 128 characters)")  # fmt: skip
-    return value
-
-
 Name = Annotated[str, AfterValidator(checked_name)]
 GpuCount = Annotated[int, Field(gt=0, le=4096, strict=True)]  # `true` or "2" is not a count
-
-
-# What looks like a credential, by its name or its value (a Hugging Face token: hf_...).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|(^|_)KEY($|_)|CREDENTIAL", re.IGNORECASE)
-SECRET_VALUE = re.compile(r"\bhf_[A-Za-z0-9]{16,}")
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -74,7 +57,7 @@ def checked_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"{name[:60]!r} is not a variable name (letters, digits and '_', at most 128)")
         if "\x00" in value or len(value) > 4096:
             raise ValueError(f"{name}: a value holds a NUL byte or is longer than 4096 characters")
-        if SECRET_NAME.search(name) or SECRET_VALUE.search(value):
+        if looks_like_a_credential(name, value):
             raise ValueError(f"{name} looks like a credential, and a case's env is written into every run "
                              "directory and report: set it in the environment kit runs in instead")  # fmt: skip
     return env
@@ -107,6 +90,14 @@ class StepParams(CaseParams):
     attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
 
 
+class Soak(Strict):
+    """A case measured for `seconds` on end, in windows of `window_s` each with its throughput,
+    clocks and temperature (kit run --soak, kit/soak.py): whether a server holds its speed."""
+
+    seconds: float = Field(gt=0)
+    window_s: float = Field(gt=0)
+
+
 class MaxBatchSearch(Strict):
     """The largest micro-batch a training case holds (paper Table IV): trials from `start`
     (None: the memory model's prediction on a GPU, 1 on CPU) doubling until one runs out of
@@ -124,7 +115,7 @@ class TrainParams(StepParams):
     optimizer: Literal["adamw"]
     optimizer_impl: Literal["deepspeed", "torch"]
     learning_rate: float = Field(gt=0)
-    zero_stage: Literal[0, 2, 3] = 0
+    zero_stage: Annotated[Literal[0, 2, 3], BeforeValidator(whole_number)] = 0
     offload: bool = False
     quantization: Literal["none", "nf4-double"] = "none"
     peft: Literal["none", "lora", "qlora"] = "none"
@@ -143,6 +134,7 @@ class TrainParams(StepParams):
     tensor_parallel: int = Field(default=1, gt=0)
     # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
     max_batch_search: MaxBatchSearch | None = None
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): its one run measures windows for that long
     # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
     # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
     # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
@@ -176,6 +168,7 @@ class ServeParams(CaseParams):
     warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
+    soak: Soak | None = None  # set on a soak case (kit/soak.py): bursts one after another for that long
 
 
 class CommParams(CaseParams):
@@ -198,8 +191,24 @@ class CommParams(CaseParams):
         return self
 
 
+class CalibrateParams(CaseParams):
+    """What the host's devices achieve, measured in preflight (kit/calibration.py): matmuls of
+    the plan's linear shapes, a large copy in device memory, pinned copies between host and
+    device (GPU only) and one all-reduce across the GPUs (more than one only); each `repeats`
+    times, each repeat as many iterations as fill `seconds_per_repeat`."""
+
+    kind: Literal["calibrate"] = "calibrate"
+    dtype: Literal["bf16", "fp32"]
+    matmul_shapes: tuple[tuple[int, int, int], ...] = Field(min_length=1, strict=False)  # (M, K, N)
+    copy_bytes: int = Field(gt=0)
+    transfer_bytes: int | None = Field(default=None, gt=0)
+    all_reduce_bytes: int | None = Field(default=None, gt=0)
+    repeats: int = Field(gt=0)
+    seconds_per_repeat: float = Field(gt=0)
+
+
 Params = Annotated[
-    Union[TrainParams, ServeParams, CommParams, ProfileParams], Field(discriminator="kind")
+    Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
 ]
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,
@@ -214,7 +223,7 @@ class Option(Strict):
 
     label: str
     params: dict[str, Any] = {}
-    image: str | None = None  # an option that needs its own image (a serving engine) names it
+    image: Name | None = None  # an option that needs its own image (a serving engine) names it
     requires_any: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
 
@@ -247,7 +256,7 @@ Fit = Literal["fixed", "host", "weights", "sweep", "all"]
 class Stage(Strict):
     description: str
     workload: Literal["train", "serve", "comm", "profile"]
-    image: str
+    image: Name
     options: str
     params: dict[str, Any]
     unpublished: tuple[str, ...] = ()
@@ -274,7 +283,7 @@ class Profile(Strict):
     comparable_to_reference: bool
     stages: dict[str, ProfileStage]
     # A stage's image -> the image this profile runs it in (the CPU profile runs all in `smoke`).
-    images: dict[str, str] = {}
+    images: dict[Name, Name] = {}
 
     @model_validator(mode="after")
     def _cpu_is_never_the_reference(self) -> "Profile":
@@ -508,7 +517,7 @@ def _stage_cases(
                                     f"method {method!r} sets it to {method_params[overridden[0]]!r}; a profile cannot change it")  # fmt: skip
             params_data = {**stage.params, **narrowed.params, **method_params, "kind": stage.workload}
             try:
-                params = PARAM_MODELS[stage.workload].model_validate(params_data)
+                params = PARAM_MODELS[stage.workload].model_validate(params_data, strict=True)  # a nested search's too
             except Exception as exc:  # pydantic ValidationError: report the first problem on one line
                 first = exc.errors()[0]  # type: ignore[attr-defined]
                 key = ".".join(str(p) for p in first["loc"])

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from kit.analysis import scaling_efficiency
-from kit.fingerprint import Fingerprint
+from kit.fingerprint import Calibration, Fingerprint
 from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
@@ -45,6 +45,7 @@ CASE_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)?\.[a-z0-9_+-]+\.g[1
 CaseId = Annotated[str, Field(pattern=CASE_ID_PATTERN)]
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 SCALING_METRIC = "tokens_per_s"  # a scaling efficiency divides throughputs (paper, Figure 4)
+MAX_EXPANDED = 1000  # relations one claim's for_each may expand into (the largest claim has 9)
 
 # Units a published value may be written in: each is (dimension, factor to the dimension's base).
 UNITS: dict[str, tuple[str, float]] = {
@@ -368,7 +369,7 @@ class OrderingRelation(Strict):
     @classmethod
     def _items_take_the_relation_metric(cls, data: Any) -> Any:
         """Items may be bare case ids; they measure the relation's metric."""
-        if not isinstance(data, dict) or not isinstance(data.get("tiers"), list):
+        if not isinstance(data, dict) or not isinstance(data.get("tiers"), (list, tuple)):
             return data
         metric = data.get("metric")
 
@@ -379,7 +380,7 @@ class OrderingRelation(Strict):
                 entry = {**entry, "metric": metric}
             return entry
 
-        tiers = [[item(entry) for entry in tier] if isinstance(tier, list) else tier for tier in data["tiers"]]
+        tiers = tuple(tuple(item(entry) for entry in tier) if isinstance(tier, (list, tuple)) else tier for tier in data["tiers"])
         return {**data, "tiers": tiers}
 
 
@@ -394,8 +395,8 @@ Relation = Annotated[
 def _substitute(data: Any, values: dict[str, str]) -> Any:
     if isinstance(data, str):
         return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), data)
-    if isinstance(data, list):
-        return [_substitute(item, values) for item in data]
+    if isinstance(data, (list, tuple)):
+        return type(data)(_substitute(item, values) for item in data)
     if isinstance(data, dict):
         return {key: _substitute(item, values) for key, item in data.items()}
     return data
@@ -404,7 +405,7 @@ def _substitute(data: Any, values: dict[str, str]) -> Any:
 def _placeholders(data: Any) -> set[str]:
     if isinstance(data, str):
         return set(PLACEHOLDER.findall(data))
-    if isinstance(data, list):
+    if isinstance(data, (list, tuple)):
         return set().union(*(_placeholders(item) for item in data)) if data else set()
     if isinstance(data, dict):
         return set().union(*(_placeholders(item) for item in data.values())) if data else set()
@@ -482,8 +483,10 @@ class Claim(Strict):
     @model_validator(mode="before")
     @classmethod
     def _expand_for_each(cls, data: Any) -> Any:
-        """A relation that uses {placeholders} stands for one relation per combination of values."""
-        if not isinstance(data, dict) or not isinstance(data.get("relations"), list):
+        """A relation that uses {placeholders} stands for one relation per combination of values,
+        up to MAX_EXPANDED relations a claim (a few lists of values would otherwise multiply
+        into millions, validated for hours)."""
+        if not isinstance(data, dict) or not isinstance(data.get("relations"), (list, tuple)):
             return data
         values = data.get("for_each") or {}
         if not isinstance(values, dict):
@@ -494,9 +497,13 @@ class Claim(Strict):
             unknown = [name for name in used if name not in values]
             if unknown:
                 raise ValueError(f"placeholder {{{unknown[0]}}} has no for_each values")
-            for combination in product(*(values[name] for name in used)):
-                expanded.append(_substitute(relation, dict(zip(used, combination))))
-        return {**data, "relations": expanded}
+            lists = [values[name] for name in used]
+            if not all(isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items) for items in lists):
+                raise ValueError("for_each gives each placeholder a list of names")
+            if len(expanded) + math.prod(len(items) for items in lists) > MAX_EXPANDED:
+                raise ValueError(f"for_each expands the claim into more than {MAX_EXPANDED} relations")
+            expanded += [_substitute(relation, dict(zip(used, combination))) for combination in product(*lists)]
+        return {**data, "relations": tuple(expanded)}
 
     @model_validator(mode="after")
     def _cases_in_stages(self) -> Claim:
@@ -586,6 +593,7 @@ class MeasuredRun(BaseModel):
     interconnect: Literal["nvlink", "pcie"] | None = None
     results: dict[str, Result]
     invalid: dict[str, list[str]] = {}  # case id -> why its figures are no measurement (kit.validity)
+    calibration: Calibration | None = None  # what the host achieved in preflight (the fingerprint's)
 
     @property
     def gpus(self) -> str:
@@ -624,6 +632,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         interconnect=interconnect,
         results={result.case_id: result for result in results},
         invalid={result.case_id: found for result in results if (found := invalid_reasons(result))},
+        calibration=fingerprint.calibration if fingerprint is not None else None,
     )
 
 

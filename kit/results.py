@@ -17,12 +17,12 @@ A case is finished exactly when its result.json exists, which is what `--resume`
 from __future__ import annotations
 
 import hashlib
-import json
 import fcntl
 import os
 import platform
 import re
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from kit.atomic_write import atomic_write_text
 from kit.environment import Check, Finding
 from kit.fingerprint import KitInfo
-from kit.protocol import Case, Name, Plan, checked_name
+from kit.names import checked_name
+from kit.protocol import Case, Name, Plan
+from kit.regular_files import RUN_FILE_LIMIT, kind_of, read_regular
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
 SUMS_FILE = "SHA256SUMS"
@@ -46,6 +48,7 @@ SIGNATURE_FILES = (f"{SUMS_FILE}.sig", "provenance.intoto.json", "provenance.int
 ATOMIC_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]+\.tmp")
 # Who holds the run directory (RunDir.lock): a note for the next kit, not evidence either.
 LOCK_NOTE = "kit.lock"
+LOCK_NOTE_LIMIT = 4096
 
 
 def utc_now() -> str:
@@ -71,6 +74,25 @@ class DeviceTelemetry(BaseModel):
     peak_used_bytes: int | None = None  # device-level used memory, max of samples during measured steps
     samples: int = 0
     unavailable: str | None = None  # why absent, e.g. "no NVML: this host has no NVIDIA driver"
+    # Clocks and heat over the same samples: a figure measured on a slowed GPU says so.
+    sm_clock_mhz_mean: float | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
+    sm_clock_mhz_min: int | None = None
+    temperature_c_mean: float | None = None  # nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)
+    temperature_c_max: int | None = None
+    clock_event_samples: int = 0  # samples whose clock event reason mask was read
+    clock_event_reasons: dict[str, int] = {}  # reason (kit.clock_events) -> samples in which NVML reported it
+
+
+class SoakWindow(BaseModel):
+    """One window of a soak (kit/soak.py): when it began (seconds after the soak began), the
+    seconds it measured, the tokens this process produced in them (a training rank's, or a
+    burst's output tokens), a training rank's steps, and NVML's view of the window."""
+
+    started_s: float
+    seconds: float
+    tokens: int
+    step_s: list[float] = []
+    telemetry: DeviceTelemetry | None = None
 
 
 class EffectiveOption(BaseModel):
@@ -99,6 +121,7 @@ class RankSample(BaseModel):
     phases_s: dict[str, float] = {}
     peak_memory: PeakMemory | None = None
     telemetry: DeviceTelemetry | None = None
+    windows: list[SoakWindow] = []  # a soak case's windows, one after another
     details: dict[str, Any] = {}
     versions: dict[str, str] = {}
     started_at: str
@@ -243,13 +266,30 @@ class UnreadableRun(ValueError):
 
 def read_model(path: Path, model: type[M]) -> M:
     try:
-        return model.model_validate_json(path.read_bytes())
+        return model.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise UnreadableRun(f"{path}: {where}: {first['msg']}") from None
+        raise UnreadableRun(f"{path}: {first_problem(exc)}") from None
     except OSError as exc:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first thing pydantic found wrong, in one line: the key, and what."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"
+
+
+def not_a_file(path: Path) -> bool:
+    """Whether something other than a regular file is where the kit keeps one: a link (written
+    through, it would reach outside the run), a folder, a FIFO."""
+    return path.is_symlink() or (path.exists() and not path.is_file())
+
+
+def printable(name: str) -> str:
+    """A file name as it can be shown: each character a terminal would act on or hide (a line
+    break, an escape sequence, a right-to-left override) and each byte that was not UTF-8 written
+    as its escape, `\\n`, `\\x1b`, `\\u202e`, `\\udcff`."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
 
 
 class RunInUse(RuntimeError):
@@ -268,14 +308,18 @@ class RunDir:
         say) is refused, naming the holder, instead of running the same cases twice. The kernel
         lock (flock on the folder itself) goes with the process, however it ends."""
         self.root.mkdir(parents=True, exist_ok=True)
-        if (self.root / LOCK_NOTE).is_dir():
-            raise UnreadableRun(f"{self.root / LOCK_NOTE}: a folder where the kit writes who holds the run")
+        note = self.root / LOCK_NOTE
+        if not_a_file(note):
+            raise UnreadableRun(f"{note}: not a file, where the kit writes who holds the run")
         fd = os.open(self.root, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = (self.root / LOCK_NOTE).read_text(encoding="utf-8").strip() if (self.root / LOCK_NOTE).is_file() else "unknown"
+            try:
+                holder = read_regular(note, LOCK_NOTE_LIMIT).decode("utf-8", "replace").strip()
+            except OSError:  # not there yet, or not a note the kit wrote
+                holder = "unknown"
             raise RunInUse(f"{self.root} is in use by another kit ({holder}); wait for it, or stop it first") from None
         self._lock_fd = fd
         atomic_write_text(self.root / LOCK_NOTE, f"pid {os.getpid()} on {platform.node()}, since {utc_now()}\n")
@@ -316,7 +360,12 @@ class RunDir:
         return self.result_path(case_id).is_file()
 
     def read_result(self, case_id: str) -> Result:
-        return read_model(self.result_path(case_id), Result)
+        """The case's result; one that is another case's (moved into this folder) is refused."""
+        path = self.result_path(case_id)
+        result = read_model(path, Result)
+        if result.case_id != case_id:
+            raise UnreadableRun(f"{path}: the result of case {printable(result.case_id)!r}, not of {case_id!r}")
+        return result
 
     def write_result(self, result: Result) -> None:
         atomic_write_model(self.result_path(result.case_id), result)
@@ -341,18 +390,30 @@ class RunDir:
         return path
 
     def digests(self) -> dict[str, str]:
-        """Every file of the run directory, dot-files included; a symbolic link as the link (the
-        SHA-256 of `symlink -> <target>`), never followed out of the tree."""
-        found = {}
+        """Every file of the run directory, dot-files included. What the kit never writes there,
+        and could neither hold in SHA256SUMS nor read safely, is refused (UnreadableRun naming
+        each): a symbolic link (a report would read through it, out of the run), a FIFO, a
+        device or a socket (a read would wait for ever), a name that is not printable UTF-8
+        text (a line break would split its line of SHA256SUMS; an escape sequence acts on the
+        terminal that shows it)."""
+        found, foreign = {}, []
         for folder, dirs, files in os.walk(self.root):  # a linked folder is listed in dirs, not entered
             for name in dirs + files:
                 path = Path(folder) / name
                 rel = path.relative_to(self.root).as_posix()
-                if path.is_symlink():
-                    found[rel] = hashlib.sha256(f"symlink -> {os.readlink(path)}".encode()).hexdigest()
-                elif name in files and path.is_file() and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) \
+                mode = path.lstat().st_mode
+                if printable(rel) != rel:
+                    foreign.append(f"{printable(rel)} (a name SHA256SUMS cannot hold: not printable UTF-8 text)")
+                elif stat.S_ISLNK(mode):
+                    foreign.append(f"{rel} (a symbolic link)")
+                elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+                    foreign.append(f"{rel} ({kind_of(mode)})")
+                elif name in files and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) \
                         and not ATOMIC_TEMP.fullmatch(name):  # fmt: skip
                     found[rel] = sha256_file(path)
+        if foreign:
+            raise UnreadableRun(f"{self.root}: not what a run writes, so neither listed in SHA256SUMS nor read: "
+                                + "; ".join(sorted(foreign)) + ". Remove it, then resume or verify again")  # fmt: skip
         return dict(sorted(found.items()))
 
 
@@ -362,7 +423,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))

@@ -19,7 +19,8 @@ from kit import effective
 from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
-from kit.fingerprint import Fingerprint, collect, probe_this_python
+from kit.fingerprint import Calibration, Fingerprint, collect
+from kit.probe_cache import probe_this_python
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
 from kit.protocol import Case, Plan, unavailable_by_design
@@ -32,6 +33,7 @@ from kit.results import (
     RunSample,
     UnreadableRun,
     atomic_write_model,
+    not_a_file,
     read_model,
     utc_now,
 )
@@ -124,6 +126,17 @@ def start_run(
     run.write_info(info)
     redact_in_place(run, info)
     return run
+
+
+def record_calibration(run: RunDir, calibration: Calibration) -> None:
+    """What the preflight measured the host to achieve, into the fingerprint before the run (a
+    fact of the host every figure of the run was measured on), its raw samples named by their
+    place in the run directory."""
+    raw = Path(calibration.raw_samples)
+    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
+        calibration = calibration.model_copy(update={"raw_samples": raw.relative_to(run.root.resolve()).as_posix()})
+    fingerprint = read_model(run.fingerprint_path, Fingerprint)
+    atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"calibration": calibration}))
 
 
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
@@ -361,14 +374,16 @@ def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
 def resume(path: Path, accept_changes: bool = False) -> RunDir:
     """The run directory, held, checked against its evidence (a tampered run is refused unless
     the changes are accepted, which run.json records), its cases without evidence discarded to
-    be run again, and marked running again."""
+    be run again, and marked running again. A finished run with every case finished is left as
+    it is (its accepted changes recorded and sealed): there is nothing to run, and its
+    fingerprint after the run and its end are those of the run."""
     run = RunDir(path)
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
     info = run.read_info()
     sums = run.root / SUMS_FILE
-    if sums.is_symlink() or (sums.exists() and not sums.is_file()):  # the seal could not replace it
+    if not_a_file(sums):  # the seal could not replace it
         raise UnreadableRun(f"{sums}: not a file; a run's evidence is the file the kit writes")
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:
@@ -379,10 +394,20 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
         info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
     for case_id in unsealed_cases(run, info):
         shutil.rmtree(run.case_dir(case_id))
+    if is_complete(run, info):
+        if changed:
+            run.write_info(info)
+            seal(run, info)
+        return run
     info.resumed_at.append(utc_now())
     info.status = "running"
     run.write_info(info)
     return run
+
+
+def is_complete(run: RunDir, info: RunInfo) -> bool:
+    """A run that finished, with a result for each of its cases: a resume has nothing to do."""
+    return info.status == "finished" and all(run.is_finished(case_id) for case_id in info.selected)
 
 
 def current_argv() -> list[str]:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 
 from kit.atomic_write import atomic_write_bytes
 from kit.provenance import PROVENANCE_FILE, Statement, run_statement
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.results import SIGNATURE_FILES, SUMS_FILE, RunDir, sha256_file, utc_now
 
 # The signatures' namespace (ssh-keygen -n): a signature made for the kit's runs is never valid as
@@ -165,8 +166,8 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
     keys = {}
     for signature in SIGNED:
         try:
-            keys[signature], namespace = envelope((root / signature).read_bytes())
-        except ValueError as exc:
+            keys[signature], namespace = envelope(read_regular(root / signature, RUN_FILE_LIMIT))
+        except (OSError, ValueError) as exc:
             return _failed(f"{signature} is not an SSH signature ({exc})")
         if namespace != NAMESPACE:
             return _failed(f"{signature} is signed in the namespace {namespace!r}, not the kit's {NAMESPACE!r}")
@@ -191,9 +192,11 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
     except SigningFailed as exc:  # no ssh-keygen: the signature cannot be checked here
         return _failed(f"signed by {signer}, not checked: {exc}")
     try:
-        statement = Statement.model_validate_json((root / PROVENANCE_FILE).read_bytes())
+        statement = Statement.model_validate_json(read_regular(root / PROVENANCE_FILE, RUN_FILE_LIMIT))
     except ValidationError as exc:
         return _failed(f"{PROVENANCE_FILE} is not the kit's provenance statement ({exc.errors()[0]['msg']})")
+    except OSError as exc:
+        return _failed(f"{PROVENANCE_FILE} cannot be read ({exc.strerror or exc})")
     named = next((subject.digest.get("sha256") for subject in statement.subject if subject.name == SUMS_FILE), None)
     actual = sha256_file(root / SUMS_FILE)
     if named != actual:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +49,47 @@ def real_smoke_run(tmp_path_factory) -> Path:
     info = RunDir(run).read_info()
     assert (info.profile, info.status) == ("smoke", "finished"), f"{run}: not a finished smoke run"
     assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], f"{run}: not every smoke case"
+    return run
+
+
+class RanTooLong(BaseException):
+    """Not an Exception: no `except Exception` (nor OSError, as TimeoutError is) of the kit takes it."""
+
+
+@contextlib.contextmanager
+def ends_within(seconds: int, what: str):
+    """Fails what runs in it after `seconds` (SIGALRM), where a hang would stop the session."""
+
+    def too_long(signum, frame):
+        raise RanTooLong(f"{what} ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def kit_in_process(capsys, monkeypatch):
+    """`kit ARGS` run in this process as the command runs it (kit.cli.main): its exit status,
+    standard output and standard error. Many bad inputs are tried in one process, each without
+    a Python start and the imports; one that runs past `seconds` fails instead of hanging."""
+    from kit.cli import main
+
+    def run(*args, seconds: int = 60) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["kit", *map(str, args)])
+        try:
+            with ends_within(seconds, f"kit {' '.join(map(str, args))}"):
+                main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        out, err = capsys.readouterr()
+        return code, out, err
+
     return run
 
 

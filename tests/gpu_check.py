@@ -33,7 +33,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # dependencies (a one-GPU test host, 2026-11-27, had none of these), pinned as the CPU path pins
 # them (constraints-cpu.txt, the smoke image's versions). Resolved with their own dependencies:
 LIGHT = ["pydantic==2.13.4", "docker==7.1.0", "hjson", "msgpack", "ninja", "einops", "py-cpuinfo", "psutil",
-         "weasyprint==70.0", "pypdf"]  # fmt: skip
+         "weasyprint==70.0", "pypdf", "setuptools", "wheel"]  # fmt: skip
 # Without their dependencies (each would pull a torch build): DeepSpeed as its source
 # distribution, built there with DS_BUILD_OPS=0 (ops are built when a case needs one).
 HEAVY_WHEELS = ["bitsandbytes==0.50.2"]
@@ -113,15 +113,24 @@ class Check:
 
 
 def install(check: Check, wheels: Path | None) -> None:
-    """The kit's missing dependencies (from `wheels` without network where given), then the kit."""
-    if wheels is not None:
-        missing = sorted(str(path) for path in wheels.iterdir() if not installed(distribution_of(path)))
-        if missing:
-            check.step("install-dependencies", pip("install", "--no-index", "--no-deps", "--no-build-isolation", *missing),
-                       timeout_s=600, env={"DS_BUILD_OPS": "0"})  # fmt: skip
-        check.step("install-kit", pip("install", "--no-index", "--no-deps", "--no-build-isolation", "-e", str(CHECKOUT)), timeout_s=120)
-    else:
+    """The kit's missing dependencies (from `wheels` without network where given: the wheels,
+    then what is built from source, with setuptools among the wheels where the Python lacks it),
+    then the kit; where pip cannot install the checkout, its folder goes on the Python's path."""
+    if wheels is None:
         check.step("install-kit", pip("install", "-e", f"{CHECKOUT}[local]"), timeout_s=900, env={"DS_BUILD_OPS": "0"})
+        return
+    missing = sorted(path for path in wheels.iterdir() if not installed(distribution_of(path)))
+    offline = ("install", "--no-index", "--no-deps", "--no-build-isolation")
+    for name, group in (("install-wheels", [p for p in missing if p.suffix == ".whl"]),
+                        ("install-sources", [p for p in missing if p.suffix != ".whl"])):  # fmt: skip
+        if group:
+            check.step(name, pip(*offline, *map(str, group)), timeout_s=600, env={"DS_BUILD_OPS": "0"})
+    done = check.step("install-kit", pip(*offline, "-e", str(CHECKOUT)), timeout_s=120)
+    if done is None or done.returncode != 0:
+        import sysconfig
+
+        (Path(sysconfig.get_paths()["purelib"]) / "kit-checkout.pth").write_text(f"{CHECKOUT}\n")
+        print(f"[install-kit] {CHECKOUT} put on the path of {sys.executable} (kit-checkout.pth)", flush=True)
 
 
 def chosen_cases(listed: dict, every: bool) -> list[str]:

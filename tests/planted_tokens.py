@@ -16,6 +16,8 @@ PLANTED = {
     "HUGGING_FACE_HUB_TOKEN": "hf_plantedHubToken9876543210fedcba",
     "WANDB_API_KEY": "planted-wandb-key-5f2c1e9d",
     "MY_SERVICE_SECRET": "planted-service-secret-77aa",
+    "NCCL_PLANTED_TOKEN": "hf_plantedInAnNcclVariable0123456789",  # the fingerprints record NCCL_ variables
+    "NCCL_PLANTED_URL": "postgres://kit:planted-db-password@db/x",
 }
 
 

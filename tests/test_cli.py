@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 
 def kit(*args, cwd=None):
@@ -70,6 +74,40 @@ def test_resume_needs_a_run_directory(tmp_path):
     assert done.returncode == 2 and "not a run directory" in done.stderr
 
 
+def test_a_resume_goes_on_with_the_executor_its_run_json_records(tmp_path):
+    """The recorded one-H100 run (tests/fixtures/h100x1-run), made with --executor local."""
+    import tarfile
+    from pathlib import Path
+
+    with tarfile.open(Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    run = tmp_path / "runh100"
+    same = kit("run", "--resume", str(run), "--executor", "local", "--dry-run")
+    assert same.returncode == 0, same.stderr
+    assert f"executor: local, as {run / 'run.json'} records" in same.stderr.replace("\n", "")
+    other = kit("run", "--resume", str(run), "--executor", "docker", "--dry-run")
+    assert other.returncode == 2
+    assert "runs its cases with the executor its run.json records (local)" in other.stderr
+
+
+def test_without_a_docker_engine_preflight_and_a_docker_run_say_so_in_one_line(tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    for args in (["preflight", "--executor", "docker"], ["run", "--all", "--executor", "docker", "--out", str(tmp_path / "run")]):
+        done = subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "the docker engine does not answer" in done.stderr and "--executor local" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_eta_counts_the_cases_left_to_run():
+    from kit.console import RichProgress
+    from kit.estimate import Estimate
+
+    estimates = {case: Estimate(seconds=60, basis="x").model_dump() for case in "abc"}
+    progress = RichProgress(total=5, finished={"a"}, estimates=estimates)  # d and e are skipped: no estimate
+    assert progress.pending == {"b", "c"} and progress.eta_text() == "ETA 2 min 00 s"
+
+
 def test_doctor_passes_on_this_host_for_the_profile_it_would_run():
     done = kit("doctor")
     assert done.returncode == 0, done.stderr
@@ -119,3 +157,70 @@ def test_run_exits_zero_when_every_case_is_an_answer(tmp_path):
     done = kit("run", "--profile", "smoke", "--case", "profile.tiny-llama.f.g1", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == "1 case: 1 unavailable"
+
+
+# --- what a user can get wrong: one line, exit 2, never a traceback ----------------------------------
+
+A_FILE = "a-file"  # made in the test's folder
+
+
+@pytest.mark.parametrize("args, said", [
+    (["report", "/nonexistent"], "not a run directory"),
+    (["report", "--verify", "/nonexistent"], "not a run directory"),
+    (["report", "--verify", "RUN", "--expect-digest", "zz"], "16 to 64 hexadecimal characters"),
+    (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
+    (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
+    (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
+    (["report", "RUN", "--format", "doc"], "report formats are"),
+    (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
+    (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
+    (["report", "RUN", "--out", "/proc/kit-report"], "cannot make or write the folder"),
+    (["report", "--fleet", "RUN", "RUN/", "--tolerance", "nan"], "--tolerance is a percentage"),
+    (["run", "--all", "--out", "/dev/null"], "is there and is not a folder"),
+    (["run", "--all", "--out", A_FILE], "is there and is not a folder"),
+    (["run", "--all", "--out", "/proc/kit-run"], "cannot make or write the folder"),
+    (["run", "--all", "--out", f"{A_FILE}/run"], "cannot make or write the folder"),
+    (["run", "--resume", "/dev/null"], "not a run directory"),
+    (["run", "--all", "--nodes", "0"], "--nodes"),
+    (["k8s", "manifests", "--pvc", "c", "--out", "/dev/null"], "is there and is not a folder"),
+    (["k8s", "manifests", "--pvc", "c", "--out", A_FILE], "is there and is not a folder"),
+    (["k8s", "manifests", "--pvc", "c", "--out", "/proc/kit-k8s"], "cannot make or write the folder"),
+    (["list", "--fingerprint", "/dev/null"], "not a regular file"),
+    (["list", "--fingerprint", A_FILE], "is not a fingerprint"),
+    (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
+    (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
+    (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
+    (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
+    (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
+    (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
+    (["list", "--bogus"], "No such option"),
+    (["reprt"], "No such command"),
+])
+def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypatch, kit_in_process, args, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / A_FILE).write_bytes(bytes(range(256)))
+    (tmp_path / "a-list.json").write_text("[1, 2]")
+    (tmp_path / "not-utf8.json").write_bytes(b"\xff\xfe{}")
+    os.mkfifo(tmp_path / "a-fifo")  # read as a key, it kept ssh-keygen waiting for ever
+    code, out, err = kit_in_process(*[arg.replace("RUN", str(real_smoke_run)) for arg in args])
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1, out + err
+    assert not (tmp_path / "kit-run").exists() and sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [A_FILE, "a-list.json", "not-utf8.json", "a-fifo"]), "a refused command left something behind"
+
+
+def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_path):
+    """A terminal's Ctrl-C signals the whole foreground process group, the kit's fork server
+    among them: the server must outlive it, for the kit to stop the launch and say so."""
+    run = tmp_path / "run"
+    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", "comm.all_reduce.g2",
+                                "--executor", "local", "--no-preflight", "--out", str(run)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    log = run / "cases" / "comm.all_reduce.g2" / "log.txt"
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and "forked by the fork server" in log.read_text()):
+        assert started.poll() is None and time.monotonic() < deadline, "the case's ranks never started"
+        time.sleep(0.1)
+    os.killpg(started.pid, signal.SIGINT)
+    out, err = started.communicate(timeout=120)
+    assert started.returncode == 130, err[-3000:]
+    assert f"finish it with `kit run --resume {run}`" in err and "Traceback" not in err

@@ -123,6 +123,18 @@ def test_an_absolute_throughput_is_scaled_by_the_dense_bf16_peaks(reference, pap
     assert relation.finding.startswith(f"measured {1100 / expected:.3f} × expected")
 
 
+def test_a_matmul_measured_below_the_datasheet_scales_the_expectation_and_says_so(reference, paper_plan):
+    """The preflight measured this H100's bf16 matmul at 700 TFLOPS (an input of the test): C21's
+    RTX 4090 figure is scaled by it, not by the datasheet's 989.4, and the basis says which."""
+    from test_calibration import h100_calibration
+
+    run = run_on(H100, [result(paper_plan, "finetune.llama2-70b.ql+z3+o+r+f.g8", tokens_per_s=1100)])
+    run = run.model_copy(update={"calibration": h100_calibration(700.0, 3000.0)})
+    [relation] = expectation(reference, [run], "C21").relations
+    assert relation.expected == f"{200 * 700 / 165.2:.0f} tokens/s ± {40 * 700 / 165.2:.0f} tokens/s"
+    assert relation.basis.endswith("dense bf16 peak 700/165.2 TFLOPS (this host's measured in preflight, below its datasheet's)")
+
+
 PLAIN = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.r.g8"]
 
 

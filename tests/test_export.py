@@ -135,6 +135,6 @@ def test_the_exports_beside_the_run_are_not_evidence_and_a_bad_price_is_refused(
     assert done.returncode == 0, done.stderr
     assert kit_report("--verify", str(cpu_run)).returncode == 0
     refused = kit_report(str(cpu_run), "--format", "json", "--gpu-hour-price", "-1")
-    assert refused.returncode == 2 and "a GPU-hour price is positive" in refused.stderr
+    assert refused.returncode == 2 and "a positive number is needed; got -1" in refused.stderr
     unknown = kit_report(str(cpu_run), "--format", "xlsx")
     assert unknown.returncode == 2 and "html, pdf, json, csv" in unknown.stderr

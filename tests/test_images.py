@@ -31,7 +31,7 @@ KIT = [sys.executable, "-m", "kit.cli"]
 
 
 def write_lock(directory, images_: dict) -> None:
-    (directory / "images.lock.yaml").write_text(yaml.safe_dump({"schema_version": 1, "images": images_}))
+    (directory / "images.lock.yaml").write_text(yaml.safe_dump({"schema_version": 1, "images": images_, "environments": {}}))
 
 
 # --- the lock itself --------------------------------------------------------------------------
@@ -45,12 +45,14 @@ def test_every_image_a_protocol_case_names_is_in_the_lock():
 
 
 def test_the_smoke_profile_runs_the_kit_in_the_smoke_image_and_serves_with_vllm(smoke_plan):
-    """Serving runs the engine as published: vLLM's image (GPU only), else its CPU environment."""
+    """Serving runs the engine as published: vLLM's image (GPU only), else an environment of its
+    pinned wheel: the CPU build, or on a GPU host without docker the CUDA wheel of the image's release."""
     assert {case.image for case in smoke_plan.cases if case.stage != "serve"} == {"smoke"}
     assert {case.image for case in smoke_plan.cases if case.stage == "serve"} == {"serve-vllm"}
     lock = load_lock()
     assert lock.images["serve-vllm"].devices == ("cuda",)
-    assert {(env.engine, env.device) for env in lock.environments.values()} == {("vllm", "cpu")}
+    assert {(env.engine, env.device) for env in lock.environments.values()} == {("vllm", "cpu"), ("vllm", "cuda")}
+    assert lock.environments["vllm-cuda"].requirement == f"vllm=={lock.images['serve-vllm'].versions['vllm']}"
 
 
 def test_the_lock_hashes_match_the_build_contexts_in_the_tree():

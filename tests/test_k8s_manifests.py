@@ -214,3 +214,12 @@ def test_an_image_is_not_asked_to_run_on_a_device_it_does_not_support(smoke_plan
     with pytest.raises(NotWritable, match="runs on cuda, not cpu"):
         manifest(_case(smoke_plan, "serve.tiny-llama.vllm.g1"), OPTIONS)
 
+
+
+def test_a_case_naming_an_engine_the_kit_does_not_know_is_named_not_written(manifests_copy, tmp_path):
+    protocol = manifests_copy / "protocol.yaml"
+    protocol.write_text(protocol.read_text().replace("params: {engine: vllm}", "params: {engine: vlm}", 1))
+    done = CliRunner().invoke(cli, ["k8s", "manifests", "--profile", "paper", "--stage", "serve", "--pvc", "kit-runs",
+                                    "--out", str(tmp_path)])  # fmt: skip
+    assert done.exit_code == 1 and "no engine 'vlm' (known: vllm, tgi, lightllm)" in done.output, done.output
+    assert not list(tmp_path.glob("serve.*vllm*.yaml"))

@@ -17,15 +17,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from paper_size_run import write_run
+from paper_size_run import A800, write_run
 
+from kit.energy import cost_per_million_tokens
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_step_bound, training_throughput_bound
 from kit.protocol import build_plan, load_protocol
 from kit.reference import load_reference
 from kit.report.build import build_report
 from kit.report.load import load_run
-from kit.energy import cost_per_million_tokens
 from kit.report.energy_section import energy_cell
 from kit.report.page_one import paper_cell
 from kit.report.printer import write_pdf
@@ -62,6 +62,52 @@ def cpu_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def report(gpu_run):
     return build_report(gpu_run, ["reference"], gpu_hour_price=PRICE)
+
+
+A800_MATMUL_TFLOPS, A800_COPY_GB_S = 250.0, 1700.0  # what the preflight measured: inputs of the run, like its own figures
+THROTTLED = "pretrain.llama2-7b.z2+f.g8"
+
+
+@pytest.fixture(scope="module")
+def calibrated_run(gpu_run, tmp_path_factory) -> Path:
+    """The A800 run as if its preflight had measured its GPUs below their datasheet, at a power
+    limit and clocks its fingerprint records, and as if one case's first rank had sampled its
+    power cap (pynvml's bit) in its last two samples."""
+    import pynvml
+
+    from kit.fingerprint import Fingerprint, GpuClocks
+    from kit.results import Result, RunDir, atomic_write_model
+    from kit.telemetry import summarize
+    from test_calibration import h100_calibration
+
+    run = tmp_path_factory.mktemp("runs") / "a800-calibrated"
+    shutil.copytree(gpu_run, run)
+    fingerprint = Fingerprint.model_validate_json((run / "fingerprint.json").read_text())
+    calibration = h100_calibration(A800_MATMUL_TFLOPS, A800_COPY_GB_S).model_copy(update={"device_names": [A800] * 8})
+    transfer = calibration.memory_copy.model_copy(update={"value": 24.0})  # an 8-GPU host's every figure: the longest fact
+    calibration = calibration.model_copy(update={"host_to_device": transfer, "device_to_host": transfer,
+                                                 "all_reduce_busbw": transfer.model_copy(update={"value": 180.0})})  # fmt: skip
+    clocks = GpuClocks(applications_graphics_mhz=1410, applications_memory_mhz=1593, max_graphics_mhz=1410, max_memory_mhz=1593)
+    gpus = [gpu.model_copy(update={"power_limit_w": 400.0, "clocks": clocks}) for gpu in fingerprint.gpus.gpus]
+    atomic_write_model(run / "fingerprint.json", fingerprint.model_copy(update={
+        "calibration": calibration, "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus})}))  # fmt: skip
+    result = Result.model_validate_json((run / "cases" / THROTTLED / "result.json").read_text())
+    rank = result.samples[0].ranks[0]
+    masks = [0, 0, pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonSwPowerCap]
+    slowed = summarize(0, 10.0, [2**30] * 4, [400_000] * 4, 0, 4_000_000, [1410, 1410, 1230, 1200], [70, 74, 79, 80], masks)
+    rank = rank.model_copy(update={"telemetry": rank.telemetry.model_copy(update=slowed.model_dump(include={
+        "sm_clock_mhz_mean", "sm_clock_mhz_min", "temperature_c_mean", "temperature_c_max", "clock_event_samples",
+        "clock_event_reasons"}))})  # fmt: skip
+    result.samples[0].ranks[0] = rank
+    atomic_write_model(run / "cases" / THROTTLED / "result.json", result)
+    atomic_write_model(run / "cases" / THROTTLED / "runs" / "1" / "rank-0.json", rank)
+    RunDir(run).write_sums()
+    return run
+
+
+@pytest.fixture(scope="module")
+def calibrated(calibrated_run):
+    return build_report(calibrated_run, ["reference"], gpu_hour_price=PRICE)
 
 
 def result_json(run: Path, case_id: str) -> dict:
@@ -224,6 +270,48 @@ def test_energy_is_joules_per_token_with_its_spread_the_unit_of_its_column(gpu_r
     assert all("Energy (J/token)" in table.header for table in energy.tables)
 
 
+# --- What the preflight measured, how the GPUs were set, whether they slowed --------------------
+
+
+def test_mfu_is_shown_against_the_datasheet_peak_and_the_matmul_measured_in_preflight(calibrated, calibrated_run):
+    metrics = result_json(calibrated_run, THROTTLED)["metrics"]
+    detail = rows_by_case(calibrated)[THROTTLED][1].detail
+    shares = [100 * tflops / (8 * A800_MATMUL_TFLOPS) for tflops in metrics["achieved_tflops"]["per_run"]]
+    assert f"MFU {spread(metrics['mfu'], 100)} % of the datasheet peak" in detail
+    assert f"{shown(sum(shares) / len(shares))} ± " in detail and "of the preflight's 250 TFLOPS on a GPU" in detail
+
+
+def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_datasheets_beside_it(calibrated, calibrated_run):
+    from kit.calibration import Achievable
+    from kit.fingerprint import Fingerprint
+
+    result = load_run(calibrated_run, False).results[THROTTLED]
+    spec = load_hardware().lookup(A800)
+    calibration = Fingerprint.model_validate_json((calibrated_run / "fingerprint.json").read_text()).calibration
+    reachable, bound = training_throughput_bound(result.case, Achievable(spec, calibration).spec), training_throughput_bound(result.case, spec)
+    expected = rows_by_case(calibrated)[THROTTLED][3]
+    assert reachable < bound and expected.text == f"≤ {shown(reachable)}"  # in the unit measured, tokens/s
+    assert expected.detail.startswith("at the preflight's bf16 matmul 250 TFLOPS and memory copy 1.70 TB/s: ")
+    assert f"≤ {shown(bound)} at the datasheet's: {shown(result.metrics['tokens_per_s'].mean / bound)} × bound" in expected.detail
+
+
+def test_a_case_measured_while_throttled_says_so_on_page_one_beside_the_power_limit_and_clocks(calibrated):
+    measured = rows_by_case(calibrated)[THROTTLED][1]
+    assert measured.tone == "warn" and measured.detail.startswith("throttled: sw_power_cap in 2 of ")
+    facts = {fact.label: fact for fact in calibrated.page_one.host}
+    assert "; power limit 400 W, application clocks 1410 / 1593 MHz (max 1410 / 1593); peaks " in facts["GPUs, link, power"].value
+    state = facts["Calibration"]
+    assert state.tone == "warn" and f"; 1 of 1 cases measured while throttled ({THROTTLED}: sw_power_cap in 2 of " in state.value
+    assert facts["Calibration"].value.startswith("bf16 matmul 250 TFLOPS (80 % of the datasheet's 312 TFLOPS), memory copy "
+                                                    "1700 GB/s (83 % of 2.039 TB/s), host→device 24.0 GB/s, device→host 24.0 GB/s, "
+                                                    "all-reduce busbw 180 GB/s; raw samples raw/;")  # fmt: skip
+
+
+def test_a_run_without_a_calibration_says_why(report):
+    facts = {fact.label: fact for fact in report.page_one.host}
+    assert facts["Calibration"].tone == "muted" and facts["Calibration"].value.startswith("not measured")
+
+
 # --- The host and the links ---------------------------------------------------------------------
 
 
@@ -270,7 +358,10 @@ def in_a_column(layout: str, text: str) -> bool:
     return False
 
 
-def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(report, gpu_run, tmp_path):
+def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(calibrated, calibrated_run, tmp_path):
+    """Page one of a run with every fact it can have (the preflight's figures, power and clocks,
+    a throttled case): still one page."""
+    report, gpu_run = calibrated, calibrated_run
     pdf = tmp_path / "report.pdf"
     write_pdf(print_parts(report), pdf)
     page_one = pdf_page(pdf, 1)

@@ -62,3 +62,22 @@ def test_an_invalid_protocol_is_refused_after_a_valid_one_was_cached(tmp_path, m
     done = subprocess.run([sys.executable, "-m", "kit.cli", "list", "--profile", "paper"], capture_output=True, text=True,
                           env={**os.environ, "KIT_CACHE": str(tmp_path)})  # fmt: skip
     assert done.returncode == 2 and "profiles.smoke.device" in done.stderr
+
+
+def forged(entry: dict) -> dict:
+    """An entry as anyone who can write the cache could leave it: well formed, naming a path."""
+    case = {**entry["cases"][0], "id": "../../forged"}
+    return {**entry, "cases": [case, *entry["cases"][1:]]}
+
+
+def test_a_cache_entry_that_is_not_a_plan_the_kit_wrote_is_not_read(tmp_path, monkeypatch, kit_in_process):
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path))
+    code, listed, _ = kit_in_process("list", "--profile", "smoke")
+    (entry,) = (tmp_path / "plans").glob("*.json")
+    for content in (forged(json.loads(entry.read_text())), [1, 2], {"profile": "smoke"}, {"cases": "x", "profile": 1}):
+        entry.write_text(json.dumps(content))
+        code, out, err = kit_in_process("list", "--profile", "smoke")
+        assert (code, out) == (0, listed) and "forged" not in out, err
+    entry.unlink()
+    os.mkfifo(entry)  # a read of it would wait for a writer for ever
+    assert kit_in_process("list", "--profile", "smoke", seconds=30)[:2] == (0, listed)

@@ -98,6 +98,13 @@ def test_the_quick_profile_on_one_h100_runs_every_stage_in_a_quarter_hour():
     assert total <= 15 * 60, f"kit list estimates the quick profile on one H100 at {total:.0f} s"
     # the cases without ZeRO's partitioning cannot hold a 7B step's states on one GPU, and say so
     assert estimates["pretrain.llama2-7b.z2.g1"]["basis"].startswith("analytic: predicted OOM")
+    # the GPU check (tests/gpu_check.py) runs one of each stage: the cheapest that fits
+    from gpu_check import chosen_cases
+
+    chosen = chosen_cases(listed, every=False)
+    assert [case.split(".")[0] for case in chosen] == ["pretrain", "finetune", "scaling", "maxbatch", "profile", "serve"]
+    assert not any(estimates[case]["basis"].startswith("analytic: predicted OOM") for case in chosen)
+    assert len(chosen_cases(listed, every=True)) == len(estimates)
 
 
 def test_a_fitted_case_is_said_to_be_fitted_in_the_plan(tmp_path):

@@ -267,7 +267,8 @@ def test_verify_holds_the_run_to_the_digest_its_report_printed(smoke_run):
     assert verify_with(digest[:16] + "…").returncode == 0  # as the page footer prints it
     other = verify_with("0" * 16)
     assert other.returncode == 1 and f"evidence digest {digest}, not the expected" in " ".join(other.stderr.split())
-    assert verify_with("xyz").returncode == 1
+    malformed = verify_with("xyz")
+    assert malformed.returncode == 2 and "16 to 64 hexadecimal characters" in malformed.stderr
 
 
 def test_a_run_without_evidence_is_named_with_its_status(smoke_run):

@@ -4,18 +4,24 @@ manifest is read, and tokens in the environment kit runs in are used, never writ
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 from planted_tokens import PLANTED, files_holding_a_token
 
+from kit.credentials import MASKED
+
 KIT = [sys.executable, "-m", "kit.cli"]
 
 
-@pytest.mark.parametrize("name, value", [("HF_TOKEN", "anything"), ("WANDB_API_KEY", "x"), ("NOTE", PLANTED["HF_TOKEN"])])
+@pytest.mark.parametrize("name, value", [("HF_TOKEN", "anything"), ("WANDB_API_KEY", "x"), ("NOTE", PLANTED["HF_TOKEN"]),
+                                         ("DATABASE_URL", "postgres://u:pw@db/x"), ("NOTE", "AKIAIOSFODNN7EXAMPLE"),
+                                         ("NOTE", "ghp_" + "a1" * 18)])
 def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manifests_copy, name, value):
     path = manifests_copy / "protocol.yaml"
     text = path.read_text()
@@ -78,3 +84,33 @@ def test_a_redacted_run_with_tokens_in_its_environment_writes_neither_the_tokens
     assert before == info["host"]["hostname"] == json.loads((run / "fingerprint-after.json").read_text())["host"]["hostname"]
     check = subprocess.run([*KIT, "report", str(run), "--verify"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr[-2000:]
+
+
+NCCL_PLANTED = {"NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789", "NCCL_DEBUG_FILE": "postgres://u:planted-pw@db/x",
+                "NCCL_SOCKET_IFNAME": "AKIAPLANTEDEXAMPLE01"}
+
+
+def test_an_nccl_variable_that_looks_like_a_credential_is_masked_in_the_fingerprint(real_smoke_run):
+    """As kit.fingerprint.collect records the variables of the environment the kit runs in."""
+    from kit.fingerprint import Fingerprint
+
+    fingerprint = json.loads((real_smoke_run / "fingerprint.json").read_text())
+    recorded = Fingerprint.model_validate({**fingerprint, "nccl_environment": {**NCCL_PLANTED, "NCCL_DEBUG": "INFO"}})
+    assert recorded.nccl_environment == {**dict.fromkeys(NCCL_PLANTED, MASKED), "NCCL_DEBUG": "INFO"}
+    assert not [value for value in NCCL_PLANTED.values() if value in recorded.model_dump_json()]
+
+
+def test_a_report_masks_what_an_earlier_kit_recorded_of_the_nccl_variables(real_smoke_run, tmp_path, kit_in_process):
+    """A run an earlier kit made kept them as they were: the report shows them masked."""
+    from kit.results import RunDir
+
+    run = tmp_path / "run"
+    shutil.copytree(real_smoke_run, run)
+    for name in ("fingerprint.json", "fingerprint-after.json"):
+        fingerprint = json.loads((run / name).read_text())
+        (run / name).write_text(json.dumps({**fingerprint, "nccl_environment": NCCL_PLANTED}))
+    RunDir(run).write_sums()
+    code, out, err = kit_in_process("report", run, "--format", "html,json", "--out", tmp_path / "report")
+    assert code == 0, out + err
+    written = "".join(path.read_text() for path in (tmp_path / "report").iterdir())
+    assert html.escape(MASKED) in written and not [value for value in NCCL_PLANTED.values() if value in written + out + err]

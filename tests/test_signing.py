@@ -205,7 +205,14 @@ def test_signing_refuses_bad_usage_with_2_and_a_run_that_differs_from_its_eviden
 
 
 def test_a_resume_removes_the_signature_it_outdates_and_resume_with_sign_signs_again(signed, keys):
+    """A finished run's resume changes nothing, its signature included; one that seals the evidence
+    anew (here accepting a change) outdates it."""
     done = kit("run", "--resume", str(signed))
+    assert done.returncode == 0 and "nothing to resume" in done.stderr, done.stderr
+    assert check_signature(signed, keys / "allowed_signers").state == "verified"
+    log = next(signed.glob("cases/*/log.txt"))
+    log.write_text(log.read_text() + "a line added after the run\n")
+    done = kit("run", "--resume", str(signed), "--accept-changes")
     assert done.returncode == 0, done.stderr
     assert not any((signed / name).exists() for name in SIGNATURE_FILES) and verify(signed) == []
     assert f"removed {', '.join(SIGNATURE_FILES)}" in done.stdout + done.stderr

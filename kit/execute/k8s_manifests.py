@@ -318,7 +318,7 @@ def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[s
     for case in cases:
         try:
             text = manifest_yaml(case, options)
-        except NotWritable as exc:
+        except ValueError as exc:  # NotWritable, or an engine or collective the kit does not know
             left_out[case.id] = str(exc)
             continue
         atomic_write_text(out / f"{case.id}.yaml", text)

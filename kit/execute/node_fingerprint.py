@@ -46,7 +46,8 @@ def fingerprinted(run_root: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kit.fingerprint import collect, probe_this_python
+    from kit.fingerprint import collect
+    from kit.probe_cache import probe_this_python
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith("-"):

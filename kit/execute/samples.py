@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.results import RankSample, RunSample
 
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors
@@ -43,7 +44,7 @@ def run_sample(
 
 def read_rank_samples(out_dir: Path) -> list[RankSample]:
     return [
-        RankSample.model_validate_json(path.read_text(encoding="utf-8"))
+        RankSample.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
         for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))
     ]
 

@@ -8,6 +8,7 @@ from kit.reference import Verdict, convert, format_value
 from kit.report.model import Cell, Tone
 from kit.results import Metric, Result
 from kit.signing import SignatureCheck
+from kit.throttling import throttling
 
 if TYPE_CHECKING:
     from kit.protocol import Case
@@ -77,10 +78,27 @@ def status_cell(result: Result | None, selected: bool, colspan: int = 1) -> Cell
     return Cell(text=result.status, tone=STATUS_TONES.get(result.status, "plain"), colspan=colspan)
 
 
+# The figure a throttled GPU lowers first: its cell says so (kit.throttling).
+THROUGHPUTS = ("tokens_per_s", "output_throughput", "bus_bandwidth_gb_s")
+
+
+def throttle_marked(cell: Cell, result: Result) -> Cell:
+    """A measured figure's cell, marked, with why under it, where a measured window of its case
+    was throttled."""
+    found = throttling(result.samples)
+    if found is None:
+        return cell
+    return cell.model_copy(update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)})
+
+
 def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
-    """A metric of a result as `mean ± std` (in `unit`), or the fact that the result lacks it."""
+    """A metric of a result as `mean ± std` (in `unit`), or the fact that the result lacks it; a
+    throughput measured while throttled is marked."""
     metric = result.metrics.get(name)
-    return Cell(text=mean_std(metric, unit)) if metric else Cell(text=f"no {name}", tone="muted")
+    if not metric:
+        return Cell(text=f"no {name}", tone="muted")
+    cell = Cell(text=mean_std(metric, unit))
+    return throttle_marked(cell, result) if name in THROUGHPUTS else cell
 
 
 def has_metrics(result: Result | None, *names: str) -> bool:

@@ -528,3 +528,28 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
         all_axes[0][0].legend(frameon=False, fontsize=7, loc="lower right")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)
+
+
+class TimeSeries(BaseModel):
+    """One quantity of one case over time: (minutes since the start, value) per window."""
+
+    label: str
+    points: list[tuple[float, float]]
+
+
+def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> str:
+    """Panels side by side, each a quantity (title, y label) of each series over the minutes of a
+    soak: whether the figures hold from the first minute to the last."""
+    with plt.rc_context(STYLE):
+        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
+        for axes, (title, unit, series) in zip(all_axes[0], panels):
+            for index, line in enumerate(series):
+                axes.plot([x for x, _ in line.points], [y for _, y in line.points], marker="s", markersize=2,
+                          color=PALETTE[index % len(PALETTE)], linewidth=1, label=line.label)  # fmt: skip
+            axes.set_title(title)
+            axes.set_xlabel("minutes since the soak began")
+            axes.set_ylabel(unit)
+            axes.grid(linewidth=0.3)
+        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower left")
+        _fixed_layout(figure, list(all_axes[0]))
+        return _svg(figure, salt)

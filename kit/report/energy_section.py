@@ -137,6 +137,6 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None, currency: str) 
     else:
         paragraphs.append(f"No case measured energy ({energy_reason(priced[0][0])}): every case's row is in the HTML report.")
     every = Table(caption="Energy and cost per case", header=["Case", *header], widths=[30, 14, 14, 16, 26], dense=True,
-                  rows=_rows(run, priced, gpu_hour_price, currency, lambda r: [Cell(text=r.case_id, tone="mono")]))
+                  rows=_rows(run, priced, gpu_hour_price, currency, lambda r: [Cell(text=r.case_id, tone="mono", detail=r.case.fitted)]))
     tables.append(printed_if_short(every, "in `kit report --format csv`") if frugal else every.model_copy(update={"media": "screen"}))
     return Section(anchor="energy", title="Energy and cost", paragraphs=paragraphs, tables=tables, charts=charted)

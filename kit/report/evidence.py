@@ -4,12 +4,14 @@ directory that changed after the run wrote it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from kit.results import SUMS_FILE, RunDir, sha256_file
+from kit.regular_files import RUN_FILE_LIMIT, read_regular, read_regular_text
+from kit.results import SUMS_FILE, RunDir, not_a_file, printable, sha256_file
 
 SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
@@ -67,7 +69,7 @@ def evidence_groups(files: list[EvidenceFile]) -> list[EvidenceGroup]:
 
 def read_sums(run_dir: Path) -> list[EvidenceFile]:
     """SHA256SUMS as listed; raises ValueError naming the first malformed line."""
-    lines = (Path(run_dir) / SUMS_FILE).read_text(encoding="utf-8").splitlines()
+    lines = read_regular_text(Path(run_dir) / SUMS_FILE, RUN_FILE_LIMIT).splitlines()
     files = []
     for number, line in enumerate(lines, start=1):
         match = SUMS_LINE.match(line)
@@ -77,12 +79,17 @@ def read_sums(run_dir: Path) -> list[EvidenceFile]:
     return files
 
 
-def digest_mismatch(run_dir: Path, expected: str) -> list[str]:
-    """Why the run's evidence digest is not the one a report printed (the whole SHA-256, or at
-    least its first 16 characters as the page footer shows them), or []."""
-    wanted = expected.strip().lower().rstrip("….")
+def expected_digest(given: str) -> str:
+    """An evidence digest as a report printed it (the whole SHA-256, or at least its first 16
+    characters as the page footer shows them), lower case; ValueError for anything else."""
+    wanted = given.strip().lower().rstrip("….")
     if not re.fullmatch(r"[0-9a-f]{16,64}", wanted):
-        return [f"--expect-digest takes 16 to 64 hexadecimal characters, not {expected[:80]!r}"]
+        raise ValueError(f"--expect-digest takes 16 to 64 hexadecimal characters, not {given[:80]!r}")
+    return wanted
+
+
+def digest_mismatch(run_dir: Path, wanted: str) -> list[str]:
+    """Why the run's evidence digest does not begin with `wanted` (from expected_digest), or []."""
     actual = evidence_digest(run_dir)
     return [] if actual.startswith(wanted) else [f"evidence digest {actual}, not the expected {wanted}…"]
 
@@ -98,7 +105,10 @@ def verify(run_dir: Path) -> list[str]:
     run = RunDir(Path(run_dir))
     if not run.info_path.is_file():
         return [f"{run_dir} is not a run directory (no run.json)"]
-    if not (run.root / SUMS_FILE).is_file():
+    sums = run.root / SUMS_FILE
+    if not_a_file(sums):
+        return [f"{SUMS_FILE}: not a file; a run's evidence is the file the kit writes"]
+    if not sums.is_file():
         try:
             status = run.read_info().status
         except ValueError as exc:
@@ -108,18 +118,37 @@ def verify(run_dir: Path) -> list[str]:
             f"finish it with `kit run --resume {run_dir}`"
         ]
     try:
-        return [f"{kind}: {path}" + (f" (not in {SUMS_FILE})" if kind == "added" else "") for kind, path in differences(run)]
-    except ValueError as exc:
+        changed = [f"{kind}: {path}" + (f" (not in {SUMS_FILE})" if kind == "added" else "") for kind, path in differences(run)]
+    except (ValueError, OSError) as exc:
         return [str(exc)]
+    return changed + misplaced_results(run)
 
 
 def differences(run: RunDir) -> list[tuple[str, str]]:
-    """(changed | missing | added, path) for each file that differs from SHA256SUMS."""
+    """(changed | missing | added, path) for each file that differs from SHA256SUMS, the path
+    as it can be shown (kit.results.printable: SHA256SUMS may have been written by hand)."""
     listed = {entry.path: entry.sha256 for entry in read_sums(run.root)}
     found = run.digests()
     problems = [("changed", path) for path, digest in listed.items() if path in found and found[path] != digest]
     problems += [("missing", path) for path in listed if path not in found]
     problems += [("added", path) for path in found if path not in listed]
+    return [(kind, printable(path)) for kind, path in problems]
+
+
+def misplaced_results(run: RunDir) -> list[str]:
+    """Each case folder whose result.json is not its case's: another case's result moved there,
+    with SHA256SUMS written again, would show under the wrong case and leave its own case
+    without a result that a resume would run again."""
+    problems = []
+    for path in sorted((run.root / "cases").glob("*/result.json")):
+        where = path.relative_to(run.root).as_posix()
+        try:
+            case_id = json.loads(read_regular(path, RUN_FILE_LIMIT)).get("case_id")
+        except (OSError, ValueError, AttributeError) as exc:
+            problems.append(f"unreadable: {where} ({str(exc)[:200]})")
+            continue
+        if case_id != path.parent.name:
+            problems.append(f"misplaced: {where} is the result of case {printable(str(case_id))!r}, not of {path.parent.name}")
     return problems
 
 

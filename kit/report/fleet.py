@@ -20,11 +20,12 @@ from typing import NamedTuple
 
 from kit import __version__
 from kit.reference import format_value, metric_label
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, percent, signature_cell
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
-from kit.report.render import verify_runs, write_documents
+from kit.report.render import chosen_formats, verify_runs, write_documents
 from kit.report.sections import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions, image_section
 from kit.stages import unit_of
 
@@ -71,8 +72,8 @@ def check_fleet(run_dirs: Sequence[Path]) -> None:
         if not path.is_file():
             raise ValueError(f"{folder} is not a run directory (no run.json)")
         try:
-            profiles[folder] = json.loads(path.read_text(encoding="utf-8"))["profile"]
-        except (ValueError, KeyError, TypeError):
+            profiles[folder] = json.loads(read_regular(path, RUN_FILE_LIMIT))["profile"]
+        except (OSError, ValueError, KeyError, TypeError):
             raise ValueError(f"{path} is not a run.json the kit wrote (no profile in it)") from None
     if len(set(profiles.values())) > 1:
         listed = ", ".join(f"{folder}: {profile}" for folder, profile in profiles.items())
@@ -327,9 +328,7 @@ def render_fleet(
     checked against `allowed_signers` where given (a node whose signature fails is flagged). Bad input
     (one run, a folder that is no run, runs of different profiles) is a ValueError in one line,
     said before any run is verified."""
-    wanted = list(dict.fromkeys(formats))
-    if not wanted or any(name not in FLEET_FORMATS for name in wanted):
-        raise ValueError(f"a fleet report's formats are {', '.join(FLEET_FORMATS)}; got {', '.join(formats) or 'none'}")
+    wanted = chosen_formats(formats, FLEET_FORMATS, "a fleet report's")
     run_dirs = [Path(folder) for folder in run_dirs]
     check_fleet(run_dirs)
     out_dir = Path(out_dir) if out_dir else Path(os.path.commonpath([folder.resolve() for folder in run_dirs]))

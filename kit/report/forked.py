@@ -7,6 +7,7 @@ A forked child inherits its piece's inputs; only the result (or the exception) i
 
 from __future__ import annotations
 
+import copyreg
 import multiprocessing
 import os
 import pickle
@@ -97,11 +98,34 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
 
 
 def portable(exc: BaseException) -> BaseException:
-    """The exception as the parent will raise it: itself with the child's traceback as a note,
-    or, where it does not survive pickling, a RuntimeError naming its type and message."""
+    """The exception as the parent will raise it, of its own type (which the CLI catches by type),
+    with the child's traceback as a note. Pickle rebuilds an exception by calling its class with
+    its `args`, which fails for one whose __init__ takes other arguments (kit.manifest's
+    ManifestError takes three, and its args hold one message): such a type is pickled from its
+    args and attributes instead, without calling __init__. Only what still does not pickle (an
+    attribute that cannot be) becomes a RuntimeError naming its type and message."""
     exc.add_note("raised in a forked process:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    if not _survives_pickling(exc):
+        copyreg.pickle(type(exc), _by_state)
+        if not _survives_pickling(exc):
+            return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _survives_pickling(exc: BaseException) -> bool:
     try:
         pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 - whatever fails to pickle is sent as a plain error
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001 - whatever fails to pickle or to be rebuilt
+        return False
+    return True
+
+
+def _by_state(exc: BaseException) -> tuple:
+    return _rebuilt, (type(exc), exc.args, vars(exc))
+
+
+def _rebuilt(kind: type[BaseException], args: tuple, state: dict) -> BaseException:
+    exc = kind.__new__(kind, *args)
+    exc.args = args
+    vars(exc).update(state)
     return exc

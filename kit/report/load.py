@@ -21,6 +21,7 @@ from kit.fingerprint import (
     sources_sha256,
 )
 from kit.reference import MeasuredRun, measured_run
+from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
 from kit.report.forked import in_parallel
 from kit.report.recompute import NOT_STORED, differences
@@ -61,9 +62,9 @@ def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     if not path.is_file():
         return LoadedFingerprint(missing=f"not recorded (no {path.name} in the run directory)")
     try:
-        fingerprint = Fingerprint.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        return LoadedFingerprint(missing=f"unreadable {path.name}: {str(exc).splitlines()[0]}")
+        fingerprint = Fingerprint.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
+    except (OSError, ValueError) as exc:
+        return LoadedFingerprint(missing=f"unreadable {path.name}: {(exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]}")
     if redact and not fingerprint.redacted:
         fingerprint = redact_identifiers(fingerprint, redaction_salt())
     return LoadedFingerprint(fingerprint=fingerprint)

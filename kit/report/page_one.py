@@ -16,14 +16,17 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
+from kit.calibration import achievable_mfu, matmul_text
 from kit.comm import sweep_bound
 from kit.expectation import ClaimExpectation, Expecting
+from kit.fingerprint import Calibration
 from kit.hardware import load_hardware
-from kit.predictions import device_spec, training_throughput_bound
+from kit.predictions import device_spec, serving_bounds, training_throughput_bound
 from kit.protocol import Case, Protocol
 from kit.reference import ClaimOutcome, Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, with_unit
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, throttle_marked, with_unit
 from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
+from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
@@ -69,8 +72,11 @@ def _devices(result: Result) -> list[str]:
     return [rank.device_name for sample in result.samples for rank in sample.ranks]
 
 
-def _ratio(measured_value: float, bound: float) -> str:
-    return f"{format_value(measured_value / bound)} × bound"
+def _ratio(measured_value: float, bound: float, physical: bool = True) -> str:
+    """"0.31 × bound"; above a physical bound (the datasheet's) is impossible (kit.validity marks
+    the figure invalid), above one at what the preflight measured is not."""
+    ratio = measured_value / bound
+    return f"{format_value(ratio)} × bound" + ((": above it, impossible" if physical else ": above it") if ratio > 1 else "")
 
 
 # --- Beside each figure -------------------------------------------------------------------------
@@ -82,8 +88,8 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
     fewer GPUs than the paper's is not compared with it."""
     if reference is None:
         return Cell(text="not compared", tone="muted")
-    if case.fitted:
-        return Cell(text="not compared", detail=f"{case.fitted}: the paper's figures are of {case.fitted_from}", tone="muted")
+    if case.fitted:  # the figure's label says it is fitted
+        return Cell(text="not compared", tone="muted")
     case_id = case.id
     found = []
     for value in reference.tables:
@@ -190,16 +196,39 @@ class Pricing(NamedTuple):
         return [energy_cell(result, link), cost_cell(result, throughput, self.gpu_hour_price, self.currency, link)]
 
 
+def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
+    """MFU run by run, and the achieved FLOPS against the matmul the preflight measured on this
+    host (or why not); None where there is neither (the bound's cell says why there is no MFU)."""
+    mfu, tflops, dtype = result.metrics.get("mfu"), result.metrics.get("achieved_tflops"), result.case.params.dtype
+    against = None
+    if calibration is not None and tflops is not None:
+        if calibration.matmul_dtype == dtype:
+            shares = achievable_mfu(tflops.per_run, result.case.gpus, calibration)
+            where = "a GPU" if calibration.device == "cuda" else "the host"
+            against = (f"{with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')} of the preflight's "
+                       f"{matmul_text(calibration)} on {where}")  # fmt: skip
+        else:
+            against = f"not against the preflight's {calibration.matmul_dtype} matmul (the case computes in {dtype})"
+    of_peak = (f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}"
+               + (" of the datasheet peak" if against else "")) if mfu else None  # fmt: skip
+    return "; ".join(part for part in (of_peak, against) if part) or None
+
+
 def training_row(result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
-                 expecting: Expecting | None = None) -> Row:  # fmt: skip
+                 expecting: Expecting | None = None, calibration: Calibration | None = None) -> Row:  # fmt: skip
     case, throughput = result.case, result.metrics["tokens_per_s"]
-    mfu = result.metrics.get("mfu")
-    mfu_text = f"; MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}" if mfu else ""
-    measured_cell = Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_text.removeprefix("; ") or None)
-    bound = headline_bound(result)
+    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result)
+    spec = device_spec(case, _devices(result), load_hardware())
+    bound = training_throughput_bound(case, spec)
+    measured_gpu = achievable(result, spec, calibration)
+    reachable = training_throughput_bound(case, measured_gpu.spec) if measured_gpu else None
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
-    if bound:
+    if bound and reachable:
+        expected = Cell(text=f"≤ {format_value(reachable)}", detail="; ".join([
+            f"at the preflight's {measured_gpu.which}: {_ratio(throughput.mean, reachable, physical=False)}",
+            f"≤ {format_value(bound)} at the datasheet's: {_ratio(throughput.mean, bound)}", *said]))  # fmt: skip
+    elif bound:
         expected = Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(throughput.mean, bound), *said]))
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
@@ -232,7 +261,7 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
                 continue
             best = standing(measured(run, [r for r in members if r], "tokens_per_s"), "tokens_per_s")
             if best is not None:
-                rows.append(training_row(best.best, best.words, reference, pricing, expecting))
+                rows.append(training_row(best.best, best.words, reference, pricing, expecting, run_calibration(run)))
                 continue
             label = Cell(text=f"{model}, {KINDS[kind]}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}")
             invalid = [reason for r in members if r for reason in run.invalid.get(r.case_id, [])]
@@ -249,13 +278,30 @@ def _ttft_bound_s(result: Result) -> float | None:
     return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
 
 
+def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[float, str] | None:
+    """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
+    (kit.predictions.serving_bounds with the measured figures where lower), and which figures;
+    None where nothing measured lies below the datasheet."""
+    names = [name.strip() for name in _devices(result) for name in name.split(",")]
+    measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
+    tokens = [(rank.details.get("bounds") or {}).get("output_tokens") for sample in result.samples for rank in sample.ranks
+              if rank.rank == 0]  # fmt: skip
+    if measured_gpu is None or not tokens or None in tokens:
+        return None
+    found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
+    if None in found:
+        return None
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in found), measured_gpu.which
+
+
 def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing) -> Row:
     case = result.case
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    measured_cell = Cell(text=with_unit(throughput, "tokens/s"), detail=("1 run; " if throughput.std is None else "")
-                         + f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}")  # fmt: skip
+    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail=("1 run; " if throughput.std is None else "")
+                                         + f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"), result)  # fmt: skip
     bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
+    reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:
@@ -263,6 +309,11 @@ def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Referenc
         if ttft_bound:
             detail += f"; TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"
         expected = Cell(text=f"≤ {format_value(bound)}", detail=detail)
+        if reachable is not None:
+            value, which = reachable
+            expected = Cell(text=f"≤ {format_value(value)}", detail=(
+                f"at the preflight's {which}: {_ratio(throughput.mean, value, physical=False)}; ≤ {format_value(bound)} "
+                f"at the datasheet's: {detail}"))  # fmt: skip
     return Row(cells=[label, measured_cell, Cell(text=ranked), expected,
                       paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
                       *pricing.cells(result, "output_throughput")])  # fmt: skip
@@ -308,12 +359,16 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
         return _without_measurement(label, result)
     busbw = result.metrics["bus_bandwidth_gb_s"]
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
+    calibration = run_calibration(run)
+    preflight = calibration.all_reduce_busbw if calibration is not None else None
+    also = f"; the preflight's all-reduce: {format_value(preflight.value)} GB/s ({preflight.how})" if preflight else ""
     expected = (
-        Cell(text=f"≤ {format_value(bound.gbps)}", detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]})")
+        Cell(text=f"≤ {format_value(bound.gbps)}", detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]}){also}")
         if bound.known
-        else Cell(text="no bound", detail=bound.reason, tone="muted")
+        else Cell(text="no bound", detail=bound.reason + also, tone="muted")
     )
-    return Row(cells=[label, Cell(text=with_unit(busbw, "GB/s", runs=True)), Cell(text="bus bandwidth, peak over the sizes"),
+    measured_cell = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True)), result)
+    return Row(cells=[label, measured_cell, Cell(text="bus bandwidth, peak over the sizes"),
                       expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
                       Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
 
@@ -356,7 +411,10 @@ def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequen
             "Measured: mean ± sample std over the case's runs; under it, its folder of raw samples. Standing: the "
             "fastest of its kind only where its interval clears the next one's, else tied.",
             "Bound: kit.predictions' roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the "
-            "unit measured; a figure past it is invalid. Paper: "
+            "unit measured; a figure past it is invalid"
+            + ("; where the preflight measured the GPUs below it (Calibration, above), the roofline at those figures "
+               "comes first, and MFU is also of its matmul. " if run_calibration(run) else ". ")
+            + "Paper: "
             + (f"the value {reference_path().name} records for the case and metric." if paper_given
                else "not compared (rendered without --compare reference)." if reference is None
                else f"{reference_path().name} records no value of these cases."),
@@ -424,8 +482,11 @@ def host_facts(run: LoadedRun) -> list[Fact]:
         facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing}){peaks}"))
     else:
         described = dict(fingerprint_facts(fingerprint, run.hostname))
-        facts.append(Fact(label="GPUs, link", value=f"{described['GPUs']}; {described['GPU topology']}; driver, CUDA "
-                                                    f"{described['Driver, CUDA (driver)']}{peaks}"))  # fmt: skip
+        settings = gpu_settings(fingerprint)
+        facts.append(Fact(label="GPUs, link" + (", power" if settings else ""),
+                          value=f"{described['GPUs']}; {described['GPU topology']}; driver, CUDA {described['Driver, CUDA (driver)']}"
+                                + (f"; {settings}" if settings else "") + peaks))  # fmt: skip
+    facts.append(measured_state_fact(run))
     images = image_section(run)
     if images.not_run:
         facts.append(Fact(label="Images", value=images.not_run, tone="muted"))

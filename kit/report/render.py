@@ -141,6 +141,15 @@ def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_
     return written
 
 
+def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str = "report") -> list[str]:
+    """The formats asked for, each once, in their order; a ValueError naming the known ones
+    where one is not, or none is asked for."""
+    wanted = list(dict.fromkeys(given))
+    if not wanted or any(name not in known for name in wanted):
+        raise ValueError(f"{of} formats are {', '.join(known)}; got {', '.join(given) or 'none'}")
+    return wanted
+
+
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
     gpu_hour_price: float | None = None, allowed_signers: Path | None = None, currency: str = DEFAULT_CURRENCY,
@@ -157,10 +166,7 @@ def render(
     run's signer is named, and checked against `allowed_signers` where given (kit.signing).
     Returns the files written.
     """
-    wanted = list(dict.fromkeys(formats))
-    unknown = [name for name in wanted if name not in FORMATS]
-    if unknown or not wanted:
-        raise ValueError(f"report formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
+    wanted = chosen_formats(formats)
     if gpu_hour_price is not None and gpu_hour_price <= 0:
         raise ValueError(f"a GPU-hour price is positive; got {gpu_hour_price}")
     if not CURRENCY.fullmatch(currency):

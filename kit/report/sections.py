@@ -36,6 +36,7 @@ from kit.report.cells import (
     status_cell,
 )
 from kit.report.evidence import evidence_groups
+from kit.report.host_state import calibration_text, gpu_settings
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
@@ -118,6 +119,7 @@ def fingerprint_facts(fingerprint: Fingerprint, hostname: str) -> list[tuple[str
             ", ".join(f"{key}={value}" for key, value in fingerprint.nccl_environment.items())
             or "none (a variant's own are in its case)",
         ),
+        ("GPU power limit, application clocks (graphics / memory)", gpu_settings(fingerprint) or "no GPU or not read"),
     ]
 
 
@@ -331,7 +333,11 @@ def environment_section(run: LoadedRun) -> Section:
             "be established from it."
         )
     else:
-        before.tables.append(_facts_table("The host as fingerprinted", fingerprint_facts(fingerprint, run.hostname)))
+        # What the preflight measured is a measurement, not a setting: kept out of the facts nodes are compared by.
+        calibration = (calibration_text(fingerprint.calibration) if fingerprint.calibration
+                       else "not measured (no preflight calibration is in this fingerprint)")  # fmt: skip
+        before.tables.append(_facts_table("The host as fingerprinted", [*fingerprint_facts(fingerprint, run.hostname),
+                                                                         ("Calibration (preflight)", calibration)]))  # fmt: skip
         checks, origin = host_checks(run)
         tones = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
         before.tables.append(
@@ -752,7 +758,7 @@ def issues_section(
     rows = [
         Row(
             cells=[
-                Cell(text=r.case_id, tone="mono"),
+                Cell(text=r.case_id, tone="mono", detail=r.case.fitted),
                 Cell(text=r.status, tone=STATUS_TONES.get(r.status, "plain")),
                 Cell(text=r.reason or "no reason recorded"),
             ]
@@ -944,15 +950,16 @@ def _json(value: object) -> str:
 
 
 def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, profile: str) -> Table:
-    """Every parameter of a stage's cases, with where its value comes from."""
+    """Every parameter of a stage's cases, with where its value comes from (a stage of several
+    workloads, as the soak's, has some parameters in some of its cases only)."""
     dumps = [case.params.model_dump(exclude={"kind"}) for case in cases]
     unpublished = set(cases[0].unpublished)
     defaults = protocol.stages[stage].params if stage in protocol.stages else {}
     rows = []
-    for name in dumps[0]:
+    for name in dict.fromkeys(name for dump in dumps for name in dump):
         values: dict[str, list[str]] = {}
         for case, dump in zip(cases, dumps):
-            values.setdefault(_json(dump[name]), []).append(case.method)
+            values.setdefault(_json(dump[name]) if name in dump else "not a parameter of its workload", []).append(case.method)
         if len(values) == 1:
             value = next(iter(values))
         else:
@@ -965,7 +972,8 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
             origin, tone = f"profile {profile} (protocol: {_json(defaults[name])})", "warn"
         elif name in defaults:
             origin, tone = "paper", "plain"
-        elif value == _json(type(cases[0].params).model_fields[name].default):
+        elif not (field := next(type(c.params).model_fields[name] for c, d in zip(cases, dumps) if name in d)).is_required() \
+                and value == _json(field.default):  # fmt: skip
             origin, tone = "kit default", "plain"
         else:
             origin, tone = "set by the method", "plain"

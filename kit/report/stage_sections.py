@@ -11,7 +11,7 @@ from kit.report.forked import in_parallel
 from kit.report.load import LoadedRun
 from kit.report.model import Section
 from kit.report.stage_common import generic_stage, stage_not_run
-from kit.stages import STAGES
+from kit.stages import ON_REQUEST, STAGES
 from kit.stages.megatron import MEGATRON
 from kit.stages.unit import Stage
 from kit.stages.variants import VARIANTS
@@ -28,8 +28,9 @@ def without_variants(run: LoadedRun) -> LoadedRun:
 def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
     """Built on the machine's cores at once (kit.report.forked): each draws its own charts."""
     planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
-    known = {stage.name for stage in STAGES}
-    stages = [*STAGES, *(Stage(name=name, title=name, section=generic_stage) for name in planned if name not in known)]
+    known = {stage.name for stage in (*STAGES, *ON_REQUEST)}
+    stages = [*STAGES, *(stage for stage in ON_REQUEST if stage.name in planned),
+              *(Stage(name=name, title=name, section=generic_stage) for name in planned if name not in known)]  # fmt: skip
     compared = [comparison for comparison in COMPARISONS if any(comparison.cases(case) for case in run.info.plan.cases)]
     laid_out = without_variants(run)
     return in_parallel(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case, ServeParams
-from kit.results import RankSample, RunSample, atomic_write_model, atomic_write_text, sha256_file, utc_now
+from kit.results import RankSample, RunSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
 from kit.serve.aggregate import aggregate, saturation
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
@@ -191,6 +191,35 @@ class BurstTelemetry:
             self.result, self._running = self.sampler.stop(), False
 
 
+def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out_dir: Path, first: SoakWindow,
+                soak_started: float, deadline: float) -> tuple[list[SoakWindow], str | None]:  # fmt: skip
+    """After the first burst (`first`), bursts one after another until the soak's seconds have
+    passed since it began, each of fresh prompts (an engine that caches prefixes would serve
+    repeated ones faster) with its rows in requests-window-<k>.jsonl and NVML over it; the
+    windows, and why they stopped early (or None)."""
+    params: ServeParams = case.params
+    windows = [first]
+    while time.monotonic() - soak_started < params.soak.seconds:
+        index = len(windows) + 1
+        prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index)
+        counts = [token_count(tokenizer, prompt) for prompt in prompts]
+        telemetry = BurstTelemetry(case)
+        begun = time.monotonic() - soak_started
+        telemetry.start()
+        try:
+            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0))
+        finally:
+            telemetry.stop()
+        write_rows(out_dir / f"requests-window-{index}.jsonl", burst.records)
+        totals = aggregate(burst.records, burst.duration)
+        windows.append(SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result))
+        if handle.exit_code() is not None:
+            return windows, f"the engine exited with code {handle.exit_code()} in soak window {index}"
+        if totals.errors:
+            return windows, f"{totals.errors} of {totals.requests} requests of soak window {index} failed"
+    return windows, None
+
+
 def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry) -> dict:
     """The burst against the engine the placement starts; the details of the driver's sample.
     Raises Unavailable, or MeasureFailed with what was measured before the failure."""
@@ -233,6 +262,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
         before = read_counters(engine, handle.base_url)
         budget = params.timeout_s - (time.monotonic() - started) - STOP_MARGIN_S
         say(f"serve: burst of {len(prompts)} requests released")
+        soak_started = time.monotonic()
         telemetry.start()
         try:
             burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first(say))
@@ -241,6 +271,13 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
         after = read_counters(engine, handle.base_url)
         if handle.exit_code() is not None:
             failure = f"the engine exited with code {handle.exit_code()} during the burst"
+        elif params.soak is not None:
+            say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
+            first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
+                               tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
+            windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started,
+                                           started + params.timeout_s - STOP_MARGIN_S)  # fmt: skip
+            details["windows"] = windows
     except EngineFailed as exc:
         failure = str(exc)
     finally:
@@ -301,11 +338,12 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     telemetry = BurstTelemetry(case)
     try:
         details = measure(case, placement, out_dir, say, telemetry)
-        sample = RankSample(**base, status="ok", details=details, finished_at=utc_now())
+        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=details, finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
     except MeasureFailed as exc:
-        sample = RankSample(**base, status="error", reason=str(exc)[:2000], details=exc.details, finished_at=utc_now())
+        sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.details.pop("windows", []),
+                            details=exc.details, finished_at=utc_now())  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
     sample.telemetry = telemetry.result

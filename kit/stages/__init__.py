@@ -18,11 +18,15 @@ from kit.stages.maxbatch import MAXBATCH
 from kit.stages.profile import PROFILE
 from kit.stages.scaling import SCALING
 from kit.stages.serve import SERVE
+from kit.stages.soak import SOAK
 from kit.stages.training import FINETUNE, PRETRAIN
 from kit.stages.unit import Stage
+from kit.throttling import throttle_notes
 
 STAGES: tuple[Stage, ...] = (PRETRAIN, MAXBATCH, SCALING, PROFILE, FINETUNE, SERVE, COMM)
-BY_NAME = {stage.name: stage for stage in STAGES}
+# Stages a run asks for beyond its profile's (kit run --soak): a section only where planned.
+ON_REQUEST: tuple[Stage, ...] = (SOAK,)
+BY_NAME = {stage.name: stage for stage in (*STAGES, *ON_REQUEST)}
 # A stage the protocol names and the kit has no unit for is measured as the first unit of its workload.
 BY_WORKLOAD = {"train": PRETRAIN, "profile": PROFILE, "serve": SERVE, "comm": COMM}
 
@@ -39,7 +43,8 @@ def unit_of(case: Case) -> Stage | None:
 
 def measure(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str, Metric | None], list[str]]:
     """Everything an ok case's result.json carries: its unit's figures and, beside them, joules
-    per token and mean power per GPU (kit/energy.py) or why they are absent."""
+    per token and mean power per GPU (kit/energy.py) or why they are absent, and whether a
+    measured window was throttled (kit/throttling.py)."""
     found, notes = unit_of(case).case_metrics(case, runs)
     energy, energy_notes = energy_case_metrics(case, runs)
-    return {**found, **energy}, [*notes, *energy_notes]
+    return {**found, **energy}, [*notes, *energy_notes, *throttle_notes(runs)]

@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
+from kit.regular_files import RUN_FILE_LIMIT, read_regular_text
 from kit.report import charts
 from kit.report.cells import devices_text, has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import bars_note, case_bar, generic_stage, runs_note, stage_cases
-from kit.results import Metric, Result, RunSample
+from kit.results import Metric, Result, RunSample, UnreadableRun, first_problem
 from kit.serve.aggregate import RequestRecord
 from kit.stages.unit import Stage
 
@@ -100,10 +103,15 @@ def _serving_bound(result: Result) -> Cell:
 
 
 def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
-    """Every request of every run of a serving case, as its requests.jsonl recorded it."""
+    """Every request of every run of a serving case, as its requests.jsonl recorded it; a row that
+    is not one is UnreadableRun, naming the file, the line and the key."""
     rows = []
     for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")):
-        rows += [RequestRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+        for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
+            try:
+                rows += [RequestRecord.model_validate_json(line)] if line.strip() else []
+            except ValidationError as exc:
+                raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
     return rows
 
 

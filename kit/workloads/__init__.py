@@ -6,4 +6,5 @@ DeepSpeed config, for instance) stay importable on a host without the frameworks
 """
 
 # Each workload a case can name, and the module that runs it in the workload process.
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile"}
+WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile",
+             "calibrate": "kit.workloads.calibrate"}

@@ -27,7 +27,7 @@ from kit.comm import (
     topology_facts,
 )
 from kit.protocol import Case
-from kit.results import atomic_write_text
+from kit.results import DeviceTelemetry, atomic_write_text
 from kit.workloads.harness import Device
 from kit.workloads.srun_rank import node_name
 
@@ -38,14 +38,21 @@ class CommFailure(RuntimeError):
     """The collective returned wrong data: the measurement is of something broken."""
 
 
-def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, None]:
-    """The sweep's rows; no NVML telemetry (a collective moves bytes, not tokens)."""
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
+    """The sweep's rows, and NVML's telemetry over the sweep (clocks, temperature, throttling; no
+    energy per token: a collective moves bytes, not tokens)."""
     if case.params.collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {case.params.collective!r}")
     if case.params.backend != "torch":
         raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
                          "(kit/nccl_tests.py), not in this workload")
-    return torch_sweep(case, device, out_dir), None
+    sampler = device.telemetry_sampler()
+    sampler.start()
+    try:
+        rows = torch_sweep(case, device, out_dir)
+    finally:
+        telemetry = sampler.stop()
+    return rows, telemetry
 
 
 # ---------------------------------------------------------------------------------------------

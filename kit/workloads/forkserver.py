@@ -198,9 +198,11 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str], log_path: Path):
         self.log = log_path.open("ab")
+        # A session of its own: Ctrl-C at a terminal signals the whole foreground process group,
+        # and the server must outlive it, for kit to stop the running launch and say how to resume.
         self.process = subprocess.Popen([sys.executable, "-m", "kit.workloads.forkserver"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        preexec_fn=die_with_parent)  # fmt: skip
+                                        start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
         self.forked: dict[int, int] = {}

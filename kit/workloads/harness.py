@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from kit.protocol import Case
+from kit.protocol import Case, Soak
 from kit.workloads import WORKLOADS
 from kit.workloads.probe import FRAMEWORKS
-from kit.results import PeakMemory, RankSample, atomic_write_model, utc_now
+from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
 
 # Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
 # harness times its steps; a workload that times itself (a sweep over message sizes, a
@@ -96,6 +96,36 @@ def timed_steps(step: Callable[[], None], count: int, synchronize: Callable[[], 
         synchronize()
         times.append(time.perf_counter() - start)
     return times
+
+
+def rank_zero_says(value):
+    """Rank 0's value on every rank, where a process group is up (torch.distributed): a decision
+    each rank would take on its own clock, taken once, so that no rank steps into a collective the
+    others have left."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def soak_windows(workload: StepWorkload, synchronize: Callable[[], None], sampler, soak: Soak,
+                 step_s: float) -> tuple[list[float], list[SoakWindow]]:  # fmt: skip
+    """Measured steps in windows of about `soak.window_s` (as many steps as fill one at `step_s`
+    a step) until `soak.seconds` have passed, each window with its own NVML reading (sampler.lap);
+    every rank runs the windows rank 0 decides."""
+    per_window = rank_zero_says(max(1, round(soak.window_s / max(step_s, 1e-6))))
+    started, steps, windows = time.monotonic(), [], []
+    while True:
+        begun = time.monotonic() - started
+        times = timed_steps(workload.step, per_window, synchronize)
+        steps += times
+        windows.append(SoakWindow(started_s=begun, seconds=sum(times), tokens=workload.tokens_per_step * len(times),
+                                  step_s=times, telemetry=sampler.lap()))  # fmt: skip
+        if not rank_zero_says(time.monotonic() - started < soak.seconds):
+            return steps, windows
 
 
 def host_peak_rss_bytes() -> int:
@@ -185,10 +215,16 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
         workload = module.build(case)
         phases["build"] = time.perf_counter() - entered
         warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
+        soak, windows = getattr(case.params, "soak", None), []
+        if soak is not None and not warmup:  # a soak's windows are sized by a step's time
+            warmup = timed_steps(workload.step, 1, device.synchronize)
         sampler = device.telemetry_sampler()
         sampler.start()
         try:
-            measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
+            if soak is not None:
+                measured, windows = soak_windows(workload, device.synchronize, sampler, soak, warmup[-1])
+            else:
+                measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
         finally:
             telemetry = sampler.stop()
         sample = RankSample(
@@ -201,6 +237,7 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
             tokens_per_step=workload.tokens_per_step,
             peak_memory=device.peak_memory(),
             telemetry=telemetry,
+            windows=windows,
             details=workload.details,
             versions=framework_versions(),
             finished_at=utc_now(),
