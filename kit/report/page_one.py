@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from kit.calibration import achievable_mfu, matmul_text
+from kit.calibration import Achievable, achievable_mfu
 from kit.comm import sweep_bound
 from kit.expectation import ClaimExpectation, Expecting
 from kit.fingerprint import Calibration
@@ -72,11 +72,8 @@ def _devices(result: Result) -> list[str]:
     return [rank.device_name for sample in result.samples for rank in sample.ranks]
 
 
-def _ratio(measured_value: float, bound: float, physical: bool = True) -> str:
-    """"0.31 × bound"; above a physical bound (the datasheet's) is impossible (kit.validity marks
-    the figure invalid), above one at what the preflight measured is not."""
-    ratio = measured_value / bound
-    return f"{format_value(ratio)} × bound" + ((": above it, impossible" if physical else ": above it") if ratio > 1 else "")
+def _ratio(measured_value: float, bound: float) -> str:
+    return f"{format_value(measured_value / bound)} × bound"
 
 
 # --- Beside each figure -------------------------------------------------------------------------
@@ -96,9 +93,9 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
         if value.case == case_id and value.metric in metrics:
             spread = f" ± {format_value(value.std, trim=True)}" if value.std else ""
             found.append((value.metric, f"{format_value(value.mean, trim=True)}{spread} {value.unit}",
-                          f"{value.table}, on {reference.platforms[value.platform].label}"))  # fmt: skip
-    for claim in reference.claims:
-        platforms = ", ".join(reference.platforms[name].label for name in claim.platform_names) or "any platform"
+                          f"{value.table}, on {value.platform}"))  # fmt: skip
+    for claim in reference.claims:  # the platforms by name: the claims section describes them
+        platforms = ", ".join(claim.platform_names) or "any platform"
         for relation in claim.relations:
             if isinstance(relation, ValueRelation) and relation.measure.case == case_id and relation.measure.metric in metrics:
                 published = relation.published.describe(unit_scale(relation.published.unit))
@@ -175,11 +172,11 @@ def _training_gap(result: Result) -> str:
 
 def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Sequence[str]) -> list[tuple[str, str]]:
     """Each claim's published figure of this case scaled to this host's GPUs, as (value, the
-    value's basis and the measurement against it): "C21 on this host: ... measured 1.09 × expected"."""
+    measurement against it): "C21 on this host: ...: measured 1.09 × expected, consistent"; the
+    claims section says how it was scaled."""
     if expecting is None:
         return []
-    return [(found.expected, f"{claim_id} on this host: {found.expected} ({found.basis})"
-             + (f": {found.versus}, {found.verdict}" if found.versus else ""))
+    return [(found.expected, f"{claim_id} on this host: {found.expected}" + (f": {found.versus}, {found.verdict}" if found.versus else ""))
             for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
 
 
@@ -197,21 +194,37 @@ class Pricing(NamedTuple):
 
 
 def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
-    """MFU run by run, and the achieved FLOPS against the matmul the preflight measured on this
-    host (or why not); None where there is neither (the bound's cell says why there is no MFU)."""
+    """MFU run by run (of the datasheet peak), and the achieved FLOPS as a share of the matmul the
+    preflight measured on this host (or why not); None where there is neither (the bound's cell
+    says why there is no MFU)."""
     mfu, tflops, dtype = result.metrics.get("mfu"), result.metrics.get("achieved_tflops"), result.case.params.dtype
-    against = None
+    parts = [f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}"] if mfu else []
     if calibration is not None and tflops is not None:
         if calibration.matmul_dtype == dtype:
             shares = achievable_mfu(tflops.per_run, result.case.gpus, calibration)
-            where = "a GPU" if calibration.device == "cuda" else "the host"
-            against = (f"{with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')} of the preflight's "
-                       f"{matmul_text(calibration)} on {where}")  # fmt: skip
+            parts.append(f"preflight {with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')}")
         else:
-            against = f"not against the preflight's {calibration.matmul_dtype} matmul (the case computes in {dtype})"
-    of_peak = (f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}"
-               + (" of the datasheet peak" if against else "")) if mfu else None  # fmt: skip
-    return "; ".join(part for part in (of_peak, against) if part) or None
+            parts.append(f"preflight: not comparable ({calibration.matmul_dtype} matmul; the case computes in {dtype})")
+    return "; ".join(parts) or None
+
+
+def _bound_cell(measured_value: float, bound: float, reachable: float | None, *also: str) -> Cell:
+    """The physical bound of a figure and the figure's share of it; where the preflight measured
+    the GPUs below their datasheet, two: the roofline at its figures / at the datasheet's (the
+    table's note names the figures)."""
+    if reachable is None:
+        return Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(measured_value, bound), *also]))
+    shares = f"{format_value(measured_value / reachable)} / {format_value(measured_value / bound)} × bound"
+    above = ": above the first" if measured_value > reachable else ""
+    return Cell(text=f"≤ {format_value(reachable)} / {format_value(bound)}", detail="; ".join([shares + above, *also]))
+
+
+def preflight_figures(run: LoadedRun) -> str | None:
+    """The figures the preflight measured below the datasheet of the host's GPUs, which stand in
+    for it in the first of two bounds ("bf16 matmul 250 TFLOPS and memory copy 1.70 TB/s")."""
+    calibration = run_calibration(run)
+    spec = load_hardware().lookup(calibration.device_names[0]) if calibration and calibration.device == "cuda" else None
+    return (Achievable(spec, calibration).which or None) if spec else None
 
 
 def training_row(result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
@@ -224,12 +237,8 @@ def training_row(result: Result, ranked: str, reference: Reference | None, prici
     reachable = training_throughput_bound(case, measured_gpu.spec) if measured_gpu else None
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
-    if bound and reachable:
-        expected = Cell(text=f"≤ {format_value(reachable)}", detail="; ".join([
-            f"at the preflight's {measured_gpu.which}: {_ratio(throughput.mean, reachable, physical=False)}",
-            f"≤ {format_value(bound)} at the datasheet's: {_ratio(throughput.mean, bound)}", *said]))  # fmt: skip
-    elif bound:
-        expected = Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(throughput.mean, bound), *said]))
+    if bound:
+        expected = _bound_cell(throughput.mean, bound, reachable, *said)
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
     else:
@@ -278,10 +287,10 @@ def _ttft_bound_s(result: Result) -> float | None:
     return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
 
 
-def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[float, str] | None:
+def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:
     """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
-    (kit.predictions.serving_bounds with the measured figures where lower), and which figures;
-    None where nothing measured lies below the datasheet."""
+    (kit.predictions.serving_bounds with the measured figures where lower); None where nothing
+    measured lies below the datasheet."""
     names = [name.strip() for name in _devices(result) for name in name.split(",")]
     measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
     tokens = [(rank.details.get("bounds") or {}).get("output_tokens") for sample in result.samples for rank in sample.ranks
@@ -291,7 +300,7 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[
     found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
     if None in found:
         return None
-    return statistics.fmean(bound.max_output_tokens_per_s for bound in found), measured_gpu.which
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in found)
 
 
 def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing) -> Row:
@@ -305,15 +314,8 @@ def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Referenc
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:
-        detail = _ratio(throughput.mean, bound)
-        if ttft_bound:
-            detail += f"; TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"
-        expected = Cell(text=f"≤ {format_value(bound)}", detail=detail)
-        if reachable is not None:
-            value, which = reachable
-            expected = Cell(text=f"≤ {format_value(value)}", detail=(
-                f"at the preflight's {which}: {_ratio(throughput.mean, value, physical=False)}; ≤ {format_value(bound)} "
-                f"at the datasheet's: {detail}"))  # fmt: skip
+        ttft = [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"] if ttft_bound else []
+        expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
     return Row(cells=[label, measured_cell, Cell(text=ranked), expected,
                       paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
                       *pricing.cells(result, "output_throughput")])  # fmt: skip
@@ -361,7 +363,7 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
     calibration = run_calibration(run)
     preflight = calibration.all_reduce_busbw if calibration is not None else None
-    also = f"; the preflight's all-reduce: {format_value(preflight.value)} GB/s ({preflight.how})" if preflight else ""
+    also = f"; preflight {format_value(preflight.value)} GB/s" if preflight else ""  # how: the Calibration fact
     expected = (
         Cell(text=f"≤ {format_value(bound.gbps)}", detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]}){also}")
         if bound.known
@@ -404,22 +406,22 @@ def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequen
         caption="Headline figures: measured on this host, how each stands, its physical bound"
                 + (" and the paper's" if paper_given else ""),
         header=["Figure (raw samples)", "Measured (mean ± std)", "Standing among its kind", "Bound on this host", "Paper",
-                f"Energy ({ENERGY_UNIT})", f"Cost per 1M tokens ({pricing.currency})"],
-        widths=[29, 15, 19, 13, 7, 9, 8],
+                f"Energy ({ENERGY_UNIT})", f"{pricing.currency} / 1M tokens"],
+        widths=[28, 16, 18, 16, 6, 8, 8],
         rows=rows,
-        notes=[
-            "Measured: mean ± sample std over the case's runs; under it, its folder of raw samples. Standing: the "
-            "fastest of its kind only where its interval clears the next one's, else tied.",
-            "Bound: kit.predictions' roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the "
-            "unit measured; a figure past it is invalid"
-            + ("; where the preflight measured the GPUs below it (Calibration, above), the roofline at those figures "
-               "comes first, and MFU is also of its matmul. " if run_calibration(run) else ". ")
-            + "Paper: "
-            + (f"the value {reference_path().name} records for the case and metric." if paper_given
-               else "not compared (rendered without --compare reference)." if reference is None
-               else f"{reference_path().name} records no value of these cases."),
-            "Energy: NVML's energy counter over the measured interval, all the case's GPUs, per token. Cost: GPUs × "
-            "price per GPU-hour × hours per million tokens"
+        notes=[  # one paragraph: page one has no line to spare
+            "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
+            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.predictions' "
+            "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
+            "past it is invalid"
+            + (f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
+               if (figures := preflight_figures(run)) else "")
+            + ". MFU: of the datasheet peak" + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
+            + (f"Paper: the value {reference_path().name} records for the case and metric. " if paper_given
+               else "Paper: not compared (rendered without --compare reference). " if reference is None
+               else f"Paper: no value of these cases in {reference_path().name}. ")
+            + "Energy: NVML's energy counter over the measured interval, all the case's GPUs. Cost: GPUs × price per "
+            "GPU-hour × hours per 1M tokens"
             + (f", at {format_value(price, trim=True)} {pricing.currency} per GPU-hour." if price is not None
                else "; not priced: no price given (`kit report --gpu-hour-price 2.50 --currency USD`)."),
         ],  # fmt: skip
@@ -477,7 +479,9 @@ def host_facts(run: LoadedRun) -> list[Fact]:
              checks_fact(run), provenance_fact(run)]  # fmt: skip
     fingerprint = run.before.fingerprint
     gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
-    peaks = f"; peaks {peak_figures(gpu_names, load_hardware())}" if gpu_names else ""
+    models = sorted(set(gpu_names))
+    named = f"{models[0]}: " if len(models) == 1 else ""  # one model is named at the fact's start, not again
+    peaks = f"; peaks {peak_figures(models, load_hardware()).removeprefix(named)}" if models else ""
     if fingerprint is None:
         facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing}){peaks}"))
     else:

@@ -41,17 +41,18 @@ class PartContents:
 
 
 # A dotted name, such as a case id (pretrain.llama2-70b.z3+o.g8): two or more dots, each followed by
-# a letter; or a command-line option (--gpu-hour-price).
-DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*")
+# a letter; a command-line option (--gpu-hour-price); a unit (tokens/s, J/token, GB/s).
+DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\b[A-Za-z]{1,6}/[A-Za-z]{1,6}\b")
 ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
 
 
 def breakable(text: str) -> str:
     """The text with each dotted name breakable after its dots and nowhere else, and each option
-    whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8", never
-    after a hyphen nor anywhere (as WeasyPrint would). Neither character is drawn, nor read back
-    from the PDF."""
-    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE).replace("-", "-" + WORD_JOINER), text)
+    and unit whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8",
+    never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash.
+    Neither character is drawn, nor read back from the PDF."""
+    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE)
+                           .replace("-", "-" + WORD_JOINER).replace("/", "/" + WORD_JOINER), text)  # fmt: skip
 
 
 def templates_dir() -> Path:
