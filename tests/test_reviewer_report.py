@@ -16,6 +16,7 @@ expected figure is computed here from the run's result.json files, not copied fr
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -352,6 +353,18 @@ def test_training_charts_give_each_model_a_panel_mark_each_failure_and_say_how_m
     assert f"GPU memory {capacity:.1f} GiB (NVML)" in memory
     serving = paper.section("Output tokens/s over each burst, one panel per model", "Latency distribution")
     assert "Each bar is one run: no spread to show." in serving
+
+
+def test_close_figures_on_a_log_axis_draw_as_bars_of_close_length(h100):
+    """A bar's length on a log axis is its value over the axis's start: the recorded H100's
+    energy figures (0.098, 0.106 and 0.210 J/token) must not read as 1 to 25, as they did on an
+    axis started just below the smallest."""
+    from kit.report.charts import log_axis_limits
+
+    values = sorted(r.metrics["joules_per_token"].mean for r in h100.results.values() if "joules_per_token" in r.metrics)
+    start, end = log_axis_limits(values[0], values[-1])
+    lengths = [math.log10(value / start) for value in values]
+    assert len(values) == 3 and max(lengths) / min(lengths) < 1.5 and end > values[-1]
 
 
 def test_a_single_gpu_count_is_no_curve(h100):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import re
-from math import cos, radians, sin
+from math import cos, floor, log10, radians, sin
 from xml.dom import minidom
 
 import matplotlib
@@ -293,6 +293,33 @@ def _draw_bars(axes, bars: list[Bar], labels: list[str], offset: float, thicknes
                 axes.text(bar.value + (bar.error or 0), at, f" {bar.mark}", va="center", fontsize=7, color=colour)
 
 
+LEGEND_COLUMNS = 6
+LEGEND_POINTS = 7
+
+
+def _legend_rows_in(rows: int) -> float:
+    """The height of a frameless legend of `rows` rows at LEGEND_POINTS (matplotlib's defaults:
+    half a line between rows, half a line of border and of space to the figure's edge)."""
+    return (rows * 1.5 + 1) * LEGEND_POINTS * POINT_IN
+
+
+def _legend_below(figure, entries: int, columns: int = LEGEND_COLUMNS) -> float:
+    """A frameless legend of the figure's labelled artists under its panels, where it covers no
+    bar; the height it takes, for _fixed_layout to leave room for."""
+    columns = min(entries, columns)
+    figure.legend(frameon=False, fontsize=LEGEND_POINTS, ncols=columns, loc="lower center")
+    return _legend_rows_in(-(-entries // columns))
+
+
+def log_axis_limits(smallest: float, largest: float) -> tuple[float, float]:
+    """Where a log axis of bars starts and ends: at the power of ten at or below the smallest bar
+    (a decade lower where that bar would be under twice it), and the power of ten above the
+    largest. A bar's length on a log axis is its value over the axis's start: started just below
+    the smallest, 0.098 and 0.106 would read as 1 to 10."""
+    start = 10.0 ** floor(log10(smallest))
+    return (start / 10 if smallest < 2 * start else start), 10.0 ** (floor(log10(largest)) + 1)
+
+
 def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False,
               limit: Limit | None = None) -> str:  # fmt: skip
     """Horizontal bars, error bars where there are several runs. One colour per group (model) on
@@ -301,6 +328,7 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
     a line in every panel."""
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
+    below = 0.0  # the height of a legend under the panel
     with plt.rc_context(STYLE):
         if panels:  # the labels on the first panel only: the others draw no tick to line up with them
             height = _height_in(0.9 + 0.2 * len(labels))
@@ -322,22 +350,26 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
                 _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, offset, thickness,
                            PALETTE[index % len(PALETTE)], label=group)  # fmt: skip
             if len(groups) > 1:
-                axes.legend(frameon=False, loc="lower right", fontsize=7)
+                below = _legend_below(figure, len(groups), columns=3)
+                figure.set_figheight(figure.get_figheight() + below)
         all_axes[0].set_yticks(range(len(labels)), labels)
         if not panels:
             all_axes[0].invert_yaxis()
+        ends = [(bar.value, bar.value + (bar.error or 0.0)) for bar in bars if bar.value]
         for axes in all_axes:
             if log:
                 axes.set_xscale("log")
                 axes.xaxis.set_major_formatter(PLAIN_NUMBER)
                 axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+                if ends:
+                    axes.set_xlim(*log_axis_limits(min(low for low, _ in ends), max(high for _, high in ends)))
             if limit is not None:
                 axes.axvline(limit.value, color=MARK_COLOURS["invalid"], linestyle="--", linewidth=0.8)
                 axes.text(limit.value, 0.0, f"{limit.label} ", transform=axes.get_xaxis_transform(), va="bottom",
                           ha="right", rotation=90, fontsize=7, color=MARK_COLOURS["invalid"])  # fmt: skip
             axes.set_xlabel(unit)
             axes.grid(axis="x", linewidth=0.3)
-        _fixed_layout(figure, all_axes)
+        _fixed_layout(figure, all_axes, bottom_extra_in=below)
         return _svg(figure, salt)
 
 
@@ -464,16 +496,6 @@ class Stack(BaseModel):
     segments: list[Segment]
 
 
-LEGEND_COLUMNS = 6
-LEGEND_POINTS = 7
-
-
-def _legend_rows_in(rows: int) -> float:
-    """The height of a frameless legend of `rows` rows at LEGEND_POINTS (matplotlib's defaults:
-    half a line between rows, half a line of border and of space to the figure's edge)."""
-    return (rows * 1.5 + 1) * LEGEND_POINTS * POINT_IN
-
-
 def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     """Horizontal stacked bars, one colour per segment label across all bars, so that a part
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
@@ -497,9 +519,7 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
         axes.invert_yaxis()
         axes.set_xlabel(unit)
         axes.grid(axis="x", linewidth=0.3)
-        columns = min(len(shown), LEGEND_COLUMNS)
-        figure.legend(frameon=False, fontsize=LEGEND_POINTS, ncols=columns, loc="lower center")
-        _fixed_layout(figure, [axes], bottom_extra_in=_legend_rows_in(-(-len(shown) // columns)))
+        _fixed_layout(figure, [axes], bottom_extra_in=_legend_below(figure, len(shown)))
         return _svg(figure, salt)
 
 
