@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from kit import __version__
+from kit import __version__, output
 
 # A disk full, over quota, read-only or not ours: the user's to fix, said in one line.
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
@@ -65,6 +65,28 @@ def regular_file(ctx, param, value: Path | None) -> Path | None:
     return value
 
 
+def complete_profile(ctx, param, incomplete: str) -> list[str]:
+    """Shell completion of --profile: the protocol's profiles (none where it cannot be read)."""
+    from kit.manifest import ManifestError, manifests_dir, read_yaml
+
+    try:
+        protocol = read_yaml(manifests_dir() / "protocol.yaml")
+    except ManifestError:
+        return []
+    profiles = protocol.get("profiles") if isinstance(protocol, dict) else None
+    return [name for name in profiles or () if isinstance(name, str) and name.startswith(incomplete)]
+
+
+def complete_formats(ctx, param, incomplete: str) -> list[str]:
+    """Shell completion of --format, a comma-separated list: the formats not given yet, each after
+    those that are."""
+    from kit.report import FORMATS
+
+    given, _, last = incomplete.rpartition(",")
+    chosen = given.split(",")
+    return [f"{given},{name}" if given else name for name in FORMATS if name.startswith(last) and name not in chosen]
+
+
 def default_profile(gpu_names: list[str]) -> str:
     return "paper" if gpu_names else "smoke"
 
@@ -80,8 +102,12 @@ def load_plan(profile: str | None, host):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kit")
-def cli() -> None:
-    """Reproduce the LLM runtime benchmarks of arXiv:2311.03687 on this host.
+@click.option("-q", "--quiet", is_flag=True, help="results, warnings and errors only: no progress, no log lines")
+@click.option("-v", "--verbose", is_flag=True, help="also each case's runs as lines, and the traceback behind a one-line error")
+@click.option("--no-progress", is_flag=True, help="no live progress bar (each finished case is still a line on stderr)")
+def cli(quiet: bool, verbose: bool, no_progress: bool) -> None:
+    """Reproduce the LLM runtime benchmarks of arXiv:2311.03687 on this host. Results (tables,
+    verdicts, --json) go to stdout; progress and logs to stderr.
 
     \b
     kit list                      the plan of cases (paper profile on GPUs, smoke on CPU)
@@ -90,6 +116,7 @@ def cli() -> None:
     kit sign RUN_DIR --key KEY    sign a finished run with an SSH key
     kit images verify             the pinned images: lock vs this host
     """
+    output.configure(quiet, verbose, progress=not no_progress)
     from kit.execute.owners import dead_marks
 
     marks = dead_marks()  # a kit that was killed with containers running: whatever runs next removes them
@@ -104,13 +131,12 @@ def _remove_leftovers() -> list[str] | None:
     from kit.execute.docker import remove_leftovers
     from kit.execute.slurm import cancel_leftovers
 
-    say = (lambda line: click.echo(line, err=True))
-    jobs, containers = cancel_leftovers(say), remove_leftovers(say)
+    jobs, containers = cancel_leftovers(output.say), remove_leftovers(output.say)
     return None if jobs is None or containers is None else jobs + containers
 
 
 @cli.command("doctor")
-@click.option("--profile", help="check the host for this profile (default: paper with GPUs, else smoke)")
+@click.option("--profile", shell_complete=complete_profile, help="check the host for this profile (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="the fingerprint and the checks, as JSON")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
@@ -124,18 +150,19 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
         payload = {"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]}
         click.echo(json.dumps(payload, indent=2))
     else:
-        from kit.console import checks_table, console
+        from kit.console import checks_table
 
         topology = fingerprint.topology
         shape = topology.topology_class.label if topology.topology_class else topology.unavailable or "unknown"
-        console.print(f"profile {plan.profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}")
-        console.print(checks_table(checks))
+        results = output.results()
+        results.print(f"profile {plan.profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}")
+        results.print(checks_table(checks))
     if runner.failing(checks):
         sys.exit(1)
 
 
 @cli.command("preflight")
-@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--profile", shell_complete=complete_profile, help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--executor", type=click.Choice(["docker", "local"]), help="check the images as this executor would run them")
 @click.option("--json", "as_json", is_flag=True, help="the lines as JSON")
 def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
@@ -151,20 +178,19 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     _remove_leftovers()
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
-    say = (lambda line: click.echo(line, err=True))
-    result = run_preflight(cases, executor, checks, say=say, host_gpu_names=host.gpu_names)
+    result = run_preflight(cases, executor, checks, say=output.say, host_gpu_names=host.gpu_names)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
-        from kit.console import console, preflight_table
+        from kit.console import preflight_table
 
-        console.print(preflight_table(result))
+        output.results().print(preflight_table(result))
     if any(line.status == "fail" for line in result.lines):
         sys.exit(1)
 
 
 @cli.command("list")
-@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--profile", shell_complete=complete_profile, help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--json", "as_json", is_flag=True, help="every case with all its parameters, as JSON")
 @click.option("--fingerprint", "fingerprint_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
               help="plan for the host this fingerprint describes (kit doctor --json, or a run's fingerprint.json)")
@@ -246,7 +272,7 @@ def _stop_on_sigterm() -> None:
 @click.option("--all", "run_all", is_flag=True, help="every case of the profile")
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
-@click.option("--profile", help="paper, quick or smoke (default: paper with GPUs, else smoke)")
+@click.option("--profile", shell_complete=complete_profile, help="paper, quick or smoke (default: paper with GPUs, else smoke)")
 @click.option("--out", type=click.Path(path_type=Path), callback=writable_folder, help="run directory (default: runs/<time>-<profile>)")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path), help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
@@ -281,11 +307,12 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         accept_changes, sign_key) -> None:  # fmt: skip
     """Run cases of the protocol into a run directory."""
     from kit import runner
-    from kit.console import RichProgress, checks_table, console, summary_table
+    from kit.console import RichProgress, checks_table, summary_table
     from kit.host import skip_reason, this_host
     from kit.protocol import select
     from kit.results import RunDir
 
+    log, alerts = output.log(), output.alerts()
     host = this_host()
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
@@ -331,22 +358,22 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
                 unsigned = remove_signature(run_dir)
                 if unsigned and not sign_key:
-                    console.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
+                    alerts.print(f"[yellow]removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the "
                                   f"run again with `kit sign {resume_dir} --key KEY`[/]")  # fmt: skip
             if complete:
-                console.print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False,
+                output.results().print(f"{resume_dir}: every case is finished; nothing to resume (kit report {resume_dir})", markup=False,
                               soft_wrap=True)  # fmt: skip
                 if sign_key:
                     _sign(run_dir, sign_key)
                 return
-        console.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records", soft_wrap=True)
+        log.print(f"executor: {info.executor}, as {resume_dir / 'run.json'} records", soft_wrap=True)
         finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
         title = f"resume {resume_dir}: {len(finished)} of {len(cases)} cases done"
     else:
         if run_all and (stages or case_ids) or not (run_all or stages or case_ids or soak_minutes):
             raise UsageFailure("say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)")
         if profile is None and not host.gpu_names:
-            console.print(f"[yellow]{SMOKE_NOTICE}[/]")
+            alerts.print(f"[yellow]{SMOKE_NOTICE}[/]")
         plan = load_plan(profile, host)
         soaking = []
         if soak_minutes:
@@ -390,13 +417,13 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         out = out or runner.default_run_dir(plan.profile)
         if (out / "run.json").exists():
             raise UsageFailure(f"{out} already holds a run; use --resume {out} or another --out")
-        console.print("checking the environment (kit doctor)...")
+        log.print("checking the environment (kit doctor)...")
         fingerprint, checks = runner.preflight(plan, redact=redact, executor=executor)
         failed = runner.failing(checks)
         if failed and not force:
-            console.print(checks_table(checks))
+            alerts.print(checks_table(checks))
             names = ", ".join(check.name for check in failed)
-            console.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
+            alerts.print(f"[red]refusing to start: {len(failed)} environment check(s) fail ({names}); fix them, or run with --force[/]")
             sys.exit(1)
     pending = [case for case in cases if case.id not in finished]
     prepared = []
@@ -410,7 +437,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         chosen = configured(slurm_options, redact)
     if needs_local_frameworks(pending, chosen) and importlib.util.find_spec("torch") is None:
         raise UsageFailure("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
-    console.print(describe_choice(pending, chosen))
+    log.print(describe_choice(pending, chosen))
 
     _stop_on_sigterm()
     if not resume_dir:
@@ -420,7 +447,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             image_preparation=prepared, redact=redact, slurm=slurm_options,
         )  # fmt: skip
         if failed:
-            console.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
+            alerts.print(f"[yellow]--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json[/]")
         if executor == "slurm":
             _check_shared_run_dir(run_dir, pending, chosen)
         info = run_dir.read_info()  # with the node fingerprints the check recorded
@@ -435,15 +462,15 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             from kit.console import preflight_table
             from kit.preflight import run_preflight
 
-            console.print("preflight: each image checked with a miniature of its stages (kit preflight)")
+            log.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
-                checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: console.print(line),
+                checked = run_preflight(runnable, chosen, checks, run_dir.root / "preflight", say=lambda line: log.print(line),
                                         host_gpu_names=host.gpu_names)  # fmt: skip
             except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
                 info.status = "interrupted"
                 run_dir.write_info(info)
                 raise
-            console.print(preflight_table(checked))
+            log.print(preflight_table(checked))
             info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
             if checked.calibration is not None:
                 runner.record_calibration(run_dir, checked.calibration)
@@ -451,21 +478,22 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         runner.redact_in_place(run_dir, info)
     elif executor == "slurm":  # the nodes a resumed run's jobs land on may not be those of its start
         _check_shared_run_dir(run_dir, pending, chosen)
-    console.print(f"run directory: {run_dir.root}")
+    log.print(f"run directory: {run_dir.root}")
     try:
         with RichProgress(total=len(cases), finished=finished, estimates=run_dir.read_info().estimates) as progress:
             results = runner.execute(run_dir, host, progress)
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]", soft_wrap=True)
+        alerts.print(f"[yellow]interrupted: finish it with `kit run --resume {run_dir.root}`[/]", soft_wrap=True)
         sys.exit(130)
-    console.print(summary_table(results))
-    console.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
+    found = output.results()
+    found.print(summary_table(results))
+    found.print(f"evidence: {run_dir.root / 'SHA256SUMS'}")
     if sign_key:
         _sign(run_dir, sign_key)
     counts = runner.status_counts(results)
     failed = sum(counts.get(status, 0) for status in runner.FAILED_STATUSES)
     cases = f"{len(results)} case" + ("" if len(results) == 1 else "s")
-    console.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
+    found.print(f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items()), soft_wrap=True)
     if failed:
         sys.exit(1)
 
@@ -489,7 +517,6 @@ def _run_per_node(out: Path, partition: str | None, redact: bool, sign_key: Path
     """kit run --per-node: this run on each node of the allocation at once, into OUT/<node>/ (with
     --redact, OUT/<the node's token>/); exits with the worst of their exit statuses. With --sign,
     each run that finished is signed here, where a passphrase or a hardware key can be asked for."""
-    from kit.console import console
     from kit.execute.node_fingerprint import node_token
     from kit.execute.per_node import fleet_nodes, run_on_each_node
     from kit.execute.slurm import SlurmUnavailable
@@ -508,40 +535,39 @@ def _run_per_node(out: Path, partition: str | None, redact: bool, sign_key: Path
         raise UsageFailure(str(exc)) from None
     if not nodes:
         raise UsageFailure("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
-    console.print(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/", markup=False, soft_wrap=True)
-    codes = run_on_each_node(_options_as_given({"per_node", "out", "sign_key"}), nodes, out, say=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True),
-                             folder_of=folder_of)  # fmt: skip
+    output.say(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/")
+    codes = run_on_each_node(_options_as_given({"per_node", "out", "sign_key"}), nodes, out, say=output.say, folder_of=folder_of)
     for node, code in codes.items():
-        console.print(f"{node}: {out / folder_of(node)} (exit status {code})", markup=False, soft_wrap=True)
+        click.echo(f"{node}: {out / folder_of(node)} (exit status {code})")
         if sign_key and code in (0, 1):  # finished, each case with a result
             run = RunDir(out / folder_of(node))
             run.lock()
             _sign(run, sign_key)
-    console.print("compare them: kit report --fleet " + " ".join(str(out / folder_of(node)) for node in nodes), markup=False, soft_wrap=True)
+    click.echo("compare them: kit report --fleet " + " ".join(str(out / folder_of(node)) for node in nodes))
     sys.exit(max(codes.values()))
 
 
 def _check_shared_run_dir(run_dir, cases, executor) -> None:
     """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
     could come back, and the run stops here (resumable once the directory is shared)."""
-    from kit.console import console
     from kit.execute import slurm
     from kit.execute.node_fingerprint import fingerprinted
 
     nodes = slurm.nodes_needed(cases, executor.options)
-    console.print(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
+    log = output.log()
+    log.print(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
     try:
         info = run_dir.read_info()
-        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: console.print(f"  {line}"),
+        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: log.print(f"  {line}"),
                                           redact=info.redacted)  # fmt: skip
     except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
         info.status = "interrupted"
         run_dir.write_info(info)
-        console.print(f"[red]{exc}[/]", soft_wrap=True)
+        output.alerts().print(f"[red]{exc}[/]", soft_wrap=True)
         sys.exit(1)
     info.node_fingerprints = fingerprinted(run_dir.root)
     run_dir.write_info(info)
-    console.print(f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
+    log.print(f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
                   f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}")  # fmt: skip
 
 
@@ -565,17 +591,17 @@ def _prepare_images(cases) -> list:
     """A GPU run's images, present, built or pulled before its first case (with the time each
     took); without an engine the run does not start (--executor local runs in this Python)."""
     from kit import images
-    from kit.console import console
 
+    log = output.log()
     names = sorted({case.image for case in cases})
-    console.print(f"preparing the {len(names)} image(s) the plan runs in: {', '.join(names)}")
+    log.print(f"preparing the {len(names)} image(s) the plan runs in: {', '.join(names)}")
     try:
-        prepared = images.prepare(names, say=lambda line: console.print(f"  {line}", soft_wrap=True))
+        prepared = images.prepare(names, say=lambda line: log.print(f"  {line}", soft_wrap=True))
     except images.EngineUnavailable as exc:
         raise no_engine(exc) from None
     total = sum(step.seconds for step in prepared)
     failed = [step.name for step in prepared if step.action == "failed"]
-    console.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
+    log.print(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
     return prepared
 
 
@@ -587,12 +613,10 @@ def images_group() -> None:
 @images_group.command("list")
 def images_list() -> None:
     """Each image of the lock: pinned reference, versions, and whether it is present here."""
-    from rich.console import Console
-
     from kit import images
     from kit.console import images_table
 
-    Console().print(images_table(images.load_lock(), images.local_summary()))
+    output.results().print(images_table(images.load_lock(), images.local_summary()))
 
 
 @images_group.command("build")
@@ -607,7 +631,7 @@ def images_build(names, base, force) -> None:
     names = names or tuple(name for name, image in lock.images.items() if image.build is not None)
     try:
         for name in names:
-            images.build(name, lock, base=base, force=force, say=lambda line: click.echo(line, err=True))
+            images.build(name, lock, base=base, force=force, say=output.say)
     except (KeyError, ValueError) as exc:
         raise UsageFailure(str(exc).strip("'\"")) from None
     except (images.EngineUnavailable, RuntimeError) as exc:
@@ -625,7 +649,7 @@ def images_pull(names) -> None:
     failures = []
     for name in names:
         try:
-            images.pull(name, lock, say=lambda line: click.echo(line, err=True))
+            images.pull(name, lock, say=output.say)
         except KeyError as exc:
             raise UsageFailure(str(exc).strip("'\"")) from None
         except (images.EngineUnavailable, images.PullFailed) as exc:
@@ -641,8 +665,6 @@ def images_pull(names) -> None:
 @click.option("--json", "as_json", is_flag=True, help="the comparison as JSON")
 def images_verify(names, no_probe, as_json) -> None:
     """Compare local images with the lock and name every difference (exit 1 if one differs)."""
-    from rich.console import Console
-
     from kit import images
     from kit.console import verify_table
 
@@ -655,7 +677,7 @@ def images_verify(names, no_probe, as_json) -> None:
     if as_json:
         click.echo(json.dumps([state.model_dump() for state in states], indent=2))
     else:
-        Console().print(verify_table(states))
+        output.results().print(verify_table(states))
     if any(state.status == "differs" for state in states):
         sys.exit(1)
 
@@ -666,7 +688,7 @@ def k8s_group() -> None:
 
 
 @k8s_group.command("manifests")
-@click.option("--profile", default="paper", show_default=True, help="paper, quick or smoke")
+@click.option("--profile", default="paper", show_default=True, shell_complete=complete_profile, help="paper, quick or smoke")
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable; default: every case)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
 @click.option("--pvc", required=True, help="the PersistentVolumeClaim holding the run directory and the kit's source")
@@ -720,8 +742,8 @@ def _sign(run, key: Path) -> None:
     from kit.results import SIGNATURE_FILES
     from kit.signing import SigningFailed, sign_run
 
-    click.echo(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
-               "if the key needs one)", err=True)  # fmt: skip
+    output.say(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
+               "if the key needs one)")  # fmt: skip
     try:
         signer = sign_run(run, key)
     except EvidenceError as exc:
@@ -729,7 +751,7 @@ def _sign(run, key: Path) -> None:
         sys.exit(1)
     except SigningFailed as exc:
         raise UsageFailure(str(exc)) from None
-    click.echo(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}", err=True)
+    click.echo(f"signed by {signer}: {', '.join(SIGNATURE_FILES)}")
 
 
 @cli.command("report")
@@ -738,12 +760,17 @@ def _sign(run, key: Path) -> None:
 @click.option("--tolerance", type=float, metavar="PCT",
               help="with --fleet: flag a node more than PCT per cent below the fleet median (default 10)")
 @click.option("--compare", "compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
-@click.option("--format", "formats", default="html,pdf", show_default=True,
+@click.option("--format", "formats", default="html,pdf", show_default=True, shell_complete=complete_formats,
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_number,
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
 @click.option("--currency", metavar="CODE", help="the currency of --gpu-hour-price, which the report names and report.json "
               "records (default USD)")
+@click.option("--slo-ttft-ms", type=float, metavar="MS", callback=positive_number,
+              help="serving objective: p99 time to first token, in ms (default: MLPerf Inference's for Llama-2-70B, "
+                   "Server scenario; the report states it)")
+@click.option("--slo-tpot-ms", type=float, metavar="MS", callback=positive_number,
+              help="serving objective: p99 time per output token, in ms (default: as --slo-ttft-ms)")
 @click.option("--out", type=click.Path(path_type=Path), callback=writable_folder,
               help="folder for the report files (default: the run directory)")
 @click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
@@ -754,13 +781,13 @@ def _sign(run, key: Path) -> None:
 @click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file, metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currency, out, redact, verify_only, expect_digest,
-           allowed_signers) -> None:  # fmt: skip
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currency, slo_ttft_ms, slo_tpot_ms, out, redact,
+           verify_only, expect_digest, allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
-    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1."""
+    with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1.
+    The serving sweeps are held to the latency objectives given (--slo-ttft-ms, --slo-tpot-ms)."""
     from rich.markup import escape
 
-    from kit.console import console
     from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
     from kit.report.render import REFERENCE, chosen_formats, render
 
@@ -771,7 +798,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currenc
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
         _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
-                      compare or gpu_hour_price or currency or verify_only or expect_digest)  # fmt: skip
+                      compare or gpu_hour_price or currency or verify_only or expect_digest or slo_ttft_ms or slo_tpot_ms)  # fmt: skip
         return
     if tolerance is not None:
         raise UsageFailure("--tolerance goes with --fleet")
@@ -795,9 +822,10 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currenc
         problems = verify(run_dir)
         if wanted_digest is not None and not problems:
             problems = digest_mismatch(run_dir, wanted_digest)
+        verdict = output.results()
         for problem in problems:
-            console.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
-        console.print(f"{escape(str(run_dir))}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
+            verdict.print(f"[red]{escape(problem)}[/]", soft_wrap=True)
+        verdict.print(f"{escape(str(run_dir))}: " + ("[red]does not match its evidence[/]" if problems else "[green]every file matches SHA256SUMS[/]"
                                                     + (f", whose digest is the one expected ({wanted_digest})" if wanted_digest else "")),
                       soft_wrap=True)  # fmt: skip
         signed = _signatures_hold([run_dir], allowed_signers)
@@ -806,10 +834,20 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currenc
         chosen_formats(wanted)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
-    console.print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
+    output.log().print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
+    slo = _objectives(slo_ttft_ms, slo_tpot_ms)
     priced = {"currency": currency} if currency else {}
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, **priced),
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, slo,
+                                    **priced),
                      [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
+
+
+def _objectives(ttft_ms: float | None, tpot_ms: float | None):
+    """The serving objectives of a report: those given, the default (kit.serve.slo) for the others."""
+    from kit.serve.slo import DEFAULT_SLO, Slo
+
+    return Slo(ttft_s=DEFAULT_SLO.ttft_s if ttft_ms is None else ttft_ms / 1000,
+               tpot_s=DEFAULT_SLO.tpot_s if tpot_ms is None else tpot_ms / 1000)  # fmt: skip
 
 
 def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
@@ -817,12 +855,13 @@ def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
     it fails); True where none fails."""
     from rich.markup import escape
 
-    from kit.console import SIGNATURE_STYLE, console
+    from kit.console import SIGNATURE_STYLE
     from kit.signing import check_signature
 
     checks = [(folder, check_signature(folder, allowed_signers)) for folder in run_dirs]
+    verdict = output.results()
     for folder, check in checks:
-        console.print(f"{escape(str(folder))}: [{SIGNATURE_STYLE[check.state]}]{escape(check.summary)}[/]", soft_wrap=True)
+        verdict.print(f"{escape(str(folder))}: [{SIGNATURE_STYLE[check.state]}]{escape(check.summary)}[/]", soft_wrap=True)
     return not any(check.failed for _, check in checks)
 
 
@@ -833,21 +872,20 @@ def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> Non
 
     from pydantic import ValidationError
 
-    from kit.console import console
     from kit.report.evidence import EvidenceError
     from kit.results import UnreadableRun, first_problem
 
     try:
         written = render_them()
     except EvidenceError as exc:
-        console.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
+        output.alerts().print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
         sys.exit(1)
     except ValidationError as exc:  # a part of a run (its estimates, a rank's details) that is not what this kit reads
         raise UsageFailure(f"a run holds {exc.title} data this kit cannot read: {first_problem(exc)}") from None
     except (ValueError, UnreadableRun) as exc:
         raise UsageFailure(str(exc)) from None
     for path in written:
-        console.print(f"wrote {path}")
+        click.echo(f"wrote {path}")
     if not _signatures_hold(run_dirs, allowed_signers):
         sys.exit(1)
 
@@ -861,6 +899,14 @@ def _fleet_report(run_dirs, tolerance, wanted, out, redact, allowed_signers, oth
     if not 0 < tolerance < 100:
         raise UsageFailure(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
     _write_documents(lambda: render_fleet(run_dirs, wanted, out, redact, tolerance / 100, allowed_signers), run_dirs, allowed_signers)
+
+
+def _traceback_if_verbose() -> None:
+    """With -v, the traceback behind an error said in one line (the one being handled)."""
+    if output.verbosity.verbose:
+        import traceback
+
+        traceback.print_exc()
 
 
 def main() -> None:
@@ -882,6 +928,7 @@ def main() -> None:
     except OSError as exc:
         if exc.errno not in NO_ROOM:
             raise
+        _traceback_if_verbose()
         click.echo(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system (df -h) "
                    "or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on.", err=True)  # fmt: skip
         sys.exit(1)
@@ -892,6 +939,7 @@ def main() -> None:
 
         if not isinstance(exc, (ManifestError, UnreadableRun, RunInUse)):
             raise
+        _traceback_if_verbose()
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
 

@@ -1,21 +1,20 @@
-"""How the CLI shows things on a terminal: plan tables, live progress, the run summary."""
+"""How the CLI shows things: check and image tables, live progress, the run summary (on which
+stream each goes: kit.output)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kit import runner
+from kit import output, runner
 from kit.environment import Check
 from kit.protocol import Case
 from kit.results import Result
 from kit.stages import unit_of
 
-console = Console(stderr=True)
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
 SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.signing.SignatureCheck
@@ -95,8 +94,9 @@ class RichProgress(runner.Progress):
             TextColumn("cases"),
             TimeElapsedColumn(),
             TextColumn("{task.fields[eta]}"),
-            console=console,
+            console=output.log(),  # the lines of finished cases too; with -q neither
             transient=False,
+            disable=not output.verbosity.progress,
         )
         self.task = self.bar.add_task("starting", total=total, completed=len(finished), eta=self.eta_text())
 
@@ -118,9 +118,13 @@ class RichProgress(runner.Progress):
     def case_started(self, case: Case, position: int, total: int) -> None:
         self.case_started_at = time.monotonic()
         self.bar.update(self.task, description=case.id)
+        if output.verbosity.verbose:
+            self.bar.console.print(f"{'started':>11}  {case.id} ({position} of {total})", markup=False, highlight=False)
 
     def run_started(self, case: Case, index: int, runs: int) -> None:
         self.bar.update(self.task, description=f"{case.id} (run {index}/{runs})")
+        if output.verbosity.verbose:
+            self.bar.console.print(f"{'run':>11}  {case.id} {index}/{runs}", markup=False, highlight=False)
 
     def case_finished(self, result: Result, position: int, total: int) -> None:
         style = STATUS_STYLE.get(result.status, "")
@@ -151,7 +155,9 @@ def images_table(lock, local) -> Table:
         if image.build:
             pinned += f"\nbuilt from {image.build.context} on {image.build.base}"
             current = local.current_context_sha256.get(name)
-            if current != image.context_sha256:
+            if current is None:
+                pinned += "\n[yellow]context not here: a source checkout builds it[/]"
+            elif current != image.context_sha256:
                 pinned += f"\n[red]context changed: {current} (lock {image.context_sha256})[/]"
         versions = ", ".join(f"{key} {value}" for key, value in image.versions.items())
         here = "unknown" if local.engine else (local.present.get(name) or "[yellow]missing[/]")

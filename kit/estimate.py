@@ -84,7 +84,7 @@ def _training(case: Case, spec, capacity_bytes: int | None) -> Estimate | None:
 def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> Estimate | None:
     if case.device != "cuda":
         return None  # the analytic model is of GPUs
-    from kit.predictions import device_spec, serving_bounds
+    from kit.predictions import concurrency_bound, device_spec, serving_bounds
 
     spec = device_spec(case, gpu_names[: case.gpus])
     if spec is None:
@@ -96,8 +96,16 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
         bounds = serving_bounds(case, spec)
         if bounds is None:
             return None
-        seconds = params.runs * (ENGINE_START_S + bounds.burst.seconds / SERVING_SHARE_OF_BOUND)
-        return Estimate(seconds=seconds, basis=f"analytic: the burst at {SERVING_SHARE_OF_BOUND:.0%} of the "
+        serving_s, what = bounds.burst.seconds, "the burst"
+        serving_s /= SERVING_SHARE_OF_BOUND
+        if params.sweep is not None:  # a point of N concurrent requests: its requests / N batches of N, or max_point_s
+            levels, sweep = params.sweep.levels(params.prompts), params.sweep
+            points_s = [sweep.requests_at(n) / n * concurrency_bound(case, spec, n).together.seconds / SERVING_SHARE_OF_BOUND
+                        for n in levels]  # fmt: skip
+            serving_s += sum(min(seconds, sweep.max_point_s or seconds) for seconds in points_s)
+            what += f" and the sweep's {len(levels)} points"
+        seconds = params.runs * (ENGINE_START_S + serving_s)
+        return Estimate(seconds=seconds, basis=f"analytic: {what} at {SERVING_SHARE_OF_BOUND:.0%} of the "
                         f"{spec.model} roofline, {ENGINE_START_S:.0f} s engine start")  # fmt: skip
     return None
 

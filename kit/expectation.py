@@ -46,6 +46,7 @@ from kit.reference import (
     PlatformRatioRelation,
     Published,
     RatioRelation,
+    Reading,
     Reference,
     Relation,
     RelationOutcome,
@@ -54,6 +55,8 @@ from kit.reference import (
     ValueRelation,
     convert,
     format_value,
+    judge,
+    median_spread,
     metric_label,
     platform_mismatch,
     quantised,
@@ -63,10 +66,10 @@ from kit.reference import (
 # "paper verdict": the host is the claim's platform (or the claim is about any GPU), so the
 # claim's own verdict is the judgement and the expectation is shown for information.
 # "judged in another claim": the same quantity is judged once, by the claim `judged_in` names.
-ExpectationVerdict = Literal["consistent", "deviates", "not measured", "judged in another claim", "no expectation",
-                             "not applicable", "paper verdict"]
-PRECEDENCE: tuple[ExpectationVerdict, ...] = ("deviates", "consistent", "not measured", "judged in another claim",
-                                              "no expectation", "not applicable")
+ExpectationVerdict = Literal["consistent", "deviates", "inconclusive", "not measured", "judged in another claim",
+                             "no expectation", "not applicable", "paper verdict"]
+PRECEDENCE: tuple[ExpectationVerdict, ...] = ("deviates", "inconclusive", "consistent", "not measured",
+                                              "judged in another claim", "no expectation", "not applicable")
 
 # The GPU figure a stage's throughput follows, for scaling a published number to this host.
 FIGURES = {
@@ -398,7 +401,7 @@ class Expecting:
         basis = (f"the paper's {pair[0]}/{pair[1]} ratio with this host in place of {replaced}: "
                  f"{'×' if replaced == pair[0] else '÷'} {ratio.basis}; {ordered[0]}/{ordered[1]}")  # fmt: skip
         expected = bound.describe(TIMES)
-        ratios, used, sources = [], [], set()
+        ratios, used, sources, measured = [], [], set(), []
         for case in self._ratio_cases(relation):
             mine = self._host_value(case, relation.metric)
             theirs = self._other_value(claim, case, relation.metric, other, mine)
@@ -407,17 +410,18 @@ class Expecting:
             ratios.append(mine[0] / theirs[0] if replaced == pair[0] else theirs[0] / mine[0])
             used.append(case)
             sources.add(theirs[1])
+            measured.append([mine[2], *theirs[2:]])
         if not ratios:
             why = (f"no {other} {metric_label(relation.metric)} of the cases this host measured: no run of this "
                    f"report is on {other}, and {self._tables_say(other)}")  # fmt: skip
             return RelationExpectation(expected=expected, basis=basis, verdict="no expectation", finding=why)
         median = statistics.median(ratios)
-        holds = bound.holds(median)
+        verdict, judged = judge(bound, median, median_spread(measured, median), TIMES)
         versus = f"measured {format_value(median / centre(bound))} × expected"
         finding = (f"{versus}; {len(ratios)} case{'s' * (len(ratios) > 1)} "
                    f"({', '.join(used)}), {other} from {', '.join(sorted(sources))}; "
-                   + ("within the expected bound" if holds else bound.deviation(median, TIMES).replace("published", "expected")))  # fmt: skip
-        return RelationExpectation(expected=expected, basis=basis, verdict="consistent" if holds else "deviates",
+                   + judged.replace("published", "expected"))  # fmt: skip
+        return RelationExpectation(expected=expected, basis=basis, verdict=verdict,
                                    measured=TIMES.show(median), versus=versus, finding=finding)  # fmt: skip
 
     def _tables_say(self, platform: str) -> str:
@@ -433,21 +437,26 @@ class Expecting:
                       if result.stage == relation.stage and result.case.variant is None
                       and quantised(result.case) == relation.quantised)  # fmt: skip
 
-    def _host_value(self, case: str, metric: str) -> tuple[float, str] | None:
+    def _host_value(self, case: str, metric: str) -> tuple[float, str, Reading] | None:
+        """The host's value of a case, its unit, and the reading its runs' spread is taken from."""
         result = self.run.results.get(case)
         found = result.metrics.get(metric) if result is not None and result.status == "ok" else None
-        return None if found is None else (found.mean, found.unit)
+        if found is None:
+            return None
+        return found.mean, found.unit, Reading(found.mean, found.unit, run=self.run.label, case=case, case_used=case,
+                                               metric=found)  # fmt: skip
 
     def _other_value(self, claim: Claim, case: str, metric: str, platform: str,
-                     mine: tuple[float, str] | None) -> tuple[float, str] | None:  # fmt: skip
-        """The platform's value of a case: measured by another run of the report on it, else
-        transcribed from the paper's tables (in this run's unit)."""
+                     mine: tuple | None) -> tuple | None:  # fmt: skip
+        """The platform's value of a case and where it comes from: measured by another run of the
+        report on it (with that reading, whose runs count too), else transcribed from the paper's
+        tables (in this run's unit)."""
         if mine is None:
             return None
         if len(self.runs) > 1:
             reading = ClaimContext(claim, self.reference, self.runs[1:]).read(case, metric, [platform], True)
             if reading.value is not None:
-                return reading.value, f"run {reading.run}"
+                return reading.value, f"run {reading.run}", reading
         for entry in self.reference.tables:
             if (entry.platform, entry.case, entry.metric) == (platform, case, metric):
                 value = convert(entry.mean, entry.unit, mine[1])

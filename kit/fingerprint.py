@@ -15,7 +15,6 @@ import ast
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import platform
 import re
@@ -213,7 +212,7 @@ class NetworkInfo(BaseModel):
 class ContainerRuntime(BaseModel):
     """The docker engine and whether the NVIDIA container toolkit is there to give it GPUs."""
 
-    docker_client_version: str | None = None
+    docker_client_version: str | None = None  # the docker SDK's: the kit's only client of the engine
     docker_server_version: str | None = None
     runtimes: list[str] = Field(default_factory=list)
     default_runtime: str | None = None
@@ -492,21 +491,9 @@ def parse_ib_rate(text: str) -> float:
     return float(match.group(1))
 
 
-def parse_docker_version(text: str) -> tuple[str | None, str | None]:
-    """Client and server versions from `docker version --format '{{json .}}'`.
-
-    With the daemon down the command exits 1 but still prints the client half, Server null.
-    """
-    parsed = json.loads(text)
-    client = (parsed.get("Client") or {}).get("Version")
-    server = (parsed.get("Server") or {}).get("Version")
-    return client, server
-
-
-def parse_docker_runtimes(text: str) -> tuple[list[str], str | None]:
-    """Registered runtimes and the default one from `docker info --format '{{json .}}'`."""
-    parsed = json.loads(text)
-    return sorted(parsed.get("Runtimes") or {}), parsed.get("DefaultRuntime")
+def docker_runtimes(info: dict) -> tuple[list[str], str | None]:
+    """Registered runtimes and the default one from the engine's /info (the SDK's `info()`)."""
+    return sorted(info.get("Runtimes") or {}), info.get("DefaultRuntime")
 
 
 def parse_toolkit_version(text: str) -> str:
@@ -825,22 +812,18 @@ def _collect_network() -> NetworkInfo:
 
 
 def _collect_container_runtime() -> ContainerRuntime:
+    """The engine as the kit's docker SDK sees it (the executor and `kit images` use the same)."""
+    import docker
+
     unreadable: dict[str, str] = {}
-    client = server = default_runtime = toolkit = None
+    server = default_runtime = toolkit = None
     runtimes: list[str] = []
-    stdout, problem = run_command(["docker", "version", "--format", "{{json .}}"])
-    if stdout.strip():
-        versions = _attempt(unreadable, "docker", lambda: parse_docker_version(stdout))
-        client, server = versions or (None, None)
-    if problem and server is None:
-        unreadable["docker"] = problem
-    if server is not None:
-        info, problem = run_command(["docker", "info", "--format", "{{json .}}"])
-        if problem:
-            unreadable["runtimes"] = problem
-        else:
-            runtimes, default_runtime = _attempt(
-                unreadable, "runtimes", lambda: parse_docker_runtimes(info)) or ([], None)
+    engine = _attempt(unreadable, "docker", lambda: docker.from_env(timeout=30))  # asks the engine's API version
+    if engine is not None:
+        server = _attempt(unreadable, "docker", lambda: engine.version().get("Version"))
+        info = _attempt(unreadable, "runtimes", engine.info)
+        runtimes, default_runtime = docker_runtimes(info) if info is not None else ([], None)
+        engine.close()
     problems = []
     for tool in ("nvidia-ctk", "nvidia-container-cli"):
         output, problem = run_command([tool, "--version"])
@@ -852,7 +835,7 @@ def _collect_container_runtime() -> ContainerRuntime:
     else:
         unreadable["nvidia_container_toolkit"] = "; ".join(problems)
     return ContainerRuntime(
-        docker_client_version=client,
+        docker_client_version=docker.__version__,
         docker_server_version=server,
         runtimes=runtimes,
         default_runtime=default_runtime,

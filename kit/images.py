@@ -159,12 +159,21 @@ def kit_source_dir() -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
+class NoBuildContext(RuntimeError):
+    """An image's build context is not here: the Dockerfiles are in the source checkout, which an
+    installed wheel of the kit is not."""
+
+
+def has_build_context(spec: BuildSpec, root: Path | None = None) -> bool:
+    return ((root or repo_root()) / spec.context / "Dockerfile").is_file()
+
+
 def context_files(spec: BuildSpec, root: Path | None = None) -> dict[str, Path]:
     """Name in the context -> file: the image's folder, then the repository files it names."""
     root = root or repo_root()
     folder = root / spec.context
-    if not (folder / "Dockerfile").is_file():
-        raise FileNotFoundError(f"{folder / 'Dockerfile'} not found")
+    if not has_build_context(spec, root):
+        raise NoBuildContext(f"{folder / 'Dockerfile'} not found: the kit builds its images from a source checkout (git clone)")
     ignored = _dockerignore(folder)
     files = {}
     for path in sorted(folder.rglob("*")):
@@ -679,7 +688,9 @@ def version_matches(locked: str, local: str | None) -> bool:
 
 def verify_one(name: str, image: LockedImage, probe: bool = True, root: Path | None = None) -> ImageState:
     state = ImageState(name=name, reference=image.reference, pinned_reference=image.pinned_reference, status="ok")
-    if image.build is not None:
+    if image.build is not None and not has_build_context(image.build, root):
+        state.notes.append(f"{image.build.context} is not here: a source checkout builds the image and checks its context")
+    elif image.build is not None:
         current = context_sha256(image.build, root)
         if current != image.context_sha256:
             state.differences.append(Difference(field="lock.context_sha256 (vs the working tree)", lock=image.context_sha256, local=current))
@@ -732,12 +743,13 @@ class LocalSummary(BaseModel):
 
     engine: str | None  # None when reachable, else why not
     present: dict[str, str | None] = {}
-    current_context_sha256: dict[str, str] = {}
+    current_context_sha256: dict[str, str] = {}  # of the build contexts this installation holds
 
 
 def local_summary(lock: ImagesLock | None = None) -> LocalSummary:
     lock = lock or load_lock()
-    hashes = {name: context_sha256(image.build) for name, image in lock.images.items() if image.build}
+    hashes = {name: context_sha256(image.build) for name, image in lock.images.items()
+              if image.build and has_build_context(image.build)}  # fmt: skip
     try:
         engine()
     except EngineUnavailable as exc:

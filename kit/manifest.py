@@ -33,12 +33,21 @@ class ManifestError(Exception):
         super().__init__(f"{self.path}: {key or '(top level)'}: {reason}")
 
 
+def package_data(folder: str) -> Path:
+    """A folder the kit package ships (manifests, report templates), wherever the package is: an
+    installed wheel's own copy, or in a source checkout the folder at its top (kit/<folder> links
+    to it). pip installs a package as files, so the resource is a folder on disk."""
+    from importlib.resources import files
+
+    return Path(str(files("kit") / folder)).resolve()
+
+
 def manifests_dir() -> Path:
-    """The manifests folder: $KIT_MANIFESTS, else the one beside the package (source checkout)."""
+    """The manifests folder: $KIT_MANIFESTS, else the one the package ships."""
     configured = os.environ.get(MANIFESTS_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parent.parent / "manifests"
+    return package_data("manifests")
 
 
 def _key_path(location: tuple) -> str:

@@ -288,18 +288,9 @@ class ServingBounds(BaseModel):
         return self.prompts * self.output_tokens / self.burst.seconds
 
 
-def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = None) -> ServingBounds | None:
-    """Prefill and decode lower bounds of a serving case on `gpu_spec`, or None where
-    hardware.yaml lacks the GPU's peak FLOPS or memory bandwidth for the case's dtype.
-
-    `output_tokens`: tokens generated per request (default: the case's max_output_tokens). A run
-    whose requests stop early at end-of-sequence must pass the mean it generated, or the burst
-    bound would count tokens never produced.
-    Burst: compute is all prefill and decode FLOPs; memory is the least traffic, all requests
-    batched in every decode step (weights read once per step, each sequence's KV cache read
-    once per step). The bound is the larger of the two totals, valid however an engine
-    overlaps prefill and decode.
-    """
+def _serving_peaks(case: Case, gpu_spec: GpuSpec) -> tuple[float, float] | None:
+    """The case's GPUs' summed dense peak (TFLOPS) and memory bandwidth (GB/s): ideal tensor
+    parallelism; None where hardware.yaml lacks either for the case's dtype."""
     params = case.params
     if params.kind != "serve" or case.shape is None:
         raise ValueError(f"case {case.id} is not a serving case of a model")
@@ -307,31 +298,96 @@ def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = No
     bandwidth = _bandwidth_gb_s(gpu_spec)
     if peak is None or bandwidth is None:
         return None
-    shape, n, element = case.shape, case.gpus, BYTES_PER_ELEMENT[params.dtype]
-    prompt, generated, prompts = params.input_tokens, output_tokens or params.max_output_tokens, params.prompts
-    total_peak, total_bandwidth = peak * n, bandwidth * n
-    # Token k > 1 of a request comes from a decode step over input + k - 1 positions.
+    return peak * case.gpus, bandwidth * case.gpus
+
+
+def _served_together(case: Case, batch: int, generated: int, peak: float, bandwidth: float) -> LatencyBound:
+    """Least time to serve `batch` requests as one batch: compute is all their prefill and decode
+    FLOPs; memory the least traffic, the weights read once per decode step and each sequence's KV
+    cache once per step. The larger of the two totals, however an engine overlaps prefill and
+    decode."""
+    shape, prompt, element = case.shape, case.params.input_tokens, BYTES_PER_ELEMENT[case.params.dtype]
+    contexts = range(prompt + 1, prompt + generated)  # token k > 1 comes from a step over prompt + k - 1
+    flops = batch * prefill_flops(shape, prompt) + batch * sum(decode_flops_per_token(shape, c) for c in contexts)
+    traffic = prefill_bytes(shape, prompt, batch, element, element)
+    traffic += sum(decode_step_bytes(shape, c, batch, element, element) for c in contexts)
+    return roofline(flops, traffic, peak, bandwidth)
+
+
+def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = None) -> ServingBounds | None:
+    """Prefill and decode lower bounds of a serving case on `gpu_spec`, or None where
+    hardware.yaml lacks the GPU's peak FLOPS or memory bandwidth for the case's dtype.
+
+    `output_tokens`: tokens generated per request (default: the case's max_output_tokens). A run
+    whose requests stop early at end-of-sequence must pass the mean it generated, or the burst
+    bound would count tokens never produced. Burst: every request served as one batch
+    (_served_together).
+    """
+    peaks = _serving_peaks(case, gpu_spec)
+    if peaks is None:
+        return None
+    params, (total_peak, total_bandwidth) = case.params, peaks
+    shape, element = case.shape, BYTES_PER_ELEMENT[params.dtype]
+    prompt, generated = params.input_tokens, output_tokens or params.max_output_tokens
     contexts = range(prompt + 1, prompt + generated)
     one_decode = [decode_latency_lower_bound(shape, c, 1, total_peak, total_bandwidth, element, element) for c in contexts]
     prefill_one = prefill_latency_lower_bound(shape, prompt, 1, total_peak, total_bandwidth, element, element)
-    flops = prompts * prefill_flops(shape, prompt) + prompts * sum(decode_flops_per_token(shape, c) for c in contexts)
-    traffic = prefill_bytes(shape, prompt, prompts, element, element)
-    traffic += sum(decode_step_bytes(shape, c, prompts, element, element) for c in contexts)
     return ServingBounds(
-        gpus=n,
-        peak_tflops_per_gpu=peak,
-        bandwidth_gb_s_per_gpu=bandwidth,
-        prompts=prompts,
+        gpus=case.gpus,
+        peak_tflops_per_gpu=total_peak / case.gpus,
+        bandwidth_gb_s_per_gpu=total_bandwidth / case.gpus,
+        prompts=params.prompts,
         input_tokens=prompt,
         output_tokens=generated,
         prefill_one=prefill_one,
         decode_step_one=one_decode[0] if one_decode else decode_latency_lower_bound(
             shape, prompt + 1, 1, total_peak, total_bandwidth, element, element),
         request_latency_s=prefill_one.seconds + sum(bound.seconds for bound in one_decode),
-        burst=roofline(flops, traffic, total_peak, total_bandwidth),
-        basis=(f"{gpu_spec.model} x {n} at the datasheet {params.dtype} dense peak and memory bandwidth, "
+        burst=_served_together(case, params.prompts, generated, total_peak, total_bandwidth),
+        basis=(f"{gpu_spec.model} x {case.gpus} at the datasheet {params.dtype} dense peak and memory bandwidth, "
                f"ideal tensor parallelism, {params.dtype} weights and KV cache, {generated} tokens per request"),
     )  # fmt: skip
+
+
+class ConcurrencyBound(BaseModel):
+    """The roofline of a point of the sweep: with N requests in flight, an engine at best serves
+    them as one batch throughout, so that every N requests take at least the time of serving N
+    together (_served_together), and a decode step of N sequences at least its own roofline
+    (memory-bound decode: the weights and N KV caches read per step of N tokens)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: int
+    output_tokens: int
+    together: LatencyBound  # N requests served as one batch, prefill to last token
+    min_tpot_s: float  # the mean of the decode steps of N sequences over a request's contexts
+    basis: str
+
+    @computed_field
+    @property
+    def max_output_tokens_per_s(self) -> float:
+        return self.concurrency * self.output_tokens / self.together.seconds
+
+
+def concurrency_bound(case: Case, gpu_spec: GpuSpec, concurrency: int, output_tokens: int | None = None) -> ConcurrencyBound | None:
+    """The least time of a point of the sweep at `concurrency` on `gpu_spec` (see
+    serving_bounds for `output_tokens` and None)."""
+    peaks = _serving_peaks(case, gpu_spec)
+    if peaks is None:
+        return None
+    params, (peak, bandwidth) = case.params, peaks
+    element, prompt = BYTES_PER_ELEMENT[params.dtype], params.input_tokens
+    generated = output_tokens or params.max_output_tokens
+    steps = [decode_latency_lower_bound(case.shape, c, concurrency, peak, bandwidth, element, element).seconds
+             for c in range(prompt + 1, prompt + generated)]  # fmt: skip
+    return ConcurrencyBound(
+        concurrency=concurrency,
+        output_tokens=generated,
+        together=_served_together(case, concurrency, generated, peak, bandwidth),
+        min_tpot_s=sum(steps) / len(steps) if steps else 0.0,
+        basis=f"{gpu_spec.model} x {case.gpus} at the datasheet {params.dtype} dense peak and memory bandwidth, "
+              f"{concurrency} requests served as one batch",
+    )
 
 
 # --- Beside a measurement ---------------------------------------------------------------------

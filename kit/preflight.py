@@ -54,7 +54,7 @@ class Preflight(BaseModel):
 
 def miniature(case: Case) -> Case:
     """The case's smallest real form: the tiny Llama, one run, one warm-up-free step, one
-    message size, one short request; same stage, method, image, device and executor path."""
+    message size, one short request (no sweep); same stage, method, image, device and executor path."""
     tiny = load_protocol().models[MINIATURE_MODEL]
     params = case.params
     common = {"runs": 1, "timeout_s": MINIATURE_TIMEOUT_S}
@@ -67,7 +67,7 @@ def miniature(case: Case) -> Case:
         model = {}
     else:  # serve
         update = {**common, **soak, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
-                  "ready_timeout_s": 480}  # fmt: skip
+                  "ready_timeout_s": 480, "sweep": None}  # fmt: skip
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})
 

@@ -153,8 +153,33 @@ class ProfileParams(StepParams):
     kind: Literal["profile"] = "profile"
 
 
+class ConcurrencySweep(Strict):
+    """Steady-state points after the burst, on the same engine (kit.serve.sweep): at each
+    concurrency N (1, 2, 4, ... and the largest, `max_concurrency` or the burst's size) the client
+    keeps N requests in flight, sending the next as one ends, as `vllm bench serve
+    --max-concurrency N` does. A point sends max(min_requests, requests_per_slot x N) requests:
+    enough for a p99 of its own, and several per slot, so that the first wave (N sent at once)
+    and the last (the slots emptying) are a small part of it; but none after `max_point_s` (the
+    requests in flight then finish), so that a slow host's sweep takes a bounded time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    max_concurrency: int | None = Field(default=None, gt=0)  # None: the burst's size
+    requests_per_slot: int = Field(gt=0)
+    min_requests: int = Field(gt=0)
+    max_point_s: int | None = Field(default=None, gt=0)  # None: every planned request is sent
+
+    def levels(self, prompts: int) -> list[int]:
+        """The concurrencies of the points, ascending: powers of two below the largest, then it."""
+        top = self.max_concurrency or prompts
+        return sorted({2**k for k in range(top.bit_length()) if 2**k < top} | {top})
+
+    def requests_at(self, concurrency: int) -> int:
+        return max(self.min_requests, self.requests_per_slot * concurrency)
+
+
 class ServeParams(CaseParams):
-    """Serving under the paper's burst: N prompts of L tokens, all released at t=0."""
+    """Serving under the paper's burst: N prompts of L tokens, all released at t=0; then, where
+    `sweep` is set, steady-state points at rising concurrency on the same engine."""
 
     kind: Literal["serve"] = "serve"
     engine: str = ""
@@ -168,6 +193,7 @@ class ServeParams(CaseParams):
     warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
+    sweep: ConcurrencySweep | None = None  # None: the burst alone
     soak: Soak | None = None  # set on a soak case (kit/soak.py): bursts one after another for that long
 
 

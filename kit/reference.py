@@ -32,13 +32,15 @@ from kit.fingerprint import Calibration, Fingerprint
 from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
-from kit.results import Result, RunInfo
+from kit.results import Metric, Result, RunInfo
 from kit.validity import invalid_reasons
 
 REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
 
-Verdict = Literal["consistent", "deviates", "not measured", "not applicable"]
-VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "not measured", "not applicable")
+Verdict = Literal["consistent", "deviates", "inconclusive", "not measured", "not applicable"]
+VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "inconclusive", "not measured", "not applicable")
+MIN_RUNS = 3  # runs of each case a relation reads before it may deviate
+SPREAD_FACTOR = 2.0  # a relation's margin, in standard errors of its value
 
 # `{stage}.{model}.{method}.g{gpus}[.b{batch}]`; comm cases have no model.
 CASE_ID_PATTERN = r"^[a-z][a-z0-9_-]*(\.[a-z0-9][a-z0-9_-]*)?\.[a-z0-9_+-]+\.g[1-9][0-9]*(\.b[1-9][0-9]*)?$"
@@ -221,6 +223,26 @@ class Published(Strict):
 
     def holds(self, measured: float) -> bool:
         return self.low <= measured <= self.high
+
+    def _centre_half(self) -> tuple[float, float] | None:
+        if self.value is not None:
+            return self.value, self.tolerance or 0.0
+        if self.between is not None:
+            return (self.between[0] + self.between[1]) / 2, (self.between[1] - self.between[0]) / 2
+        return None
+
+    def holds_beyond(self, measured: float, margin: float) -> bool:
+        """Inside the bound by more than `margin` (on every side the bound has)."""
+        return self.low + margin < measured < self.high - margin
+
+    def outside_beyond(self, measured: float, margin: float) -> bool:
+        """Further from the published value than the wider of `margin` and the stated tolerance
+        (a range: its half-width); of a one-sided bound, further outside it than `margin`."""
+        two_sided = self._centre_half()
+        if two_sided is not None:
+            centre, half = two_sided
+            return abs(measured - centre) > max(half, margin)
+        return measured < self.low - margin or measured > self.high + margin
 
     def describe(self, scale: Scale) -> str:
         if self.value is not None:
@@ -701,6 +723,9 @@ class RelationOutcome(BaseModel):
     stand_ins: dict[str, str] = {}
     runs: tuple[str, ...] = ()
     readings: list[ReadingOutcome] = []  # where the sentence admits several: the verdict under each
+    # What the numbers alone say (consistent, deviates or inconclusive), also where the verdict is
+    # not applicable (for information); None where nothing was measured.
+    judged: Verdict | None = None
 
 
 class ClaimOutcome(BaseModel):
@@ -734,6 +759,7 @@ class Reading(NamedTuple):
     case: str | None = None
     case_used: str | None = None
     result: Result | None = None
+    metric: Metric | None = None
 
 
 class CaseParts(NamedTuple):
@@ -873,7 +899,7 @@ class ClaimContext:
             return Reading(None, missing=f"{metric} of {used}", **found)
         if used in run.invalid:  # a figure past its physical bound is no measurement to judge a claim on
             return Reading(None, missing=f"{used} (invalid: {run.invalid[used][0]})", **found)
-        return Reading(metric_value.mean, metric_value.unit, result=result, **found)
+        return Reading(metric_value.mean, metric_value.unit, result=result, metric=metric_value, **found)
 
     def platforms_of(self, relation_platform: str | None, item_platform: str | None = None) -> list[str]:
         if item_platform:
@@ -893,16 +919,85 @@ class Evidence(NamedTuple):
     missing: str | None
 
 
+class Spread(NamedTuple):
+    """How far a relation's runs let it be judged: the cases read with fewer than MIN_RUNS runs
+    ("1 run of profile.llama2-7b.base.g1"), and the margin of its value (SPREAD_FACTOR standard
+    errors; None where a case has a single run, which gives no spread)."""
+
+    short: tuple[str, ...]
+    margin: float | None
+
+    @property
+    def reason(self) -> str:
+        return f"{', '.join(self.short)}; {MIN_RUNS} needed"
+
+
+def _runs_text(reading: Reading) -> str:
+    runs = reading.metric.n if reading.metric is not None else 1
+    return f"{runs} run{'s' * (runs != 1)} of {reading.case_used or reading.case}"
+
+
+def relative_error(metric: Metric | None) -> float | None:
+    """The standard error of a metric's mean over its runs, relative to the mean (None: one run)."""
+    if metric is None or metric.n < 2:
+        return None
+    if not metric.std or not metric.mean:
+        return 0.0
+    return metric.std / math.sqrt(metric.n) / abs(metric.mean)
+
+
+def spread_of(readings: Sequence[Reading], value: float | None, relative: Sequence[float | None] | None = None) -> Spread:
+    """The spread of a value computed as a product or quotient of the readings' means (relative
+    errors add in quadrature): a value of one reading, a ratio, a share, a scaling efficiency.
+    `relative` gives the relative errors where they are not the readings' own."""
+    short = tuple(dict.fromkeys(_runs_text(r) for r in readings if r.metric is None or r.metric.n < MIN_RUNS))
+    errors = list(relative) if relative is not None else [relative_error(r.metric) for r in readings]
+    if value is None or any(error is None for error in errors):
+        return Spread(short, None)
+    return Spread(short, SPREAD_FACTOR * abs(value) * math.sqrt(sum(error**2 for error in errors)))  # type: ignore[operator]
+
+
+def median_spread(pairs: Sequence[Sequence[Reading]], median: float | None) -> Spread:
+    """The spread of a median of per-case ratios: each case's runs count, and the median of the
+    per-case relative errors stands for the median's."""
+    readings = [r for pair in pairs for r in pair]
+    errors = [spread_of(pair, 1.0).margin for pair in pairs]
+    if median is None or not errors or any(error is None for error in errors):
+        return spread_of(readings, None)
+    relative = statistics.median(errors) / SPREAD_FACTOR  # type: ignore[type-var, operator]
+    return spread_of(readings, median, [relative])
+
+
+def judge(published: Published, value: float, spread: Spread, scale: Scale) -> tuple[Verdict, str]:
+    """A value against a published bound, as its runs allow (the module's rule)."""
+    inside = published.holds(value)
+    margin = f"± {scale.show_difference(spread.margin)}" if spread.margin is not None else None
+    if spread.short:
+        if inside and spread.margin is not None and published.holds_beyond(value, spread.margin):
+            return "consistent", f"within the published bound by more than its runs' spread ({margin})"
+        found = "within the published bound" if inside else published.deviation(value, scale)
+        if inside and spread.margin is not None:
+            found += f", by less than its runs' spread ({margin})"
+        return "inconclusive", f"{found}; {spread.reason}"
+    if inside:
+        return "consistent", "within the published bound"
+    if spread.margin is None or published.outside_beyond(value, spread.margin):
+        return "deviates", published.deviation(value, scale)
+    return "inconclusive", f"{published.deviation(value, scale)}, but within its runs' spread ({margin}, {SPREAD_FACTOR:g} standard errors)"
+
+
 def outcome(
     relation: str,
     published: str,
     evidence: Evidence,
     measured: str | None = None,
     value: float | None = None,
-    holds: bool | None = None,
+    verdict: Verdict | None = None,
     finding: str = "",
 ) -> RelationOutcome:
-    """The verdict of one relation: not applicable before not measured before the bound."""
+    """The verdict of one relation: not applicable before not measured before the numbers' own
+    (`verdict`: consistent, deviates or inconclusive), which a not applicable relation keeps as
+    `judged`, for information."""
     common = dict(
         relation=relation,
         published=published,
@@ -913,15 +1008,19 @@ def outcome(
     if evidence.inapplicable:
         return RelationOutcome(verdict="not applicable", finding="", **{**common, "caveats": [evidence.inapplicable]})
     if evidence.missing:
-        verdict: Verdict = "not applicable" if evidence.caveats else "not measured"
-        return RelationOutcome(verdict=verdict, finding=f"missing: {evidence.missing}", **common)
-    verdict = "not applicable" if evidence.caveats else ("consistent" if holds else "deviates")
-    return RelationOutcome(verdict=verdict, measured=measured, measured_value=value, finding=finding, **common)
+        missing: Verdict = "not applicable" if evidence.caveats else "not measured"
+        return RelationOutcome(verdict=missing, finding=f"missing: {evidence.missing}", **common)
+    shown: Verdict = "not applicable" if evidence.caveats else verdict  # type: ignore[assignment]
+    if evidence.caveats and verdict == "inconclusive":
+        finding = f"inconclusive: {finding}"
+    return RelationOutcome(verdict=shown, measured=measured, measured_value=value, finding=finding, judged=verdict, **common)
 
 
-def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, value: float | None) -> RelationOutcome:
+def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, value: float | None,
+            spread: Spread) -> RelationOutcome:  # fmt: skip
     """A relation whose measured value is checked against its published bound, under every
-    reading of the sentence: it holds when one reading holds, and deviates only when all do."""
+    reading of the sentence: it holds when one reading holds, deviates only when all do, and is
+    inconclusive otherwise (as its runs allow: `judge`)."""
     readings = bound.readings
     shown = " or ".join(
         published.describe(scale) + (f" (read as {label})" if len(readings) > 1 else "") for label, published in readings
@@ -930,23 +1029,21 @@ def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, va
         evidence = evidence._replace(missing="a computable value (a denominator is 0)")
     if value is None or evidence.missing or evidence.inapplicable:
         return outcome(relation, shown, evidence)
-    judged = [
-        (label, published, published.holds(value),
-         "within the published bound" if published.holds(value) else published.deviation(value, scale))
-        for label, published in readings
-    ]  # fmt: skip
-    holds = any(within for _, _, within, _ in judged)
+    judged = [(label, published, *judge(published, value, spread, scale)) for label, published in readings]
+    verdicts = {verdict for _, _, verdict, _ in judged}
+    verdict: Verdict = next(v for v in ("consistent", "inconclusive", "deviates") if v in verdicts)  # type: ignore[assignment]
     if len(judged) == 1:
         finding = judged[0][3]
     else:
         finding = "; ".join(f"read as {label}: {text}" for label, _, _, text in judged)
-        finding += "; consistent under one reading" if holds else "; deviates under every reading"
-    result = outcome(relation, shown, evidence, scale.show(value), value, holds, finding)
+        finding += {"consistent": "; consistent under one reading", "deviates": "; deviates under every reading",
+                    "inconclusive": "; inconclusive: no reading holds and not every reading deviates"}[verdict]  # fmt: skip
+    result = outcome(relation, shown, evidence, scale.show(value), value, verdict, finding)
     if len(judged) > 1:
         per_reading = [
             ReadingOutcome(label=label or "", published=published.describe(scale), finding=text,
-                           verdict="not applicable" if result.verdict == "not applicable" else ("consistent" if within else "deviates"))
-            for label, published, within, text in judged
+                           verdict="not applicable" if result.verdict == "not applicable" else each)
+            for label, published, each, text in judged
         ]  # fmt: skip
         result = result.model_copy(update={"readings": per_reading})
     return result
@@ -988,7 +1085,7 @@ def _evaluate_value(context: ClaimContext, relation: ValueRelation) -> RelationO
             evidence = evidence._replace(
                 missing=f"{measure.metric} in {relation.published.unit} (the run has {reading.unit})"
             )
-    return bounded(text, relation, unit_scale(relation.published.unit), evidence, value)
+    return bounded(text, relation, unit_scale(relation.published.unit), evidence, value, spread_of([reading], value))
 
 
 def _evaluate_ratio(context: ClaimContext, relation: RatioRelation) -> RelationOutcome:
@@ -997,13 +1094,14 @@ def _evaluate_ratio(context: ClaimContext, relation: RatioRelation) -> RelationO
     bottom, bottom_readings, bottom_text = _quantity(context, relation.denominator, relation.platform, cross)
     evidence = context.gather(top_readings + bottom_readings)
     ratio = top / bottom if top is not None and bottom else None
-    return bounded(f"{top_text} / {bottom_text}", relation, TIMES, evidence, ratio)
+    spread = spread_of(top_readings + bottom_readings, ratio)
+    return bounded(f"{top_text} / {bottom_text}", relation, TIMES, evidence, ratio, spread)
 
 
 def _evaluate_scaling(context: ClaimContext, relation: ScalingEfficiencyRelation) -> RelationOutcome:
     text = f"tokens/s of {relation.target} / (N × tokens/s of {relation.base})"
     value, readings = _scaling(context, relation.base, relation.target, context.platforms_of(relation.platform), False)
-    return bounded(text, relation, PERCENT, context.gather(readings), value)
+    return bounded(text, relation, PERCENT, context.gather(readings), value, spread_of(readings, value))
 
 
 def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationOutcome:
@@ -1011,7 +1109,7 @@ def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationO
     platforms = context.platforms_of(relation.platform)
     part, whole = (context.read(relation.case, metric, platforms, False) for metric in (relation.part, relation.whole))
     share = part.value / whole.value if part.value is not None and whole.value else None
-    return bounded(text, relation, PERCENT, context.gather([part, whole]), share)
+    return bounded(text, relation, PERCENT, context.gather([part, whole]), share, spread_of([part, whole], share))
 
 
 def quantised(case: Case) -> bool:
@@ -1051,7 +1149,7 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
             and completed(bottom_run, variant_case_id(cid, bottom_variant))
         )
     )
-    ratios, readings, gaps, used = [], [], [], []
+    ratios, readings, gaps, used, measured_pairs = [], [], [], [], []
     for case in cases:
         pair = [
             context.read(case, relation.metric, [platform], True)
@@ -1063,10 +1161,12 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
             continue
         ratios.append(pair[0].value / pair[1].value)
         used.append(case)
+        measured_pairs.append(pair)
     evidence = context.gather(readings)._replace(
         missing=None if ratios else (", ".join(gaps) or f"a {relation.stage} case on both")
     )
-    result = bounded(text, relation, TIMES, evidence, statistics.median(ratios) if ratios else None)
+    median = statistics.median(ratios) if ratios else None
+    result = bounded(text, relation, TIMES, evidence, median, median_spread(measured_pairs, median))
     if ratios:
         spread = (f"{len(ratios)} cases, the same case on both: {', '.join(used)}; "
                   f"ratios {format_value(min(ratios))} to {format_value(max(ratios))}")  # fmt: skip
@@ -1108,18 +1208,33 @@ def _evaluate_ordering(context: ClaimContext, relation: OrderingRelation) -> Rel
         ", ".join(f"{label(item)} {format_value(r.value)}" for item, r in zip(tier, values))  # type: ignore[arg-type]
         for tier, values in zip(relation.tiers, readings)
     )
-    violations = []
+    spread = spread_of([r for tier in readings for r in tier], None)
+    violations, undecided = [], []
     for upper, lower, upper_items, lower_items in zip(readings, readings[1:], relation.tiers, relation.tiers[1:]):
         for a, item_a in zip(upper, upper_items):
             for b, item_b in zip(lower, lower_items):
-                in_order = a.value > b.value if relation.direction == "descending" else a.value < b.value  # type: ignore[operator]
-                if not in_order:
-                    violations.append(
-                        f"{label(item_a)} ({format_value(a.value)}) is not{sign.rstrip()} "  # type: ignore[arg-type]
-                        f"{label(item_b)} ({format_value(b.value)})"
-                    )  # type: ignore[arg-type]
-    finding = "; ".join(violations) or "in the published order"
-    return outcome(text, published, evidence, shown, None, not violations, finding)
+                gap = a.value - b.value if relation.direction == "descending" else b.value - a.value  # type: ignore[operator]
+                errors = [relative_error(a.metric), relative_error(b.metric)]
+                margin = (None if None in errors else  # type: ignore[operator]
+                          SPREAD_FACTOR * math.hypot(a.value * errors[0], b.value * errors[1]))  # fmt: skip
+                if gap > 0 and (not spread.short or margin is None or gap > margin):
+                    continue  # in order (from a single run: the runs it lacks are said once, below)
+                pair = (f"{label(item_a)} ({format_value(a.value)}) is{'' if gap > 0 else ' not'}{sign.rstrip()} "  # type: ignore[arg-type]
+                        f"{label(item_b)} ({format_value(b.value)})")  # type: ignore[arg-type]  # fmt: skip
+                if spread.short:
+                    undecided.append(pair if gap <= 0 else f"{pair}, by less than their runs' spread")
+                elif margin is None or -gap > margin:
+                    violations.append(pair)
+                else:
+                    undecided.append(f"{pair}, but within their runs' spread ({SPREAD_FACTOR:g} standard errors)")
+    # from fewer runs, in order by more than the margin two runs give is consistent; one run gives none
+    every = [r for tier in readings for r in tier]
+    settled = not undecided and (not spread.short or all(relative_error(r.metric) is not None for r in every))
+    verdict: Verdict = "deviates" if violations else ("consistent" if settled else "inconclusive")
+    finding = "; ".join(violations + undecided) or "in the published order"
+    if spread.short and verdict == "inconclusive":
+        finding += f"; {spread.reason}"
+    return outcome(text, published, evidence, shown, None, verdict, finding)
 
 
 EVALUATORS: dict[type, Callable[[ClaimContext, Any], RelationOutcome]] = {
@@ -1133,10 +1248,11 @@ EVALUATORS: dict[type, Callable[[ClaimContext, Any], RelationOutcome]] = {
 
 
 def claim_verdict(relations: Sequence[RelationOutcome]) -> Verdict:
-    """A deviation anywhere decides; else one consistent relation suffices (the others are
-    listed as not measured or not applicable); else the claim is not measured, or not applicable."""
+    """A deviation anywhere decides; else a relation the runs cannot decide makes the claim
+    inconclusive; else one consistent relation suffices (the others are listed as not measured or
+    not applicable); else the claim is not measured, or not applicable."""
     verdicts = {relation.verdict for relation in relations}
-    for verdict in ("deviates", "consistent", "not measured"):
+    for verdict in ("deviates", "inconclusive", "consistent", "not measured"):
         if verdict in verdicts:
             return verdict  # type: ignore[return-value]
     return "not applicable"
@@ -1147,12 +1263,23 @@ def _claim_reason(verdict: Verdict, relations: Sequence[RelationOutcome]) -> str
     total = len(relations)
     if verdict == "deviates":
         return f"{counted['deviates']} of {total} relations outside the published bound"
+    if verdict == "inconclusive":
+        reasons = list(dict.fromkeys(_short_reason(r.finding) for r in relations if r.verdict == "inconclusive"))
+        return f"{counted['inconclusive']} of {total} relations inconclusive: " + "; ".join(reasons)
     if verdict == "consistent":
         rest = total - counted["consistent"]
         return f"{counted['consistent']} of {total} relations hold" + (f"; {rest} not evaluated" if rest else "")
     if verdict == "not measured":
         return f"{counted['not measured']} of {total} relations lack a measurement"
     return "; ".join(_claim_caveats(relations))
+
+
+def _short_reason(finding: str) -> str:
+    """Why a relation is inconclusive, in a few words: the runs it lacks, where that is why."""
+    needed = f"; {MIN_RUNS} needed"
+    if needed in finding:
+        return finding[: finding.index(needed)].rsplit("; ", 1)[-1] + needed
+    return "outside the bound by less than the runs' spread"
 
 
 def _claim_caveats(relations: Sequence[RelationOutcome]) -> list[str]:
@@ -1269,14 +1396,15 @@ def evaluate_tables(reference: Reference, runs: Sequence[MeasuredRun]) -> list[T
             continue
         ratio = metric.mean / published
         tolerance = entry.tolerance or reference.table_tolerance
-        holds = abs(ratio - 1) <= tolerance
+        bound = Published(value=1.0, tolerance=tolerance)
+        reading = Reading(metric.mean, metric.unit, run=run.label, case=entry.case, case_used=entry.case, metric=metric)
+        verdict, found = judge(bound, ratio, spread_of([reading], ratio), PERCENT)
         detail = (
-            f"within ± {tolerance:.0%}"
-            if holds
+            found.replace("within the published bound", f"within ± {tolerance:.0%}")
+            if bound.holds(ratio)
             else f"{abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} the published value, "
-            f"outside ± {tolerance:.0%}"
+            f"outside ± {tolerance:.0%}" + (f"; {found.split('; ', 1)[1]}" if "; " in found else "")
         )
-        verdict: Verdict = "consistent" if holds else "deviates"
         if not run.comparable_to_reference:
             detail = (
                 f"run {run.label} (profile {run.profile}) is not comparable to the reference; for information: {detail}"

@@ -25,6 +25,8 @@ def soak_case(case: Case, seconds: float) -> Case:
     update = {"soak": Soak(seconds=seconds, window_s=window_s), "runs": 1, "timeout_s": case.params.timeout_s + math.ceil(seconds)}
     if case.params.kind == "train":
         update["launch"] = "per_run"
+    else:
+        update["sweep"] = None  # its windows are bursts; the sweep is the serving case's own
     said = (f"{case.id} measured for {seconds / 60:g} min on end (kit run --soak), in windows of {window_s:g} s, each with its "
             "throughput and NVML's SM clock, temperature and power: the first minute against the last")  # fmt: skip
     return case.model_copy(update={

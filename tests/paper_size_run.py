@@ -18,25 +18,24 @@ Given the same plan and seed, the bytes written are the same.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import hashlib
 import json
-import copy
-import shutil
 import random
+import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from kit import effective, nccl_tests
 from kit.analysis import model_flops_per_token, parameter_count
 from kit.breakdown import (
-    BLOCKS,
+    CALL_PREFIX,
+    CALLS_KEY,
+    MODULE_PREFIX,
     PHASE_RANGES,
-    PHASES,
-    Breakdown,
-    ModuleTime,
-    PhaseTime,
-    trace_activity,
+    summarize_steps,
+    timeline,
 )
 from kit.comm import (
     COLLECTIVES,
@@ -67,10 +66,10 @@ from kit.predictions import (
     device_memory_bytes,
     predicted_oom,
     predicted_training_memory,
+    concurrency_bound,
     serving_bounds,
 )
 from kit.protocol import Case, Plan, build_plan, load_protocol
-from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.results import (
     ContainerRun,
     DeviceTelemetry,
@@ -86,8 +85,10 @@ from kit.results import (
 from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
+from kit.serve.sweep import point_folder
 from kit.stages import maxbatch
-from kit.workloads.profile import ACTIVITY_METHODS, METHOD, RECOMPUTE_METHOD, TIMERS
+from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
+from kit.workloads.profile import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
@@ -102,15 +103,20 @@ STARTED = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 
 # Cases that fail, and how. Every kind of failure a real paper run records: a collective that
 # times out in the second run, a container the kernel OOM-kills before any rank writes its
-# sample, nccl-tests reporting wrong elements, an engine that drops requests mid-burst.
+# sample, nccl-tests reporting wrong elements.
 ERROR_CASES = {
     "finetune.llama2-13b.ql+z3+o.g8": "nccl-timeout",
     "pretrain.llama2-7b.z3+o+r+f.g8": "host-oom-kill",
     "comm.alltoall.g8": "wrong-elements",
-    "serve.llama2-70b.tgi.g8": "failed-requests",
 }
+# An overloaded engine that answers some requests with HTTP 503 (12 of the burst's 1000, 1.2 % of
+# the sweep's from concurrency 256 on): errors are data, the case is ok and says how many failed.
+FAILING_REQUESTS = "serve.llama2-70b.tgi.g8"
 # The engine whose image is not on the host: its cases run locally, where it is not installed.
 UNAVAILABLE_ENGINES = ("lightllm",)
+# How much faster than drawn a case `write_run` is asked to put past its bound runs: the 70B vLLM
+# burst at 2.6 x lies past its roofline on 8 A800s, a figure no run can reach (kit.validity).
+PAST_BOUND_SPEEDUP = 2.6
 
 # The crude performance model: model-FLOPs utilisation of a plain data-parallel step per model,
 # each method's factor on it, and data-parallel efficiency per process count.
@@ -118,7 +124,9 @@ BASE_MFU = {"llama2-7b": 0.42, "llama2-13b": 0.40, "llama2-70b": 0.36}
 METHOD_FACTOR = {"naive": 1.0, "z2": 0.96, "z3": 0.84, "o": 0.38, "q": 0.55, "r": 0.77, "f": 1.12, "l": 1.5, "ql": 0.8}
 PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
 CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
-DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.061}
+# A decode step of the whole burst: 70B's below its roofline on 8 A800s (kit.predictions.serving_bounds,
+# 6014 tokens/s: compute-bound at 1000 requests), as every synthetic figure is.
+DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.16}
 ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07}
 SYNTHETIC_POWER_W = 330.0  # a GPU's draw under load, below the A800 SXM4's 400 W board power
 COMM_PEAK_BUSBW = {
@@ -514,29 +522,125 @@ PART_SHARE = {
     "LM head": 0.04,
     "Loss": 0.01,
 }
-COVERED = 0.94  # share of an instrumented phase inside some part
+OUTSIDE_LAYERS = ("Embedding", "LM head", "Loss")
+OTHER_SHARE = 0.03  # device time in no part (residual adds, the SwiGLU product)
+BLOCK_OF = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "RoPE": "self_attn",
+            "Attention": "self_attn", "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp",
+            "SiLU": "mlp", "down_proj": "mlp"}  # fmt: skip
 
 
-def chrome_trace(phases: dict[str, tuple[float, float]], busy_share: float) -> dict:
-    """A minimal profiler trace: the phase ranges and kernels covering `busy_share` of each."""
-    events = []
-    for phase, (start_us, length_us) in phases.items():
-        events.append(
-            {"ph": "X", "cat": "user_annotation", "name": PHASE_RANGES[phase], "ts": start_us, "dur": length_us}
-        )
-        slices = 40
-        for k in range(slices):
-            width = length_us / slices
-            events.append(
-                {
-                    "ph": "X",
-                    "cat": "kernel",
-                    "name": f"kernel_{phase}_{k}",
-                    "ts": start_us + k * width,
-                    "dur": width * busy_share,
-                }
-            )
-    return {"traceEvents": events}
+class SyntheticTrace:
+    """A profiler trace in the layout the profile workload records (kit.breakdown reads it):
+    phase ranges and module ranges on the step's thread, autograd nodes on the engine's thread,
+    each kernel launched inside them with its correlation id, the module calls' sequence numbers
+    as metadata. Each kernel starts once launched and the device is queued up; the host leaves a
+    gap after each, so the device sits idle for (1 - busy_share) of the time."""
+
+    def __init__(self, busy_share: float):
+        self.events: list[dict] = []
+        self.calls: list[list] = []
+        self.host = 1_000_000.0  # us
+        self.correlation = 0
+        self.sequence = 0
+        self.busy_share = busy_share
+        self.made: dict[str, int] = {}  # part -> the sequence number of its forward call in this step
+
+    def span(self, cat: str, name: str, start: float, end: float, tid, **args) -> None:
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start,
+                            "args": args})  # fmt: skip
+
+    def kernel(self, name: str, us: float, tid="main") -> None:
+        self.correlation += 1
+        self.span("cuda_runtime", "cudaLaunchKernel", self.host, self.host + 4, tid, correlation=self.correlation)
+        self.span("kernel", name, self.host + 5, self.host + 5 + us, 7, correlation=self.correlation)
+        self.host += 5 + us + us * (1 - self.busy_share) / self.busy_share
+
+    def open(self) -> tuple[float, int]:
+        """A range opened now: its start and the first sequence number within it."""
+        opened = self.host, self.sequence
+        self.host += 1
+        return opened
+
+    def close(self, name: str, opened: tuple[float, int], tid="main") -> None:
+        start, first = opened
+        self.host += 1
+        self.span("user_annotation", name, start, self.host, tid)
+        self.host += 1
+        if tid == "main" and name.startswith((MODULE_PREFIX, CALL_PREFIX)):
+            self.calls.append([name, "main", first, self.sequence])
+
+    def part_forward(self, part: str, us: float) -> None:
+        opened = self.open()
+        self.made[part] = self.sequence
+        self.sequence += 1
+        self.kernel(f"{part}_fwd", us)
+        self.close(_part_range(part), opened)
+
+    def recompute(self, part: str, us: float) -> None:
+        """A checkpointed layer's part re-run inside the backward node that needs it."""
+        node, outer = self.host, self.open()
+        inner = self.open()
+        self.kernel(f"{part}_recompute", us, tid="autograd")
+        self.close(_part_range(part), inner, "autograd")
+        self.close("kit::recompute", outer, "autograd")
+        self.span("cpu_op", "MulBackward0", node, self.host, "autograd",
+                  **{"Sequence number": self.made[part], "Fwd thread id": 1})  # fmt: skip
+        self.host += 1
+
+    def node(self, name: str, sequence: int, us: float) -> None:
+        start = self.host
+        self.kernel(f"{name}_kernel", us, tid="autograd")
+        self.span("cpu_op", name, start, self.host, "autograd", **{"Sequence number": sequence, "Fwd thread id": 1})
+        self.host += 1
+
+
+def _part_range(part: str) -> str:
+    if part in ("RoPE", "Attention", "Loss"):
+        return CALL_PREFIX + part
+    module = {"Embedding": "model.embed_tokens", "RMSNorm": "model.norm", "LM head": "lm_head", "SiLU": "model.layers.0.mlp.act_fn"}
+    name = module.get(part) or f"model.layers.0.{BLOCK_OF[part]}.{part}"
+    return MODULE_PREFIX + name
+
+
+def chrome_trace(walls: dict[str, float], recompute_ms: float, busy_share: float, steps: int, rng: random.Random) -> dict:
+    """`steps` steps of the given phase times (ms): parts in their ranges in proportion to
+    PART_SHARE, a little device time in no part, backward as nodes of the forward's calls."""
+    trace = SyntheticTrace(busy_share)
+    scale = sum(PART_SHARE.values())
+    device = {phase: 1e3 * ms * busy_share for phase, ms in walls.items()}  # us of device time per phase
+    plain_backward = device["backward"] - 1e3 * recompute_ms * busy_share
+    for _ in range(steps):
+        jitter = rng.uniform(0.99, 1.02)
+        forward_us = {part: device["forward"] * (1 - OTHER_SHARE) * share / scale * jitter for part, share in PART_SHARE.items()}
+        phase = trace.open()
+        trace.part_forward("Embedding", forward_us["Embedding"])
+        layer = trace.open()
+        trace.part_forward("RMSNorm", forward_us["RMSNorm"])
+        for block in ("self_attn", "mlp"):
+            opened = trace.open()
+            for part in (part for part, owner in BLOCK_OF.items() if owner == block):
+                trace.part_forward(part, forward_us[part])
+            trace.close(MODULE_PREFIX + f"model.layers.0.{block}", opened)
+        trace.close(MODULE_PREFIX + "model.layers.0", layer)
+        trace.kernel("residual_add", device["forward"] * OTHER_SHARE * jitter)
+        trace.part_forward("LM head", forward_us["LM head"])
+        trace.part_forward("Loss", forward_us["Loss"])
+        trace.close(PHASE_RANGES["forward"], phase)
+
+        phase = trace.open()
+        for part, share in reversed(PART_SHARE.items()):
+            if recompute_ms and part not in OUTSIDE_LAYERS:
+                trace.recompute(part, 1e3 * recompute_ms * busy_share * share / scale * jitter)
+            trace.node(f"{part}Backward0", trace.made[part], plain_backward * (1 - OTHER_SHARE) * share / scale * jitter)
+        trace.kernel("accumulate_grad", plain_backward * OTHER_SHARE * jitter, tid="autograd")
+        trace.close(PHASE_RANGES["backward"], phase)
+
+        phase = trace.open()
+        for name in ("multi_tensor_apply_kernel", "fused_adamw"):
+            trace.kernel(name, device["optimizer"] / 2 * jitter)
+        trace.close(PHASE_RANGES["optimizer"], phase)
+        trace.host += 50
+    return {"traceEvents": trace.events, CALLS_KEY: trace.calls}
 
 
 def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
@@ -551,106 +655,25 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
     runs = []
     for index in range(1, params.runs + 1):
         walls = {"forward": forward_ms, "backward": backward_ms + recompute_ms, "optimizer": optimizer_ms}
-        plain = {
-            name: [value * rng.uniform(0.99, 1.02) for _ in range(params.measured_steps)]
-            for name, value in walls.items()
-        }
-        instrumented = {name: sum(values) / len(values) * 1.03 for name, values in plain.items()}
-        starts, cursor = {}, 1_000_000.0
-        for name in PHASES:
-            starts[name] = (cursor, 1e3 * instrumented[name] * 1.01)
-            cursor += starts[name][1] + 50
+        plain = [{name: value * rng.uniform(0.99, 1.02) for name, value in walls.items()}
+                 for _ in range(params.measured_steps)]  # fmt: skip
         out = folder / "runs" / str(index)
         out.mkdir(parents=True, exist_ok=True)
-        trace = chrome_trace(starts, busy_share=0.93 if host.cuda else 0.88)
+        trace = chrome_trace(walls, recompute_ms, 0.93 if host.cuda else 0.88, params.measured_steps, rng)
         trace_name = "profile-trace-rank0.json.gz"
         with (out / trace_name).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
             handle.write(json.dumps(trace).encode())
-        activity = trace_activity(trace, case.device)
-        scale = sum(PART_SHARE.values())
-        modules = [
-            ModuleTime(
-                name=part,
-                forward_ms=COVERED * instrumented["forward"] * share / scale,
-                backward_ms=COVERED * (instrumented["backward"] - recompute_ms) * share / scale,
-                recompute_ms=recompute_ms * COVERED * share / scale
-                if part not in ("Embedding", "LM head", "Loss")
-                else 0.0,
-                calls=1
-                if part in ("Embedding", "LM head", "Loss")
-                else case.shape.num_layers * (2 if part == "RMSNorm" else 1),
-            )
-            for part, share in PART_SHARE.items()
-        ]
-        sums = {
-            "forward": sum(m.forward_ms for m in modules),
-            "backward": sum(m.backward_ms + m.recompute_ms for m in modules),
-            "optimizer": 0.0,
-        }
-        phases = [
-            PhaseTime(
-                name=name,
-                wall_ms=sum(plain[name]) / len(plain[name]),
-                wall_ms_per_step=plain[name],
-                instrumented_wall_ms=instrumented[name],
-                parts_ms=sums[name],
-                covered_ms=sums[name],
-                recompute_ms=recompute_ms if name == "backward" else 0.0,
-                activity=activity.get(name),
-            )
-            for name in PHASES
-        ]
-        layers = 0.93 * (instrumented["forward"] + instrumented["backward"])
-        blocks = [
-            ModuleTime(
-                name="Decoder layers",
-                forward_ms=0.93 * instrumented["forward"],
-                backward_ms=0.93 * (instrumented["backward"] - recompute_ms),
-                recompute_ms=0.93 * recompute_ms,
-                calls=case.shape.num_layers,
-            ),
-            ModuleTime(
-                name="Self-attention",
-                forward_ms=0.42 * layers / 3,
-                backward_ms=0.84 * layers / 3,
-                calls=case.shape.num_layers,
-            ),
-            ModuleTime(
-                name="MLP", forward_ms=0.45 * layers / 3, backward_ms=0.9 * layers / 3, calls=case.shape.num_layers
-            ),
-        ]
-        step_per_step = [sum(plain[name][k] for name in PHASES) for k in range(params.measured_steps)]
-        instrumented_step = sum(instrumented.values())
-        breakdown = Breakdown(
-            device=case.device,
-            timer=TIMERS[case.device],
-            micro_batch=params.micro_batch,
-            seq_len=params.seq_len,
-            attention=params.attention,
-            recompute=params.recompute,
+        breakdown = summarize_steps(
+            timeline(trace, case.device), plain, device=case.device, timer=TIMERS[case.device],
+            profiler=PROFILERS["scoped" if host.cuda else "full"], micro_batch=params.micro_batch,
+            seq_len=params.seq_len, attention=params.attention, recompute=params.recompute,
             optimizer="torch.optim.AdamW (fused, lr 1e-05, weight decay 0, bf16 states, no master copy), "
-            "gradient clipping 1.0",
-            measured_steps=params.measured_steps,
-            step_ms=sum(step_per_step) / len(step_per_step),
-            step_ms_per_step=step_per_step,
-            instrumented_step_ms=instrumented_step,
-            instrumented_step_ms_per_step=[
-                instrumented_step * rng.uniform(0.99, 1.01) for _ in range(params.measured_steps)
-            ],
-            phases=phases,
-            modules=modules,
-            blocks=[b for b in blocks if b.name in BLOCKS],
-            blocks_step_ms=instrumented_step * 1.01,
-            unmatched_marks=0,
-            trace_file=trace_name,
-            activity_method=ACTIVITY_METHODS[case.device],
-            method=list(METHOD)
-            + ([RECOMPUTE_METHOD] if params.recompute else [])
-            + [
+            "gradient clipping 1.0", measured_steps=params.measured_steps, trace_file=trace_name,
+            method=list(METHOD) + ([RECOMPUTE_METHOD] if params.recompute else []) + [
                 f"model: random initialisation, {parameter_count(case.shape)} parameters, {params.dtype}, "
-                f"attention {params.attention}"
-            ],
-        )
+                f"attention {params.attention}"],
+        )  # fmt: skip
+        step_per_step = breakdown.step_ms_per_step
         prediction = predicted_training_memory(case).memory
         memory = (
             PeakMemory(
@@ -720,6 +743,81 @@ def burst_records(case: Case, host: Host, rng: random.Random, failed_from: int |
     return records
 
 
+SWEEP_CHUNK_TOKENS = 8  # a busy engine's stream runs ahead of its reader: eight tokens a chunk, as vLLM lists them
+SWEEP_FAILED_SHARE = 0.012  # the overloaded engine's share of 503s, at concurrency 256 and above
+
+
+def sweep_point_records(case: Case, host: Host, rng: random.Random, concurrency: int, failing: bool) -> list[RequestRecord]:
+    """A point of the sweep: each of its slots sends its requests back to back (the next one
+    when the last ended) until the planned count, none after max_point_s. A decode step grows
+    with the batch, a first token waits for the prefills queued ahead of it."""
+    params, sweep = case.params, case.params.sweep
+    burst_step = DECODE_STEP_S.get(case.model, 0.02) * ENGINE_FACTOR.get(params.engine, 1.0) / host.speed
+    step = burst_step * (0.3 + 0.7 * concurrency / params.prompts)
+    prefill = burst_step * 0.8
+    tokens, events = params.max_output_tokens, params.max_output_tokens // SWEEP_CHUNK_TOKENS
+    free_at = [0.0] * concurrency
+    records = []
+    for index in range(sweep.requests_at(concurrency)):
+        slot = min(range(concurrency), key=free_at.__getitem__)
+        sent = free_at[slot] + 1.0e-4
+        if sweep.max_point_s is not None and sent > sweep.max_point_s:
+            break
+        ttft = prefill * (1 + concurrency / 16) * rng.uniform(1.0, 1.5)
+        if failing and rng.random() < SWEEP_FAILED_SHARE:
+            free_at[slot] = sent + ttft
+            records.append(RequestRecord(index=index, input_tokens=params.input_tokens, sent_at=sent, ended_at=free_at[slot],
+                                         status=503, error="HTTP 503: Model is overloaded"))  # fmt: skip
+            continue
+        itl = [SWEEP_CHUNK_TOKENS * step * rng.uniform(0.9, 1.2) for _ in range(events - 1)]
+        latency = ttft + sum(itl)
+        free_at[slot] = sent + latency
+        records.append(RequestRecord(
+            index=index, input_tokens=params.input_tokens, server_prompt_tokens=params.input_tokens if params.engine == "vllm" else None,
+            sent_at=sent, ended_at=sent + latency, ttft=ttft, itl=itl, latency=latency, output_tokens=tokens,
+            output_tokens_source="server", token_events=events, streamed_tokens=tokens, status=200,
+        ))  # fmt: skip
+    return records
+
+
+def sweep_details(case: Case, out: Path, host: Host, rng: random.Random) -> dict:
+    """The sweep after the burst, as kit.serve.sweep writes it: each point's rows in its folder,
+    its aggregates, the client's load and its roofline in the run's sample."""
+    params, points, everything = case.params, [], []
+    levels = params.sweep.levels(params.prompts)
+    for concurrency in levels:
+        failing = case.id == FAILING_REQUESTS and concurrency >= 256
+        records = sweep_point_records(case, host, rng, concurrency, failing)
+        folder = out / point_folder(concurrency)
+        folder.mkdir(parents=True)
+        atomic_write_text(folder / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
+        duration = max(r.ended_at for r in records)
+        totals = aggregate(records, duration)
+        load = ClientLoad(cpu_s=0.12 * duration, wall_s=duration, events=sum(r.token_events for r in records),
+                          dispatch_s=duration * 0.9, loop_lag_p99_s=0.0012, loop_lag_max_s=0.006)  # fmt: skip
+        bound = concurrency_bound(case, host.spec, concurrency, params.max_output_tokens)
+        points.append({
+            "concurrency": concurrency, "planned": params.sweep.requests_at(concurrency), "sent": len(records),
+            "files": {"requests": f"{point_folder(concurrency)}/requests.jsonl"}, "aggregates": totals.model_dump(),
+            "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
+            "saturation": saturation(load, totals.tpot_s.median, duration, all_at_once=False).model_dump(),
+            "bounds": bound.model_dump(mode="json"), "cut_short": False,
+        })  # fmt: skip
+        everything += records
+    tokens = sum(r.streamed_tokens for r in everything)
+    return {
+        "levels": levels, "planned": {str(n): params.sweep.requests_at(n) for n in levels},
+        "max_point_s": params.sweep.max_point_s, "points": points, "not_measured": None,
+        "tokens": {"client_counted": tokens, "token_events": sum(r.token_events for r in everything),
+                   "engine_reported_per_request": tokens,
+                   "server_counters": {"generated_tokens": tokens, "finished_requests": sum(r.ok for r in everything),
+                                       "source": "vllm:generation_tokens_total, vllm:request_success_total",
+                                       "unavailable": None},
+                   "equal": True},
+        "server_count_mismatches": [],
+    }  # fmt: skip
+
+
 def engine_launch(case: Case, host: Host, index: int) -> dict:
     """What kit.execute.docker's engine placement records of the container it started, for the
     case's published image: its real command line (kit.serve.engines) and the image's facts."""
@@ -740,7 +838,7 @@ def engine_launch(case: Case, host: Host, index: int) -> dict:
 
 
 def serving_gpus(case: Case, host: Host) -> str:
-    """The driver names every GPU the engine was given (kit.serve.session._device_names)."""
+    """The driver names every GPU the engine was given (kit.serve.bounds.device_names)."""
     return ", ".join([host.device_name] * case.gpus)
 
 
@@ -759,7 +857,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
     for index in range(1, params.runs + 1):
         out = folder / "runs" / str(index)
         out.mkdir(parents=True, exist_ok=True)
-        failed_from = params.prompts - 12 if ERROR_CASES.get(case.id) == "failed-requests" else None
+        failed_from = params.prompts - 12 if case.id == FAILING_REQUESTS else None
         records = burst_records(case, host, rng, failed_from)
         atomic_write_text(out / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
         duration = max(r.ended_at for r in records)
@@ -814,22 +912,12 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             "bounds": serving_bounds(case, host.spec, params.max_output_tokens).model_dump(mode="json"),
             "short_outputs": 0,
         }
-        if totals.errors:
-            first = next(r.error for r in records if not r.ok)
-            reason = (
-                f"{totals.errors} of {totals.requests} requests failed (first: {first}); {totals.completed} of "
-                f"{totals.requests} requests finished and are kept in requests.jsonl; engine log: engine.log"
-            )
-            lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), status="error",
-                             reason=reason, details=details)  # fmt: skip
-        else:
-            lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), details=details)
+        if params.sweep is not None:
+            details["sweep"] = sweep_details(case, out, host, rng)
+        lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), details=details)
         lead.telemetry = host.telemetry(case.gpus, duration)
         write_ranks(folder, index, [lead])
-        runs.append(finish_run(host, case, index, [lead], duration + engine["ready_s"] + 30,
-                               exit_code=1 if totals.errors else 0))  # fmt: skip
-        if totals.errors:
-            break
+        runs.append(finish_run(host, case, index, [lead], duration + engine["ready_s"] + 30, exit_code=0))
     return runs
 
 
@@ -940,11 +1028,13 @@ def write_run(
     interconnect: str = "nvlink-all-pairs",
     cases: list[str] | None = None,
     fingerprint: bool = True,
+    past_bound: tuple[str, ...] = (),
 ) -> Path:
     """A finished synthetic run of `plan` (all its cases, or `cases`) in `root`.
 
     `speed` scales every throughput (1.25: each step takes 1 / 1.25 of the time), which makes two
-    runs of one plan an A/B pair with a known answer; `seed` draws their run-to-run noise."""
+    runs of one plan an A/B pair with a known answer; `seed` draws their run-to-run noise. The
+    cases `past_bound` names run PAST_BOUND_SPEEDUP times faster, past their physical bounds."""
     root = Path(root)
     host = Host(plan, gpu_name, seed, speed)
     selected = [case for case in plan.cases if cases is None or case.id in cases]
@@ -978,6 +1068,8 @@ def write_run(
         folder = run.prepare_case(case)
         rng = host.rng(case)
         case_host = host if case.variant is None else host.slower(VARIANT_SPEED[case.variant][case.workload])
+        if case.id in past_bound:
+            case_host = case_host.slower(PAST_BOUND_SPEEDUP)  # its throughputs scaled up by the factor
         make_runs = maxbatch_runs if getattr(case.params, "max_batch_search", None) else WORKLOAD_RUNS[case.workload]
         runs = make_runs(case, folder, case_host, rng)
         executor = "docker" if any(sample.container for sample in runs) else "local"
@@ -1003,9 +1095,10 @@ def write_run(
     return root
 
 
-def write_paper_size_run(root: Path, seed: int = 0) -> Path:
-    """Every case of the `paper` profile, on 8 x A800 (see the module's docstring: synthetic)."""
-    return write_run(root, build_plan(load_protocol(), "paper"), seed=seed)
+def write_paper_size_run(root: Path, seed: int = 0, past_bound: tuple[str, ...] = ()) -> Path:
+    """Every case of the `paper` profile, on 8 x A800 (see the module's docstring: synthetic);
+    the cases `past_bound` names past their physical bounds."""
+    return write_run(root, build_plan(load_protocol(), "paper"), seed=seed, past_bound=past_bound)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,14 @@ def test_importing_the_cli_loads_no_module_a_command_may_not_need():
     assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
 
 
+def test_importing_the_runner_loads_no_renderer():
+    """Every `kit run` imports the runner, and through the stages the report's charts: matplotlib
+    and WeasyPrint are imported when a report is drawn, not before a run measures anything."""
+    probe = "import sys, kit.runner; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
+    assert "kit.report.charts" in loaded and not {"matplotlib", "weasyprint"} & loaded
+
+
 def test_list_reads_as_aligned_columns_in_a_pipe():
     lines = kit("list", "--profile", "paper").stdout.splitlines()
     header = next(line for line in lines if line.startswith("case "))
@@ -111,7 +119,7 @@ def test_the_eta_counts_the_cases_left_to_run():
 def test_doctor_passes_on_this_host_for_the_profile_it_would_run():
     done = kit("doctor")
     assert done.returncode == 0, done.stderr
-    assert "gpu_count_matches_profile" in done.stderr
+    assert "gpu_count_matches_profile" in done.stdout
 
 
 def test_doctor_fails_when_the_profile_needs_gpus_the_host_lacks():
@@ -150,13 +158,72 @@ def test_run_exits_non_zero_and_counts_statuses_when_a_case_fails(tmp_path, mani
     done = kit("run", "--profile", "smoke", "--case", "comm.all_reduce.g2", "--case", "profile.tiny-llama.f.g1",
                "--out", str(tmp_path / "run"))  # fmt: skip
     assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines()[-1] == "2 cases: 1 unavailable, 1 timeout"
+    assert done.stdout.strip().splitlines()[-1] == "2 cases: 1 unavailable, 1 timeout"
 
 
 def test_run_exits_zero_when_every_case_is_an_answer(tmp_path):
     done = kit("run", "--profile", "smoke", "--case", "profile.tiny-llama.f.g1", "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines()[-1] == "1 case: 1 unavailable"
+    assert done.stdout.strip().splitlines()[-1] == "1 case: 1 unavailable"
+
+
+# --- where output goes: results on stdout, progress and logs on stderr ------------------------------
+
+
+def test_doctor_redirected_to_a_file_holds_the_whole_table(tmp_path):
+    """`kit doctor > f`, with no terminal and no COLUMNS: each check on its line, nothing cut to 80 columns."""
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    with open(tmp_path / "checks.txt", "w") as table:
+        done = subprocess.run([sys.executable, "-m", "kit.cli", "doctor"], stdout=table, stderr=subprocess.PIPE, text=True, env=env)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = (tmp_path / "checks.txt").read_text().splitlines()
+    checks = json.loads(kit("doctor", "--json").stdout)["checks"]
+    for check in checks:
+        assert any(line.startswith(f"│ {check['name']} ") and f" {check['status']} " in line for line in lines), check["name"]
+    assert "…" not in "".join(lines) and "\x1b[" not in "".join(lines)
+
+
+def test_quiet_says_the_results_alone(tmp_path):
+    done = kit("-q", "run", "--profile", "smoke", "--case", "profile.tiny-llama.f.g1", "--no-preflight", "--out", str(tmp_path / "run"))
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "Results" in done.stdout and done.stdout.strip().splitlines()[-1] == "1 case: 1 unavailable"
+
+
+def test_verbose_shows_the_traceback_behind_a_one_line_error(tmp_path):
+    env = {**os.environ, "KIT_MANIFESTS": str(tmp_path)}  # no protocol.yaml there
+    plain, verbose = (subprocess.run([sys.executable, "-m", "kit.cli", *flags, "list"], capture_output=True, text=True, env=env)
+                      for flags in ([], ["-v"]))  # fmt: skip
+    assert plain.returncode == verbose.returncode == 2
+    assert "Traceback" not in plain.stderr and "Traceback" in verbose.stderr
+    assert plain.stderr.splitlines()[-1] == verbose.stderr.splitlines()[-1] == f"error: {tmp_path / 'protocol.yaml'}: (top level): file not found"
+
+
+def test_no_progress_draws_no_bar():
+    from kit import output
+    from kit.console import RichProgress
+
+    try:
+        output.configure(quiet=False, verbose=False, progress=False)
+        assert RichProgress(total=1, finished=set()).bar.disable
+    finally:
+        output.configure(quiet=False, verbose=False, progress=True)
+
+
+@pytest.mark.parametrize("words, offered", [
+    ("kit list --profile ", {"paper", "quick", "smoke", "cluster"}),
+    ("kit run --all --profile q", {"quick"}),
+    ("kit report --format ", {"html", "pdf", "json", "csv"}),
+    ("kit report --format html,", {"html,pdf", "html,json", "html,csv"}),
+    ("kit report --format json,c", {"json,csv"}),
+])
+def test_the_shell_completes_profiles_and_formats(words, offered):
+    from click.shell_completion import ShellComplete
+
+    from kit.cli import cli
+
+    *args, incomplete = words.split(" ")[1:]
+    completions = ShellComplete(cli, {}, "kit", "_KIT_COMPLETE").get_completions(args, incomplete)
+    assert {item.value for item in completions} == offered
 
 
 # --- what a user can get wrong: one line, exit 2, never a traceback ----------------------------------
@@ -171,6 +238,8 @@ A_FILE = "a-file"  # made in the test's folder
     (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
     (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
     (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
+    (["report", "RUN", "--slo-ttft-ms", "nan"], "a positive number is needed"),
+    (["report", "RUN", "--slo-tpot-ms", "0"], "a positive number is needed"),
     (["report", "RUN", "--format", "doc"], "report formats are"),
     (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
     (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
@@ -212,10 +281,11 @@ def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_
     """A terminal's Ctrl-C signals the whole foreground process group, the kit's fork server
     among them: the server must outlive it, for the kit to stop the launch and say so."""
     run = tmp_path / "run"
-    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", "comm.all_reduce.g2",
+    case = "pretrain.tiny-llama.naive.g2"  # its ranks train for seconds after the fork: the signal finds them running
+    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", case,
                                 "--executor", "local", "--no-preflight", "--out", str(run)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    log = run / "cases" / "comm.all_reduce.g2" / "log.txt"
+    log = run / "cases" / case / "log.txt"
     deadline = time.monotonic() + 300
     while not (log.is_file() and "forked by the fork server" in log.read_text()):
         assert started.poll() is None and time.monotonic() < deadline, "the case's ranks never started"

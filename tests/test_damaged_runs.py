@@ -403,7 +403,7 @@ def test_a_damaged_run_fails_verification_and_is_not_resumed_and_nothing_changes
     assert code in (1, 2) and out + err, out + err
     assert shown_raw(out + err) == [], out + err
     code, out, err = kit_in_process("run", "--resume", run, seconds=30)
-    assert code == 2 or (code == 0 and "nothing to resume" in err), out + err
+    assert code == 2 or (code == 0 and "nothing to resume" in out), out + err
     said = [line for line in err.splitlines() if line.lower().startswith("error")]  # after what the resume read
     assert shown_raw(out + err) == [] and (code == 0 or len(said) == 1), out + err
     assert entries(run) == before and entries(outside) == around, "a refused resume changed the run or what it links to"
@@ -437,7 +437,7 @@ def test_a_resume_of_a_finished_run_changes_nothing(real_smoke_run, tmp_path, ki
     shutil.copytree(real_smoke_run, run)
     before = entries(run)
     code, out, err = kit_in_process("run", "--resume", run, seconds=30)
-    assert code == 0 and "nothing to resume" in err, out + err
+    assert code == 0 and "nothing to resume" in out, out + err
     assert entries(run) == before
 
 

@@ -98,6 +98,28 @@ def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp
     assert all(metric["unit"] for case in cases.values() for metric in case["metrics"].values())
 
 
+def test_json_export_holds_each_sweep_point_under_the_objectives_and_a_p99_that_is_a_failed_request_as_null(paper_plan, tmp_path):
+    """The synthetic TGI 70B case: from concurrency 256 on, 1.2 % of its requests are answered 503,
+    more than its p99 allows: that p99 is a request never answered, null in strict JSON."""
+    run = write_run(tmp_path / "a800", paper_plan, cases=["serve.llama2-70b.tgi.g8"])
+    done = kit_report(str(run), "--format", "json", "--slo-ttft-ms", "3000", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    document = json.loads((tmp_path / "out" / "report.json").read_text(), parse_constant=refuse)
+    assert document["slo"] == {"ttft_s": 3.0, "tpot_s": 0.2, "percentile": 99,
+                               "described": "p99 TTFT ≤ 3000 ms, TPOT ≤ 200 ms (given to kit report)"}  # fmt: skip
+    sweep = document["sweeps"]["serve.llama2-70b.tgi.g8"]
+    failing = [point for point in sweep["points"] if point["figures"]["errors"]]
+    assert failing and all(point["judged"]["ttft_p99_s"] is None and not point["judged"]["meets"] for point in failing)
+    assert all(point["judged"]["goodput"] < point["figures"]["request_throughput"] for point in failing)
+    assert failing[0]["judged"]["goodput"] > 0  # its finished requests within the objectives count (at 512 none is)
+    best = max((p for p in sweep["points"] if p["judged"]["meets"]), key=lambda p: p["figures"]["output_throughput"])
+    assert sweep["capacity_concurrency"] == best["concurrency"] < failing[0]["concurrency"]
+
+
 def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_run, tmp_path):
     done = kit_report(str(gpu_run), "--compare", "reference", "--format", "csv", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -114,7 +136,7 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
     cpu = kit_report(str(cpu_run), "--format", "csv", "--out", str(tmp_path / "cpu"))
     assert cpu.returncode == 0, cpu.stderr
     assert (tmp_path / "cpu" / "report-claims.csv").read_text().strip() == ",".join(
-        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published", "measured",
+        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published", "measured",
          "finding", "readings", "caveats", "expected_on_this_host", "expected_basis", "verdict_vs_expectation",
          "finding_vs_expectation"])  # fmt: skip  # the reference was not compared: no rows
 

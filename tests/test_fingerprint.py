@@ -247,21 +247,22 @@ def test_host_without_rdma_devices_says_so(tmp_path):
     assert network.rdma_ports == [] and "does not exist" in network.unavailable
 
 
-def test_docker_version_without_a_daemon_still_gives_the_client():
-    # `docker version --format '{{json .}}'` on a host whose daemon is down (exit 1).
-    output = ('{"Client":{"Version":"28.2.2","ApiVersion":"1.50","DefaultAPIVersion":"1.50",'
-              '"GitCommit":"e6534b4","GoVersion":"go1.24.3","Os":"linux","Arch":"amd64",'
-              '"BuildTime":"Fri May 30 12:07:14 2025","Context":"default"},"Server":null}')
-    assert fingerprint.parse_docker_version(output) == ("28.2.2", None)
+def test_a_docker_engine_that_does_not_answer_is_recorded_with_the_sdks_reason(monkeypatch, tmp_path):
+    import docker
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
+    runtime = fingerprint._collect_container_runtime()
+    assert runtime.docker_server_version is None and runtime.runtimes == []
+    assert runtime.docker_client_version == docker.__version__
+    assert runtime.unreadable["docker"].startswith("DockerException: Error while fetching server API version")
 
 
 def test_docker_info_lists_the_nvidia_runtime():
-    # The runtime keys of a `docker info --format '{{json .}}'` answer (Docker 28.2.2).
-    output = ('{"ServerVersion":"28.2.2","Runtimes":{"io.containerd.runc.v2":{"path":"runc"},'
-              '"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},'
-              '"DefaultRuntime":"runc"}')
-    assert fingerprint.parse_docker_runtimes(output) == (
-        ["io.containerd.runc.v2", "nvidia", "runc"], "runc")
+    # The runtime keys of the engine's /info answer (Docker 28.2.2), as the SDK's info() returns it.
+    info = json.loads('{"ServerVersion":"28.2.2","Runtimes":{"io.containerd.runc.v2":{"path":"runc"},'
+                      '"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},'
+                      '"DefaultRuntime":"runc"}')
+    assert fingerprint.docker_runtimes(info) == (["io.containerd.runc.v2", "nvidia", "runc"], "runc")
 
 
 def test_container_toolkit_version_is_found():

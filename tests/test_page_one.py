@@ -166,6 +166,23 @@ def test_a_serving_row_has_output_throughput_and_median_and_p99_ttft(report, gpu
     )
 
 
+def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_tokens_there(report, gpu_run):
+    """The synthetic sweep of the 7B vLLM case meets MLPerf's Llama-2-70B server objectives (p99 TTFT
+    2 s, TPOT 200 ms) up to some concurrency N: the most tokens/s there, its N, its cost at 2.50 a GPU-hour."""
+    from kit.report.capacity_section import sweep_points
+    from kit.serve.slo import DEFAULT_SLO, capacity
+
+    run = load_run(gpu_run, redact=False)
+    best = capacity(sweep_points(run, run.results["serve.llama2-7b.vllm.g8"], DEFAULT_SLO))
+    _, _, standing, *_, cost = rows_by_case(report)["serve.llama2-7b.vllm.g8"]
+    said = standing.detail.removeprefix("capacity ")
+    assert said.endswith(f" (N={best.concurrency})")  # in the tokens/s of the figure beside it
+    assert numbers(said)[0] == pytest.approx(best.figures.output_throughput, rel=5e-3)
+    assert numbers(cost.detail)[0] == pytest.approx(cost_per_million_tokens(best.figures.output_throughput, 8, PRICE), rel=5e-3)
+    heading = next(row.cells[0].text for row in report.page_one.headline.rows if row.heading and row.cells[0].link == "#serve")
+    assert heading.endswith("its capacity, N requests in flight, within p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms")
+
+
 def test_an_engine_that_did_not_run_is_one_line_with_its_status_and_reason(report, gpu_run):
     result = result_json(gpu_run, "serve.llama2-7b.lightllm.g8")
     label, status = rows_by_case(report)["serve.*.lightllm.*"]
@@ -234,9 +251,9 @@ def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(r
     costs = [cost_per_million_tokens(value, 8, PRICE) for value in per_run]
     cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][6]
     assert numbers(cell.text)[0] == pytest.approx(sum(costs) / len(costs), rel=5e-3)
-    assert report.page_one.headline.header[6] == "USD / 1M tokens"  # the currency, default USD
+    assert report.page_one.headline.header[6] == "USD/1M tokens"  # the currency, default USD
     in_euros = build_report(gpu_run, ["reference"], gpu_hour_price=PRICE, currency="EUR")
-    assert in_euros.page_one.headline.header[6] == "EUR / 1M tokens" and "2.5 EUR per GPU-hour" in in_euros.page_one.headline.notes[-1]
+    assert in_euros.page_one.headline.header[6] == "EUR/1M tokens" and "2.5 EUR per GPU-hour" in in_euros.page_one.headline.notes[-1]
     unpriced = build_report(gpu_run, ["reference"])
     assert not any("1M tokens" in label for label in unpriced.page_one.headline.header)  # no column of "no price"
     assert "kit report --gpu-hour-price 2.50 --currency USD" in unpriced.page_one.headline.notes[-1]

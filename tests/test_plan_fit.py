@@ -85,7 +85,8 @@ def test_a_host_of_eight_or_more_runs_the_papers_cases_as_written(tmp_path, gpus
     assert {c["gpus"] for c in cases.values() if c["stage"] == "comm"} == {gpus}
 
 
-def test_the_quick_profile_on_one_h100_runs_every_stage_in_a_quarter_hour():
+def test_the_quick_profile_on_one_h100_runs_every_stage_in_twenty_minutes():
+    """A quarter hour, and the serving sweep's five minutes since it measures a capacity."""
     listed = kit_list("quick", DOCTOR)
     skipped, estimates = listed["host"]["skipped"], listed["host"]["estimates"]
     runnable = {c["stage"] for c in listed["cases"] if c["id"] not in skipped}
@@ -95,7 +96,7 @@ def test_the_quick_profile_on_one_h100_runs_every_stage_in_a_quarter_hour():
             "profile.llama2-7b.base.g1", "maxbatch.llama2-7b.q.g1"} <= set(estimates)  # fmt: skip
     assert all(estimate["seconds"] is not None for estimate in estimates.values())
     total = sum(estimate["seconds"] for estimate in estimates.values())
-    assert total <= 15 * 60, f"kit list estimates the quick profile on one H100 at {total:.0f} s"
+    assert total <= 20 * 60, f"kit list estimates the quick profile on one H100 at {total:.0f} s"
     # the cases without ZeRO's partitioning cannot hold a 7B step's states on one GPU, and say so
     assert estimates["pretrain.llama2-7b.z2.g1"]["basis"].startswith("analytic: predicted OOM")
     # the GPU check (tests/gpu_check.py) runs one of each stage: the cheapest that fits

@@ -240,14 +240,33 @@ def test_a_stream_that_stops_before_the_engine_finished_is_an_error_not_a_short_
 
 
 def test_server_counters_are_read_from_the_engines_real_metrics_page():
-    from kit.serve.prometheus import counter_total
+    from kit.serve.prometheus import counter_total, parse_samples
 
-    text = (FIXTURES / "vllm-0.32-metrics-after-52-requests.prom").read_text()
+    samples = parse_samples((FIXTURES / "vllm-0.32-metrics-after-52-requests.prom").read_text())
     engine = ENGINES["vllm"]
-    assert counter_total(text, engine.generated_tokens.metric_names()[0]) == 1640
+    assert counter_total(samples, engine.generated_tokens.metric_names()[0]) == 1640
     finished = engine.finished_requests
-    assert counter_total(text, finished.metric_names()[0], dict(finished.exclude)) == 52
-    assert counter_total(text, "vllm:no_such_counter_total") is None
+    assert counter_total(samples, finished.metric_names()[0], dict(finished.exclude)) == 52
+    assert counter_total(samples, "vllm:no_such_counter_total") is None
+
+
+def test_a_label_value_holding_a_brace_and_an_escaped_quote_keeps_its_sample_and_reads_unescaped():
+    from kit.serve.prometheus import counter_total, parse_samples
+
+    page = ('# TYPE vllm:request_success_total counter\n'
+            'vllm:request_success_total{finished_reason="length",model_name="/models/a}b \\"c\\""} 7.0\n'
+            'vllm:request_success_total{finished_reason="abort",model_name="/models/a}b \\"c\\""} 2.0\n')  # fmt: skip
+    samples = parse_samples(page)
+    assert [sample.labels["model_name"] for sample in samples] == ['/models/a}b "c"'] * 2
+    assert counter_total(samples, "vllm:request_success_total", {"finished_reason": ("abort",)}) == 7
+
+
+def test_a_metrics_page_that_is_not_prometheus_text_leaves_the_counters_unknown_with_the_parsers_words(monkeypatch):
+    from kit.serve import session
+
+    monkeypatch.setattr(session, "http_get", lambda url, timeout: (200, b"<html>not found</html>\n"))
+    reason = session.read_counters(ENGINES["vllm"], "http://127.0.0.1:1")
+    assert isinstance(reason, str) and reason.startswith("GET /metrics answered a page that is not Prometheus text: ")
 
 
 # --- metric definitions --------------------------------------------------------------------------

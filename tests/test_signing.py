@@ -88,7 +88,7 @@ def signed_run(real_smoke_run, keys, tmp_path_factory) -> Path:
     """The real smoke run, copied and signed by alice with `kit sign`; left as it is."""
     run = Path(shutil.copytree(real_smoke_run, tmp_path_factory.mktemp("signed") / "run", symlinks=True))
     done = kit("sign", str(run), "--key", str(keys / "alice"))
-    assert done.returncode == 0 and "signed by ssh-ed25519 SHA256:" in done.stderr, done.stderr
+    assert done.returncode == 0 and "signed by ssh-ed25519 SHA256:" in done.stdout, done.stderr
     return run
 
 
@@ -108,7 +108,7 @@ def test_signing_leaves_the_evidence_as_it_was_and_its_files_outside_it(real_smo
 def test_a_signed_run_verifies_with_the_kit_and_with_ssh_keygen_alone(signed_run, keys):
     done = kit("report", str(signed_run), "--verify", "--allowed-signers", str(keys / "allowed_signers"))
     assert done.returncode == 0, done.stderr
-    assert "every file matches SHA256SUMS" in done.stderr and "verified: signed by alice@example.com" in done.stderr
+    assert "every file matches SHA256SUMS" in done.stdout and "verified: signed by alice@example.com" in done.stdout
     # The README's commands, as a reviewer without the kit runs them in the run directory.
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Signed runs") : readme.index("## Fleet acceptance")]
@@ -208,7 +208,7 @@ def test_a_resume_removes_the_signature_it_outdates_and_resume_with_sign_signs_a
     """A finished run's resume changes nothing, its signature included; one that seals the evidence
     anew (here accepting a change) outdates it."""
     done = kit("run", "--resume", str(signed))
-    assert done.returncode == 0 and "nothing to resume" in done.stderr, done.stderr
+    assert done.returncode == 0 and "nothing to resume" in done.stdout, done.stderr
     assert check_signature(signed, keys / "allowed_signers").state == "verified"
     log = next(signed.glob("cases/*/log.txt"))
     log.write_text(log.read_text() + "a line added after the run\n")
@@ -259,11 +259,11 @@ def test_the_ab_comparison_and_the_fleet_flag_a_signer_outside_the_allowed_signe
 def test_a_report_whose_signature_fails_says_so_in_red_on_page_one_and_exits_1(by_alice_and_mallory, keys, tmp_path):
     mallory = by_alice_and_mallory[1].path
     done = kit("report", str(mallory), "--verify", "--allowed-signers", str(keys / "allowed_signers"))
-    assert done.returncode == 1 and "every file matches SHA256SUMS" in done.stderr, done.stderr
-    assert f"{mallory}: signature fails: signer ssh-ed25519 SHA256:" in done.stderr
+    assert done.returncode == 1 and "every file matches SHA256SUMS" in done.stdout, done.stderr
+    assert f"{mallory}: signature fails: signer ssh-ed25519 SHA256:" in done.stdout
     done = kit("report", str(mallory), "--allowed-signers", str(keys / "allowed_signers"), "--format", "html",
                "--out", str(tmp_path))  # fmt: skip
-    assert done.returncode == 1 and "signature fails: signer ssh-ed25519" in done.stderr, done.stderr
+    assert done.returncode == 1 and "signature fails: signer ssh-ed25519" in done.stdout, done.stderr
     html = (tmp_path / "report.html").read_text()
     page_one = html[html.index('<section class="page-one">') : html.index('<section class="cover">')]
     assert '<th>Signature</th><td class="tone-bad">signature fails: signer ssh-ed25519 SHA256:' in page_one

@@ -37,6 +37,13 @@ def test_a_soak_repeats_the_first_training_and_serving_case_the_host_can_run(smo
     assert with_soak(smoke_plan, Host(gpu_names=[], gpu_memory_bytes=[]), 90)[1][1].params.soak.window_s == 60  # a minute at most
 
 
+def test_a_serving_soak_fires_its_bursts_alone_without_the_cases_sweep(smoke_plan):
+    _, (_, serving) = with_soak(smoke_plan, Host(gpu_names=[], gpu_memory_bytes=[]), 0.5)
+    twin = next(case for case in smoke_plan.cases if case.id == "serve.tiny-llama.vllm.g1")
+    assert twin.params.sweep is not None and serving.params.sweep is None
+    assert serving.params.model_copy(update={"soak": None, "sweep": twin.params.sweep, "timeout_s": twin.params.timeout_s}) == twin.params
+
+
 def test_on_one_gpu_the_soak_skips_what_the_memory_model_says_cannot_fit():
     h100 = Host(gpu_names=["NVIDIA H100 80GB HBM3"], gpu_memory_bytes=[80 * 2**30])
     plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=80 * 2**30)

@@ -5,3 +5,5 @@
 was written. The package imports none of its modules: code that lays out a section with its cells
 and tables does not load the renderer, which loads every section in turn.
 """
+
+FORMATS = ("html", "pdf", "json", "csv")  # what `kit report --format` renders (kit.report.render)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
+from kit.energy import DEFAULT_CURRENCY
 from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
 from kit.protocol import Protocol, load_protocol
 from kit.reference import (
@@ -20,9 +22,10 @@ from kit.reference import (
     load_reference,
     verdict_counts,
 )
+from kit.report.capacity_section import capacity_part
 from kit.report.energy_section import energy_section
-from kit.energy import DEFAULT_CURRENCY
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
+from kit.report.forked import in_parallel
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
@@ -39,6 +42,7 @@ from kit.report.sections import (
     summary_section,
 )
 from kit.report.stage_sections import stage_sections
+from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
 
@@ -59,7 +63,10 @@ def cover_of(
     if outcomes is None:
         claim_counts, claims_summary = [], "Reference not compared (no --compare reference)."
     else:
-        claim_counts = _counts(verdict_counts(o.verdict for o in outcomes), VERDICT_TONES)  # type: ignore[arg-type]
+        # consistent and deviates always (a reviewer looks for "0 deviates"), the rest where there are any
+        counted = verdict_counts(o.verdict for o in outcomes)
+        shown = {v: n for v, n in counted.items() if n or v in ("consistent", "deviates")}
+        claim_counts = _counts(shown, VERDICT_TONES)  # type: ignore[arg-type]
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"
@@ -149,15 +156,18 @@ def build_report(
     assessment: Assessment | None = None,
     allowed_signers: Path | None = None,
     currency: str = DEFAULT_CURRENCY,
+    slo: Slo = DEFAULT_SLO,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
     The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens
-    in `currency`; each run's signature is checked against `allowed_signers` where given."""
+    in `currency`; each run's signature is checked against `allowed_signers` where given; the
+    serving sweeps are held to the latency objectives `slo`."""
     assessment = assessment or assess(run_dir, compare, redact, reference, allowed_signers)
     run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()
-    stages = stage_sections(run, protocol)
+    # the sweeps' rows are read and their charts drawn while the stages' sections are built
+    stages, (capacity, capacities) = in_parallel([partial(stage_sections, run, protocol), partial(capacity_part, run, slo)])
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
     banner = footer_warning = None
@@ -172,6 +182,7 @@ def build_report(
         environment_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
+        capacity,
         energy_section(run, gpu_hour_price, currency),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),
@@ -189,6 +200,6 @@ def build_report(
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
         page_one=page_one(run, reference, sections, protocol, outcomes=outcomes, expectations=expectations or [],
-                          gpu_hour_price=gpu_hour_price, currency=currency),
+                          gpu_hour_price=gpu_hour_price, currency=currency, capacities=capacities, slo=slo),
         footer=footer,
     )

@@ -24,6 +24,7 @@ STATUS_TONES: dict[str, Tone] = {
 VERDICT_TONES: dict[Verdict, Tone] = {
     "consistent": "good",
     "deviates": "bad",
+    "inconclusive": "unsure",  # measured, but too few runs or too wide a spread to decide
     "not measured": "warn",
     "not applicable": "muted",
 }
@@ -35,14 +36,15 @@ def _decimals(text: str) -> int:
     return len(text.split(".")[1]) if "." in text and "e" not in text else 0
 
 
-def mean_std(metric: Metric, unit: str | None = None) -> str:
-    """`mean ± std` in `unit` (default: the metric's), the std with the mean's decimals."""
+def mean_std(metric: Metric, unit: str | None = None, runs: bool = True) -> str:
+    """`mean ± std` in `unit` (default: the metric's), the std with the mean's decimals; one run's
+    value said to be one run's, unless `runs` is False (a cell beside one that says it)."""
     factor = convert(1.0, metric.unit, unit) if unit else 1.0
     if factor is None:
         raise ValueError(f"{metric.unit} does not convert to {unit}")
     mean = format_value(metric.mean * factor)
     if metric.std is None:
-        return f"{mean} (1 run)"
+        return f"{mean} (1 run)" if runs else mean
     return f"{mean} ± {metric.std * factor:.{_decimals(mean)}f}"
 
 

@@ -4,17 +4,13 @@ same data always gives the same bytes (fixed hash salt, no date in the metadata)
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import re
 from math import cos, floor, log10, radians, sin
 from xml.dom import minidom
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
 STYLE = {
     "font.family": "DejaVu Sans",
@@ -83,6 +79,18 @@ class RatioBar(BaseModel):
     significant: bool | None
 
 
+@functools.cache
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a chart is drawn: the stages import
+    this module, and `kit run` need not pay matplotlib's 2 s of imports before it measures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _text_size_in(renderer, text: str, properties) -> tuple[float, float]:
     """Width and height of a text in inches, as the renderer would draw it."""
     mathtext = text.count("$") >= 2
@@ -145,9 +153,9 @@ def _height_in(wanted: float) -> float:
 def _svg(figure, salt: str) -> str:
     """The figure as an <svg> element to inline in HTML (no XML prolog, no doctype)."""
     buffer = io.StringIO()
-    with plt.rc_context({"svg.hashsalt": salt}):
+    with pyplot().rc_context({"svg.hashsalt": salt}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(figure)
+    pyplot().close(figure)
     return _scoped_ids(_flattened(buffer.getvalue()), salt)
 
 
@@ -267,9 +275,16 @@ def _scoped_ids(svg: str, scope: str) -> str:
     return re.sub(r'href="#([^"]+)"', lambda m: f'href="#{scope}-{m.group(1)}"', svg)
 
 
-# A log axis's ticks as plain numbers (0.1, 1, 10): matplotlib writes powers of ten with their
-# exponents a third smaller than the text around them.
-PLAIN_NUMBER = matplotlib.ticker.FuncFormatter(lambda value, _position: f"{value:g}")
+def _plain_log_ticks(axis) -> None:
+    """A log axis's ticks as plain numbers (0.1, 1, 10), none on its minor ticks: matplotlib writes
+    powers of ten with exponents a third smaller than the text around them, and a label on every
+    minor tick of a short log axis overlaps."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 MARK_COLOURS = {"OOM": "#8a5a00", "invalid": "#b00020"}  # any other mark (error, timeout...) in grey
 
 
@@ -329,10 +344,10 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
     below = 0.0  # the height of a legend under the panel
-    with plt.rc_context(STYLE):
+    with pyplot().rc_context(STYLE):
         if panels:  # the labels on the first panel only: the others draw no tick to line up with them
             height = _height_in(0.9 + 0.2 * len(labels))
-            figure, grid = plt.subplots(1, len(groups), figsize=(WIDTH_IN, height), squeeze=False)
+            figure, grid = pyplot().subplots(1, len(groups), figsize=(WIDTH_IN, height), squeeze=False)
             all_axes = list(grid[0])
             for index, (axes, group) in enumerate(zip(all_axes, groups)):
                 _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)])
@@ -343,7 +358,7 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
             side_by_side = len(labels) < len(bars)
             thickness = 0.8 / len(groups) if side_by_side else 0.8
             rows_in = 0.28 * max(1, len(groups) ** 0.5) if side_by_side else 0.22
-            figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + rows_in * len(labels))))
+            figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + rows_in * len(labels))))
             all_axes = [axes]
             for index, group in enumerate(groups):
                 offset = index * thickness - 0.4 + thickness / 2 if side_by_side else 0.0
@@ -359,8 +374,7 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
         for axes in all_axes:
             if log:
                 axes.set_xscale("log")
-                axes.xaxis.set_major_formatter(PLAIN_NUMBER)
-                axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+                _plain_log_ticks(axes.xaxis)
                 if ends:
                     axes.set_xlim(*log_axis_limits(min(low for low, _ in ends), max(high for _, high in ends)))
             if limit is not None:
@@ -375,8 +389,8 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
 
 def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
     """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
-    with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.6))
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.6))
         for index, line in enumerate(series):
             colour = PALETTE[index % len(PALETTE)]
             gpus = [p.gpus for p in line.points]
@@ -429,8 +443,8 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
 
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
-    with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.25 * len(bars))))
+    with pyplot().rc_context(STYLE):
+        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.25 * len(bars))))
         colours = [PALETTE[0] if bar.significant else "#9dc3e6" for bar in bars]
         axes.barh(range(len(bars)), [bar.ratio - 1 for bar in bars], left=1, color=colours)
         axes.axvline(1, color="black", linewidth=0.8)
@@ -454,8 +468,8 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
     by latency (flat time), large ones by bandwidth (flat busbw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    with plt.rc_context(STYLE):
-        figure, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_IN, 2.8))
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.8))
         for index, sweep in enumerate(sweeps):
             sizes = [p.size_bytes for p in sweep.points]
             colour = PALETTE[index % len(PALETTE)]
@@ -475,8 +489,7 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
         left.set_title("Bus bandwidth")
         left.legend(frameon=False, fontsize=7)
         right.set_yscale("log")
-        right.yaxis.set_major_formatter(PLAIN_NUMBER)
-        right.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        _plain_log_ticks(right.yaxis)
         right.set_ylabel("time (µs)")
         right.set_title("Time per operation")
         _fixed_layout(figure, [left, right])
@@ -501,10 +514,10 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
     before it, the phase it is part of."""
     labels = list(dict.fromkeys(seg.label for stack in stacks for seg in stack.segments if not seg.hatched))
-    palette = PALETTE if len(labels) <= len(PALETTE) else plt.get_cmap("tab20").colors  # a step has ~12 parts
+    palette = PALETTE if len(labels) <= len(PALETTE) else pyplot().get_cmap("tab20").colors  # a step has ~12 parts
     colours = {label: palette[index % len(palette)] for index, label in enumerate(labels)}
-    with plt.rc_context(STYLE):
-        figure, axes = plt.subplots(figsize=(WIDTH_IN, _height_in(1.0 + 0.3 * len(stacks))))
+    with pyplot().rc_context(STYLE):
+        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(1.0 + 0.3 * len(stacks))))
         shown: set[str] = set()
         for row, stack in enumerate(stacks):
             left, colour = 0.0, PALETTE[0]
@@ -533,8 +546,8 @@ class CdfSeries(BaseModel):
 def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -> str:
     """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
     distribution, so a long tail shows where a median hides it."""
-    with plt.rc_context(STYLE):
-        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
+    with pyplot().rc_context(STYLE):
+        figure, all_axes = pyplot().subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
                 values = sorted(line.values)
@@ -550,6 +563,56 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
         return _svg(figure, salt)
 
 
+class ParetoPoint(BaseModel):
+    """One point of a sweep: its throughput, its p99 latencies, whether it meets the objectives."""
+
+    concurrency: int
+    tokens_per_s: float
+    ttft_p99_s: float
+    tpot_p99_s: float
+    meets: bool
+
+
+class ParetoSeries(BaseModel):
+    label: str
+    points: list[ParetoPoint]
+
+
+def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float, tpot_objective_s: float) -> str:
+    """Output tokens/s against p99 TPOT and against p99 TTFT, one line per engine through its
+    points in order of concurrency, each labelled with it and filled where it meets both
+    objectives (a dashed line at each); both latencies on log axes. A point whose p99 is a
+    failed request (never answered) has no place on them and is left out."""
+    from matplotlib.ticker import LogLocator
+
+    with pyplot().rc_context(STYLE):
+        figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.8), sharey=True)
+        for index, line in enumerate(series):
+            colour = PALETTE[index % len(PALETTE)]
+            for axes, latency, scale in ((left, "tpot_p99_s", 1000), (right, "ttft_p99_s", 1)):
+                placed = [p for p in line.points if getattr(p, latency) < float("inf")]
+                xs, ys = [scale * getattr(p, latency) for p in placed], [p.tokens_per_s for p in placed]
+                axes.plot(xs, ys, color=colour, linewidth=1, label=line.label if axes is left else None)
+                axes.scatter(xs, ys, s=14, zorder=3, edgecolors=colour,
+                             facecolors=[colour if p.meets else "white" for p in placed], linewidths=1)  # fmt: skip
+                for x, y, point in zip(xs, ys, placed):
+                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        for axes, objective, label in ((left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
+                                       (right, ttft_objective_s, "p99 time to first token (s)")):  # fmt: skip
+            axes.axvline(objective, color="grey", linestyle="--", linewidth=0.8)
+            axes.set_xscale("log")
+            axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            _plain_log_ticks(axes.xaxis)
+            axes.set_xlabel(label)
+            axes.grid(linewidth=0.3)
+        left.set_ylabel("output tokens/s")
+        left.set_title("Throughput against TPOT")
+        right.set_title("Throughput against TTFT")
+        left.legend(frameon=False, fontsize=LEGEND_POINTS)
+        _fixed_layout(figure, [left, right])
+        return _svg(figure, salt)
+
+
 class TimeSeries(BaseModel):
     """One quantity of one case over time: (minutes since the start, value) per window."""
 
@@ -560,8 +623,8 @@ class TimeSeries(BaseModel):
 def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> str:
     """Panels side by side, each a quantity (title, y label) of each series over the minutes of a
     soak: whether the figures hold from the first minute to the last."""
-    with plt.rc_context(STYLE):
-        figure, all_axes = plt.subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
+    with pyplot().rc_context(STYLE):
+        figure, all_axes = pyplot().subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, unit, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
                 axes.plot([x for x, _ in line.points], [y for _, y in line.points], marker="s", markersize=2,
@@ -570,6 +633,6 @@ def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> st
             axes.set_xlabel("minutes since the soak began")
             axes.set_ylabel(unit)
             axes.grid(linewidth=0.3)
-        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower left")
+        all_axes[0][0].legend(frameon=False, fontsize=LEGEND_POINTS, loc="lower left")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)

@@ -47,24 +47,28 @@ def energy_reason(result: Result) -> str:
     return "not in result.json (written by a kit without energy figures)"
 
 
-def energy_cell(result: Result, link: str | None = None) -> Cell:
-    """Joules per token with their spread, or why there is no reading: never a zero."""
+def energy_cell(result: Result, link: str | None = None, runs: bool = True) -> Cell:
+    """Joules per token with their spread (one run's said to be, where `runs`), or why there is no
+    reading: never a zero."""
     metric = result.metrics.get(JOULES_PER_TOKEN)
     if metric is not None:
-        return Cell(text=mean_std(metric), link=link)  # in the unit its column names, ENERGY_UNIT
+        return Cell(text=mean_std(metric, runs=runs), link=link)  # in the unit its column names, ENERGY_UNIT
     if result.case.device != "cuda":
         return Cell(text="none: a CPU", tone="muted", link=link)
     return Cell(text="not measured", detail=energy_reason(result), tone="muted", link=link)
 
 
-def cost_cell(result: Result, throughput: str, gpu_hour_price: float | None, currency: str, link: str | None = None) -> Cell:
-    """Cost per 1M tokens at the price given, run by run, in the currency its column names; or
-    why it is not priced (how to give a price is said once, under the table)."""
+def cost_cell(result: Result, throughput: str, gpu_hour_price: float | None, currency: str, link: str | None = None,
+              runs: bool = True) -> Cell:  # fmt: skip
+    """Cost per 1M tokens at the price given, run by run (one run's said to be, where `runs`), in
+    the currency its column names; or why it is not priced (how to give a price is said once,
+    under the table)."""
     if result.case.device != "cuda":
         return Cell(text="none: a CPU", tone="muted", link=link)
     if gpu_hour_price is None:
         return Cell(text="no price", tone="muted", link=link)
-    return Cell(text=mean_std(cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency)), link=link)
+    return Cell(text=mean_std(cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency), runs=runs),
+                link=link)  # fmt: skip
 
 
 def _rows(run: LoadedRun, priced: list[tuple[Result, str]], gpu_hour_price: float | None, currency: str,

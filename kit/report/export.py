@@ -1,9 +1,12 @@
 """The report's numbers for spreadsheets: every claim verdict and every case's metrics, with units.
 
-report.json holds all of it in one document; the CSV export is two flat tables, since a
+report.json holds all of it in one document, with each serving sweep's points held to the latency
+objectives given (and those objectives); the CSV export is two flat tables, since a
 spreadsheet wants one kind of row per sheet:
     report-claims.csv   one row per relation of each claim (the claim's verdict repeated), with
-                        the value expected on this host's GPUs and the verdict against it
+                        what its numbers alone say (judged: consistent, deviates or inconclusive,
+                        also where the verdict is not applicable), the value expected on this
+                        host's GPUs and the verdict against it
     report-metrics.csv  one row per metric of each case; a case without metrics gets one row
                         with its status and reason
 Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given, in
@@ -21,11 +24,14 @@ from collections.abc import Iterator
 from kit import __version__
 from kit.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
 from kit.report.build import Assessment
+from kit.report.capacity_section import sweep_capacities
 from kit.report.energy_section import token_throughput
+from kit.report.load import LoadedRun
 from kit.results import Metric, Result
+from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 from kit.validity import invalid_reasons
 
-CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "published",
+CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published",
                  "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
                  "verdict_vs_expectation", "finding_vs_expectation"]  # fmt: skip
 METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean", "std", "n", "unit", "per_run", "note"]
@@ -41,7 +47,19 @@ def case_metrics(result: Result, gpu_hour_price: float | None, currency: str = D
     return found
 
 
-def export_document(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY) -> dict:
+def sweep_document(run: LoadedRun, slo: Slo) -> dict:
+    """Each serve case's sweep held to the objectives (kit.report.capacity_section): every point's
+    figures, and the capacity; a latency that is a failed request (never answered) is null."""
+    found = {}
+    for case_id, points in sweep_capacities(run, slo).items():
+        best = capacity(points)
+        found[case_id] = {"capacity_concurrency": best.concurrency if best else None,
+                          "points": [json.loads(point.model_dump_json()) for point in points]}  # fmt: skip
+    return found
+
+
+def export_document(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY,
+                    slo: Slo = DEFAULT_SLO) -> dict:
     run = assessment.run
     return {
         "run_id": run.info.run_id,
@@ -51,6 +69,8 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None, curren
         "exported_by": f"kit {__version__}",
         "gpu_hour_price": gpu_hour_price,
         "currency": currency,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": PERCENTILE, "described": slo.describe()},
+        "sweeps": sweep_document(run, slo),
         "claims": None if assessment.outcomes is None else [
             {**outcome.model_dump(mode="json"), "expectation": _expectation(assessment, outcome.id)}
             for outcome in assessment.outcomes
@@ -70,8 +90,9 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None, curren
     }
 
 
-def export_json(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY) -> str:
-    return json.dumps(export_document(assessment, gpu_hour_price, currency), indent=2) + "\n"
+def export_json(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY,
+                slo: Slo = DEFAULT_SLO) -> str:
+    return json.dumps(export_document(assessment, gpu_hour_price, currency, slo), indent=2) + "\n"
 
 
 def _expectation(assessment: Assessment, claim_id: str) -> dict | None:
@@ -88,6 +109,7 @@ def claim_rows(assessment: Assessment) -> Iterator[dict]:
             yield {
                 "claim": claim.id, "statement": claim.statement, "claim_verdict": claim.verdict,
                 "claim_reason": claim.reason, "relation": relation.relation, "verdict": relation.verdict,
+                "judged": relation.judged or "",
                 "published": relation.published, "measured": relation.measured or "", "finding": relation.finding,
                 "readings": "; ".join(f"{r.label}: {r.verdict}" for r in relation.readings),
                 "caveats": "; ".join(relation.caveats),

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-Tone = Literal["plain", "muted", "good", "bad", "warn", "mono", "strong"]
+Tone = Literal["plain", "muted", "good", "bad", "warn", "unsure", "mono", "strong"]
 
 
 class Cell(BaseModel):

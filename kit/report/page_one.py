@@ -3,8 +3,8 @@ lines, what the report cannot tell and what to run to learn it (kit/report/verdi
 the run (kit.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
 (GPUs, interconnect, driver, images by digest); then the headline figures with their spread: per
 model the fastest pre-training method of each kind (full-parameter and on a 4-bit base, ranked
-apart; kit/report/ranking.py) and the fastest adapter fine-tuning, each engine's serving, the
-all-reduce bus bandwidth. Beside each figure: the physical bound the kit's model sets for this
+apart; kit/report/ranking.py) and the fastest adapter fine-tuning, each engine's serving (its
+burst, and its capacity within the latency objectives), the all-reduce bus bandwidth. Beside each figure: the physical bound the kit's model sets for this
 host's GPUs, the paper's value, joules per token and the cost of 1M tokens; each links to its
 section and names the case folder of its raw samples. A figure past its bound is shown as
 invalid, never as a headline (kit.validity); a legend says what each method letter means."""
@@ -18,13 +18,15 @@ from typing import NamedTuple
 
 from kit.calibration import Achievable, achievable_mfu
 from kit.comm import sweep_bound
+from kit.energy import cost_per_million_tokens
 from kit.expectation import ClaimExpectation, Expecting
 from kit.fingerprint import Calibration
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, serving_bounds, training_throughput_bound
 from kit.protocol import Case, Protocol
 from kit.reference import ClaimOutcome, Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, throttle_marked, with_unit
+from kit.report.capacity_section import Capacities
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
 from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
 from kit.report.load import LoadedRun
@@ -34,6 +36,7 @@ from kit.report.sections import fingerprint_facts, image_section, peak_figures
 from kit.report.stage_common import first_clause
 from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
 from kit.results import Metric, Result
+from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
 from kit.stages.comm import sweep_of
 
 # Per model, the fastest case of each kind of method of each training stage.
@@ -189,8 +192,9 @@ class Pricing(NamedTuple):
     energy_anchor: str
 
     def cells(self, result: Result, throughput: str) -> list[Cell]:
+        """Energy and cost of a figure, without "(1 run)": the figure's own cell says how many."""
         link = self.energy_anchor or f"#{result.stage}"
-        return [energy_cell(result, link), cost_cell(result, throughput, self.gpu_hour_price, self.currency, link)]
+        return [energy_cell(result, link, runs=False), cost_cell(result, throughput, self.gpu_hour_price, self.currency, link, runs=False)]
 
 
 def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
@@ -303,12 +307,22 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> float 
     return statistics.fmean(bound.max_output_tokens_per_s for bound in found)
 
 
-def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing) -> Row:
+def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
+                points: Sequence[SweepPoint] = ()) -> Row:  # fmt: skip
+    """The burst's throughput and TTFT, the share of its requests that failed where some did; how
+    it stands to the other engines, and the capacity of the case's sweep (`points`) within the
+    objectives, with its concurrency."""
     case = result.case
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail=("1 run; " if throughput.std is None else "")
-                                         + f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"), result)  # fmt: skip
+    said = ["1 run" if throughput.std is None else None, f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"]
+    failed = result.metrics.get("error_rate")
+    if failed and failed.mean > 0:
+        said.append(f"{percent(failed.mean)} failed")
+    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail="; ".join(filter(None, said))), result)
+    best = capacity(points)
+    standing_cell = Cell(text=ranked, detail=(f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
+                                              if best else "no sweep point within the objectives") if points else None)  # fmt: skip
     bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
     reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
@@ -316,12 +330,16 @@ def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Referenc
     else:
         ttft = [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"] if ttft_bound else []
         expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
-    return Row(cells=[label, measured_cell, Cell(text=ranked), expected,
-                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
-                      *pricing.cells(result, "output_throughput")])  # fmt: skip
+    energy, cost = pricing.cells(result, "output_throughput")
+    if best and pricing.gpu_hour_price is not None and case.device == "cuda":
+        at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
+        cost = cost.model_copy(update={"detail": f"at capacity {format_value(at_capacity)}"})
+    return Row(cells=[label, measured_cell, standing_cell, expected,
+                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")), energy, cost])  # fmt: skip
 
 
-def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | None, pricing: Pricing) -> list[Row]:
+def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | None, pricing: Pricing,
+                 capacities: Capacities) -> list[Row]:  # fmt: skip
     """Per model, the engine of the highest output throughput and how it stands to the next
     (kit.report.ranking), with the engines that failed named; a model without a valid figure in
     one line; the cases of an engine that did not run, for one reason, in one line (an engine's
@@ -341,7 +359,8 @@ def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | N
                                         f"{r.status}: {first_clause(r.reason)}" if r else "no result")
                   for case, r in zip(members, results) if r is None or r.status != "ok" or run.invalid.get(case.id)]  # fmt: skip
         if best is not None:
-            rows.append(serving_row(run, best.best, "; ".join([best.words, *failed]), reference, pricing))
+            rows.append(serving_row(run, best.best, "; ".join([best.words, *failed]), reference, pricing,
+                                    capacities.get(best.best.case_id, [])))  # fmt: skip
             continue
         label = Cell(text=f"{model}, every engine", detail=f"cases/serve.{model}.*/", tone="strong", link="#serve")
         rows.append(_across(label, Cell(text="no valid figure, none priced", detail="; ".join(failed), tone="bad")))
@@ -379,7 +398,8 @@ def _any_ok(run: LoadedRun, cases: Sequence[Case]) -> bool:
     return any(run.results[c.id].status == "ok" for c in cases if c.id in run.results)
 
 
-def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequence[Section], pricing: Pricing) -> Table:
+def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequence[Section], pricing: Pricing,
+                   capacities: Capacities, slo: Slo) -> Table:  # fmt: skip
     selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
     training = {stage: (title, training_rows(run, stage, reference, pricing)) for stage, title in TRAINING_STAGES.items()}
@@ -390,8 +410,8 @@ def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequen
     reduced = [c for c in selected if c.stage == "comm" and c.method == "all_reduce"]
     groups = {
         **training,  # a group none of whose cases ran ok is one line, its section's reason (below)
-        "serve": ("Serving: each engine and model, a burst of requests",
-                  serving_rows(run, served, reference, pricing) if _any_ok(run, served) else []),
+        "serve": (f"Serving: a burst per engine and model; its capacity, N requests in flight, within {slo.short()}",
+                  serving_rows(run, served, reference, pricing, capacities) if _any_ok(run, served) else []),
         "comm": ("Communication: all-reduce between the GPUs",
                  [comm_row(run, c, reference) for c in reduced] if _any_ok(run, reduced) else []),
     }  # fmt: skip
@@ -406,7 +426,7 @@ def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequen
         caption="Headline figures: measured on this host, how each stands, its physical bound"
                 + (" and the paper's" if paper_given else ""),
         header=["Figure (raw samples)", "Measured (mean ± std)", "Standing among its kind", "Bound on this host", "Paper",
-                f"Energy ({ENERGY_UNIT})", f"{pricing.currency} / 1M tokens"],
+                f"Energy ({ENERGY_UNIT})", f"{pricing.currency}/1M tokens"],
         widths=[28, 16, 18, 16, 6, 8, 8],
         rows=rows,
         notes=[  # one paragraph: page one has no line to spare
@@ -503,9 +523,11 @@ def host_facts(run: LoadedRun) -> list[Fact]:
 def page_one(
     run: LoadedRun, reference: Reference | None, sections: Sequence[Section], protocol: Protocol, *,
     outcomes: Sequence[ClaimOutcome] | None = None, expectations: Sequence[ClaimExpectation] = (),
-    gpu_hour_price: float | None = None, currency: str = "USD",
+    gpu_hour_price: float | None = None, currency: str = "USD", capacities: Capacities | None = None,
+    slo: Slo = DEFAULT_SLO,
 ) -> PageOne:  # fmt: skip
-    """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to."""
+    """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.capacity_section)."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
     headline = [result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant]
@@ -516,6 +538,6 @@ def page_one(
         verdict=verdict_box(run, outcomes, expectations, fractions),
         cannot_tell=cannot_tell(run),
         host=host_facts(run),
-        headline=headline_table(run, reference, sections, pricing),
+        headline=headline_table(run, reference, sections, pricing, capacities or {}, slo),
         legend=method_legend(run, protocol),
     )

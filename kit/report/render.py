@@ -12,6 +12,8 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from kit.energy import DEFAULT_CURRENCY
+from kit.manifest import package_data
+from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
 from kit.report.evidence import EvidenceError, verify
@@ -21,8 +23,8 @@ from kit.report.listing import listing_lines
 from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
 from kit.results import REPORT_FILES
+from kit.serve.slo import DEFAULT_SLO, Slo
 
-FORMATS = ("html", "pdf", "json", "csv")
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
@@ -56,11 +58,11 @@ def breakable(text: str) -> str:
 
 
 def templates_dir() -> Path:
-    """$KIT_REPORT_TEMPLATES, else report_templates/ beside the package (source checkout)."""
+    """$KIT_REPORT_TEMPLATES, else the report templates the package ships."""
     configured = os.environ.get(TEMPLATES_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parent.parent.parent / "report_templates"
+    return package_data("report_templates")
 
 
 def render_html(report: Report, medium: Literal["screen", "print"] = "screen", part: PartContents | None = None) -> str:
@@ -153,7 +155,8 @@ def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str
 
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
-    gpu_hour_price: float | None = None, allowed_signers: Path | None = None, currency: str = DEFAULT_CURRENCY,
+    gpu_hour_price: float | None = None, allowed_signers: Path | None = None, slo: Slo = DEFAULT_SLO,
+    currency: str = DEFAULT_CURRENCY,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -163,8 +166,9 @@ def render(
     Every run directory involved is verified against its SHA256SUMS before anything is written
     (on another core while the model is built: kit.report.forked); EvidenceError names each
     file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
-    `currency` (an ISO 4217 code or any short name; report.json records it). Each
-    run's signer is named, and checked against `allowed_signers` where given (kit.signing).
+    `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
+    serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
+    against `allowed_signers` where given (kit.signing).
     Returns the files written.
     """
     wanted = chosen_formats(formats)
@@ -180,19 +184,20 @@ def render(
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
         return _render(run_dir, compare, wanted, Path(out_dir), redact, (gpu_hour_price, currency), allowed_signers, run_dirs,
-                       printer)  # fmt: skip
+                       printer, slo)  # fmt: skip
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer) -> list[Path]:
+def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer,
+            slo) -> list[Path]:  # fmt: skip
     gpu_hour_price, currency = price
 
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
         return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
-                                        assessment=assessment, currency=currency) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+                                        assessment=assessment, currency=currency, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
@@ -200,7 +205,7 @@ def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_sign
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
     if "json" in wanted:
-        document = export_json(assessment, gpu_hour_price, currency)
+        document = export_json(assessment, gpu_hour_price, currency, slo)
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
     if "csv" in wanted:
         for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency)):

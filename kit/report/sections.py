@@ -15,6 +15,8 @@ from kit.fingerprint import Fingerprint, KitInfo
 from kit.hardware import HardwareTable, load_hardware, peak_tflops
 from kit.protocol import Case, Protocol
 from kit.reference import (
+    MIN_RUNS,
+    SPREAD_FACTOR,
     ClaimOutcome,
     MeasuredRun,
     Reference,
@@ -460,6 +462,11 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
         rows=rows,
         notes=[
             "Tolerances are the kit's choice: the paper states none.",
+            f"Inconclusive: measured, but the runs cannot decide. A relation deviates only from at least {MIN_RUNS} "
+            "runs of each case it reads, and only beyond the wider of its tolerance and its runs' spread "
+            f"({SPREAD_FACTOR:g} standard errors of its value); with fewer runs, or within that spread, it is "
+            "inconclusive and says which runs it lacks. A value inside the bound from fewer runs is consistent only "
+            "when inside by more than its runs' spread, which a single run does not give.",
             "A verdict is not applicable when the claim is about other hardware, needs two platforms, or the "
             "run is not comparable to the reference; what the run measured is still shown, for information. "
             "In a run not comparable to the reference, a case of the same stage and method stands in for a "
@@ -929,6 +936,10 @@ def summary_section(
         deviating = [o.id for o in outcomes if o.verdict == "deviates"]
         if deviating:
             text += f" Deviating: {', '.join(deviating)} (see Deviations and failures)."
+        undecided = [o.id for o in outcomes if o.verdict == "inconclusive"]
+        if undecided:
+            text += (f" Inconclusive, the runs cannot decide (fewer than {MIN_RUNS} runs of a case, or a value within "
+                     f"its runs' spread of the bound): {', '.join(undecided)}.")  # fmt: skip
         against = expectation_counts(expectations)
         if any(against.values()):
             text += (
@@ -1082,9 +1093,14 @@ def appendix_section(run: LoadedRun, protocol: Protocol) -> Section:
             "FlashAttention without CUDA is unavailable and is never replaced by another attention kernel.",
             "Scaling efficiency = T(N) / (N × T(1)) (kit.analysis), from the mean throughputs.",
             "Reference claims: each published finding is a relation between measured quantities, evaluated against "
-            "the published value with a tolerance of the kit's choice; verdicts are consistent, deviates, not "
-            "measured (naming the missing cases) or not applicable (other hardware, two platforms needed, or a run "
-            "not comparable to the reference).",
+            "the published value with a tolerance of the kit's choice; verdicts are consistent, deviates, "
+            f"inconclusive, not measured (naming the missing cases) or not applicable (other hardware, two platforms "
+            f"needed, or a run not comparable to the reference). A relation deviates only when each case it reads "
+            f"has at least {MIN_RUNS} runs and its value lies further from the published value than the wider of the "
+            f"stated tolerance and its runs' spread ({SPREAD_FACTOR:g} standard errors of the value, from each case's "
+            f"standard deviation over its runs); with fewer runs, or within that spread, it is inconclusive, naming "
+            f"the runs it lacks. With fewer than {MIN_RUNS} runs a value inside the bound is consistent only when it "
+            "lies inside by more than its runs' spread; a single run gives no spread, so it is inconclusive too.",
             f"A/B comparisons: Welch's t-test on the per-run values, two-sided, α = {SIGNIFICANCE_LEVEL}; the p-value "
             "comes from scipy where installed, else from the kit's continued fraction of the incomplete beta function.",
         ],

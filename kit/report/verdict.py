@@ -80,6 +80,11 @@ def host_does(run: LoadedRun) -> str:
     return f"{devices}: " + ("; ".join(done) if done else "no figure measured") + "."
 
 
+def _inconclusive(counts) -> str:
+    """", 2 inconclusive" where some verdicts rest on too few runs to deviate (kit.reference.judge)."""
+    return f", {counts['inconclusive']} inconclusive" if counts.get("inconclusive") else ""
+
+
 def against_expectation(run: LoadedRun, outcomes: Sequence[ClaimOutcome] | None,
                         expectations: Sequence[ClaimExpectation], fractions: Sequence[float]) -> tuple[str, Tone]:  # fmt: skip
     """The paper's verdicts on this host, the kit's own expectation for its GPUs, and how far the
@@ -93,13 +98,13 @@ def against_expectation(run: LoadedRun, outcomes: Sequence[ClaimOutcome] | None,
         counts = verdict_counts(o.verdict for o in outcomes)
         deviating = [o.id for o in outcomes if o.verdict == "deviates"]
         parts.append(f"the paper's findings: {counts['consistent']} hold, {counts['deviates']} deviate"
-                     + (f" ({', '.join(deviating)})" if deviating else "")
+                     + (f" ({', '.join(deviating)})" if deviating else "") + _inconclusive(counts)
                      + f", {counts['not measured']} not measured")  # fmt: skip
         tone = "bad" if deviating else "good" if counts["consistent"] else "muted"
         against = expectation_counts(expectations)
         if any(against.values()):
             parts.append(f"the kit's expectation for these GPUs (of {sum(against.values())} findings about others): "
-                         f"{against['consistent']} consistent, {against['deviates']} deviate")  # fmt: skip
+                         f"{against['consistent']} consistent, {against['deviates']} deviate{_inconclusive(against)}")  # fmt: skip
             tone = "bad" if against["deviates"] else tone
     if fractions:
         low, high = min(fractions), max(fractions)

@@ -1,4 +1,5 @@
-"""Serving metrics, defined once: per-request latencies and the aggregates of a burst.
+"""Serving metrics, defined once: per-request latencies and the aggregates of a burst or of a
+point of the sweep (their requests fired together: a firing).
 
 Definitions (those of vLLM's `vllm bench serve`, vllm/benchmarks/lib/endpoint_request_func.py,
 so figures compare):
@@ -11,7 +12,7 @@ so figures compare):
   flushes several tokens at once), which the saturation check reads against TPOT.
 - TPOT: (end-to-end latency - TTFT) / (output tokens - 1), for requests with 2+ output tokens.
 - End-to-end latency: from sending the request to the end of its stream.
-- Duration: from the burst's release (t=0) to the end of the last request, finished or failed.
+- Duration: from the firing's release (t=0) to the end of the last request, finished or failed.
 - Throughputs over that duration: successful requests/s, their output tokens/s, and their input
   plus output tokens/s.
 - Percentiles: linear interpolation between closest ranks (Hyndman & Fan type 7, numpy's
@@ -35,25 +36,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     position = (len(ordered) - 1) * q / 100
     low, high = math.floor(position), math.ceil(position)
+    if low == high or math.isinf(ordered[high]):  # a rank itself; or one never measured (inf) within reach
+        return ordered[high]
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-class RequestRecord(BaseModel):
-    """One request of the burst, as requests.jsonl stores it (times in seconds)."""
+class RequestTimes(BaseModel):
+    """What a request's latencies are judged by: a row of requests.jsonl read without its
+    inter-token gaps, which are most of its bytes (a sweep's rows read three times faster so)."""
 
-    index: int
-    input_tokens: int  # counted by the served tokenizer when the prompt was built
-    server_prompt_tokens: int | None = None  # the engine's own count, where it reports one
-    sent_at: float  # since the burst's release
-    ended_at: float | None = None  # since the burst's release: finished, failed or cancelled
+    ended_at: float | None = None  # since the release: finished, failed or cancelled
     ttft: float | None = None
-    itl: list[float] = []
     latency: float | None = None  # end to end, None when the request never ended
     output_tokens: int = 0
-    output_tokens_source: str = "none"  # "server" (the engine's count) or "client" (streamed_tokens)
-    token_events: int = 0  # events that carried output (TTFT and ITL are timed by them)
-    streamed_tokens: int = 0  # generated tokens the client counted in the stream
-    status: int | None = None  # HTTP status
     error: str | None = None
 
     @property
@@ -65,6 +60,21 @@ class RequestRecord(BaseModel):
         if not self.ok or self.ttft is None or self.output_tokens < 2:
             return None
         return (self.latency - self.ttft) / (self.output_tokens - 1)
+
+
+class RequestRecord(RequestTimes):
+    """One request of the burst or of a point of the sweep, as requests.jsonl stores it (times
+    in seconds, since the release of the burst or the point)."""
+
+    index: int
+    input_tokens: int  # counted by the served tokenizer when the prompt was built
+    server_prompt_tokens: int | None = None  # the engine's own count, where it reports one
+    sent_at: float
+    itl: list[float] = []
+    output_tokens_source: str = "none"  # "server" (the engine's count) or "client" (streamed_tokens)
+    token_events: int = 0  # events that carried output (TTFT and ITL are timed by them)
+    streamed_tokens: int = 0  # generated tokens the client counted in the stream
+    status: int | None = None  # HTTP status
 
 
 class Distribution(BaseModel):
@@ -92,9 +102,9 @@ class Distribution(BaseModel):
 
 
 class ClientLoad(BaseModel):
-    """What the load generator itself cost, measured during the burst."""
+    """What the load generator itself cost, measured while it sent and read the requests."""
 
-    cpu_s: float  # CPU time of the client's process over the burst
+    cpu_s: float  # CPU time of the client's event loop thread over the firing
     wall_s: float
     events: int  # SSE events parsed
     dispatch_s: float  # from the release to the last request put on the wire
@@ -128,19 +138,21 @@ LAG_FLOOR_S = 0.005  # ... and above 5 ms, below which timer jitter dominates
 DISPATCH_SHARE_LIMIT = 0.05  # the last request sent later than 5 % of the burst's duration
 
 
-def saturation(load: ClientLoad, median_tpot: float | None, duration: float) -> Saturation:
+def saturation(load: ClientLoad, median_tpot: float | None, duration: float, all_at_once: bool = True) -> Saturation:
     """TPOT, not ITL, is the yardstick for the loop's lag: a lagging client reads events in
-    bursts, which shrinks the gaps it sees (median ITL near zero) but not a request's span."""
+    bursts, which shrinks the gaps it sees (median ITL near zero) but not a request's span. How
+    long the requests took to send counts for a burst only (`all_at_once`): a point of the sweep
+    sends its last request late by design."""
     reasons = []
     if load.cpu_share >= CPU_SHARE_LIMIT:
-        reasons.append(f"client used {load.cpu_share:.0%} of a core during the burst")
+        reasons.append(f"client used {load.cpu_share:.0%} of a core while it sent and read the requests")
     yardstick = LAG_SHARE_OF_TPOT * median_tpot if median_tpot else 0.0
     if load.loop_lag_p99_s > max(LAG_FLOOR_S, yardstick):
         reasons.append(
             f"client event loop lagged {1e3 * load.loop_lag_p99_s:.1f} ms (p99), more than 5 ms and 10 % of "
             f"the median time per output token ({1e3 * (median_tpot or 0):.1f} ms)"
         )
-    if duration > 0 and load.dispatch_s > DISPATCH_SHARE_LIMIT * duration:
+    if all_at_once and duration > 0 and load.dispatch_s > DISPATCH_SHARE_LIMIT * duration:
         reasons.append(
             f"the burst took {load.dispatch_s:.3f} s to send, {load.dispatch_s / duration:.0%} of its duration"
         )
@@ -149,8 +161,9 @@ def saturation(load: ClientLoad, median_tpot: float | None, duration: float) -> 
     )
 
 
-class BurstAggregates(BaseModel):
-    """The figures of one burst, every one computed from its RequestRecords."""
+class LatencyFigures(BaseModel):
+    """What the requests' latencies give of a firing: how many finished, how fast, how soon. Every
+    figure is computed from its rows (RequestTimes suffice)."""
 
     requests: int
     completed: int
@@ -158,39 +171,56 @@ class BurstAggregates(BaseModel):
     duration_s: float
     request_throughput: float  # completed requests / s
     output_throughput: float  # output tokens of completed requests / s
-    total_token_throughput: float  # input + output tokens of completed requests / s
-    input_tokens: int
     output_tokens: int
     ttft_s: Distribution | None
     tpot_s: Distribution | None
-    itl_s: Distribution | None
     latency_s: Distribution | None
     error_kinds: dict[str, int] = {}
 
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
 
-def aggregate(records: Sequence[RequestRecord], duration: float) -> BurstAggregates:
+
+def latency_figures(records: Sequence[RequestTimes], duration: float) -> LatencyFigures:
     done = [r for r in records if r.ok]
-    failed = [r for r in records if not r.ok]
-    output = sum(r.output_tokens for r in done)
-    inputs = sum(r.input_tokens for r in done)
     kinds: dict[str, int] = {}
-    for record in failed:
-        kind = (record.error or "unfinished").split(":")[0]
-        kinds[kind] = kinds.get(kind, 0) + 1
-    per_second = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
-    return BurstAggregates(
+    for record in records:
+        if not record.ok:
+            kind = (record.error or "unfinished").split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    output = sum(r.output_tokens for r in done)
+    return LatencyFigures(
         requests=len(records),
         completed=len(done),
-        errors=len(failed),
+        errors=len(records) - len(done),
         duration_s=duration,
-        request_throughput=per_second(len(done)),
-        output_throughput=per_second(output),
-        total_token_throughput=per_second(inputs + output),
-        input_tokens=inputs,
+        request_throughput=len(done) / duration if duration > 0 else 0.0,
+        output_throughput=output / duration if duration > 0 else 0.0,
         output_tokens=output,
         ttft_s=Distribution.of([r.ttft for r in done if r.ttft is not None]),
         tpot_s=Distribution.of([r.tpot for r in done if r.tpot is not None]),
-        itl_s=Distribution.of([gap for r in done for gap in r.itl]),
         latency_s=Distribution.of([r.latency for r in done]),
         error_kinds=kinds,
+    )
+
+
+class BurstAggregates(LatencyFigures):
+    """The figures of one firing (the burst, or a point of the sweep), every one computed from its
+    RequestRecords: its latency figures, the tokens it was sent and the gaps between events."""
+
+    total_token_throughput: float  # input + output tokens of completed requests / s
+    input_tokens: int
+    itl_s: Distribution | None
+
+
+def aggregate(records: Sequence[RequestRecord], duration: float) -> BurstAggregates:
+    figures = latency_figures(records, duration)
+    done = [r for r in records if r.ok]
+    inputs = sum(r.input_tokens for r in done)
+    return BurstAggregates(
+        **dict(figures),
+        total_token_throughput=(inputs + figures.output_tokens) / duration if duration > 0 else 0.0,
+        input_tokens=inputs,
+        itl_s=Distribution.of([gap for r in done for gap in r.itl]),
     )

@@ -1,11 +1,14 @@
-"""The load generator: the burst as the paper sends it, every request released at t=0.
+"""The load generator: the burst as the paper sends it, every request released at t=0; and a
+point of the sweep, N requests in flight at a time.
 
 One asyncio event loop over aiohttp (the HTTP client vLLM's `benchmark_serving` and NVIDIA
-AIPerf use too), one streaming request per prompt, no cap on open connections. Each event is
-time-stamped as the client reads it; the client measures what it costs itself (CPU time, event
-loop lag, how long the burst took to send) so that `aggregate.saturation` can tell when the
-client, not the server, limited the measurement. Its CPU time is that of the thread running the
-event loop, so other threads of the process (a container's log copier) are not counted.
+AIPerf use too), one streaming request per prompt, no cap on open connections. At a concurrency
+N, a request waits for one of N slots and is sent (its clock started) when it has one, as vLLM's
+`vllm bench serve --max-concurrency N` does with a semaphore. Each event is time-stamped as the
+client reads it; the client measures what it costs itself (CPU time, event loop lag, how long
+the burst took to send) so that `aggregate.saturation` can tell when the client, not the server,
+limited the measurement. Its CPU time is that of the thread running the event loop, so other
+threads of the process (a container's log copier) are not counted.
 """
 
 from __future__ import annotations
@@ -13,20 +16,36 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from kit.protocol import ServeParams
-from kit.serve.aggregate import ClientLoad, RequestRecord, percentile
+from kit.results import atomic_write_text
+from kit.serve.aggregate import BurstAggregates, ClientLoad, RequestRecord, aggregate, percentile, saturation
 from kit.serve.engines import ONE_TOKEN, Engine, StreamEvent
 from kit.serve.sse import EventFramer
 
 LAG_TICK_S = 0.01
 
 
-class Burst:
-    """One burst against one engine: its records, the client's own load, and its duration."""
+class Firing:
+    """One firing of requests against one engine (the burst, or a point of the sweep): its
+    records, the client's own load, its duration, and whether its deadline cut it short."""
 
-    def __init__(self, records: list[RequestRecord], load: ClientLoad, duration: float):
-        self.records, self.load, self.duration = records, load, duration
+    def __init__(self, records: list[RequestRecord], load: ClientLoad, duration: float, cut_short: bool):
+        self.records, self.load, self.duration, self.cut_short = records, load, duration, cut_short
+
+    def kept(self, rows_file: Path, all_at_once: bool) -> tuple[BurstAggregates, dict]:
+        """Write the rows to `rows_file` (one line per request: the raw samples every figure is
+        computed from) and give the figures computed from them: the aggregates, and, for the
+        run's sample, the aggregates, the client's load and whether it may have limited them."""
+        atomic_write_text(rows_file, "".join(record.model_dump_json() + "\n" for record in self.records))
+        totals = aggregate(self.records, self.duration)
+        median_tpot = totals.tpot_s.median if totals.tpot_s else None
+        return totals, {
+            "aggregates": totals.model_dump(),
+            "client": {**self.load.model_dump(), "cpu_share": self.load.cpu_share, "cpu_us_per_event": self.load.cpu_us_per_event},
+            "saturation": saturation(self.load, median_tpot, self.duration, all_at_once).model_dump(),
+        }
 
 
 async def _one_request(
@@ -99,7 +118,7 @@ async def _one_request(
         if error is None:
             record.latency = perf() - start
     except asyncio.CancelledError:
-        error = "timeout: the burst's deadline passed before this request ended"
+        error = "timeout: the deadline passed before this request ended"
         raise
     except Exception as exc:  # a dead engine shows as a reset or truncated stream
         error = f"{type(exc).__name__}: {exc}"[:300]
@@ -125,15 +144,23 @@ async def _loop_lag(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(max(0.0, time.perf_counter() - before - LAG_TICK_S))
 
 
-async def _burst(
-    base_url: str,
-    engine: Engine,
-    params: ServeParams,
-    prompts: Sequence[str],
-    input_tokens: Sequence[int],
-    deadline_s: float,
-    on_end: Callable[[RequestRecord], None] | None,
-) -> Burst:
+async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: RequestRecord, *request) -> None:
+    """One request of a point of the sweep: sent once one of its concurrency's slots is free,
+    unless the point stopped sending (`stop_at`, on perf_counter's clock) by then."""
+    try:
+        async with slots:
+            if stop_at is None or time.perf_counter() < stop_at:
+                await _one_request(*request)
+    except asyncio.CancelledError:
+        if record.error is None:  # still waiting for a slot
+            record.error = "timeout: the deadline passed before this request was sent"
+        raise
+
+
+async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
+                deadline_s: float, on_end: Callable[[RequestRecord], None] | None, concurrency: int | None,
+                stop_sending_s: float | None) -> Firing:  # fmt: skip
+    """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
     import aiohttp
 
     records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
@@ -146,10 +173,12 @@ async def _burst(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         monitor = asyncio.create_task(_loop_lag(lag, stop))
         cpu0, t0 = time.thread_time(), time.perf_counter()
-        tasks = [
-            asyncio.create_task(_one_request(session, base_url + path, body, engine, record, t0, counters))
-            for (path, body), record in zip(requests, records)
-        ]
+        slots = asyncio.Semaphore(concurrency) if concurrency else None
+        stop_at = None if stop_sending_s is None else t0 + stop_sending_s
+        tasks = []
+        for (path, body), record in zip(requests, records):
+            request = (session, base_url + path, body, engine, record, t0, counters)
+            tasks.append(asyncio.create_task(_one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)))
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
@@ -166,7 +195,9 @@ async def _burst(
         loop_lag_p99_s=percentile(lag, 99) if lag else 0.0,
         loop_lag_max_s=max(lag) if lag else 0.0,
     )
-    return Burst(records, load, duration)
+    if concurrency:  # a point's rows are the requests it sent
+        records = [record for record in records if record.ended_at is not None]
+    return Firing(records, load, duration, cut_short=bool(pending))
 
 
 def fire_burst(
@@ -177,7 +208,15 @@ def fire_burst(
     input_tokens: Sequence[int],
     deadline_s: float,
     on_end: Callable[[RequestRecord], None] | None = None,
-) -> Burst:
+) -> Firing:
     """Send every prompt at once and read every stream to its end (or until `deadline_s`).
     `on_end` sees each request as it ends, in the event loop: it must be quick."""
-    return asyncio.run(_burst(base_url, engine, params, prompts, input_tokens, deadline_s, on_end))
+    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, on_end, None, None))
+
+
+def fire_at_concurrency(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
+                        deadline_s: float, concurrency: int, stop_sending_s: float | None = None) -> Firing:  # fmt: skip
+    """Send the prompts in order, `concurrency` of them in flight at a time, each as a slot
+    frees, none after `stop_sending_s`, and read every stream to its end (or until `deadline_s`).
+    The rows are those of the requests sent."""
+    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s))

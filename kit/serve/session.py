@@ -5,11 +5,13 @@ a `Placement`; everything else happens here, the same way for every placement: t
 directory the engine reads (config and tokenizer only where the engine makes random weights
 itself; else a synthetic checkpoint, made once), prompts of exactly `input_tokens` tokens as the
 served tokenizer counts them, readiness, untimed warm-up requests, the engine's own counters
-before and after, the burst, the engine stopped gracefully. Into the run's folder go
-requests.jsonl (one row per request: the raw samples every aggregate is computed from),
-engine.log (everything the engine printed), engine.json (how it was started) and rank-0.json
-(the driver's sample). An engine that dies, or never becomes ready, or requests that fail, make
-the run an `error` that keeps the rows of the requests that did finish.
+before and after, the burst, then the sweep's points (kit.serve.sweep), the engine stopped
+gracefully. Into the run's folder go requests.jsonl (one row per request: the raw samples every
+aggregate is computed from; a point of the sweep's in sweep/c<N>/), engine.log (everything the
+engine printed), engine.json (how it was started) and rank-0.json (the driver's sample).
+Requests that fail are data: their rows are kept and counted, the figures are those of the
+requests that finished. An engine that dies, or never becomes ready, or a burst or sweep in
+which no request finished, make the run an `error` that keeps every row.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from typing import Protocol
 
 from kit.protocol import Case, ServeParams
 from kit.results import RankSample, RunSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
-from kit.serve.aggregate import aggregate, saturation
+from kit.serve.aggregate import aggregate
+from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import ServerCounters, counter_total
+from kit.serve.prometheus import ServerCounters, counter_total, parse_samples
+from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import MeasureFailed, Unavailable
 
 STOP_MARGIN_S = 45  # left of the case's timeout for stopping the engine and writing the rows
@@ -119,10 +123,13 @@ def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | st
         return f"GET /metrics failed: {exc}"
     if status != 200:
         return f"GET /metrics answered {status}"
-    text = body.decode("utf-8", errors="replace")
+    try:
+        samples = parse_samples(body.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return f"GET /metrics answered a page that is not Prometheus text: {exc}"
     found: dict[str, float | None] = {}
     for field, counter in (("generated_tokens", engine.generated_tokens), ("finished_requests", engine.finished_requests)):
-        values = [counter_total(text, name, dict(counter.exclude)) for name in counter.metric_names()]
+        values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
         found[field] = next((value for value in values if value is not None), None)
     return found
 
@@ -138,22 +145,6 @@ def counters_during(engine: Engine, before: dict | str, after: dict | str) -> Se
     )
 
 
-def serving_bound_details(case: Case, totals) -> dict:
-    """The roofline of this burst on this host's GPUs (kit.predictions.serving_bounds), beside the
-    measurement; or why there is none."""
-    from kit.predictions import device_spec, serving_bounds
-
-    spec = device_spec(case, _device_names(case))
-    if spec is None:
-        what = "a CPU" if case.device != "cuda" else "a GPU manifests/hardware.yaml does not list"
-        return {"unavailable": f"no peak figures for {what}: no bound computed"}
-    generated = round(totals.output_tokens / totals.completed) if totals.completed else None
-    bounds = serving_bounds(case, spec, generated)
-    if bounds is None:
-        return {"unavailable": f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}"}
-    return bounds.model_dump(mode="json")
-
-
 def announce_first(say):
     """Say one line when the first request of the burst has finished (progress for a person
     watching log.txt; one line, so the client's timing is not disturbed)."""
@@ -165,10 +156,6 @@ def announce_first(say):
             say(f"serve: first request finished ({record.latency:.2f} s)")
 
     return on_end
-
-
-def write_rows(path: Path, records) -> None:
-    atomic_write_text(path, "".join(record.model_dump_json() + "\n" for record in records))
 
 
 class BurstTelemetry:
@@ -191,6 +178,32 @@ class BurstTelemetry:
             self.result, self._running = self.sampler.stop(), False
 
 
+def token_counts(engine: Engine, before: dict | str, after: dict | str, records) -> dict:
+    """The generated tokens the client counted in `records`, beside the engine's own counters
+    over the same interval: equal, or the rows do not hold what the engine did."""
+    counters = counters_during(engine, before, after)
+    client_tokens = sum(r.streamed_tokens for r in records)
+    return {
+        "client_counted": client_tokens,
+        "token_events": sum(r.token_events for r in records),
+        "engine_reported_per_request": sum(r.output_tokens for r in records if r.output_tokens_source == "server"),
+        "server_counters": counters.model_dump(),
+        "equal": counters.generated_tokens is not None and client_tokens == counters.generated_tokens,
+    }
+
+
+def miscounted(records) -> list[int]:
+    """The requests whose prompt the engine counted differently than its tokenizer does here."""
+    return [r.index for r in records if r.server_prompt_tokens not in (None, r.input_tokens)]
+
+
+def none_finished(what: str, records) -> str | None:
+    """Errors are data, unless no request finished at all: then there is nothing to measure."""
+    if not records or any(r.ok for r in records):
+        return None
+    return f"none of the {len(records)} requests of the {what} finished (first: {records[0].error})"
+
+
 def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out_dir: Path, first: SoakWindow,
                 soak_started: float, deadline: float) -> tuple[list[SoakWindow], str | None]:  # fmt: skip
     """After the first burst (`first`), bursts one after another until the soak's seconds have
@@ -210,8 +223,7 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
             burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0))
         finally:
             telemetry.stop()
-        write_rows(out_dir / f"requests-window-{index}.jsonl", burst.records)
-        totals = aggregate(burst.records, burst.duration)
+        totals, _ = burst.kept(out_dir / f"requests-window-{index}.jsonl", all_at_once=True)
         windows.append(SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result))
         if handle.exit_code() is not None:
             return windows, f"the engine exited with code {handle.exit_code()} in soak window {index}"
@@ -221,8 +233,11 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
 
 
 def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry) -> dict:
-    """The burst against the engine the placement starts; the details of the driver's sample.
-    Raises Unavailable, or MeasureFailed with what was measured before the failure."""
+    """The burst against the engine the placement starts, then the sweep's points where the case
+    has one; the details of the driver's sample. Requests that fail are data (their rows and the
+    figures of those that finished are kept); the run fails where the engine does, or where no
+    request of the burst, or of the sweep, finished. Raises Unavailable, or MeasureFailed with
+    what was measured before the failure."""
     from kit.model_files import load_tokenizer
 
     started = time.monotonic()
@@ -234,6 +249,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed)
     counts = [token_count(tokenizer, prompt) for prompt in prompts]
     warmup = burst_prompts(tokenizer, params.warmup_requests, params.input_tokens, params.seed + WARMUP_SEED_OFFSET)
+    points = planned_points(tokenizer, params)
 
     handle, launch = placement.start(engine, case, model_dir, out_dir, say)
     details: dict = {
@@ -245,10 +261,12 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
         "files": {"requests": "requests.jsonl", "engine_log": "engine.log", "engine": "engine.json"},
     }
     atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
-    burst = None
+    burst = sweep = None
     failure = None
     before: dict | str = "not read"
     after: dict | str = "not read"
+    swept: dict | str = "not read"
+    deadline = started + params.timeout_s - STOP_MARGIN_S
     try:
         say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
         details["engine"]["ready_s"] = wait_ready(handle, engine.health_path, params.ready_timeout_s)
@@ -260,24 +278,31 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
             if errors:
                 raise EngineFailed(f"the warm-up request failed: {errors[0]}")
         before = read_counters(engine, handle.base_url)
-        budget = params.timeout_s - (time.monotonic() - started) - STOP_MARGIN_S
         say(f"serve: burst of {len(prompts)} requests released")
         soak_started = time.monotonic()
         telemetry.start()
         try:
-            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(budget, 1.0), announce_first(say))
+            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
+                               announce_first(say))  # fmt: skip
         finally:
             telemetry.stop()
         after = read_counters(engine, handle.base_url)
         if handle.exit_code() is not None:
             failure = f"the engine exited with code {handle.exit_code()} during the burst"
-        elif params.soak is not None:
+        elif burst.cut_short:
+            failure = f"the case's time (timeout_s {params.timeout_s}) ran out during the burst"
+        else:
+            failure = none_finished("burst", burst.records)
+        if failure is None and params.soak is not None:
             say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
             first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
                                tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
-            windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started,
-                                           started + params.timeout_s - STOP_MARGIN_S)  # fmt: skip
+            windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
             details["windows"] = windows
+        if failure is None and points:
+            sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
+            swept = read_counters(engine, handle.base_url)
+            failure = sweep.failure
     except EngineFailed as exc:
         failure = str(exc)
     finally:
@@ -285,33 +310,26 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
         atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
 
     if burst is not None:
-        write_rows(out_dir / "requests.jsonl", burst.records)
-        totals = aggregate(burst.records, burst.duration)
-        details["aggregates"] = totals.model_dump()
-        details["client"] = {**burst.load.model_dump(), "cpu_share": burst.load.cpu_share,
-                             "cpu_us_per_event": burst.load.cpu_us_per_event}  # fmt: skip
-        details["saturation"] = saturation(burst.load, totals.tpot_s.median if totals.tpot_s else None,
-                                           burst.duration).model_dump()  # fmt: skip
-        counters = counters_during(engine, before, after)
-        client_tokens = sum(r.streamed_tokens for r in burst.records)
-        details["tokens"] = {
-            "client_counted": client_tokens,
-            "token_events": sum(r.token_events for r in burst.records),
-            "engine_reported_per_request": sum(r.output_tokens for r in burst.records if r.output_tokens_source == "server"),
-            "server_counters": counters.model_dump(),
-            "equal": counters.generated_tokens is not None and client_tokens == counters.generated_tokens,
-        }
-        details["bounds"] = serving_bound_details(case, totals)
-        mismatched = [r.index for r in burst.records if r.server_prompt_tokens not in (None, r.input_tokens)]
-        details["prompts"]["server_count_mismatches"] = mismatched
+        totals, figures = burst.kept(out_dir / "requests.jsonl", all_at_once=True)
+        details.update(figures)
+        details["tokens"] = token_counts(engine, before, after, burst.records)
+        details["bounds"] = burst_bound_details(case, totals)
+        details["prompts"]["server_count_mismatches"] = mismatched = miscounted(burst.records)
         details["short_outputs"] = sum(1 for r in burst.records if r.ok and r.output_tokens < params.max_output_tokens)
-        if failure is None and totals.errors:
+        if totals.errors:
             first = next(r.error for r in burst.records if not r.ok)
-            failure = f"{totals.errors} of {totals.requests} requests failed (first: {first})"
+            say(f"serve: {totals.errors} of {totals.requests} requests of the burst failed (first: {first}); "
+                f"the figures are of the {totals.completed} that finished")  # fmt: skip
         if failure is None and mismatched:
             failure = f"{len(mismatched)} prompts were counted differently by the engine than by its tokenizer"
         if failure is not None:
             failure += f"; {totals.completed} of {totals.requests} requests finished and are kept in requests.jsonl"
+    if sweep is not None:
+        details["sweep"] = {**sweep.details, "tokens": token_counts(engine, after, swept, sweep.records),
+                            "server_count_mismatches": miscounted(sweep.records)}  # fmt: skip
+        failure = failure or none_finished("sweep", sweep.records)
+        if failure is None and details["sweep"]["server_count_mismatches"]:
+            failure = f"{len(details['sweep']['server_count_mismatches'])} prompts of the sweep were counted differently by the engine"
     if failure is not None:
         tail = log_tail(out_dir / "engine.log")
         details["engine"]["log_tail"] = tail
@@ -334,7 +352,7 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     say(f"\n=== run {index}: serve {case.params.engine} ({placement.name})")
     started, begun = time.monotonic(), utc_now()
     base = dict(rank=0, world_size=1, device=case.device, started_at=begun,
-                device_name=", ".join(_device_names(case)) or platform.machine())  # fmt: skip
+                device_name=", ".join(device_names(case)) or platform.machine())  # fmt: skip
     telemetry = BurstTelemetry(case)
     try:
         details = measure(case, placement, out_dir, say, telemetry)
@@ -352,14 +370,6 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     say(f"=== run {index}: {sample.status} after {wall_s:.1f} s" + (f" ({sample.reason})" if sample.reason else ""))
     return run_sample(index=index, ranks=[sample], expected_ranks=1, exit_code=0 if sample.status == "ok" else 1,
                       wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
-
-
-def _device_names(case: Case) -> list[str]:
-    if case.device != "cuda":
-        return []
-    from kit.host import gpu_names
-
-    return gpu_names()[: case.gpus]
 
 
 def clean_environment(*layers: dict[str, str]) -> dict[str, str]:

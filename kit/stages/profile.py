@@ -9,14 +9,28 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kit.analysis import achieved_tflops, mfu, model_flops_per_token
-from kit.breakdown import OTHER_TOLERANCE, Breakdown
+from kit.breakdown import (
+    ACCOUNTED_TOLERANCE,
+    LAUNCH_BOUND_IDLE,
+    PART_GROUPS,
+    PHASES,
+    PROFILER_OVERHEAD_LIMIT,
+    Breakdown,
+    launch_bound,
+)
 from kit.hardware import HardwareTable, peak_tflops
+from kit.marked_breakdown import (
+    MarkedBreakdown,
+    is_marked,
+    marked_figures,
+    marked_notes,
+)
 from kit.metrics import peak_memory_gib, summarize
 from kit.predictions import device_spec, model_notes
 from kit.protocol import Case, Protocol
 from kit.report import charts
 from kit.report.cells import has_metrics, method_label
-from kit.report.model import Chart, Section
+from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import bars_note, generic_stage, stage_cases
 from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
@@ -24,34 +38,28 @@ from kit.stages.unit import Stage
 if TYPE_CHECKING:
     from kit.report.load import LoadedRun
 
-# Metric -> the parts it adds up (each part's forward + backward + recompute time). "mlp" is the
-# MLP's matrix multiplications (the paper's GEMM parts), "qkv_proj" the three input projections.
-PART_GROUPS = {
-    "embedding_s": ("Embedding",),
-    "rmsnorm_s": ("RMSNorm",),
-    "qkv_proj_s": ("q_proj", "k_proj", "v_proj"),
-    "rope_s": ("RoPE",),
-    "attention_s": ("Attention",),
-    "o_proj_s": ("o_proj",),
-    "mlp_s": ("gate_proj", "up_proj", "down_proj"),
-    "silu_s": ("SiLU",),
-    "lm_head_s": ("LM head",),
-    "loss_s": ("Loss",),
-}
+CPU_IDLE = (
+    "GPU idle share: not measurable on a CPU, where operators run synchronously in the calling thread and no "
+    "device queue runs dry; the idle time of a phase here ({phase}_idle_s) is its time outside any operator: "
+    "the framework's Python between operators"
+)
 
 
 def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
     """The figures of one run's breakdown, in seconds and fractions.
 
-    Phase times and shares come from the plain steps; part and block times from the
-    instrumented steps (a part's share is of instrumented_step_s, a block's of blocks_step_s); idle shares and kernel time from the profiled step (GPU only)."""
+    Phase and step times come from the plain steps; every part, block, busy and idle time from
+    the device's timeline of the profiled steps (on a CPU: the operators' time)."""
     figures: dict[str, float] = {"step_s": breakdown.step_ms / 1e3}
     for phase in breakdown.phases:
         figures[f"{phase.name}_s"] = phase.wall_ms / 1e3
         figures[f"{phase.name}_share"] = phase.wall_ms / breakdown.step_ms
-        if phase.activity is not None and phase.activity.idle_share is not None:
-            figures[f"{phase.name}_idle_share"] = phase.activity.idle_share
-            figures[f"{phase.name}_kernel_s"] = phase.activity.kernel_ms / 1e3
+        figures[f"{phase.name}_busy_s"] = phase.busy_ms / 1e3
+        figures[f"{phase.name}_idle_s"] = phase.idle_ms / 1e3
+        if breakdown.device == "cuda" and phase.idle_share is not None:
+            figures[f"{phase.name}_idle_share"] = phase.idle_share
+        if phase.host_ms is not None:
+            figures[f"{phase.name}_host_s"] = phase.host_ms / 1e3
     parts = {m.name: m for m in breakdown.modules}
     for metric, names in PART_GROUPS.items():
         found = [parts[name] for name in names if name in parts]
@@ -61,10 +69,12 @@ def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
         figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
         figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
     layers = breakdown.module("Decoder layers")
-    if layers is not None:  # a block, timed in the steps that mark blocks: its share is of those
+    if layers is not None:
         figures["decoder_layers_s"] = layers.total_ms / 1e3
-        figures["blocks_step_s"] = breakdown.blocks_step_ms / 1e3
-    figures["instrumented_step_s"] = breakdown.instrumented_step_ms / 1e3
+    figures["device_busy_s"] = breakdown.busy_ms / 1e3
+    figures["traced_step_s"] = breakdown.traced_step_ms / 1e3
+    figures["profiler_overhead"] = breakdown.profiler_overhead
+    figures["accounted_vs_step"] = breakdown.accounted_vs_step
     figures["other_s"] = breakdown.other_ms / 1e3
     figures["other_share"] = breakdown.other_share
     if breakdown.recompute:
@@ -72,13 +82,50 @@ def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
     return figures
 
 
+def breakdown_notes(breakdown: Breakdown) -> list[str]:
+    """What one run's breakdown says in words: how the step adds up, the profiler's cost, and
+    where the host bounded it."""
+    b = breakdown
+    optimizer = b.phase("optimizer").other_ms
+    summed = (f"parts {b.parts_ms:.4g} ms + other {b.other_ms:.4g} ms ({b.other_share:.1%} of the profiled step) + "
+              f"optimizer {optimizer:.4g} ms + idle {b.idle_ms:.4g} ms = {b.accounted_ms:.4g} ms, the profiled step "
+              f"({b.traced_step_ms:.4g} ms); the plain step {b.step_ms:.4g} ms")  # fmt: skip
+    if b.device == "cuda":
+        summed += (f": {b.accounted_vs_step:+.1%}, " + ("within" if b.within_tolerance else "outside")
+                   + f" the {ACCOUNTED_TOLERANCE:.0%} goal; the profiled step {b.profiler_overhead:+.1%} against the "
+                   f"plain one (goal: at most +{PROFILER_OVERHEAD_LIMIT:.0%})")  # fmt: skip
+    else:
+        summed += (f": the profiled step {b.profiler_overhead:+.1%} against the plain one (on a CPU the profiler "
+                   "records every operator)")  # fmt: skip
+    notes = [summed]
+    bound = [p for p in b.phases if p.launch_bound]
+    if bound:
+        notes.append("launch-bound (the device waited for the host): " + "; ".join(
+            f"{p.name}: the host issued work for {p.host_ms:.4g} of its {p.window_ms:.4g} ms, the device idle "
+            f"{p.idle_share:.0%}" for p in bound))  # fmt: skip
+    if b.unlaunched_events:
+        notes.append(f"{b.unlaunched_events:g} device events per step without the launch that made them: attributed "
+                     "to their phase by their own time, as other")  # fmt: skip
+    return notes
+
+
 def profile_case_metrics(
     case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
 ) -> tuple[dict[str, Metric | None], list[str]]:
     """Phase, part and block times of a profile case over its runs, tokens/s, model-FLOPs
-    TFLOPS and MFU, peak memory; notes with the analytical model and every impossible value."""
-    breakdowns = [Breakdown.model_validate(run.ranks[0].details) for run in runs]
-    per_run = [breakdown_figures(b) for b in breakdowns]
+    TFLOPS and MFU, peak memory; notes with the analytical model and every impossible value.
+    A run recorded by a kit of the marks (kit.marked_breakdown) keeps that kit's figures."""
+    details = [run.ranks[0].details for run in runs]
+    if all(is_marked(d) for d in details):
+        marked = [MarkedBreakdown.model_validate(d) for d in details]
+        per_run = [marked_figures(b) for b in marked]
+        notes = marked_notes(marked)
+        cpu_note = f"GPU idle share: {marked[0].activity_method}"
+    else:
+        breakdowns = [Breakdown.model_validate(d) for d in details]
+        per_run = [breakdown_figures(b) for b in breakdowns]
+        notes = [note for b in breakdowns for note in breakdown_notes(b)]
+        cpu_note = CPU_IDLE
     names = [name for name in per_run[0] if all(name in figures for figures in per_run)]
     found = {
         name: summarize([figures[name] for figures in per_run], "s" if name.endswith("_s") else "fraction")
@@ -92,22 +139,8 @@ def profile_case_metrics(
               for t in found["tokens_per_s"].per_run]  # fmt: skip
     found["achieved_tflops"] = summarize(tflops, "TFLOP/s")
 
-    notes = [
-        f"parts add up to {b.modules_ms - b.overlap_ms:.4g} ms of the instrumented step's {b.instrumented_step_ms:.4g} ms; "
-        f"other {b.other_ms:.4g} ms ({b.other_share:.1%}), "
-        + ("within" if b.within_tolerance else "outside")
-        + f" the {OTHER_TOLERANCE:.0%} tolerance; instrumented minus plain step: {b.instrumentation_overhead_ms:.4g} ms"
-        " (the marks' cost plus step-to-step variation)"
-        for b in breakdowns
-    ]
-    if breakdowns[0].unmatched_marks:
-        notes.append(
-            f"{breakdowns[0].unmatched_marks} forward passes begun in recomputation never ended: torch.utils.checkpoint "
-            "stops re-running a layer once it has rebuilt what the backward needs; their time stays in the "
-            "recompute windows and in other"
-        )
     if case.device != "cuda":
-        notes.append(f"GPU idle share: {breakdowns[0].activity_method}")
+        notes.append(cpu_note)
     device_names = [rank.device_name for run in runs for rank in run.ranks]
     notes += model_notes(case, device_names, found["step_s"].per_run, peaks, hardware)
     spec = device_spec(case, device_names, hardware)
@@ -125,7 +158,6 @@ def profile_case_metrics(
 
 # --- Report section ---------------------------------------------------------------------------
 
-PHASES = ("forward", "backward", "optimizer")
 # Metric -> the part as the paper's Tables V-VIII name it, in the order of a step.
 PART_LABELS = {
     "embedding_s": "Embedding", "rmsnorm_s": "RMSNorm", "qkv_proj_s": "QKV proj.", "rope_s": "RoPE",
@@ -156,10 +188,56 @@ def phase_stack(case: Case, result: Result) -> charts.Stack:
 
 
 def parts_stack(case: Case, result: Result) -> charts.Stack:
-    return charts.Stack(label=_label(case), segments=[
-        charts.Segment(label=label, value=_ms(result, metric))
-        for metric, label in PART_LABELS.items() if metric in result.metrics and result.metrics[metric].mean > 0
-    ])  # fmt: skip
+    """The parts of a step on the device's timeline, then the optimizer's device time and the
+    device's idle time (hatched): together the profiled step. A run of the marks (no device
+    timeline) shows its parts, the optimizer phase and other, as it measured them."""
+    timeline = "device_busy_s" in result.metrics
+    labels = {**PART_LABELS, "optimizer_s": None} if timeline else PART_LABELS
+    segments = [charts.Segment(label=label, value=_ms(result, metric)) for metric, label in labels.items()
+                if label and metric in result.metrics and result.metrics[metric].mean > 0]  # fmt: skip
+    if timeline:
+        if "optimizer_busy_s" in result.metrics:
+            segments.append(charts.Segment(label="Optimizer", value=_ms(result, "optimizer_busy_s")))
+        idle = sum(_ms(result, f"{phase}_idle_s") for phase in PHASES if f"{phase}_idle_s" in result.metrics)
+        if idle > 0:
+            segments.append(charts.Segment(label="idle", value=idle, hatched=True))
+    return charts.Stack(label=_label(case), segments=segments)
+
+
+def _ms_text(result: Result, metric: str) -> str:
+    found = result.metrics.get(metric)
+    return "—" if found is None else f"{found.mean * 1e3:.4g}"
+
+
+def phase_table(measured: list[tuple[Case, Result]]) -> Table:
+    """Each phase on the device's timeline: its time in the plain steps, its window in the profiled
+    ones, the device's busy and idle time in it, and the host's time until its last launch (GPU)."""
+    rows = []
+    for case, result in measured:
+        rows.append(Row(cells=[Cell(text=case.id, tone="mono", colspan=7)], heading=True))
+        for phase in PHASES:
+            idle = result.metrics.get(f"{phase}_idle_share")
+            host = result.metrics.get(f"{phase}_host_s")
+            window = sum(result.metrics[f"{phase}_{part}_s"].mean for part in ("busy", "idle"))
+            bound = launch_bound(idle.mean if idle else None, host.mean if host else None, window)
+            rows.append(Row(cells=[
+                Cell(text=phase), Cell(text=_ms_text(result, f"{phase}_s")), Cell(text=f"{window * 1e3:.4g}"),
+                Cell(text=_ms_text(result, f"{phase}_busy_s")),
+                Cell(text=_ms_text(result, f"{phase}_idle_s") + (f" ({idle.mean:.0%})" if idle is not None else "")),
+                Cell(text=_ms_text(result, f"{phase}_host_s")),
+                Cell(text={True: "yes", False: "no", None: "—"}[bound], tone="warn" if bound else "plain"),
+            ]))  # fmt: skip
+    return Table(
+        caption="Each phase on the device's timeline (ms per step, means over the runs)",
+        header=["Phase", "Plain step", "Profiled", "Device busy", "Device idle", "Host issuing", "Launch-bound"],
+        widths=[16, 14, 14, 14, 16, 14, 12],
+        rows=rows,
+        notes=["Plain step: the phase in the steps timed at their phase edges only. Profiled: the phase's window on "
+               "the device in the profiled steps, the device busy (union of its kernels and copies; on a CPU: of its "
+               "operators) and idle within it. Host issuing: from the phase's start until its last launch returned "
+               "(GPU). Launch-bound: the host issued work until (nearly) the phase's end while the device sat idle "
+               f"for more than {LAUNCH_BOUND_IDLE:.0%} of it: the step waits for the host, not the device."],
+    )
 
 
 def flash_pairs(measured: list[tuple[Case, Result]]) -> list[tuple[tuple[Case, Result], tuple[Case, Result]]]:
@@ -206,9 +284,15 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
     section.charts.append(Chart(
         title="Parts of a training step",
         svg=charts.stacked_chart("profile-parts", [parts_stack(c, r) for c, r in measured], "ms per step"),
-        caption="Each part's forward, backward and recomputation time per step, summed over the layers, grouped as "
-                f"the paper's Tables V-VIII group them; other: instrumented step time inside no part. {runs}",
+        caption="Each part's device time per step (forward, backward and recomputation, summed over the layers), "
+                "grouped as the paper's Tables V-VIII group them, from the device's timeline of the profiled steps; "
+                "other: device time in no part; Optimizer: the optimizer phase's device time; idle (hatched): the "
+                "device running nothing (on a CPU: time outside any operator). Together: the profiled step. "
+                f"{runs}",
     ))  # fmt: skip
+    timed = [(case, result) for case, result in measured if "forward_busy_s" in result.metrics]
+    if timed:  # before the listing of every metric
+        section.tables.insert(0, phase_table(timed))
     pairs = flash_pairs(measured)
     if pairs:
         section.charts.append(Chart(

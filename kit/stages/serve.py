@@ -6,7 +6,8 @@ definitions), the section sets throughput beside its roofline bound and the late
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
@@ -19,11 +20,13 @@ from kit.report.cells import devices_text, has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import bars_note, case_bar, generic_stage, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample, UnreadableRun, first_problem
-from kit.serve.aggregate import RequestRecord
+from kit.serve.aggregate import RequestRecord, RequestTimes
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
     from kit.report.load import LoadedRun
+
+Request = TypeVar("Request", bound=RequestTimes)  # a request's row as read: all of it, or its times alone
 
 # Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
 # burst), which `aggregate` computed from the run's requests.jsonl rows.
@@ -32,6 +35,7 @@ SERVE_FIGURES = {
     "output_throughput": ("tokens/s", lambda a: a["output_throughput"]),
     "total_token_throughput": ("tokens/s", lambda a: a["total_token_throughput"]),
     "duration_s": ("s", lambda a: a["duration_s"]),
+    "error_rate": ("fraction", lambda a: a["errors"] / a["requests"]),
     **{
         f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
         for name in ("ttft", "tpot", "itl", "latency")
@@ -43,8 +47,10 @@ SERVE_FIGURES = {
 def serve_case_metrics(
     case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
 ) -> tuple[dict[str, Metric | None], list[str]]:
-    """Each figure of the burst over the runs; notes on a client that may have limited it, short
-    outputs, the roofline bound and a token count the engine disagrees with."""
+    """Each figure of the burst over the runs; notes on failed requests, a client that may have
+    limited it, short outputs, the roofline bound, a token count the engine disagrees with, and
+    the sweep's points (whose figures the report computes from their rows, under the objectives
+    it is given: kit.serve.slo)."""
     driver = [next(rank for rank in run.ranks if rank.rank == 0) for run in runs]
     found, notes = {}, []
     for name, (unit, pick) in SERVE_FIGURES.items():
@@ -56,9 +62,15 @@ def serve_case_metrics(
                 break
         found[name] = summarize(values, unit) if len(values) == len(driver) else None
     for index, rank in enumerate(driver, start=1):
+        totals = rank.details.get("aggregates") or {}
+        if totals.get("errors"):
+            kinds = ", ".join(f"{count} × {kind}" for kind, count in totals["error_kinds"].items())
+            notes.append(f"run {index}: {totals['errors']} of {totals['requests']} requests failed ({kinds}): the figures "
+                         f"are of the {totals['completed']} that finished; see requests.jsonl")  # fmt: skip
         verdict = rank.details.get("saturation", {})
         if verdict.get("client_limited"):
             notes.append(f"run {index}: the client may have limited throughput: {'; '.join(verdict['reasons'])}")
+        notes += [f"run {index}: {note}" for note in sweep_notes(rank.details.get("sweep"))]
         short = rank.details.get("short_outputs")
         if short:
             notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
@@ -79,6 +91,28 @@ def serve_case_metrics(
     if engine_note:
         notes.append(engine_note)
     return found, notes
+
+
+def sweep_notes(sweep: dict | None) -> list[str]:
+    """What a reader of the sweep's figures must know: points the client may have limited, points
+    not measured, a token count the engine disagrees with."""
+    if not sweep:
+        return []
+    limited = [str(point["concurrency"]) for point in sweep["points"] if point["saturation"]["client_limited"]]
+    notes = [f"sweep: the client may have limited the points at concurrency {', '.join(limited)} (see each point's "
+             "saturation in rank-0.json)"] if limited else []  # fmt: skip
+    stopped = [f"{point['concurrency']} ({point['sent']} of {point['planned']})" for point in sweep["points"]
+               if point["sent"] < point["planned"] and not point["cut_short"]]  # fmt: skip
+    if stopped:
+        notes.append(f"sweep: the points at concurrency {', '.join(stopped)} stopped sending after max_point_s "
+                     f"({sweep['max_point_s']} s)")  # fmt: skip
+    if sweep.get("not_measured"):
+        notes.append(f"sweep: {sweep['not_measured']}")
+    tokens = sweep["tokens"]
+    if not tokens["equal"]:
+        notes.append(f"sweep: the client counted {tokens['client_counted']} tokens, the engine "
+                     f"{tokens['server_counters'].get('generated_tokens')}")  # fmt: skip
+    return notes
 
 
 # The serving table's columns: metric (SERVE_FIGURES) and its heading.
@@ -102,17 +136,21 @@ def _serving_bound(result: Result) -> Cell:
     return Cell(text="none", detail=reason, tone="muted")
 
 
-def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
-    """Every request of every run of a serving case, as its requests.jsonl recorded it; a row that
-    is not one is UnreadableRun, naming the file, the line and the key."""
+def rows_of(path: Path, row: type[Request] = RequestRecord) -> list[Request]:
+    """The requests of one requests.jsonl, each read as `row`; a row that is not one is
+    UnreadableRun, naming the file, the line and the key."""
     rows = []
-    for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")):
-        for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
-            try:
-                rows += [RequestRecord.model_validate_json(line)] if line.strip() else []
-            except ValidationError as exc:
-                raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
+    for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
+        try:
+            rows += [row.model_validate_json(line)] if line.strip() else []
+        except ValidationError as exc:
+            raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
     return rows
+
+
+def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
+    """Every request of every run of a serving case's burst, as its requests.jsonl recorded it."""
+    return [row for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")) for row in rows_of(path)]
 
 
 def serve_charts(run: LoadedRun, cases: list[Case], served: list[tuple[Case, Result]]) -> list[Chart]:
@@ -154,18 +192,20 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
         result = run.results.get(case.id)
         name = Cell(text=f"{case.model} {case.method}", detail=f"{case.id}, {devices_text(case)}", tone="strong")
         if result is None or result.status != "ok":
-            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 1)]))
+            rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 2)]))
             continue
         measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
         if run.invalid.get(case.id):
             measured[0] = measured[0].model_copy(update={"detail": f"invalid: {run.invalid[case.id][0]}", "tone": "bad"})
-        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:]]))
+        failed = metric_cell(result, "error_rate", "%")
+        rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:], failed]))
     section.tables.insert(
         0,
         Table(
             caption=f"{section.title}: the burst of each engine",
-            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]]],
-            widths=[16, 11, 11, 9, 9, 9, 9, 13, 13],
+            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]],
+                    "failed (%)"],
+            widths=[15, 10, 10, 9, 9, 9, 9, 10, 10, 9],
             rows=rows,
             dense=True,
             notes=[
@@ -173,7 +213,8 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
                 "event; ITL, the gaps between successive token events of a request, each stamped as the client reads "
                 "it (events read together are microseconds apart, so a median ITL near zero says they arrived in "
                 "bursts); E2E from sending to the end of the stream; throughput over the burst's duration, from its "
-                "release to the end of its last request.",
+                "release to the end of its last request. failed: the share of the burst's requests that did not "
+                "finish (an HTTP error, a stream cut short); the other figures are of those that did.",
                 "bound: the roofline's ceiling on output tokens/s for this burst on this host's GPUs (weights and KV "
                 "cache read once per decode step, FLOPs at the dense peak of manifests/hardware.yaml); none where no "
                 "peak is known, with the reason. A throughput past it is impossible, marked invalid.",

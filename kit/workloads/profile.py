@@ -1,4 +1,4 @@
-"""One pre-training step, dissected by phase, module and device activity (paper Tables V-VIII).
+"""One pre-training step, dissected on the device's own timeline (paper Tables V-VIII).
 
 The model is train.py's pre-training model (random initialisation, the same config and
 recomputation). It is stepped by plain torch AdamW rather than by the DeepSpeed engine: one
@@ -6,44 +6,44 @@ process has nothing to partition, and the phase edges (forward, backward, optimi
 our own calls instead of points inside the engine. The states of that AdamW take the
 parameters' dtype with no fp32 master copy, which is what lets a 7B step fit on one 80 GB GPU.
 
-Four kinds of step, each measured on its own so that one measurement does not perturb another:
+Three kinds of step, each measured on its own:
 1. warm-up steps, not recorded;
-2. plain steps: phase edges only, on the device's clock (CUDA events on a GPU; perf_counter on
-   a CPU, where every operator runs synchronously in the calling thread);
-3. instrumented steps: a mark at each edge of every part's forward and backward pass, on the
-   same clock, attributed to the paper's parts by kit.breakdown; then as many steps with only
-   the blocks (decoder layers, self-attention, MLP) marked, so their marks cost the parts nothing;
-4. one profiled step (torch.profiler, after one profiler warm-up step), exported as a Chrome
-   trace into the run folder, from which the device's activity per phase is measured.
+2. plain steps: phase edges only, on the device's clock (CUDA events on a GPU; perf_counter on a
+   CPU, where every operator runs synchronously in the calling thread); nothing else is added;
+3. profiled steps, after one profiler warm-up step: torch.profiler records the device's own
+   timeline (CUPTI on a GPU) with one profiler range per phase and per module of the paper, the
+   module ranges opened and closed by forward hooks (one profiler record each, no device event,
+   no autograd node), and the autograd sequence numbers each module call spans. On a GPU the
+   profiler records only those ranges and the autograd nodes of the backward pass (not every
+   ATen operator), so that a step bound by the host's launches is lengthened as little as
+   possible; on a CPU it records every operator, whose time is the CPU's busy time.
+   kit.breakdown attributes each kernel (on a CPU, each operator's time) to the module and phase
+   that launched it. The trace is kept in the run folder.
 """
 
 from __future__ import annotations
 
 import functools
 import gzip
-import itertools
 import json
 import os
-from collections import Counter
+import shutil
+import tempfile
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from kit.breakdown import (
-    BLOCKS,
-    PARTS,
+    CALL_PREFIX,
+    CALLS_KEY,
+    MODULE_PREFIX,
     PHASE_RANGES,
-    RECOMPUTE,
-    Breakdown,
-    Mark,
-    StepBounds,
-    average_module_times,
+    RECOMPUTE_RANGE,
     paper_block,
     paper_part,
-    phase_times,
-    step_ms,
-    step_times,
-    trace_activity,
+    summarize_steps,
+    timeline,
 )
 from kit.protocol import Case, ProfileParams
 from kit.results import DeviceTelemetry
@@ -54,41 +54,163 @@ LEARNING_RATE = 1.0e-5  # the pre-training stage's value; a step's time does not
 GRADIENT_CLIPPING = 1.0  # as in the pre-training stage's DeepSpeed config (zero_config.py)
 
 TIMERS = {
-    "cuda": "CUDA events recorded on the compute stream at each edge; a time is the elapsed time "
-    "between two events (no host timer around asynchronous work)",
-    "cpu": "time.perf_counter at each edge: on a CPU every operator runs synchronously in the "
-    "calling thread, forward and backward alike",
+    "cuda": "plain steps: CUDA events recorded on the compute stream at the phase edges only; profiled steps: "
+    "the GPU's own timeline as CUPTI records it (torch.profiler)",
+    "cpu": "plain steps: time.perf_counter at the phase edges only (on a CPU every operator runs synchronously in "
+    "the calling thread); profiled steps: torch.profiler's CPU operators",
 }
-ACTIVITY_METHODS = {
-    "cuda": "profiled step: each phase is a torch.profiler range ending with a device "
-    "synchronisation, so the range holds all of the phase's GPU work; busy time is the union of "
-    "the GPU kernels, memcpy and memset inside the range (kernel time: kernels only); idle share "
-    "= 1 - busy / range. The profiler's own host work can widen the gaps between kernels: compare "
-    "each range (activity.window_ms) with the phase's time in the plain steps (wall_ms)",
-    "cpu": "idle share not measurable on a CPU: operators run synchronously in the calling "
-    "thread, so there is no device queue to run dry. Recorded instead: the share of each phase's "
-    "profiler range spent inside CPU operators (union of the trace's cpu_op events); the rest "
-    "is the framework's Python between operators",
+PROFILERS = {
+    "scoped": "torch.profiler (Kineto), recording only user ranges and the backward pass's autograd nodes "
+    "(RecordScope USER_SCOPE, BACKWARD_FUNCTION) and the device's activity",
+    "full": "torch.profiler (Kineto), recording every operator",
 }
 METHOD = [
-    "phases: forward = model forward and loss; backward = loss.backward(); optimizer = gradient "
-    "clipping, AdamW step and zero_grad",
-    "module forward: from its forward pre-hook to its forward hook (torch.nn.Module hooks)",
-    "module backward: from the moment the gradients of its outputs exist (an identity autograd "
-    "node on its outputs) to the moment the gradients of its inputs exist or of its own "
-    "parameters are accumulated, whichever is later",
-    "RoPE and Attention are functions in transformers' modeling_llama (apply_rotary_pos_emb and "
-    "the attention interface it looks up per call), not modules: they are timed by wrapping "
-    "those functions with the same marks; RoPE also counts the rotary_emb module (cos/sin "
-    "tables); Loss is the causal-LM cross entropy",
-    "parts are summed over layers and averaged over the instrumented steps; blocks are measured "
-    "the same way in steps of their own, in which only they are marked",
+    "phases: forward = model forward and loss; backward = loss.backward(); optimizer = gradient clipping, AdamW "
+    "step and zero_grad; the phase times and the step time are the plain steps'",
+    "device time: each kernel, memcpy and memset of a profiled step is joined to its launching call by its CUPTI "
+    "correlation id and attributed to the profiler ranges open on the launching thread at that moment (on a CPU: "
+    "each slice of operator time to the ranges open during it)",
+    "forward: the innermost module range (kit::module::<name>; kit::call::RoPE, Attention and Loss for the "
+    "functions transformers calls: apply_rotary_pos_emb, the attention interface, the causal-LM loss); RoPE also "
+    "counts the rotary_emb module (cos/sin tables)",
+    "backward: the innermost autograd node (a backward function), whose sequence number lies within those of one "
+    "module call's forward (recorded by the hooks) -> that module",
+    "parts are summed over layers and averaged over the profiled steps; blocks (decoder layers, self-attention, "
+    "MLP) contain parts and are never added to them; other: device time in no part (residual adds, the SwiGLU "
+    "product, casts), listed by operator",
+    "idle: each phase's window on the device less the union of its device events; the phases run back to back "
+    "(the step starts on an idle device and ends when its last device event does)",
 ]
 RECOMPUTE_METHOD = (
-    "recomputation: forward passes run inside the backward phase are recompute time; each "
-    "checkpointed layer's re-run is marked by the recompute context of torch.utils.checkpoint, "
-    "and that window is taken out of the backward time of the part or block it ran inside"
+    "recomputation: a module range opened inside the backward phase is a checkpointed layer's re-run: its device "
+    "time is that part's recompute time, not its backward time"
 )
+
+
+def _range_calls():
+    """(enter, exit) of a profiler range in the user scope, the cheapest the installed torch has."""
+    try:
+        from torch._C._autograd import _record_function_with_args_enter as enter
+        from torch._C._autograd import _record_function_with_args_exit as leave
+
+        return enter, leave
+    except ImportError:  # another torch: the context manager's own calls
+        from torch.profiler import record_function
+
+        def enter(name):
+            found = record_function(name)
+            found.__enter__()
+            return found
+
+        return enter, lambda found: found.__exit__(None, None, None)
+
+
+class ModuleRanges:
+    """A profiler range around every call of a module that is one of the paper's parts or blocks,
+    and around RoPE, the attention call and the loss; each call's span of autograd sequence
+    numbers is kept (`calls`), to name the module of each node of the backward pass. Forward
+    hooks that are always called, so that a recomputation torch.utils.checkpoint stops early
+    still closes its ranges."""
+
+    def __init__(self, model):
+        import torch
+
+        self.model = model
+        self.calls: list[list] = []
+        self.enter, self.leave = _range_calls()
+        self._sequence = torch.autograd._get_sequence_nr
+        self._main = threading.main_thread().ident
+        self._open: dict[int, list] = {}
+
+    def _thread(self) -> str:
+        return "main" if threading.get_ident() == self._main else "worker"
+
+    def begin(self, name: str) -> tuple:
+        return name, self.enter(name), self._sequence()
+
+    def end(self, opened: tuple) -> None:
+        name, handle, first = opened
+        self.leave(handle)
+        self.calls.append([name, self._thread(), first, self._sequence()])
+
+    def wrap(self, function: Callable, part: str) -> Callable:
+        name = CALL_PREFIX + part
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            opened = self.begin(name)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.end(opened)
+
+        return wrapper
+
+    @contextmanager
+    def installed(self):
+        import transformers.models.llama.modeling_llama as llama
+
+        handles = []
+        for qualified, module in self.model.named_modules():
+            if qualified and (paper_part(qualified) or paper_block(qualified)):
+                handles += self._hook(module, MODULE_PREFIX + qualified)
+        rope, interfaces = llama.apply_rotary_pos_emb, llama.ALL_ATTENTION_FUNCTIONS
+        llama.apply_rotary_pos_emb = self.wrap(rope, "RoPE")
+        llama.ALL_ATTENTION_FUNCTIONS = _RangedAttentionInterfaces(interfaces, lambda f: self.wrap(f, "Attention"))
+        try:
+            yield self
+        finally:
+            llama.apply_rotary_pos_emb, llama.ALL_ATTENTION_FUNCTIONS = rope, interfaces
+            for handle in handles:
+                handle.remove()
+
+    def _hook(self, module, name: str) -> list:
+        stack = self._open.setdefault(id(module), [])
+
+        def before(module, args):
+            stack.append(self.begin(name))
+
+        def after(module, args, output):
+            if stack:
+                self.end(stack.pop())
+
+        return [module.register_forward_pre_hook(before), module.register_forward_hook(after, always_call=True)]
+
+
+class RecomputeRanges:
+    """torch.utils.checkpoint `context_fn`: in a profiled step, each re-run of a checkpointed
+    decoder layer inside a profiler range (transformers checkpoints a layer's forward, inside its
+    module hooks, so the re-run has no module range of its own); elsewhere nothing."""
+
+    def __init__(self):
+        self.ranges: ModuleRanges | None = None
+
+    def __call__(self):
+        return nullcontext(), self._window()
+
+    @contextmanager
+    def _window(self):
+        ranges = self.ranges
+        opened = ranges.enter(RECOMPUTE_RANGE) if ranges is not None else None
+        try:
+            yield
+        finally:  # also when the recomputation stops early (torch's early stop raises through here)
+            if opened is not None:
+                ranges.leave(opened)
+
+
+class _RangedAttentionInterfaces:
+    """Stands in for transformers' ALL_ATTENTION_FUNCTIONS inside modeling_llama: the same
+    interfaces, each returned inside a profiler range."""
+
+    def __init__(self, inner, wrap: Callable[[Callable], Callable]):
+        self._inner, self._wrap = inner, wrap
+
+    def get_interface(self, name, default):
+        return self._wrap(self._inner.get_interface(name, default))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 class Clock:
@@ -119,181 +241,8 @@ class Clock:
         return [(stamp - origin) * 1e3 for stamp in stamps]
 
 
-@functools.cache
-def _gradient_mark():
-    """An identity autograd function whose backward calls back when the gradients of its
-    outputs have arrived (the pattern of torch.utils.hooks.BackwardHook)."""
-    import torch
-
-    class GradientMark(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, callback, *tensors):
-            ctx.callback = callback
-            return tensors
-
-        @staticmethod
-        def backward(ctx, *grads):
-            ctx.callback()
-            return (None, *grads)
-
-    return GradientMark
-
-
-def _through_mark(values: list, callback: Callable[[], None]) -> list:
-    """`values` with each tensor that requires grad passed through one GradientMark."""
-    import torch
-
-    if not torch.is_grad_enabled():
-        return values
-    at = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.requires_grad]
-    if not at:
-        return values
-    marked = _gradient_mark().apply(callback, *(values[i] for i in at))
-    values = list(values)
-    for i, tensor in zip(at, marked):
-        values[i] = tensor
-    return values
-
-
-class Recorder:
-    """Collects the marks of one instrumented step (from the main and the autograd threads)."""
-
-    def __init__(self, clock: Clock):
-        self.clock = clock
-        self.raw: list[tuple] = []
-
-    def mark(self, key: str, label: str, direction: str, edge: str) -> None:
-        self.raw.append((self.clock.stamp(), key, label, direction, edge))
-
-    def inputs(self, key: str, label: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        values = _through_mark([*args, *kwargs.values()], lambda: self.mark(key, label, "backward", "end"))
-        return tuple(values[: len(args)]), dict(zip(kwargs, values[len(args) :]))
-
-    def outputs(self, key: str, label: str, output):
-        import torch
-
-        def begin() -> None:
-            self.mark(key, label, "backward", "begin")
-
-        if isinstance(output, torch.Tensor):
-            return _through_mark([output], begin)[0]
-        if isinstance(output, tuple) and not hasattr(output, "_fields"):
-            return tuple(_through_mark(list(output), begin))
-        return output
-
-    def timed(self, function: Callable, label: str, serial: itertools.count) -> Callable:
-        """`function` with marks at the edges of its forward and backward passes."""
-
-        @functools.wraps(function)
-        def wrapper(*args, **kwargs):
-            key = f"{label}#{next(serial)}"
-            args, kwargs = self.inputs(key, label, args, kwargs)
-            self.mark(key, label, "forward", "begin")
-            output = function(*args, **kwargs)
-            self.mark(key, label, "forward", "end")
-            return self.outputs(key, label, output)
-
-        return wrapper
-
-    def take(self, origin) -> list[Mark]:
-        raw, self.raw = self.raw, []
-        times = self.clock.milliseconds(origin, [r[0] for r in raw])
-        return [Mark(t, *r[1:]) for t, r in zip(times, raw)]
-
-
-class _TimedAttentionInterfaces:
-    """Stands in for transformers' ALL_ATTENTION_FUNCTIONS inside modeling_llama: the same
-    interfaces, each returned wrapped with marks."""
-
-    def __init__(self, inner, wrap: Callable[[Callable], Callable]):
-        self._inner, self._wrap = inner, wrap
-
-    def get_interface(self, name, default):
-        return self._wrap(self._inner.get_interface(name, default))
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-@contextmanager
-def instrumented(model, recorder: Recorder, what: str):
-    """Marks on every module that is a part ("parts", with RoPE and the attention call of
-    transformers' Llama) or a block ("blocks") of the paper; all removed on exit. Parts and
-    blocks are marked in separate steps, so that the blocks' marks add no time between parts."""
-    import transformers.models.llama.modeling_llama as llama
-
-    label_of = paper_part if what == "parts" else paper_block
-    # A parameter shared by two modules (tied embeddings) is accumulated once, after both
-    # backward passes: its hook would mark the end of neither, so it gets none.
-    owners = Counter(id(p) for _, m in model.named_modules() for p in m.parameters(recurse=False))
-    shared = {key for key, count in owners.items() if count > 1}
-    handles = []
-    for name, module in model.named_modules():
-        label = label_of(name)
-        if label is not None:
-            handles += _hook_module(module, name, label, recorder, shared)
-    serial = itertools.count()
-    rope, interfaces = llama.apply_rotary_pos_emb, llama.ALL_ATTENTION_FUNCTIONS
-    if what == "parts":
-        llama.apply_rotary_pos_emb = recorder.timed(rope, "RoPE", serial)
-        llama.ALL_ATTENTION_FUNCTIONS = _TimedAttentionInterfaces(
-            interfaces, lambda function: recorder.timed(function, "Attention", serial)
-        )
-    try:
-        yield
-    finally:
-        llama.apply_rotary_pos_emb, llama.ALL_ATTENTION_FUNCTIONS = rope, interfaces
-        for handle in handles:
-            handle.remove()
-
-
-def _hook_module(module, key: str, label: str, recorder: Recorder, shared: set[int]) -> list:
-    def before(module, args, kwargs):
-        args, kwargs = recorder.inputs(key, label, args, kwargs)
-        recorder.mark(key, label, "forward", "begin")
-        return args, kwargs
-
-    def after(module, args, kwargs, output):
-        recorder.mark(key, label, "forward", "end")
-        return recorder.outputs(key, label, output)
-
-    def accumulated(parameter) -> None:
-        recorder.mark(key, label, "backward", "end")
-
-    handles = [
-        module.register_forward_pre_hook(before, with_kwargs=True),
-        module.register_forward_hook(after, with_kwargs=True),
-    ]
-    for parameter in module.parameters(recurse=False):
-        if parameter.requires_grad and id(parameter) not in shared:
-            handles.append(parameter.register_post_accumulate_grad_hook(accumulated))
-    return handles
-
-
-class RecomputeMarks:
-    """torch.utils.checkpoint `context_fn`: marks each re-run of a checkpointed layer."""
-
-    def __init__(self):
-        self.recorder: Recorder | None = None
-        self._serial = itertools.count()
-
-    def __call__(self):
-        return nullcontext(), self._window()
-
-    @contextmanager
-    def _window(self):
-        recorder, key = self.recorder, f"{RECOMPUTE}#{next(self._serial)}"
-        if recorder is not None:
-            recorder.mark(key, RECOMPUTE, "forward", "begin")
-        try:
-            yield
-        finally:  # also when the recomputation stops early (torch's early stop raises through here)
-            if recorder is not None:
-                recorder.mark(key, RECOMPUTE, "forward", "end")
-
-
 class ProfileStep:
-    """One pre-training step with its phase edges stamped."""
+    """One pre-training step: plain (its phase edges stamped), or profiled (its phases ranged)."""
 
     def __init__(self, model, optimizer, batches, clock: Clock, synchronize: Callable[[], None]):
         import torch
@@ -307,43 +256,51 @@ class ProfileStep:
     def loss(self, logits, labels):
         return self.model.loss_function(logits=logits, labels=labels, vocab_size=self.model.config.vocab_size)
 
-    def run(self, loss=None, profiled: bool = False) -> list:
-        """Stamps at the step's begin and at the end of each phase. A profiled step names each
-        phase with a profiler range that ends once the device has drained."""
-        from torch.profiler import record_function
-
-        @contextmanager
-        def phase(name):
-            if not profiled:
-                yield
-                return
-            with record_function(PHASE_RANGES[name]):
-                yield
-                self.synchronize()
-
-        loss = loss or self.loss
+    def _batch(self):
         input_ids = self.batches[self._index % len(self.batches)]
         self._index += 1
+        return input_ids
+
+    def _optimize(self) -> None:
+        self._clip(self.parameters, GRADIENT_CLIPPING)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def run(self) -> list:
+        """A plain step: stamps at its begin (the device idle) and at the end of each phase."""
+        input_ids = self._batch()
         self.synchronize()
         stamps = [self.clock.stamp()]
-        with phase("forward"):
-            value = loss(self.model(input_ids=input_ids).logits, input_ids)
+        value = self.loss(self.model(input_ids=input_ids).logits, input_ids)
         stamps.append(self.clock.stamp())
-        with phase("backward"):
-            value.backward()
+        value.backward()
         stamps.append(self.clock.stamp())
-        with phase("optimizer"):
-            self._clip(self.parameters, GRADIENT_CLIPPING)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+        self._optimize()
         stamps.append(self.clock.stamp())
         return stamps
 
-    def bounds(self, stamps: list) -> StepBounds:
-        return StepBounds(*self.clock.milliseconds(stamps[0], stamps))
+    def run_profiled(self, ranges: ModuleRanges, loss: Callable) -> None:
+        """A profiled step: the same calls, each phase inside its profiler range, no stamps."""
+        enter, leave = ranges.enter, ranges.leave
+        input_ids = self._batch()
+        self.synchronize()
+        opened = enter(PHASE_RANGES["forward"])
+        value = loss(self.model(input_ids=input_ids).logits, input_ids)
+        leave(opened)
+        opened = enter(PHASE_RANGES["backward"])
+        value.backward()
+        leave(opened)
+        opened = enter(PHASE_RANGES["optimizer"])
+        self._optimize()
+        leave(opened)
+
+    def walls(self, stamps: list) -> dict[str, float]:
+        """A plain step's phases in milliseconds."""
+        begin, forward, backward, optimizer = self.clock.milliseconds(stamps[0], stamps)
+        return {"forward": forward - begin, "backward": backward - forward, "optimizer": optimizer - backward}
 
 
-def _build_model(case: Case, recompute_marks: RecomputeMarks):
+def _build_model(case: Case, recompute_ranges: RecomputeRanges):
     import torch
     from transformers import LlamaForCausalLM
 
@@ -354,40 +311,99 @@ def _build_model(case: Case, recompute_marks: RecomputeMarks):
         model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
     model.train()
     if params.recompute:
-        _enable_recompute(model, context_fn=recompute_marks)
+        _enable_recompute(model, context_fn=recompute_ranges)
     return model, placement
 
 
-def _profiled_activity(step: ProfileStep, device_kind: str, trace_path: Path) -> dict:
-    """Run one profiler warm-up step and one recorded step; export the trace; read it back."""
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_kind == "cuda" else [])
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=0, warmup=1, active=1),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(str(trace_path)),
-    ) as prof:
-        for _ in range(2):
-            step.run(profiled=True)
-            prof.step()
-    with gzip.open(trace_path, "rt", encoding="utf-8") as handle:
-        return trace_activity(json.load(handle), device_kind)
+def _scoped_profiler_available() -> bool:
+    """Whether this torch lets the kit choose what the profiler records (its private calls)."""
+    try:
+        from torch._C._autograd import (  # noqa: F401
+            _add_metadata_json,
+            _disable_profiler,
+            _enable_profiler,
+        )
+        from torch._C._profiler import RecordScope  # noqa: F401
+        from torch.autograd.profiler import profile
+    except ImportError:
+        return False
+    return hasattr(profile, "_prepare_trace") and "scopes" in (_enable_profiler.__doc__ or "")
 
 
-def _instrumented_steps(step: ProfileStep, model, recorder: Recorder, what: str, params: ProfileParams) -> list:
-    """The measured steps with parts or blocks marked, after one discarded step that pays for
-    the hooks' first use."""
-    found = []
-    with instrumented(model, recorder, what):
-        loss = recorder.timed(step.loss, "Loss", itertools.count()) if what == "parts" else None
-        for index in range(params.measured_steps + (1 if params.warmup_steps else 0)):
-            stamps = step.run(loss=loss)
-            marks = recorder.take(stamps[0])
-            if params.warmup_steps and index == 0:
-                continue
-            found.append(step_times(marks, step.bounds(stamps)))
-    return found
+def record_trace(step: ProfileStep, model, device_kind: str, trace_path: Path, steps: int, scoped: bool,
+                 recompute_ranges: RecomputeRanges | None = None) -> str:  # fmt: skip
+    """One profiler warm-up step, then `steps` profiled steps with every module ranged; the
+    gzipped Chrome trace written to `trace_path`, with the module calls' sequence numbers as
+    its metadata. Returns what recorded it (PROFILERS). `scoped`: only the ranges and the
+    backward pass's autograd nodes are recorded, where this torch allows it."""
+    ranges = ModuleRanges(model)
+    loss = ranges.wrap(step.loss, "Loss")
+    if recompute_ranges is not None:
+        recompute_ranges.ranges = ranges
+    with ranges.installed(), _detached(recompute_ranges):
+        if _scoped_profiler_available():
+            from torch._C._autograd import (
+                _add_metadata_json,
+                _disable_profiler,
+                _enable_profiler,
+            )
+            from torch._C._profiler import RecordScope
+            from torch.autograd.profiler import profile
+
+            profiler = profile(use_device="cuda" if device_kind == "cuda" else None, use_kineto=True)
+            profiler._prepare_trace()  # the warm-up step: the device's activity is collected, then dropped
+            step.run_profiled(ranges, loss)
+            step.synchronize()
+            ranges.calls.clear()
+            scopes = {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION} if scoped else set()
+            try:
+                _enable_profiler(profiler.config(), profiler.kineto_activities, scopes)
+            except (TypeError, RuntimeError):  # a torch that takes no scopes: every operator recorded
+                _enable_profiler(profiler.config(), profiler.kineto_activities)
+                scoped = False
+            try:
+                for _ in range(steps):
+                    step.run_profiled(ranges, loss)
+                step.synchronize()
+                _add_metadata_json(CALLS_KEY, json.dumps(ranges.calls))
+            finally:
+                result = _disable_profiler()
+            with tempfile.TemporaryDirectory() as scratch:
+                plain = Path(scratch) / "trace.json"
+                result.save(str(plain))
+                _gzip(plain, trace_path)
+            return "scoped" if scoped else "full"
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_kind == "cuda" else [])
+        with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps)) as prof:
+            for index in range(steps + 1):
+                if index == 1:
+                    ranges.calls.clear()
+                step.run_profiled(ranges, loss)
+                if index == steps:
+                    step.synchronize()
+                    prof.add_metadata_json(CALLS_KEY, json.dumps(ranges.calls))
+                prof.step()
+        with tempfile.TemporaryDirectory() as scratch:
+            plain = Path(scratch) / "trace.json"
+            prof.export_chrome_trace(str(plain))
+            _gzip(plain, trace_path)
+        return "full"
+
+
+@contextmanager
+def _detached(recompute_ranges: RecomputeRanges | None):
+    try:
+        yield
+    finally:
+        if recompute_ranges is not None:
+            recompute_ranges.ranges = None
+
+
+def _gzip(source: Path, target: Path) -> None:
+    with source.open("rb") as raw, target.open("wb") as out, gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as handle:
+        shutil.copyfileobj(raw, handle)
 
 
 def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
@@ -396,8 +412,8 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
     check_available(case)
     import torch
 
-    recompute_marks = RecomputeMarks()
-    model, placement = _build_model(case, recompute_marks)
+    recompute_ranges = RecomputeRanges()
+    model, placement = _build_model(case, recompute_ranges)
     # Fused on a GPU: one kernel per step and no temporaries (foreach would copy the states once
     # more, 13 GB at 7B); the plain loop on a CPU.
     fused = case.device == "cuda"
@@ -415,33 +431,31 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
     sampler = device.telemetry_sampler()
     sampler.start()
     try:
-        plain = [step.bounds(step.run()) for _ in range(params.measured_steps)]
+        plain = [step.walls(step.run()) for _ in range(params.measured_steps)]
         device.synchronize()
     finally:
         telemetry = sampler.stop()
 
-    recorder = Recorder(clock)
-    recompute_marks.recorder = recorder
-    instrumented_steps = _instrumented_steps(step, model, recorder, "parts", params)
-    block_steps = _instrumented_steps(step, model, recorder, "blocks", params)
-    recompute_marks.recorder = None
-
     rank = int(os.environ.get("RANK", "0"))
     trace_path = Path(out_dir) / f"profile-trace-rank{rank}.json.gz"
-    activity = _profiled_activity(step, case.device, trace_path)
+    # A GPU records only the ranges and the autograd nodes (cheap); a CPU every operator, whose
+    # time is its busy time.
+    recorded_by = record_trace(step, model, case.device, trace_path, params.measured_steps,
+                               scoped=case.device == "cuda", recompute_ranges=recompute_ranges)  # fmt: skip
+    with gzip.open(trace_path, "rt", encoding="utf-8") as handle:
+        traced = timeline(json.load(handle), case.device)
 
-    modules = average_module_times(instrumented_steps, PARTS)
     method = list(METHOD) + ([RECOMPUTE_METHOD] if params.recompute else [])
-    missing = [part for part in PARTS if part not in {m.name for m in modules}]
-    if missing:
-        method.append(f"not timed (no marks recorded): {', '.join(missing)}")
     method.append(
         f"model: random initialisation, {sum(p.numel() for p in model.parameters())} parameters, "
         f"{params.dtype}, attention {model.config._attn_implementation}"
     )
-    breakdown = Breakdown(
+    breakdown = summarize_steps(
+        traced,
+        plain,
         device=case.device,
         timer=TIMERS[case.device],
+        profiler=PROFILERS[recorded_by],
         micro_batch=params.micro_batch,
         seq_len=params.seq_len,
         attention=model.config._attn_implementation,
@@ -451,17 +465,7 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
             f"{params.dtype} states, no master copy), gradient clipping {GRADIENT_CLIPPING}"
         ),
         measured_steps=params.measured_steps,
-        step_ms=sum(step_ms(b) for b in plain) / len(plain),
-        step_ms_per_step=[step_ms(b) for b in plain],
-        instrumented_step_ms=sum(sum(s.walls_ms.values()) for s in instrumented_steps) / len(instrumented_steps),
-        instrumented_step_ms_per_step=[sum(s.walls_ms.values()) for s in instrumented_steps],
-        phases=phase_times(plain, instrumented_steps, activity),
-        modules=modules,
-        blocks=average_module_times(block_steps, BLOCKS),
-        blocks_step_ms=sum(sum(s.walls_ms.values()) for s in block_steps) / len(block_steps),
-        unmatched_marks=sum(s.unmatched_marks for s in instrumented_steps),
         trace_file=trace_path.name,
-        activity_method=ACTIVITY_METHODS[case.device],
         method=method,
     )
     return breakdown.model_dump(mode="json"), telemetry

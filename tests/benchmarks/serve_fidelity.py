@@ -9,6 +9,16 @@ rounds) and the kit's ratio to vLLM's: output tokens/s, TTFT median and p99, TPO
 
     python tests/benchmarks/serve_fidelity.py [--rounds 3] [--prompts 200] [--aiperf PATH]
 
+With `--concurrency N [N ...]`, points of the sweep instead of the burst: at each N, the kit's
+client keeps N of the prompts in flight (kit.serve.client.fire_at_concurrency) and vLLM's client
+runs `--max-concurrency N` on the same prompts; beside the figures, what says whether a client
+limited them: the kit's CPU share and event-loop lag (p99), and the CPU share of `vllm bench
+serve` over its benchmark's last `duration` seconds (sampled from /proc). vLLM is started with
+its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
+again, and each must cost what it cost the first time.
+
+    python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64
+
 Where the definitions differ (printed at the end): vLLM's end-to-end latency ends at the last
 chunk with choices, the kit's at the end of the stream (the usage chunk and [DONE] follow it);
 vLLM's duration is its whole benchmark's wall time (from before the first request to after the
@@ -34,8 +44,8 @@ from kit.model_files import load_tokenizer
 from kit.protocol import build_plan, load_protocol
 from kit.serve.aggregate import aggregate
 from kit.serve.burst import burst_prompts, token_count
-from kit.serve.client import fire_burst
-from kit.serve.engines import engine_for
+from kit.serve.client import fire_at_concurrency, fire_burst
+from kit.serve.engines import VllmEngine, engine_for
 from kit.serve.session import model_directory, wait_ready
 
 FIGURES = ("output_throughput", "ttft_median", "ttft_p99", "tpot_median", "tpot_mean", "itl_median", "itl_mean",
@@ -43,9 +53,12 @@ FIGURES = ("output_throughput", "ttft_median", "ttft_p99", "tpot_median", "tpot_
 TOKENIZER_REPO = "kit/served-model"
 
 
-def kit_figures(base_url, engine, params, prompts, counts) -> dict:
-    burst = fire_burst(base_url, engine, params, prompts, counts, 1800)
-    totals = aggregate(burst.records, burst.duration)
+def kit_figures(base_url, engine, params, prompts, counts, concurrency: int | None = None) -> dict:
+    if concurrency is None:
+        fired = fire_burst(base_url, engine, params, prompts, counts, 1800)
+    else:
+        fired = fire_at_concurrency(base_url, engine, params, prompts, counts, 1800, concurrency)
+    totals = aggregate(fired.records, fired.duration)
     if totals.errors:
         raise RuntimeError(f"kit client: {totals.errors} requests failed: {totals.error_kinds}")
     return {
@@ -54,11 +67,39 @@ def kit_figures(base_url, engine, params, prompts, counts) -> dict:
         "tpot_median": totals.tpot_s.median, "tpot_mean": totals.tpot_s.mean,
         "itl_median": totals.itl_s.median, "itl_mean": totals.itl_s.mean,
         "e2el_median": totals.latency_s.median, "e2el_mean": totals.latency_s.mean,
-        "client_cpu_s": burst.load.cpu_s,
+        "client_cpu_share": fired.load.cpu_share, "client_loop_lag_p99": fired.load.loop_lag_p99_s,
     }  # fmt: skip
 
 
-def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, params, work: Path) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_sampling_cpu(argv: list[str], env: dict) -> tuple[subprocess.CompletedProcess, list[tuple[float, float]]]:
+    """Run `argv`, sampling its CPU time every 50 ms: (time, CPU seconds) until it exits."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    samples = []
+    while process.poll() is None:
+        try:
+            samples.append((time.monotonic(), cpu_seconds(process.pid)))
+        except (OSError, IndexError, ValueError):
+            pass  # exited between poll and read
+        time.sleep(0.05)
+    stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr), samples
+
+
+def share_of_last(samples: list[tuple[float, float]], seconds: float) -> float:
+    """The CPU share of the sampled process over its last `seconds` (its benchmark ends just before it exits)."""
+    end_t, end_cpu = samples[-1]
+    start_t, start_cpu = next(((t, c) for t, c in reversed(samples) if t <= end_t - seconds), samples[0])
+    return (end_cpu - start_cpu) / (end_t - start_t) if end_t > start_t else float("nan")
+
+
+def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, params, work: Path,
+                       concurrency: int | None = None) -> dict:  # fmt: skip
     name = f"bench-{time.monotonic_ns()}.json"
     argv = [
         vllm, "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
@@ -68,7 +109,9 @@ def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, 
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--result-dir", str(work), "--result-filename", name,
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if concurrency is not None:  # no untimed test request first: the kit sends none
+        argv += ["--max-concurrency", str(concurrency), "--ready-check-timeout-sec", "0"]
+    done, samples = run_sampling_cpu(argv, {**os.environ, "HF_HUB_OFFLINE": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     data = json.loads((work / name).read_text())
@@ -81,6 +124,7 @@ def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, 
         "tpot_median": data["median_tpot_ms"] * ms, "tpot_mean": data["mean_tpot_ms"] * ms,
         "itl_median": data["median_itl_ms"] * ms, "itl_mean": data["mean_itl_ms"] * ms,
         "e2el_median": data["median_e2el_ms"] * ms, "e2el_mean": data["mean_e2el_ms"] * ms,
+        "client_cpu_share": share_of_last(samples, data["duration"]),
     }  # fmt: skip
 
 
@@ -98,7 +142,7 @@ def hub_cache_for(model_dir: str, work: Path) -> Path:
     return cache
 
 
-def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, work: Path) -> dict:
+def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, work: Path, concurrency: int | None = None) -> dict:
     dataset = work / "aiperf-prompts.jsonl"
     dataset.write_text("".join(json.dumps({"text": p}) + "\n" for p in prompts))
     out = work / f"aiperf-{time.monotonic_ns()}"
@@ -106,7 +150,7 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
     argv = [
         aiperf, "profile", "--model", "kit-model", "--url", base_url, "--tokenizer", TOKENIZER_REPO,
         "--endpoint-type", "completions", "--streaming", "--input-file", str(dataset),
-        "--custom-dataset-type", "single_turn", "--request-count", str(len(prompts)), "--concurrency", str(len(prompts)),
+        "--custom-dataset-type", "single_turn", "--request-count", str(len(prompts)), "--concurrency", str(concurrency or len(prompts)),
         "--extra-inputs", json.dumps(extra), "--use-server-token-count", "--output-artifact-dir", str(out), "--no-auto-plot",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache_for(model_dir, work))}
@@ -122,24 +166,57 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
         "tpot_median": data["inter_token_latency"]["p50"] * ms, "tpot_mean": data["inter_token_latency"]["avg"] * ms,
         "itl_median": float("nan"), "itl_mean": float("nan"),
         "e2el_median": data["request_latency"]["p50"] * ms, "e2el_mean": data["request_latency"]["avg"] * ms,
+        "client_cpu_share": float("nan"), "client_loop_lag_p99": float("nan"),
     }  # fmt: skip
+
+
+class VllmWithoutPrefixCache(VllmEngine):
+    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`)."""
+
+    def arguments(self, case, model_dir, host, port):
+        return [*super().arguments(case, model_dir, host, port), "--no-enable-prefix-caching"]
+
+
+def rotated(tools: list[str], round_: int) -> list[str]:
+    """The clients in a round's order: each goes first in turn."""
+    return tools[round_ % len(tools):] + tools[: round_ % len(tools)]
+
+
+def print_table(title: str, tools: list[str], runs: dict) -> dict:
+    """Each figure's median over the rounds per client, and the kit's ratio to vLLM's client."""
+    medians = {tool: {f: statistics.median(r[f] for r in runs[tool]) for f in FIGURES} for tool in tools}
+    print(f"\n{title} (medians; times in ms)")
+    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}")
+    for f in FIGURES:
+        scale = 1 if f == "output_throughput" else 1e3
+        theirs = medians["vllm bench serve"][f]
+        ratio = medians["kit"][f] / theirs if theirs else float("nan")
+        cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
+        print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}")
+    kit, theirs = runs["kit"], runs["vllm bench serve"]
+    print(f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
+          f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
+          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most")  # fmt: skip
+    return medians
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=200)
+    parser.add_argument("--prompts", type=int, default=200, help="requests of the burst, or of each point")
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst")
     parser.add_argument("--aiperf", help="the aiperf executable (in its own environment)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
 
     case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
     params = case.params.model_copy(update={"prompts": args.prompts, "input_tokens": args.input_tokens,
-                                            "max_output_tokens": args.output_tokens})  # fmt: skip
+                                            "max_output_tokens": args.output_tokens, "sweep": None})  # fmt: skip
     case = case.model_copy(update={"params": params})
-    engine, placement, work = engine_for(params), LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
+    engine = VllmWithoutPrefixCache() if args.concurrency else engine_for(params)
+    placement, work = LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
     model_dir, _ = model_directory(case, engine, placement, print)
     tokenizer = load_tokenizer(model_dir)
     prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed)
@@ -153,37 +230,35 @@ def main() -> None:
         print("vllm bench's custom dataset reads its JSONL with pandas: installing it into the vLLM environment")
         subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "pandas"], check=True)
     tools = ["kit", "vllm bench serve"] + (["aiperf"] if args.aiperf else [])
-    results: dict = {tool: [] for tool in tools}
+    levels = args.concurrency or [None]  # None: the burst
+    results: dict = {level: {tool: [] for tool in tools} for level in levels}
     try:
         wait_ready(handle, engine.health_path, params.ready_timeout_s)
         fire_burst(handle.base_url, engine, params, prompts[:4], counts[:4], 600)  # warm-up, untimed
-        for round_ in range(args.rounds):
-            for tool in tools[round_ % len(tools):] + tools[: round_ % len(tools)]:  # the order rotates
-                if tool == "kit":
-                    results[tool].append(kit_figures(handle.base_url, engine, params, prompts, counts))
-                elif tool == "aiperf":
-                    results[tool].append(aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts, params, work))
-                else:
-                    results[tool].append(vllm_bench_figures(launch["argv"][0], handle.base_url, str(model_dir), dataset, params, work))
-                print(f"round {round_ + 1}: {tool}: {results[tool][-1]['output_throughput']:.0f} output tokens/s", flush=True)
+        for level in levels:
+            for round_ in range(args.rounds):
+                for tool in rotated(tools, round_):
+                    if tool == "kit":
+                        found = kit_figures(handle.base_url, engine, params, prompts, counts, level)
+                    elif tool == "aiperf":
+                        found = aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts, params, work, level)
+                    else:
+                        found = vllm_bench_figures(launch["argv"][0], handle.base_url, str(model_dir), dataset, params, work, level)
+                    results[level][tool].append(found)
+                    print(f"{'burst' if level is None else f'concurrency {level}'}, round {round_ + 1}: {tool}: "
+                          f"{found['output_throughput']:.0f} output tokens/s", flush=True)  # fmt: skip
     finally:
         handle.stop()
-    medians = {tool: {f: statistics.median(r[f] for r in runs) for f in FIGURES} for tool, runs in results.items()}
-    print(f"\nvLLM {launch.get('version')} on CPU, burst of {params.prompts} x {params.input_tokens} tokens, "
-          f"{params.max_output_tokens} out, EOS ignored, {args.rounds} rounds (medians; times in ms)")  # fmt: skip
-    header = f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}"
-    print(header)
-    for f in FIGURES:
-        scale = 1 if f == "output_throughput" else 1e3
-        theirs = medians["vllm bench serve"][f]
-        ratio = medians["kit"][f] / theirs if theirs else float("nan")
-        cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
-        print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}")
+    what = f"{params.prompts} x {params.input_tokens} tokens, {params.max_output_tokens} out, EOS ignored, {args.rounds} rounds"
+    medians = {}
+    for level in levels:
+        title = f"burst of {what}" if level is None else f"concurrency {level}, {what}, prefix cache off"
+        medians[str(level)] = print_table(f"vLLM {launch.get('version')} on CPU, {title}", tools, results[level])
     print("Definitions: TTFT from sending to the first chunk with choices; ITL between successive such chunks; "
           "TPOT (E2E - TTFT) / (output tokens - 1); vLLM's E2E ends at its last chunk with choices, the kit's "
           "at the stream's end; aiperf's 'inter_token_latency' is its TPOT.")
     if args.json:
-        args.json.write_text(json.dumps({"medians": medians, "rounds": results}, indent=2))
+        args.json.write_text(json.dumps({"medians": medians, "rounds": {str(k): v for k, v in results.items()}}, indent=2))
 
 
 if __name__ == "__main__":

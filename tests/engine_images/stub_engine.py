@@ -28,6 +28,11 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 TOKEN_DELAY_S = 0.002  # per generated token: a fast engine, so the client is what is tested
+# STUB_503_EVERY=k (vLLM only): every k-th completion request is answered 503 with the body vLLM
+# 0.32 sends for a request it asks the client to retry (a RetryableRequestError's ErrorResponse,
+# rendered by starlette's JSONResponse: vllm/entrypoints/serve/exception_handling/error_response.py,
+# handlers/vllm_error.py), as an overloaded engine answers some of a load.
+UNAVAILABLE = {"error": {"message": "Request failed; please retry", "type": "ServiceUnavailableError", "param": None, "code": 503}}
 
 
 def arguments(engine: str, argv: list[str]) -> argparse.Namespace:
@@ -75,7 +80,14 @@ class Engine:
         self.name, self.tokenizer = name, Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.vocab = config["vocab_size"]
         self.lock = threading.Lock()
-        self.generated = self.finished = self.prompt_tokens = 0
+        self.generated = self.finished = self.prompt_tokens = self.received = 0
+        self.refuse_every = int(os.environ.get("STUB_503_EVERY", "0")) if name == "vllm" else 0
+
+    def refuses_next(self) -> bool:
+        """Whether the request just received is one of those answered 503."""
+        with self.lock:
+            self.received += 1
+            return bool(self.refuse_every) and self.received % self.refuse_every == 0
 
     def tokens(self, prompt: str, count: int, seed: int):
         rng = random.Random(seed)
@@ -141,6 +153,8 @@ def handler_for(engine: Engine):
             prompt = body.get("prompt") if engine.name == "vllm" else body["inputs"]
             params = body if engine.name == "vllm" else body["parameters"]
             count = params.get("max_tokens") if engine.name == "vllm" else params["max_new_tokens"]
+            if engine.refuses_next():
+                return self.reply(503, json.dumps(UNAVAILABLE, separators=(",", ":")).encode())
             prompt_tokens = len(engine.tokenizer.encode(prompt).ids)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -1,0 +1,157 @@
+"""Breakdowns recorded by kits before the timeline attribution (kit.breakdown), read back only.
+
+Those kits timed a step's parts by marks at module and autograd edges (CUDA events on a GPU) in
+steps of their own ("instrumented" steps), and blocks in further steps. On a fast GPU at
+micro-batch 1 those marks lengthened the step they measured (recorded on an H100: plain step
+211 ms, instrumented 345 ms), which is why the kit no longer records them. A run made then still
+renders: the report recomputes its figures from its rank files with the arithmetic below, the
+same as the kit that measured it, and shows them as they were measured.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from kit.breakdown import PART_GROUPS
+
+
+class PhaseActivity(BaseModel):
+    """What the profiled step's trace showed inside one phase's range (synchronised at its end)."""
+
+    window_ms: float
+    kernel_ms: float | None = None
+    device_busy_ms: float | None = None
+
+    @property
+    def idle_share(self) -> float | None:
+        if self.device_busy_ms is None or self.window_ms <= 0:
+            return None
+        return 1.0 - self.device_busy_ms / self.window_ms
+
+
+class ModuleTime(BaseModel):
+    name: str
+    forward_ms: float
+    backward_ms: float
+    recompute_ms: float = 0.0
+    calls: int
+
+    @property
+    def total_ms(self) -> float:
+        return self.forward_ms + self.backward_ms + self.recompute_ms
+
+
+class PhaseTime(BaseModel):
+    name: Literal["forward", "backward", "optimizer"]
+    wall_ms: float
+    wall_ms_per_step: list[float]
+    instrumented_wall_ms: float
+    parts_ms: float
+    covered_ms: float
+    recompute_ms: float = 0.0
+    activity: PhaseActivity | None = None
+
+    @property
+    def other_ms(self) -> float:
+        return 0.0 if self.name == "optimizer" else self.instrumented_wall_ms - self.covered_ms
+
+
+class MarkedBreakdown(BaseModel):
+    """A profile case's rank details as kits before the timeline attribution wrote them."""
+
+    device: Literal["cuda", "cpu"]
+    timer: str
+    micro_batch: int
+    seq_len: int
+    attention: str
+    recompute: bool
+    optimizer: str
+    measured_steps: int
+    step_ms: float
+    step_ms_per_step: list[float]
+    instrumented_step_ms: float
+    instrumented_step_ms_per_step: list[float]
+    phases: list[PhaseTime]
+    modules: list[ModuleTime]
+    blocks: list[ModuleTime]
+    blocks_step_ms: float
+    unmatched_marks: int = 0
+    trace_file: str | None = None
+    activity_method: str
+    method: list[str]
+
+    def phase(self, name: str) -> PhaseTime:
+        return next(p for p in self.phases if p.name == name)
+
+    def module(self, name: str) -> ModuleTime | None:
+        return next((m for m in [*self.modules, *self.blocks] if m.name == name), None)
+
+    @property
+    def modules_ms(self) -> float:
+        return sum(m.total_ms for m in self.modules) + self.phase("optimizer").instrumented_wall_ms
+
+    @property
+    def overlap_ms(self) -> float:
+        return sum(p.parts_ms - p.covered_ms for p in self.phases)
+
+    @property
+    def other_ms(self) -> float:
+        return self.instrumented_step_ms - (self.modules_ms - self.overlap_ms)
+
+    @property
+    def other_share(self) -> float:
+        return self.other_ms / self.instrumented_step_ms if self.instrumented_step_ms > 0 else 0.0
+
+    @property
+    def instrumentation_overhead_ms(self) -> float:
+        return self.instrumented_step_ms - self.step_ms
+
+
+def is_marked(details: dict) -> bool:
+    """Whether rank details hold a breakdown of the marks (they have instrumented steps)."""
+    return "instrumented_step_ms" in details
+
+
+def marked_figures(breakdown: MarkedBreakdown) -> dict[str, float]:
+    """The figures the kits of the marks computed, by the same names and arithmetic."""
+    figures: dict[str, float] = {"step_s": breakdown.step_ms / 1e3}
+    for phase in breakdown.phases:
+        figures[f"{phase.name}_s"] = phase.wall_ms / 1e3
+        figures[f"{phase.name}_share"] = phase.wall_ms / breakdown.step_ms
+        if phase.activity is not None and phase.activity.idle_share is not None:
+            figures[f"{phase.name}_idle_share"] = phase.activity.idle_share
+            figures[f"{phase.name}_kernel_s"] = phase.activity.kernel_ms / 1e3
+    parts = {m.name: m for m in breakdown.modules}
+    for metric, names in PART_GROUPS.items():
+        found = [parts[name] for name in names if name in parts]
+        if found:
+            figures[metric] = sum(m.total_ms for m in found) / 1e3
+    if "Attention" in parts:
+        figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
+        figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
+    layers = breakdown.module("Decoder layers")
+    if layers is not None:
+        figures["decoder_layers_s"] = layers.total_ms / 1e3
+        figures["blocks_step_s"] = breakdown.blocks_step_ms / 1e3
+    figures["instrumented_step_s"] = breakdown.instrumented_step_ms / 1e3
+    figures["other_s"] = breakdown.other_ms / 1e3
+    figures["other_share"] = breakdown.other_share
+    if breakdown.recompute:
+        figures["recompute_s"] = breakdown.phase("backward").recompute_ms / 1e3
+    return figures
+
+
+def marked_notes(breakdowns: list[MarkedBreakdown]) -> list[str]:
+    notes = [
+        "recorded by marks at module and autograd edges in steps of their own (a kit before the timeline "
+        "attribution): part times are of the instrumented step, which the marks lengthened; their shares are of "
+        "that step, not of the plain one"
+    ]
+    notes += [
+        f"parts add up to {b.modules_ms - b.overlap_ms:.4g} ms of the instrumented step's {b.instrumented_step_ms:.4g} ms; "
+        f"other {b.other_ms:.4g} ms ({b.other_share:.1%}); instrumented minus plain step: {b.instrumentation_overhead_ms:.4g} ms"
+        for b in breakdowns
+    ]
+    return notes

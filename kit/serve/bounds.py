@@ -1,0 +1,50 @@
+"""The serving roofline beside what a run measured: of the burst, and of each point of the sweep,
+on the GPUs the case ran on (kit.predictions), or why there is none (a CPU, a GPU that
+manifests/hardware.yaml does not list or gives no peak for)."""
+
+from __future__ import annotations
+
+from kit.protocol import Case
+from kit.serve.aggregate import BurstAggregates
+
+
+def device_names(case: Case) -> list[str]:
+    """The names of the GPUs the case's engine runs on; none for a CPU case."""
+    if case.device != "cuda":
+        return []
+    from kit.host import gpu_names
+
+    return gpu_names()[: case.gpus]
+
+
+def _generated(totals: BurstAggregates) -> int | None:
+    """Tokens per finished request, as generated: a request ended early by EOS counts what it made."""
+    return round(totals.output_tokens / totals.completed) if totals.completed else None
+
+
+def _roofline(case: Case, compute) -> dict:
+    """`compute(spec)` for the hardware entry of the case's GPU, as JSON; or why there is none."""
+    from kit.predictions import device_spec
+
+    spec = device_spec(case, device_names(case))
+    if spec is None:
+        what = "a CPU" if case.device != "cuda" else "a GPU manifests/hardware.yaml does not list"
+        return {"unavailable": f"no peak figures for {what}: no bound computed"}
+    bound = compute(spec)
+    if bound is None:
+        return {"unavailable": f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}"}
+    return bound.model_dump(mode="json")
+
+
+def burst_bound_details(case: Case, totals: BurstAggregates) -> dict:
+    """The roofline of the burst (kit.predictions.serving_bounds)."""
+    from kit.predictions import serving_bounds
+
+    return _roofline(case, lambda spec: serving_bounds(case, spec, _generated(totals)))
+
+
+def point_bound_details(case: Case, concurrency: int, totals: BurstAggregates) -> dict:
+    """The roofline of a point of the sweep at `concurrency` (kit.predictions.concurrency_bound)."""
+    from kit.predictions import concurrency_bound
+
+    return _roofline(case, lambda spec: concurrency_bound(case, spec, concurrency, _generated(totals)))
