@@ -214,7 +214,8 @@ def test_a_figure_past_its_bound_is_invalid_everywhere_never_a_headline_nor_pric
     ratio = result.metrics["output_throughput"].mean / result.metrics["output_throughput_bound"].mean
     assert ratio > 1
     value = f"{result.metrics['output_throughput'].mean:.0f} tokens/s"
-    assert value not in paper.first and f"vllm: invalid: output tokens/s {ratio:.3g} × the roofline bound" in paper.first
+    # beside the engine that served 70B within its bound, in a column of its own: word by word
+    assert value not in paper.first and "vllm: invalid:" in paper.first and f"{ratio:.3g} ×" in paper.first
     cases = {entry["case"]: entry for entry in paper.document["cases"]}
     assert cases[case]["invalid"] and "cost_per_million_tokens" not in cases[case]["metrics"]
     assert "cost_per_million_tokens" in cases["serve.llama2-7b.vllm.g8"]["metrics"]
