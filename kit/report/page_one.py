@@ -208,7 +208,7 @@ def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
             shares = achievable_mfu(tflops.per_run, result.case.gpus, calibration)
             parts.append(f"preflight {with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')}")
         else:
-            parts.append(f"preflight: not comparable ({calibration.matmul_dtype} matmul; the case computes in {dtype})")
+            parts.append(f"preflight: not comparable ({calibration.matmul_dtype} matmul, {dtype} case)")
     return "; ".join(parts) or None
 
 
