@@ -764,6 +764,8 @@ def _sign(run, key: Path) -> None:
               help="comma-separated: html, pdf, json (report.json), csv (report-claims.csv, report-metrics.csv)")
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", metavar="PRICE", callback=positive_number,
               help="price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it")
+@click.option("--currency", metavar="CODE", help="the currency of --gpu-hour-price, which the report names and report.json "
+              "records (default USD)")
 @click.option("--slo-ttft-ms", type=float, metavar="MS", callback=positive_number,
               help="serving objective: p99 time to first token, in ms (default: MLPerf Inference's for Llama-2-70B, "
                    "Server scenario; the report states it)")
@@ -779,8 +781,8 @@ def _sign(run, key: Path) -> None:
 @click.option("--allowed-signers", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file, metavar="FILE",
               help="the keys trusted to sign runs (ssh-keygen's allowed signers format): a run unsigned, or signed by "
                    "another key, fails (exit 1)")
-def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, slo_ttft_ms, slo_tpot_ms, out, redact, verify_only,
-           expect_digest, allowed_signers) -> None:  # fmt: skip
+def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currency, slo_ttft_ms, slo_tpot_ms, out, redact,
+           verify_only, expect_digest, allowed_signers) -> None:  # fmt: skip
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1.
     The serving sweeps are held to the latency objectives given (--slo-ttft-ms, --slo-tpot-ms)."""
@@ -796,7 +798,7 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, slo_ttf
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
         _fleet_report(run_dirs, 10.0 if tolerance is None else tolerance, wanted, out, redact, allowed_signers,
-                      compare or gpu_hour_price or verify_only or expect_digest or slo_ttft_ms or slo_tpot_ms)  # fmt: skip
+                      compare or gpu_hour_price or currency or verify_only or expect_digest or slo_ttft_ms or slo_tpot_ms)  # fmt: skip
         return
     if tolerance is not None:
         raise UsageFailure("--tolerance goes with --fleet")
@@ -834,7 +836,9 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, slo_ttf
         raise UsageFailure(str(exc)) from None
     output.log().print(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     slo = _objectives(slo_ttft_ms, slo_tpot_ms)
-    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, slo),
+    priced = {"currency": currency} if currency else {}
+    _write_documents(lambda: render(run_dir, list(compare), wanted, out or run_dir, redact, gpu_hour_price, allowed_signers, slo,
+                                    **priced),
                      [run_dir, *(Path(item) for item in compare if item != REFERENCE)], allowed_signers)  # fmt: skip
 
 

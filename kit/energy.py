@@ -32,7 +32,7 @@ ENERGY_LABELS = {JOULES_PER_TOKEN: "joules per token", MEAN_POWER_PER_GPU: "mean
 SECONDS_PER_HOUR = 3600.0
 MILLION = 1e6
 COST_PER_MILLION_TOKENS = "cost_per_million_tokens"
-COST_UNIT = "currency/1M tokens"  # the currency of the price given
+DEFAULT_CURRENCY = "USD"  # of a price per GPU-hour, where `kit report --currency` names none
 PRICE_HINT = "give a price per GPU-hour with `kit report --gpu-hour-price 2.50` (or $KIT_GPU_HOUR_PRICE)"
 
 
@@ -121,8 +121,14 @@ def cost_per_million_tokens(tokens_per_s: float, gpus: int, gpu_hour_price: floa
     return gpus * gpu_hour_price * MILLION / tokens_per_s / SECONDS_PER_HOUR
 
 
-def cost_metric(throughput: Metric, gpus: int, gpu_hour_price: float) -> Metric:
-    """Cost per 1M tokens of each run (from its throughput), summarised like any metric."""
+def cost_unit(currency: str) -> str:
+    return f"{currency}/1M tokens"
+
+
+def cost_metric(throughput: Metric, gpus: int, gpu_hour_price: float, currency: str = DEFAULT_CURRENCY) -> Metric:
+    """Cost per 1M tokens of each run (from its throughput), in the price's currency, summarised
+    like any metric."""
     from kit.metrics import summarize
 
-    return summarize([cost_per_million_tokens(value, gpus, gpu_hour_price) for value in throughput.per_run], COST_UNIT)
+    costs = [cost_per_million_tokens(value, gpus, gpu_hour_price) for value in throughput.per_run]
+    return summarize(costs, cost_unit(currency))

@@ -16,6 +16,11 @@ labelled as such so that it is never counted as agreement with the paper:
 - a relation between the same GPUs with and without NVLink is measured on this host by its
   NVLink cases against their p2p-off variants, as the paper's RTX3090 pair.
 
+One measured quantity is judged once: where several claims state the same relation of one
+platform for different platforms (C1-C3, a scaling efficiency on A800, RTX4090 and RTX3090), the
+claim whose platform this host is judges it (its paper verdict), else the first of them against
+the expectation, with that expectation's own tolerance; the others say they were judged there.
+
 The expected relation is evaluated by kit.reference's own evaluators on the reported run alone,
 so a verdict against the expectation reads its cases exactly as a paper verdict does.
 """
@@ -60,12 +65,11 @@ from kit.reference import (
 
 # "paper verdict": the host is the claim's platform (or the claim is about any GPU), so the
 # claim's own verdict is the judgement and the expectation is shown for information.
-ExpectationVerdict = Literal[
-    "consistent", "deviates", "inconclusive", "not measured", "no expectation", "not applicable", "paper verdict"
-]
-PRECEDENCE: tuple[ExpectationVerdict, ...] = (
-    "deviates", "inconclusive", "consistent", "not measured", "no expectation", "not applicable"
-)
+# "judged in another claim": the same quantity is judged once, by the claim `judged_in` names.
+ExpectationVerdict = Literal["consistent", "deviates", "inconclusive", "not measured", "judged in another claim",
+                             "no expectation", "not applicable", "paper verdict"]
+PRECEDENCE: tuple[ExpectationVerdict, ...] = ("deviates", "inconclusive", "consistent", "not measured",
+                                              "judged in another claim", "no expectation", "not applicable")
 
 # The GPU figure a stage's throughput follows, for scaling a published number to this host.
 FIGURES = {
@@ -93,6 +97,7 @@ class RelationExpectation(BaseModel):
     measured: str | None = None
     versus: str | None = None  # "measured 0.980 × expected"
     finding: str = ""
+    judged_in: str | None = None  # the claim that judges this quantity, where another does
 
 
 class ClaimExpectation(BaseModel):
@@ -339,18 +344,22 @@ class Expecting:
         candidates = self.one_platform[signature(relation)]
         platform = most_like(self.host, [name for name, _, _ in candidates], self.reference, self.hardware)
         _, model, source = next(c for c in candidates if c[0] == platform)
-        expected = model.model_copy(update={"platform": None})
-        own = getattr(relation, "published", None)
-        if not isinstance(relation, OrderingRelation):
-            bound = model.published
-            if own is not None and own.value is not None and bound.value is not None:
-                bound = bound.model_copy(update={"tolerance": own.tolerance})  # the claim's own tolerance
-            expected = expected.model_copy(update={"published": bound})
+        expected = model.model_copy(update={"platform": None})  # its bound, its tolerance: one expectation
         judged = _judge(claim, self.reference, self.run, expected)
         where = self.label(platform) + (f", from {source}" if source != claim.id else "")
         basis = (f"the paper's value on {where}, {KIND_WORDS[type(relation)]}, assumed to carry over; "
                  f"{self._likeness({name for name, _, _ in candidates})}")  # fmt: skip
-        return _against(judged, _bound_of(expected), basis)
+        found = _against(judged, _bound_of(expected), basis)
+        owner = self.judge_of(candidates)
+        if owner == claim.id:
+            return found
+        return found.model_copy(update={"verdict": "judged in another claim", "judged_in": owner,
+                                        "finding": f"{owner}: the same measurement, judged there once"})  # fmt: skip
+
+    def judge_of(self, candidates: Sequence[tuple[str, Relation, str]]) -> str:
+        """The claim that judges a quantity several claims state: the one on this host's platform
+        (its paper verdict), else the first in the reference's order."""
+        return next((source for name, _, source in candidates if self.on(name)), candidates[0][2])
 
     def _likeness(self, platforms: set[str]) -> str:
         """Why the platform was taken."""

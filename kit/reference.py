@@ -33,6 +33,7 @@ from kit.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
 from kit.protocol import Case
 from kit.results import Metric, Result, RunInfo
+from kit.validity import invalid_reasons
 
 REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
 
@@ -613,6 +614,7 @@ class MeasuredRun(BaseModel):
     cpu_names: tuple[str, ...] = ()
     interconnect: Literal["nvlink", "pcie"] | None = None
     results: dict[str, Result]
+    invalid: dict[str, list[str]] = {}  # case id -> why its figures are no measurement (kit.validity)
     calibration: Calibration | None = None  # what the host achieved in preflight (the fingerprint's)
 
     @property
@@ -651,6 +653,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         cpu_names=tuple(sorted({rank.device_name for rank in ranks if rank.device == "cpu"})),
         interconnect=interconnect,
         results={result.case_id: result for result in results},
+        invalid={result.case_id: found for result in results if (found := invalid_reasons(result))},
         calibration=fingerprint.calibration if fingerprint is not None else None,
     )
 
@@ -894,6 +897,8 @@ class ClaimContext:
         metric_value = result.metrics.get(metric)
         if metric_value is None:
             return Reading(None, missing=f"{metric} of {used}", **found)
+        if used in run.invalid:  # a figure past its physical bound is no measurement to judge a claim on
+            return Reading(None, missing=f"{used} (invalid: {run.invalid[used][0]})", **found)
         return Reading(metric_value.mean, metric_value.unit, result=result, metric=metric_value, **found)
 
     def platforms_of(self, relation_platform: str | None, item_platform: str | None = None) -> list[str]:

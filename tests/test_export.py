@@ -40,17 +40,22 @@ def kit_report(*args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "400"})  # fmt: skip
 
 
-def energy_rows(run: Path, **options) -> dict[str, list[str]]:
+def energy_table(run: Path, caption: str = "Energy and cost per case", **options):
     section = next(s for s in build_report(run, **options).sections if s.anchor == "energy")
+    return next(table for table in section.tables if table.caption == caption)
+
+
+def energy_rows(run: Path, **options) -> dict[str, list[str]]:
     return {row.cells[0].text: [f"{c.text} | {c.detail}" if c.detail else c.text for c in row.cells[1:]]
-            for row in section.tables[0].rows}  # fmt: skip
+            for row in energy_table(run, **options).rows}  # fmt: skip
 
 
 def test_the_energy_section_prices_a_million_tokens_at_the_price_given(gpu_run):
     rows = energy_rows(gpu_run, compare=(), gpu_hour_price=2.5)
     # Training: 330 W per GPU (the generator's draw) over the tokens of the measured steps.
     training = rows["pretrain.llama2-7b.z3.g8"]
-    assert training[2].startswith("330 ") and training[3].endswith("| at 2.5 per GPU-hour, 8 GPUs")
+    assert training[2].startswith("330 ") and float(training[3].split(" ± ")[0]) > 0
+    assert energy_table(gpu_run, compare=(), gpu_hour_price=2.5).header[-1] == "Cost per 1M tokens (USD, at 2.5 USD per GPU-hour)"
     assert "serve.llama2-7b.vllm.g8" in rows
     assert "comm.all_reduce.g8" not in rows  # no tokens to price
     assert rows["profile.llama2-7b.base.g1"][2].startswith("330 ")  # over the breakdown's plain measured steps
@@ -60,13 +65,15 @@ def test_without_a_price_the_report_says_how_to_give_one(gpu_run):
     report = build_report(gpu_run, compare=())
     section = next(s for s in report.sections if s.anchor == "energy")
     assert "kit report --gpu-hour-price 2.50" in section.paragraphs[1]
-    assert energy_rows(gpu_run, compare=())["pretrain.llama2-7b.z3.g8"][3].startswith("no price given | give a price")
+    assert energy_rows(gpu_run, compare=())["pretrain.llama2-7b.z3.g8"][3] == "no price"
 
 
 def test_on_a_cpu_run_the_energy_is_absent_with_the_reason_and_nothing_is_priced(cpu_run):
     row = energy_rows(cpu_run, compare=(), gpu_hour_price=2.5)["pretrain.tiny-llama.naive.g2"]
-    assert row[1] == "absent | the case runs on the CPU; NVML measures NVIDIA GPUs only"
-    assert row[2] == "not priced | the case runs on the CPU: no GPU-hours"
+    assert row[1:] == ["none: a CPU", "-", "none: a CPU"]
+    section = next(s for s in build_report(cpu_run, compare=()).sections if s.anchor == "energy")
+    assert "No case measured energy (the case runs on the CPU; NVML measures NVIDIA GPUs only)" in section.paragraphs[-1]
+    assert energy_table(cpu_run, compare=()).media == "screen"  # a table of "none" is not printed
 
 
 def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp_path):
@@ -81,12 +88,13 @@ def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp
     assert [r["label"] for r in c13["relations"][0]["readings"]] == ["34.9 % less time", "1.349 × the speed"]
     # The run is on A800s: RTX4090's scaling claim expects the A800's efficiency (C1's) on them.
     c2 = next(claim for claim in document["claims"] if claim["id"] == "C2")["expectation"]["relations"][0]
-    assert c2["expected"] == "100 % ± 3 points" and "on 8 × A800-80G, NVLink, from C1" in c2["basis"]
+    assert c2["expected"] == "100 % ± 5 points" and "on 8 × A800-80G, NVLink, from C1" in c2["basis"]
+    assert (c2["verdict"], c2["judged_in"]) == ("judged in another claim", "C1")  # one measurement, judged once
     cases = {case["case"]: case for case in document["cases"]}
     assert sorted(cases) == sorted(GPU_CASES)
     training = cases["pretrain.llama2-7b.z3.g8"]["metrics"]
     assert training["joules_per_token"]["unit"] == "J/token" and training["mean_power_per_gpu_w"]["mean"] == 330
-    assert training["cost_per_million_tokens"]["unit"] == "currency/1M tokens"
+    assert training["cost_per_million_tokens"]["unit"] == "USD/1M tokens" and document["currency"] == "USD"
     assert all(metric["unit"] for case in cases.values() for metric in case["metrics"].values())
 
 
@@ -131,6 +139,17 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
         ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published", "measured",
          "finding", "readings", "caveats", "expected_on_this_host", "expected_basis", "verdict_vs_expectation",
          "finding_vs_expectation"])  # fmt: skip  # the reference was not compared: no rows
+
+
+def test_the_currency_given_is_recorded_and_names_every_cost(gpu_run, tmp_path):
+    done = kit_report(str(gpu_run), "--format", "json", "--gpu-hour-price", "2.5", "--currency", "EUR", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert (document["gpu_hour_price"], document["currency"]) == (2.5, "EUR")
+    assert {case["metrics"]["cost_per_million_tokens"]["unit"] for case in document["cases"]
+            if "cost_per_million_tokens" in case["metrics"]} == {"EUR/1M tokens"}  # fmt: skip
+    refused = kit_report(str(gpu_run), "--format", "json", "--currency", "US$", "--out", str(tmp_path))
+    assert refused.returncode == 2 and "a currency is a short name of letters" in refused.stderr
 
 
 def test_the_exports_beside_the_run_are_not_evidence_and_a_bad_price_is_refused(cpu_run):

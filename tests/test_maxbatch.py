@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kit.stages.maxbatch import next_trial, outcome, predicted_start, trial_case
+from kit.stages.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 from kit.predictions import predicted_training_memory
 from kit.results import RunSample
 
@@ -45,11 +45,15 @@ def trials(case, *pairs) -> list[RunSample]:
                       wall_s=1.0, ranks=[], micro_batch=batch) for i, (batch, status) in enumerate(pairs, 1)]  # fmt: skip
 
 
-def test_the_case_is_ok_only_where_the_search_found_its_boundary(smoke_plan):
-    case = next(c for c in smoke_plan.cases if c.id == SMOKE_CASE)
-    assert outcome(case, trials(case, (16, "ok"), (32, "oom"), (24, "ok"), (25, "oom"))) == ("ok", None)
-    status, reason = outcome(case, trials(case, (16, "ok"), (32, "oom"), (24, "ok")))
-    assert status == "error" and "stopped after 3 trials (max_trials) between micro-batch 24, which ran, and 32" in reason
+def test_the_case_is_ok_once_a_micro_batch_ran_and_a_capped_search_is_a_lower_bound(smoke_plan):
+    case = next(c for c in smoke_plan.cases if c.id == SMOKE_CASE)  # max_trials 8, largest 4096
+    found = trials(case, (16, "ok"), (32, "oom"), (24, "ok"), (25, "oom"))
+    assert outcome(case, found) == ("ok", None) and search_cap(case, found) is None
+    cut_short = trials(case, *walk(1000, 16, max_trials=8))  # 16, 32, ... 512 ok, 1024 oom, 768 ok
+    assert outcome(case, cut_short) == ("ok", None)
+    assert search_cap(case, cut_short) == "search cap: 8 trials (max_trials); 1024 ran out of memory"
+    never_out = trials(case, (1024, "ok"), (2048, "ok"), (4096, "ok"))
+    assert search_cap(case, never_out) == "search cap: micro-batch 4096, the largest it tries"
     status, reason = outcome(case, trials(case, (16, "oom"), (8, "oom"), (4, "oom"), (2, "oom"), (1, "oom")))
     assert status == "oom" and reason.startswith("micro-batch 16 already runs out of memory")
     status, reason = outcome(case, trials(case, (16, "ok"), (32, "timeout")))

@@ -1,5 +1,6 @@
 """Page one of the report (kit/report/page_one.py): the host, the verdict counts and the headline
-figures beside the kit's expectation, the paper's value, energy and cost.
+figures with their standing among their kind, beside the physical bound the kit sets for this host,
+the paper's value, energy and cost.
 
 The runs are tests/paper_size_run.py's: cases of the real `paper` plan on 8 x A800 (synthetic
 numbers, every metric from kit.metrics with its real name) and the smoke plan on CPU. The
@@ -18,13 +19,15 @@ from pathlib import Path
 import pytest
 from paper_size_run import A800, write_run
 
+from kit.energy import cost_per_million_tokens
 from kit.hardware import load_hardware
 from kit.predictions import device_spec, training_step_bound, training_throughput_bound
 from kit.protocol import build_plan, load_protocol
 from kit.reference import load_reference
 from kit.report.build import build_report
 from kit.report.load import load_run
-from kit.report.page_one import cost_per_million_tokens, energy_cell, paper_cell
+from kit.report.energy_section import energy_cell
+from kit.report.page_one import paper_cell
 from kit.report.printer import write_pdf
 from kit.report.render import print_parts, render_html
 from kit.results import Metric
@@ -141,24 +144,25 @@ def spread(metric: dict, scale: float = 1.0) -> str:
 # --- Which figures, and their values ------------------------------------------------------------
 
 
-def test_the_headline_is_the_fastest_case_of_each_model_with_its_spread_from_result_json(report, gpu_run):
+def test_the_headline_is_the_fastest_case_of_each_model_and_kind_with_its_spread_from_result_json(report, gpu_run):
+    """Z2+F (full-parameter; Naive ran out of memory) and Q (on a frozen 4-bit base) do different
+    work per token: each is the fastest of its own kind, in a row of its own."""
     rows = rows_by_case(report)
-    pretrain = {cid: result_json(gpu_run, cid) for cid in CASES if cid.startswith("pretrain.")}
-    done = {cid: r["metrics"]["tokens_per_s"]["mean"] for cid, r in pretrain.items() if r["status"] == "ok"}
-    fastest = max(done, key=done.get)
-    assert fastest in rows and not set(done) - {fastest} & set(rows)
-    metrics = pretrain[fastest]["metrics"]
-    measured = rows[fastest][1]
-    assert measured.text == f"{spread(metrics['tokens_per_s'])} tokens/s"
-    assert measured.detail == f"MFU {spread(metrics['mfu'], 100)} % of the datasheet peak"
+    for case_id, kind in (("pretrain.llama2-7b.z2+f.g8", "full-parameter"), ("pretrain.llama2-7b.q.g8", "4-bit base")):
+        metrics = result_json(gpu_run, case_id)["metrics"]
+        measured, standing = rows[case_id][1:3]
+        assert measured.text == f"{spread(metrics['tokens_per_s'])} tokens/s"
+        assert standing.text == f"the only {kind} measured"
+    assert rows["pretrain.llama2-7b.z2+f.g8"][1].detail == f"MFU {spread(result_json(gpu_run, 'pretrain.llama2-7b.z2+f.g8')['metrics']['mfu'], 100)} %"
+    assert "pretrain.llama2-7b.naive.g8" not in rows
 
 
 def test_a_serving_row_has_output_throughput_and_median_and_p99_ttft(report, gpu_run):
     metrics = result_json(gpu_run, "serve.llama2-7b.vllm.g8")["metrics"]
     measured = rows_by_case(report)["serve.llama2-7b.vllm.g8"][1]
     assert measured.text.startswith(f"{spread(metrics['output_throughput'])} tokens/s")
-    assert measured.detail.startswith(
-        f"TTFT median {spread(metrics['ttft_median_s'])} s, p99 {spread(metrics['ttft_p99_s'])} s; "
+    assert measured.detail == (  # the paper plan serves once: said once, beside its TTFT
+        f"1 run; TTFT median {spread(metrics['ttft_median_s'])} s, p99 {spread(metrics['ttft_p99_s'])} s"
     )
 
 
@@ -170,19 +174,20 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
 
     run = load_run(gpu_run, redact=False)
     best = capacity(sweep_points(run, run.results["serve.llama2-7b.vllm.g8"], DEFAULT_SLO))
-    _, measured, *_, cost = rows_by_case(report)["serve.llama2-7b.vllm.g8"]
-    said = measured.detail.split("; capacity ")[1]
-    assert said.endswith(f" tokens/s at N={best.concurrency}")
+    _, _, standing, *_, cost = rows_by_case(report)["serve.llama2-7b.vllm.g8"]
+    said = standing.detail.removeprefix("capacity ")
+    assert said.endswith(f" (N={best.concurrency})")  # in the tokens/s of the figure beside it
     assert numbers(said)[0] == pytest.approx(best.figures.output_throughput, rel=5e-3)
     assert numbers(cost.detail)[0] == pytest.approx(cost_per_million_tokens(best.figures.output_throughput, 8, PRICE), rel=5e-3)
     heading = next(row.cells[0].text for row in report.page_one.headline.rows if row.heading and row.cells[0].link == "#serve")
     assert heading.endswith("its capacity, N requests in flight, within p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms")
 
 
-def test_a_case_without_a_measurement_shows_its_status_and_reason(report, gpu_run):
+def test_an_engine_that_did_not_run_is_one_line_with_its_status_and_reason(report, gpu_run):
     result = result_json(gpu_run, "serve.llama2-7b.lightllm.g8")
-    _, status = rows_by_case(report)["serve.llama2-7b.lightllm.g8"]
-    assert (status.text, status.detail) == ("unavailable", result["reason"])
+    label, status = rows_by_case(report)["serve.*.lightllm.*"]
+    assert label.text == "lightllm, llama2-7b"
+    assert (status.text, status.detail) == ("unavailable", result["reason"].removeprefix("rank 0: ").split(";")[0])
 
 
 # --- Expected on this host ----------------------------------------------------------------------
@@ -191,9 +196,9 @@ def test_a_case_without_a_measurement_shows_its_status_and_reason(report, gpu_ru
 def test_the_all_reduce_is_held_against_the_a800s_nvlink_rate(report, gpu_run):
     """hardware.yaml gives the A800 SXM4 400 GB/s NVLink in both directions: 200 GB/s each way."""
     busbw = result_json(gpu_run, "comm.all_reduce.g8")["metrics"]["bus_bandwidth_gb_s"]["mean"]
-    expected = rows_by_case(report)["comm.all_reduce.g8"][2]
-    assert expected.text == "≤ 200 GB/s"
-    assert f"measured {shown(busbw / 200)} × bound" in expected.detail
+    expected = rows_by_case(report)["comm.all_reduce.g8"][3]
+    assert expected.text == "≤ 200"  # in the unit measured, GB/s
+    assert expected.detail == f"{shown(busbw / 200)} × bound (NVLink 3)"
 
 
 def test_training_is_expected_below_its_roofline_the_frozen_base_of_lora_included(report, gpu_run):
@@ -202,9 +207,9 @@ def test_training_is_expected_below_its_roofline_the_frozen_base_of_lora_include
         result = results[case_id]
         spec = device_spec(result.case, ["NVIDIA A800-SXM4-80GB"], load_hardware())
         bound = training_throughput_bound(result.case, spec)
-        assert rows[case_id][2].text == f"≤ {shown(bound)} tokens/s"
-        assert rows[case_id][2].detail == f"measured {shown(result.metrics['tokens_per_s'].mean / bound)} × bound"
-    assert rows["finetune.llama2-7b.l+f.g8"][1].detail == "MFU not computed: FLOPs model: full training only"
+        assert rows[case_id][3].text == f"≤ {shown(bound)}"
+        assert rows[case_id][3].detail == f"{shown(result.metrics['tokens_per_s'].mean / bound)} × bound"
+    assert rows["finetune.llama2-7b.l+f.g8"][1].detail is None  # no MFU: the FLOPs model is of full training
 
 
 def test_the_training_throughput_bound_is_the_step_bound_over_every_gpus_micro_batch(gpu_run):
@@ -232,7 +237,7 @@ def test_the_papers_value_is_the_reference_files_with_its_claim_and_platform(rep
     cell = paper_cell(load_reference(), case_of("finetune.llama2-70b.ql+z3+o+r+f.g8"), ("tokens_per_s", "mfu"))
     assert cell.text == "200 tokens/s ± 40 tokens/s"  # as the claims table writes a published value
     assert cell.detail.startswith("C21, on ") and "4090" in cell.detail and "3090" in cell.detail
-    assert rows_by_case(report)["finetune.llama2-70b.ql+z3+o+r+f.g8"][3] == cell
+    assert rows_by_case(report)["finetune.llama2-70b.ql+z3+o+r+f.g8"][4] == cell
     assert paper_cell(load_reference(), case_of("pretrain.llama2-7b.z2+f.g8"), ("tokens_per_s",)).text == "none"
     assert paper_cell(None, case_of("pretrain.llama2-7b.z2+f.g8"), ("tokens_per_s",)).text == "not compared"
     fitted = build_plan(load_protocol(), "paper", host_gpus=1).cases[0]
@@ -244,12 +249,14 @@ def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(r
     assert cost_per_million_tokens(1e6, 8, 2.5) == pytest.approx(20 / 3600)
     per_run = result_json(gpu_run, "finetune.llama2-7b.l+f.g8")["metrics"]["tokens_per_s"]["per_run"]
     costs = [cost_per_million_tokens(value, 8, PRICE) for value in per_run]
-    cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][5]
+    cell = rows_by_case(report)["finetune.llama2-7b.l+f.g8"][6]
     assert numbers(cell.text)[0] == pytest.approx(sum(costs) / len(costs), rel=5e-3)
+    assert report.page_one.headline.header[6] == "USD/1M tokens"  # the currency, default USD
+    in_euros = build_report(gpu_run, ["reference"], gpu_hour_price=PRICE, currency="EUR")
+    assert in_euros.page_one.headline.header[6] == "EUR/1M tokens" and "2.5 EUR per GPU-hour" in in_euros.page_one.headline.notes[-1]
     unpriced = build_report(gpu_run, ["reference"])
-    cell = rows_by_case(unpriced)["finetune.llama2-7b.l+f.g8"][5]
-    assert (cell.text, cell.detail) == ("no price given", "set --gpu-hour-price")
-    assert "kit report --gpu-hour-price 2.50" in unpriced.page_one.headline.notes[-1]
+    assert not any("1M tokens" in label for label in unpriced.page_one.headline.header)  # no column of "no price"
+    assert "kit report --gpu-hour-price 2.50 --currency USD" in unpriced.page_one.headline.notes[-1]
 
 
 def without_energy(result):
@@ -259,25 +266,25 @@ def without_energy(result):
 def test_energy_is_absent_with_its_reason_never_zero(cpu_run, gpu_run):
     result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
     gpu_cell = energy_cell(without_energy(result), "#finetune")
-    assert (gpu_cell.text, gpu_cell.detail) == ("not measured", "none in result.json")
+    assert (gpu_cell.text, gpu_cell.detail) == ("not measured", "not in result.json (written by a kit without energy figures)")
     smoke = build_report(cpu_run, ["reference"], gpu_hour_price=PRICE)
     rows = rows_by_case(smoke)
+    assert rows
     for cells in rows.values():
-        if len(cells) == 6 and cells[4].text != "not a token figure":
-            assert (cells[4].text, cells[5].text) == ("not measured", "not priced")
-            assert "the case runs on the CPU" in cells[4].detail  # the result's own note, kit/energy.py
+        if cells[-1].text != "not a token figure":
+            assert (cells[-2].text, cells[-1].text) == ("none: a CPU", "none: a CPU")
 
 
-def test_energy_per_1k_tokens_is_a_thousand_joules_per_token_and_a_note_says_why_not(gpu_run):
-    """joules_per_token is the metric kit/energy.py writes from NVML's energy counter."""
+def test_energy_is_joules_per_token_with_its_spread_the_unit_of_its_column(gpu_run, report):
+    """joules_per_token is the metric kit/energy.py writes from NVML's energy counter, shown in one
+    unit throughout the report."""
     result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
     measured = result.model_copy(update={"metrics": {**result.metrics, "joules_per_token": Metric(
         mean=0.5, std=0.01, n=3, unit="J/token", per_run=[0.49, 0.5, 0.51])}})  # fmt: skip
-    assert energy_cell(measured, "#finetune").text == "500 ± 10 J"
-    note = "joules per token and mean power per GPU: not measured, NVML gave no power reading"
-    unread = without_energy(result).model_copy(update={"notes": [*result.notes, note]})
-    cell = energy_cell(unread, "#finetune")
-    assert (cell.text, cell.detail) == ("not measured", "NVML gave no power reading")
+    assert energy_cell(measured, "#finetune").text == "0.500 ± 0.010"
+    assert "Energy (J/token)" in report.page_one.headline.header
+    energy = next(section for section in report.sections if section.anchor == "energy")
+    assert all("Energy (J/token)" in table.header for table in energy.tables)
 
 
 # --- What the preflight measured, how the GPUs were set, whether they slowed --------------------
@@ -287,8 +294,8 @@ def test_mfu_is_shown_against_the_datasheet_peak_and_the_matmul_measured_in_pref
     metrics = result_json(calibrated_run, THROTTLED)["metrics"]
     detail = rows_by_case(calibrated)[THROTTLED][1].detail
     shares = [100 * tflops / (8 * A800_MATMUL_TFLOPS) for tflops in metrics["achieved_tflops"]["per_run"]]
-    assert f"MFU {spread(metrics['mfu'], 100)} % of the datasheet peak" in detail
-    assert f"{shown(sum(shares) / len(shares))} ± " in detail and "of the preflight's 250 TFLOPS on a GPU" in detail
+    assert f"MFU {spread(metrics['mfu'], 100)} %; preflight {shown(sum(shares) / len(shares))} ± " in detail
+    assert "MFU: of the datasheet peak; preflight: of the preflight's matmul." in calibrated.page_one.headline.notes[0]
 
 
 def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_datasheets_beside_it(calibrated, calibrated_run):
@@ -299,17 +306,18 @@ def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_dat
     spec = load_hardware().lookup(A800)
     calibration = Fingerprint.model_validate_json((calibrated_run / "fingerprint.json").read_text()).calibration
     reachable, bound = training_throughput_bound(result.case, Achievable(spec, calibration).spec), training_throughput_bound(result.case, spec)
-    expected = rows_by_case(calibrated)[THROTTLED][2]
-    assert reachable < bound and expected.text == f"≤ {shown(reachable)} tokens/s"
-    assert expected.detail.startswith("at the preflight's bf16 matmul 250 TFLOPS and memory copy 1.70 TB/s: measured ")
-    assert f"≤ {shown(bound)} at the datasheet's: measured {shown(result.metrics['tokens_per_s'].mean / bound)} × bound" in expected.detail
+    expected, measured = rows_by_case(calibrated)[THROTTLED][3], result.metrics["tokens_per_s"].mean
+    assert reachable < bound and expected.text == f"≤ {shown(reachable)} / {shown(bound)}"  # in the unit measured, tokens/s
+    assert expected.detail == f"{shown(measured / reachable)} / {shown(measured / bound)} × bound"
+    assert ("two where the preflight measured the GPUs below their datasheet: at its bf16 matmul 250 TFLOPS and memory "
+            "copy 1.70 TB/s / at the datasheet's") in calibrated.page_one.headline.notes[0]  # fmt: skip
 
 
 def test_a_case_measured_while_throttled_says_so_on_page_one_beside_the_power_limit_and_clocks(calibrated):
     measured = rows_by_case(calibrated)[THROTTLED][1]
     assert measured.tone == "warn" and measured.detail.startswith("throttled: sw_power_cap in 2 of ")
     facts = {fact.label: fact for fact in calibrated.page_one.host}
-    assert facts["Link, driver, power"].value.endswith("; power limit 400 W, application clocks 1410 / 1593 MHz (max 1410 / 1593)")
+    assert "; power limit 400 W, application clocks 1410 / 1593 MHz (max 1410 / 1593); peaks " in facts["GPUs, link, power"].value
     state = facts["Calibration"]
     assert state.tone == "warn" and f"; 1 of 1 cases measured while throttled ({THROTTLED}: sw_power_cap in 2 of " in state.value
     assert facts["Calibration"].value.startswith("bf16 matmul 250 TFLOPS (80 % of the datasheet's 312 TFLOPS), memory copy "
@@ -327,12 +335,11 @@ def test_a_run_without_a_calibration_says_why(report):
 
 def test_the_host_is_described_from_its_fingerprint_with_images_by_digest(report, gpu_run):
     facts = {fact.label: fact.value for fact in report.page_one.host}
-    assert facts["GPUs"] == "8 × NVIDIA A800-SXM4-80GB"
-    assert "all pairs NVLink" in facts["Link, driver"] and "550.54.15" in facts["Link, driver"]
-    assert facts["Peak figures"].startswith("NVIDIA A800-SXM4-80GB: A800")
+    assert facts["GPUs, link"].startswith("8 × NVIDIA A800-SXM4-80GB; 8 GPUs, all pairs NVLink (NV8); driver, CUDA 550.54.15")
+    assert "; peaks A800 SXM4 80GB, BF16 312" in facts["GPUs, link"]  # the model named once, at the start
     recorded = json.loads((gpu_run / "run.json").read_text())["images"]
     for image, digest in recorded.items():
-        assert f"{image} {digest.split('sha256:')[0]}sha256:{digest.split('sha256:')[1][:16]}…" in facts["Images"]
+        assert f"{image} sha256:{digest.split('sha256:')[1][:12]}…" in facts["Images"]
 
 
 def test_every_link_of_page_one_leads_to_an_anchor_of_the_report(report):
@@ -355,6 +362,20 @@ def pdf_page(pdf: Path, number: int) -> str:
                           check=True).stdout  # fmt: skip
 
 
+def in_a_column(layout: str, text: str) -> bool:
+    """Whether `text` is printed in one column of a page laid out by pdftotext -layout, on one line
+    or wrapped over the lines under it (a case id wraps at its dots)."""
+    lines = layout.splitlines()
+    for number, line in enumerate(lines):
+        for found in re.finditer(re.escape(text.split(".")[0]), line):
+            joined = ""
+            for below in lines[number:number + 4]:
+                joined += below[found.start():].split("  ")[0].strip() if len(below) > found.start() else ""
+                if joined.startswith(text):
+                    return True
+    return False
+
+
 def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(calibrated, calibrated_run, tmp_path):
     """Page one of a run with every fact it can have (the preflight's figures, power and clocks,
     a throttled case): still one page."""
@@ -363,15 +384,19 @@ def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(calibrate
     write_pdf(print_parts(report), pdf)
     page_one = pdf_page(pdf, 1)
     first = " ".join(page_one.split())
+    layout = subprocess.run(["pdftotext", "-layout", "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
     headline = rows_by_case(report)
     assert {"pretrain.llama2-7b.z2+f.g8", "serve.llama2-7b.vllm.g8", "comm.all_reduce.g8"} <= set(headline)
     for case_id in headline:
-        assert f"cases/{case_id}/" in "".join(page_one.split())  # a long folder name wraps in its cell
+        assert in_a_column(layout, f"cases/{case_id}/"), case_id
+        if "*" in case_id:
+            continue  # the cases of an engine that did not run
         result = result_json(gpu_run, case_id)
         metric = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}.get(result["stage"], "tokens_per_s")
         if result["status"] == "ok":
             assert spread(result["metrics"][metric]) in first, case_id
-    assert "Energy: 1000 × joules_per_token" in first  # the last note: nothing spilled onto page two
+    assert "Methods: Naive: DeepSpeed data parallel, no ZeRO;" in first  # the legend, last: nothing spilled over
     assert " ".join(pdf_page(pdf, 2).split()).startswith("This report")
 
 

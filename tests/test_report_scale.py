@@ -45,8 +45,10 @@ def mean_std_text(values: list[float], scale: float = 1.0) -> str:
     """How a table prints a metric over the runs: the mean to three significant digits, the
     sample standard deviation to as many decimals."""
     values = [value * scale for value in values]
-    mean, std = statistics.fmean(values), statistics.stdev(values)
-    return f"{mean:.{significant(mean)}f} ± {std:.{significant(mean)}f}"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{significant(mean)}f} (1 run)"
+    return f"{mean:.{significant(mean)}f} ± {statistics.stdev(values):.{significant(mean)}f}"
 
 
 def method_label(method: str) -> str:
@@ -181,29 +183,38 @@ def test_a_printed_throughput_traces_back_to_the_rank_samples(text, paper_run):
 def test_the_summary_counts_the_outcomes_of_the_result_files(text, results):
     statuses = Counter(result.status for result in results.values())
     summary = flat(text)
-    assert f"measured {len(results)} of the {len(results)} cases of the paper profile" in summary
-    assert f"finished with a measurement: {statuses['ok']}" in summary
-    assert f"out of memory (a result, shown as -): {statuses['oom']}" in summary
-    assert f"failed with an error: {statuses['error']}" in summary
+    attempted = len(results) - statuses["skipped"]
+    assert f"attempted {attempted} of the {len(results)} cases it selected" in summary
+    assert (f"{statuses['ok']} measured, {statuses['oom']} OOM, {statuses['unavailable']} unavailable, "
+            f"{statuses['skipped']} skipped, {statuses['error']} error") in summary  # fmt: skip
 
 
-def test_page_one_holds_every_headline_figure_of_the_result_files_and_no_more(pages, results):
-    """The fastest pre-training and fine-tuning case of each model, each engine's throughput and
-    the all-reduce bus bandwidth, all on the first page, which ends before the second begins."""
+def kind(result) -> str:
+    """Full-parameter, on a frozen 4-bit base, or an adapter: work of three kinds, ranked apart."""
+    params = result.case.params
+    return "adapter" if params.peft != "none" else "4-bit" if params.quantization != "none" else "full"
+
+
+def test_page_one_holds_the_fastest_figure_of_each_kind_and_no_more(pages, results):
+    """The fastest pre-training case of each model and kind, the fastest adapter fine-tuning, the
+    highest engine of each model and the all-reduce bus bandwidth, all on the first page, which
+    ends before the second begins (a figure past its bound: tests/test_reviewer_report.py)."""
     first = flat(pages[0])
     measured = [r for r in results.values() if r.status == "ok" and r.case.variant is None]
     for stage in ("pretrain", "finetune"):
-        for model in dict.fromkeys(r.case.model for r in measured if r.stage == stage):
-            fastest = max((r for r in measured if r.stage == stage and r.case.model == model),
+        for group in {(r.case.model, kind(r)) for r in measured if r.stage == stage}:
+            fastest = max((r for r in measured if r.stage == stage and (r.case.model, kind(r)) == group),
                           key=lambda r: r.metrics["tokens_per_s"].mean)  # fmt: skip
             assert f"{mean_std_text(fastest.metrics['tokens_per_s'].per_run)} tokens/s" in first, fastest.case_id
-    headline = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}
-    shown = [r for r in measured if r.stage == "serve" or r.case_id == "comm.all_reduce.g8"]
-    assert len(shown) > 1
-    for result in shown:
-        mean = result.metrics[headline[result.stage]].mean
-        assert f"{mean:.{significant(mean)}f}" in first, result.case_id
-    assert "Energy: 1000 × joules_per_token" in first  # the table's last note
+    served = [r for r in measured if r.stage == "serve"]
+    for model in {r.case.model for r in served}:
+        highest = max((r for r in served if r.case.model == model), key=lambda r: r.metrics["output_throughput"].mean)
+        mean = highest.metrics["output_throughput"].mean
+        assert f"{mean:.{significant(mean)}f} tokens/s" in first, highest.case_id
+    assert first.count("1 run; TTFT median") == len({r.case.model for r in served})  # said beside its TTFT
+    busbw = results["comm.all_reduce.g8"].metrics["bus_bandwidth_gb_s"].mean
+    assert f"{busbw:.{significant(busbw)}f} GB/s" in first
+    assert "Methods: Naive: DeepSpeed data parallel, no ZeRO;" in first  # the legend, last on the page
     assert flat(pages[1]).startswith("This report")
 
 
@@ -410,12 +421,14 @@ def test_two_smoke_runs_compared_show_the_ratio_and_welchs_test_per_case(tmp_pat
             continue
         va, vb = left.metrics["tokens_per_s"].per_run, right.metrics["tokens_per_s"].per_run
         ratio = statistics.fmean(vb) / statistics.fmean(va)
-        p_value = ttest_ind(vb, va, equal_var=False).pvalue
         shown_a, shown_b, shown_ratio, shown_p, significant_text = rows[(cid, "tokens/s")]
         assert (shown_a, shown_b) == (mean_std_text(va), mean_std_text(vb))
         assert shown_ratio == f"{ratio:.{significant(ratio)}f} ×" and 1.2 < ratio < 1.3
-        assert shown_p == f"{p_value:.3g}"
-        assert significant_text == ("yes" if p_value < 0.05 else "no")
+        if len(va) == 1:  # the max-batch search: one search, no spread to test
+            assert (shown_p, significant_text) == ("—", "not testable")
+        else:
+            p_value = ttest_ind(vb, va, equal_var=False).pvalue
+            assert (shown_p, significant_text) == (f"{p_value:.3g}", "yes" if p_value < 0.05 else "no")
         compared += 1
     assert compared >= 10
 

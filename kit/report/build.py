@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
+from kit.energy import DEFAULT_CURRENCY
 from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
 from kit.protocol import Protocol, load_protocol
 from kit.reference import (
@@ -23,20 +24,21 @@ from kit.reference import (
 )
 from kit.report.capacity_section import capacity_part
 from kit.report.energy_section import energy_section
-from kit.report.cells import EXPECTATION_TONES, STATUS_TONES, VERDICT_TONES
+from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
 from kit.report.forked import in_parallel
 from kit.report.load import LoadedRun, load_run
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
 from kit.report.sections import (
+    TALLY_TONES,
     appendix_section,
+    case_tally,
     claims_section,
     comparison_section,
     environment_section,
     issues_section,
     machine,
     node_fingerprints_section,
-    status_counts,
     summary_section,
 )
 from kit.report.stage_sections import stage_sections
@@ -106,7 +108,8 @@ def cover_of(
         expectation_summary=f"{sum(against.values())} about other GPUs, vs the kit's expectation"
         if expected_counts
         else "",
-        case_counts=_counts(dict(status_counts(run).most_common()), STATUS_TONES),  # type: ignore[arg-type]
+        case_counts=_counts(case_tally(run), TALLY_TONES),
+        case_counts_title=f"Cases of this run ({len(info.selected)} selected)",
     )
 
 
@@ -152,12 +155,13 @@ def build_report(
     gpu_hour_price: float | None = None,
     assessment: Assessment | None = None,
     allowed_signers: Path | None = None,
+    currency: str = DEFAULT_CURRENCY,
     slo: Slo = DEFAULT_SLO,
 ) -> Report:
     """The report of a (verified) run directory, compared with the reference and/or other runs.
-    The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens;
-    each run's signature is checked against `allowed_signers` where given; the serving sweeps are
-    held to the latency objectives `slo`."""
+    The manifests are read from manifests/ unless given; `gpu_hour_price` prices a million tokens
+    in `currency`; each run's signature is checked against `allowed_signers` where given; the
+    serving sweeps are held to the latency objectives `slo`."""
     assessment = assessment or assess(run_dir, compare, redact, reference, allowed_signers)
     run, others, reference, outcomes, table_comparisons, expectations = assessment
     runs = assessment.runs
@@ -179,7 +183,7 @@ def build_report(
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
         capacity,
-        energy_section(run, gpu_hour_price),
+        energy_section(run, gpu_hour_price, currency),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),
         issues_section(run, outcomes or [], expectations or []),
@@ -195,6 +199,7 @@ def build_report(
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
-        page_one=page_one(run, reference, sections, gpu_hour_price, capacities, slo),
+        page_one=page_one(run, reference, sections, protocol, outcomes=outcomes, expectations=expectations or [],
+                          gpu_hour_price=gpu_hour_price, currency=currency, capacities=capacities, slo=slo),
         footer=footer,
     )

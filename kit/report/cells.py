@@ -28,7 +28,7 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not measured": "warn",
     "not applicable": "muted",
 }
-EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted"}
+EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted", "judged in another claim": "muted"}
 SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
 
 
@@ -36,15 +36,23 @@ def _decimals(text: str) -> int:
     return len(text.split(".")[1]) if "." in text and "e" not in text else 0
 
 
-def mean_std(metric: Metric, unit: str | None = None) -> str:
-    """`mean ± std` in `unit` (default: the metric's), the std with the mean's decimals."""
+def mean_std(metric: Metric, unit: str | None = None, runs: bool = True) -> str:
+    """`mean ± std` in `unit` (default: the metric's), the std with the mean's decimals; one run's
+    value said to be one run's, unless `runs` is False (a cell beside one that says it)."""
     factor = convert(1.0, metric.unit, unit) if unit else 1.0
     if factor is None:
         raise ValueError(f"{metric.unit} does not convert to {unit}")
     mean = format_value(metric.mean * factor)
     if metric.std is None:
-        return f"{mean} (1 run)"
+        return f"{mean} (1 run)" if runs else mean
     return f"{mean} ± {metric.std * factor:.{_decimals(mean)}f}"
+
+
+def with_unit(metric: Metric, unit: str, runs: bool = False) -> str:
+    """`mean ± std unit`; for one run the value alone, said to be one run's where `runs`."""
+    if metric.std is None:
+        return f"{format_value(metric.mean)} {unit}" + (" (1 run)" if runs else "")
+    return f"{mean_std(metric)} {unit}"
 
 
 def percent(fraction: float) -> str:
@@ -54,7 +62,7 @@ def percent(fraction: float) -> str:
 def devices_text(case: Case) -> str:
     """What a case ran on: "8 GPUs", "1 GPU (fitted: 1 of 8 GPUs)", "2 CPU processes"."""
     if case.device != "cuda":
-        return f"{case.gpus} CPU processes"
+        return f"{case.gpus} CPU process{'es' * (case.gpus != 1)}"
     words = f"{case.gpus} GPU{'s' if case.gpus > 1 else ''}"
     return f"{words} ({case.fitted})" if case.fitted else words
 

@@ -7,7 +7,7 @@ import base64
 import functools
 import io
 import re
-from math import cos, radians, sin
+from math import cos, floor, log10, radians, sin
 from xml.dom import minidom
 
 from pydantic import BaseModel
@@ -29,12 +29,23 @@ TICK_IN = 7 * POINT_IN  # a tick (3.5 pt) and its label's pad (3.5 pt)
 
 
 class Bar(BaseModel):
-    """One bar: a mean with its standard deviation (None for a single run)."""
+    """One bar: a mean with its standard deviation (None for a single run) over `runs` runs; or,
+    where the case has no figure (out of memory, an error), `mark` drawn in its place. A bar with
+    a value and a mark ("invalid") is drawn hatched, the mark beside it."""
 
     label: str
     group: str
-    value: float
+    value: float | None = None
     error: float | None = None
+    runs: int = 1
+    mark: str | None = None
+
+
+class Limit(BaseModel):
+    """A vertical line across a bar chart's panels: what no bar can pass (a GPU's memory)."""
+
+    value: float
+    label: str
 
 
 class ScalingPoint(BaseModel):
@@ -264,32 +275,115 @@ def _scoped_ids(svg: str, scope: str) -> str:
     return re.sub(r'href="#([^"]+)"', lambda m: f'href="#{scope}-{m.group(1)}"', svg)
 
 
-def bar_chart(salt: str, bars: list[Bar], unit: str) -> str:
-    """Horizontal bars, one colour per group (model), error bars where there are several runs."""
+def _plain_log_ticks(axis) -> None:
+    """A log axis's ticks as plain numbers (0.1, 1, 10), none on its minor ticks: matplotlib writes
+    powers of ten with exponents a third smaller than the text around them, and a label on every
+    minor tick of a short log axis overlaps."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+MARK_COLOURS = {"OOM": "#8a5a00", "invalid": "#b00020"}  # any other mark (error, timeout...) in grey
+
+
+def _draw_bars(axes, bars: list[Bar], labels: list[str], offset: float, thickness: float, colour: str,
+               label: str | None = None) -> None:  # fmt: skip
+    """Bars at their label's row (+ offset); a mark in the place of a bar without a value, and
+    beside a hatched bar with one."""
+    drawn = [bar for bar in bars if bar.value is not None]
+    rows = [labels.index(bar.label) + offset for bar in drawn]
+    axes.barh(rows, [bar.value for bar in drawn], height=thickness * 0.9, xerr=[bar.error or 0 for bar in drawn],
+              color=[colour if bar.mark is None else "white" for bar in drawn],
+              edgecolor=[colour if bar.mark is None else MARK_COLOURS.get(bar.mark, "#777") for bar in drawn],
+              hatch=[None if bar.mark is None else "////" for bar in drawn], linewidth=0.6,
+              error_kw={"elinewidth": 0.8, "capsize": 2}, label=label)  # fmt: skip
+    for bar in bars:  # the mark beside a hatched bar's end, or where a bar without a value would start
+        if bar.mark is not None:
+            at, colour = labels.index(bar.label) + offset, MARK_COLOURS.get(bar.mark, "#777")
+            if bar.value is None:
+                axes.text(0.01, at, bar.mark, transform=axes.get_yaxis_transform(), va="center", fontsize=7, color=colour)
+            else:
+                axes.text(bar.value + (bar.error or 0), at, f" {bar.mark}", va="center", fontsize=7, color=colour)
+
+
+LEGEND_COLUMNS = 6
+LEGEND_POINTS = 7
+
+
+def _legend_rows_in(rows: int) -> float:
+    """The height of a frameless legend of `rows` rows at LEGEND_POINTS (matplotlib's defaults:
+    half a line between rows, half a line of border and of space to the figure's edge)."""
+    return (rows * 1.5 + 1) * LEGEND_POINTS * POINT_IN
+
+
+def _legend_below(figure, entries: int, columns: int = LEGEND_COLUMNS) -> float:
+    """A frameless legend of the figure's labelled artists under its panels, where it covers no
+    bar; the height it takes, for _fixed_layout to leave room for."""
+    columns = min(entries, columns)
+    figure.legend(frameon=False, fontsize=LEGEND_POINTS, ncols=columns, loc="lower center")
+    return _legend_rows_in(-(-entries // columns))
+
+
+def log_axis_limits(smallest: float, largest: float) -> tuple[float, float]:
+    """Where a log axis of bars starts and ends: at the power of ten at or below the smallest bar
+    (a decade lower where that bar would be under twice it), and the power of ten above the
+    largest. A bar's length on a log axis is its value over the axis's start: started just below
+    the smallest, 0.098 and 0.106 would read as 1 to 10."""
+    start = 10.0 ** floor(log10(smallest))
+    return (start / 10 if smallest < 2 * start else start), 10.0 ** (floor(log10(largest)) + 1)
+
+
+def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False,
+              limit: Limit | None = None) -> str:  # fmt: skip
+    """Horizontal bars, error bars where there are several runs. One colour per group (model) on
+    one axis, or, with `panels`, one panel per group, each on its own scale (a 70B model's bars
+    are not a sliver beside a 7B's); `log` scales the axis by powers of ten; `limit` is drawn as
+    a line in every panel."""
     labels = list(dict.fromkeys(bar.label for bar in bars))
     groups = list(dict.fromkeys(bar.group for bar in bars))
-    height = 0.8 / len(groups)
+    below = 0.0  # the height of a legend under the panel
     with pyplot().rc_context(STYLE):
-        figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + 0.28 * len(labels) * max(1, len(groups) ** 0.5))))
-        for index, group in enumerate(groups):
-            mine = [bar for bar in bars if bar.group == group]
-            rows = [labels.index(bar.label) + index * height - 0.4 + height / 2 for bar in mine]
-            axes.barh(
-                rows,
-                [bar.value for bar in mine],
-                height=height * 0.9,
-                xerr=[bar.error or 0 for bar in mine],
-                color=PALETTE[index % len(PALETTE)],
-                error_kw={"elinewidth": 0.8, "capsize": 2},
-                label=group,
-            )
-        axes.set_yticks(range(len(labels)), labels)
-        axes.invert_yaxis()
-        axes.set_xlabel(unit)
-        axes.grid(axis="x", linewidth=0.3)
-        if len(groups) > 1:
-            axes.legend(frameon=False, loc="lower right")
-        _fixed_layout(figure, [axes])
+        if panels:  # the labels on the first panel only: the others draw no tick to line up with them
+            height = _height_in(0.9 + 0.2 * len(labels))
+            figure, grid = pyplot().subplots(1, len(groups), figsize=(WIDTH_IN, height), squeeze=False)
+            all_axes = list(grid[0])
+            for index, (axes, group) in enumerate(zip(all_axes, groups)):
+                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)])
+                axes.set_title(group)
+                axes.set_ylim(len(labels) - 0.5, -0.5)  # the first label on top, as in every panel
+                axes.set_yticks([])
+        else:  # each label's bars side by side, one per group; one bar a label needs no room for others
+            side_by_side = len(labels) < len(bars)
+            thickness = 0.8 / len(groups) if side_by_side else 0.8
+            rows_in = 0.28 * max(1, len(groups) ** 0.5) if side_by_side else 0.22
+            figure, axes = pyplot().subplots(figsize=(WIDTH_IN, _height_in(0.8 + rows_in * len(labels))))
+            all_axes = [axes]
+            for index, group in enumerate(groups):
+                offset = index * thickness - 0.4 + thickness / 2 if side_by_side else 0.0
+                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, offset, thickness,
+                           PALETTE[index % len(PALETTE)], label=group)  # fmt: skip
+            if len(groups) > 1:
+                below = _legend_below(figure, len(groups), columns=3)
+                figure.set_figheight(figure.get_figheight() + below)
+        all_axes[0].set_yticks(range(len(labels)), labels)
+        if not panels:
+            all_axes[0].invert_yaxis()
+        ends = [(bar.value, bar.value + (bar.error or 0.0)) for bar in bars if bar.value]
+        for axes in all_axes:
+            if log:
+                axes.set_xscale("log")
+                _plain_log_ticks(axes.xaxis)
+                if ends:
+                    axes.set_xlim(*log_axis_limits(min(low for low, _ in ends), max(high for _, high in ends)))
+            if limit is not None:
+                axes.axvline(limit.value, color=MARK_COLOURS["invalid"], linestyle="--", linewidth=0.8)
+                axes.text(limit.value, 0.0, f"{limit.label} ", transform=axes.get_xaxis_transform(), va="bottom",
+                          ha="right", rotation=90, fontsize=7, color=MARK_COLOURS["invalid"])  # fmt: skip
+            axes.set_xlabel(unit)
+            axes.grid(axis="x", linewidth=0.3)
+        _fixed_layout(figure, all_axes, bottom_extra_in=below)
         return _svg(figure, salt)
 
 
@@ -336,7 +430,7 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
             axes.grid(linewidth=0.3)
         left.set_ylabel("10^3 tokens/s")
         left.set_title("Throughput")
-        left.legend(frameon=False, fontsize=6)
+        left.legend(frameon=False, fontsize=7)
         right.axhline(100, color="grey", linestyle="--", linewidth=0.8)
         right.set_ylabel("scaling efficiency (%)")
         right.set_title("Efficiency: T(N) / (N × T(1))")
@@ -393,8 +487,9 @@ def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
             axes.grid(linewidth=0.3)
         left.set_ylabel("bus bandwidth (GB/s)")
         left.set_title("Bus bandwidth")
-        left.legend(frameon=False, fontsize=6)
+        left.legend(frameon=False, fontsize=7)
         right.set_yscale("log")
+        _plain_log_ticks(right.yaxis)
         right.set_ylabel("time (µs)")
         right.set_title("Time per operation")
         _fixed_layout(figure, [left, right])
@@ -412,16 +507,6 @@ class Segment(BaseModel):
 class Stack(BaseModel):
     label: str
     segments: list[Segment]
-
-
-LEGEND_COLUMNS = 6
-LEGEND_POINTS = 6
-
-
-def _legend_rows_in(rows: int) -> float:
-    """The height of a frameless legend of `rows` rows at LEGEND_POINTS (matplotlib's defaults:
-    half a line between rows, half a line of border and of space to the figure's edge)."""
-    return (rows * 1.5 + 1) * LEGEND_POINTS * POINT_IN
 
 
 def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
@@ -447,9 +532,7 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
         axes.invert_yaxis()
         axes.set_xlabel(unit)
         axes.grid(axis="x", linewidth=0.3)
-        columns = min(len(shown), LEGEND_COLUMNS)
-        figure.legend(frameon=False, fontsize=LEGEND_POINTS, ncols=columns, loc="lower center")
-        _fixed_layout(figure, [axes], bottom_extra_in=_legend_rows_in(-(-len(shown) // columns)))
+        _fixed_layout(figure, [axes], bottom_extra_in=_legend_below(figure, len(shown)))
         return _svg(figure, salt)
 
 
@@ -475,7 +558,7 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
             axes.set_ylabel("fraction of requests")
             axes.set_ylim(0, 1.02)
             axes.grid(linewidth=0.3)
-        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower right")
+        all_axes[0][0].legend(frameon=False, fontsize=7, loc="lower right")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)
 
@@ -500,7 +583,7 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
     points in order of concurrency, each labelled with it and filled where it meets both
     objectives (a dashed line at each); both latencies on log axes. A point whose p99 is a
     failed request (never answered) has no place on them and is left out."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import LogLocator
 
     with pyplot().rc_context(STYLE):
         figure, (left, right) = pyplot().subplots(1, 2, figsize=(WIDTH_IN, 2.8), sharey=True)
@@ -513,20 +596,19 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
                 axes.scatter(xs, ys, s=14, zorder=3, edgecolors=colour,
                              facecolors=[colour if p.meets else "white" for p in placed], linewidths=1)  # fmt: skip
                 for x, y, point in zip(xs, ys, placed):
-                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
         for axes, objective, label in ((left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
                                        (right, ttft_objective_s, "p99 time to first token (s)")):  # fmt: skip
             axes.axvline(objective, color="grey", linestyle="--", linewidth=0.8)
             axes.set_xscale("log")
             axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
-            axes.xaxis.set_minor_formatter(NullFormatter())  # a label on every minor tick of a short log axis overlaps
+            _plain_log_ticks(axes.xaxis)
             axes.set_xlabel(label)
             axes.grid(linewidth=0.3)
         left.set_ylabel("output tokens/s")
         left.set_title("Throughput against TPOT")
         right.set_title("Throughput against TTFT")
-        left.legend(frameon=False, fontsize=6)
+        left.legend(frameon=False, fontsize=LEGEND_POINTS)
         _fixed_layout(figure, [left, right])
         return _svg(figure, salt)
 
@@ -551,6 +633,6 @@ def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> st
             axes.set_xlabel("minutes since the soak began")
             axes.set_ylabel(unit)
             axes.grid(linewidth=0.3)
-        all_axes[0][0].legend(frameon=False, fontsize=6, loc="lower left")
+        all_axes[0][0].legend(frameon=False, fontsize=LEGEND_POINTS, loc="lower left")
         _fixed_layout(figure, list(all_axes[0]))
         return _svg(figure, salt)

@@ -9,7 +9,9 @@ spreadsheet wants one kind of row per sheet:
                         host's GPUs and the verdict against it
     report-metrics.csv  one row per metric of each case; a case without metrics gets one row
                         with its status and reason
-Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given.
+Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given, in
+the currency report.json names, and never of a case whose figures are invalid (kit.validity:
+report.json lists why, and each of its metric rows says so).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import json
 from collections.abc import Iterator
 
 from kit import __version__
-from kit.energy import COST_PER_MILLION_TOKENS, cost_metric
+from kit.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
 from kit.report.build import Assessment
 from kit.report.capacity_section import sweep_capacities
 from kit.report.energy_section import token_throughput
 from kit.report.load import LoadedRun
 from kit.results import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
+from kit.validity import invalid_reasons
 
 CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published",
                  "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
@@ -34,12 +37,13 @@ CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relatio
 METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean", "std", "n", "unit", "per_run", "note"]
 
 
-def case_metrics(result: Result, gpu_hour_price: float | None) -> dict[str, Metric]:
-    """A result's metrics, and its cost per 1M tokens where a price was given and it ran on GPUs."""
+def case_metrics(result: Result, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY) -> dict[str, Metric]:
+    """A result's metrics, and its cost per 1M tokens in `currency` where a price was given, it ran
+    on GPUs and its figures are valid (kit.validity)."""
     found = {name: metric for name, metric in result.metrics.items() if metric is not None}
     throughput = token_throughput(result) if result.status == "ok" else None
-    if gpu_hour_price is not None and throughput is not None and result.case.device == "cuda":
-        found[COST_PER_MILLION_TOKENS] = cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price)
+    if gpu_hour_price is not None and throughput is not None and result.case.device == "cuda" and not invalid_reasons(result):
+        found[COST_PER_MILLION_TOKENS] = cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency)
     return found
 
 
@@ -54,7 +58,8 @@ def sweep_document(run: LoadedRun, slo: Slo) -> dict:
     return found
 
 
-def export_document(assessment: Assessment, gpu_hour_price: float | None, slo: Slo = DEFAULT_SLO) -> dict:
+def export_document(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY,
+                    slo: Slo = DEFAULT_SLO) -> dict:
     run = assessment.run
     return {
         "run_id": run.info.run_id,
@@ -63,6 +68,7 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None, slo: S
         "evidence_digest": run.evidence_digest,
         "exported_by": f"kit {__version__}",
         "gpu_hour_price": gpu_hour_price,
+        "currency": currency,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": PERCENTILE, "described": slo.describe()},
         "sweeps": sweep_document(run, slo),
         "claims": None if assessment.outcomes is None else [
@@ -74,7 +80,9 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None, slo: S
             {
                 "case": result.case_id, "stage": result.stage, "device": result.case.device, "gpus": result.case.gpus,
                 "status": result.status, "reason": result.reason,
-                "metrics": {name: metric.model_dump(mode="json") for name, metric in case_metrics(result, gpu_hour_price).items()},
+                "metrics": {name: metric.model_dump(mode="json")
+                            for name, metric in case_metrics(result, gpu_hour_price, currency).items()},
+                "invalid": run.invalid.get(result.case_id, []),
                 "notes": result.notes,
             }  # fmt: skip
             for result in run.results.values()
@@ -82,8 +90,9 @@ def export_document(assessment: Assessment, gpu_hour_price: float | None, slo: S
     }
 
 
-def export_json(assessment: Assessment, gpu_hour_price: float | None, slo: Slo = DEFAULT_SLO) -> str:
-    return json.dumps(export_document(assessment, gpu_hour_price, slo), indent=2) + "\n"
+def export_json(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY,
+                slo: Slo = DEFAULT_SLO) -> str:
+    return json.dumps(export_document(assessment, gpu_hour_price, currency, slo), indent=2) + "\n"
 
 
 def _expectation(assessment: Assessment, claim_id: str) -> dict | None:
@@ -110,17 +119,19 @@ def claim_rows(assessment: Assessment) -> Iterator[dict]:
             }  # fmt: skip
 
 
-def metric_rows(assessment: Assessment, gpu_hour_price: float | None) -> Iterator[dict]:
+def metric_rows(assessment: Assessment, gpu_hour_price: float | None, currency: str) -> Iterator[dict]:
     for result in assessment.run.results.values():
         case = {"case": result.case_id, "stage": result.stage, "device": result.case.device, "gpus": result.case.gpus,
                 "status": result.status}  # fmt: skip
-        found = case_metrics(result, gpu_hour_price)
+        found = case_metrics(result, gpu_hour_price, currency)
         if not found:
             yield {**case, "note": result.reason or "; ".join(result.notes)}
+        invalid = assessment.run.invalid.get(result.case_id)
         for name, metric in found.items():
             yield {
                 **case, "metric": name, "mean": metric.mean, "std": "" if metric.std is None else metric.std,
                 "n": metric.n, "unit": metric.unit, "per_run": ";".join(repr(value) for value in metric.per_run),
+                "note": f"invalid: {'; '.join(invalid)}" if invalid else "",
             }  # fmt: skip
 
 
@@ -132,7 +143,7 @@ def csv_text(columns: list[str], rows: Iterator[dict]) -> str:
     return buffer.getvalue()
 
 
-def export_csv(assessment: Assessment, gpu_hour_price: float | None) -> tuple[str, str]:
+def export_csv(assessment: Assessment, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY) -> tuple[str, str]:
     """(report-claims.csv, report-metrics.csv)."""
     return (csv_text(CLAIM_COLUMNS, claim_rows(assessment)),
-            csv_text(METRIC_COLUMNS, metric_rows(assessment, gpu_hour_price)))  # fmt: skip
+            csv_text(METRIC_COLUMNS, metric_rows(assessment, gpu_hour_price, currency)))  # fmt: skip

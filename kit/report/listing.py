@@ -7,14 +7,16 @@ the same words and figures at a fraction of that cost (tests/benchmarks/render_r
 
 from __future__ import annotations
 
-import textwrap
+import re
 
 from kit.report.model import Cell, Table
 
 GAP = "  "  # between columns
 INDENT = "  "  # a row under a heading row
-LINE_CHARS = 140  # what a printed line holds: 6 pt DejaVu Sans Mono across A4 less the page margins
+LINE_CHARS = 122  # what a printed line holds: 7 pt DejaVu Sans Mono (0.6 em a character) across A4 less the margins
 NARROWEST = 20  # a column wrapped to fit a line keeps at least this many characters
+# Where a line may break: after a space, or after a dot inside a name (a case id wraps only at its dots).
+BREAKS = re.compile(r"(?<= )|(?<=\.)(?=[A-Za-z])")
 
 
 def _text(cell: Cell) -> str:
@@ -22,24 +24,41 @@ def _text(cell: Cell) -> str:
 
 
 def _wrapped(text: str, width: int) -> list[str]:
-    """The text in pieces of at most `width` characters, broken at spaces where it can be."""
-    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    """The text in pieces of at most `width` characters, broken at spaces and at the dots of a
+    name where it can be, and only a piece longer than a line anywhere."""
+    lines, line = [], ""
+    for piece in BREAKS.split(text):
+        if line and len(line + piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+        while len(line.rstrip()) > width:
+            lines.append(line[:width])
+            line = line[width:]
+    return [*lines, line.rstrip()] if line.strip() or not lines else lines
 
 
 def listing_lines(table: Table) -> list[str]:
     """The header, a rule, then one line per row: each column padded to its widest single-column
-    cell; a cell spanning columns, and a heading row, run on as they are. Where the columns would
-    run past LINE_CHARS, the widest column is narrowed to fit and a longer cell in it goes on,
-    under itself, on the lines that follow (its other columns left blank there)."""
+    cell; a cell spanning columns runs on, a heading row wraps at the line's end. Where the columns would
+    run past LINE_CHARS, the widest column that breaks at spaces or dots is narrowed to fit (else
+    the widest) and a longer cell in it goes on, under itself, on the lines that follow (its other
+    columns left blank there)."""
     grouped = any(row.heading for row in table.rows)
-    columns = [table.header, *([_text(c) for c in row.cells] for row in table.rows
-                               if not row.heading and all(c.colspan == 1 for c in row.cells))]  # fmt: skip
-    widths = [max(len(cells[i]) for cells in columns if i < len(cells)) for i in range(len(table.header))]
+    widths = [len(label) for label in table.header]
+    for row in table.rows:
+        column = 0
+        for cell in [] if row.heading else row.cells:  # a cell across columns runs on, setting no width
+            if cell.colspan == 1 and column < len(widths):
+                widths[column] = max(widths[column], len(_text(cell)))
+            column += cell.colspan
     widths[0] += len(INDENT) if grouped else 0
     overflow = sum(widths) + len(GAP) * (len(widths) - 1) - LINE_CHARS
-    if overflow > 0:
-        widest = widths.index(max(widths))
-        widths[widest] = max(NARROWEST, widths[widest] - overflow)
+    if overflow > 0:  # the widest column that breaks at spaces or dots, else the widest (a digest breaks anywhere)
+        breaking = [index for index in range(len(widths)) if any(
+            BREAKS.search(_text(row.cells[index])) for row in table.rows if not row.heading and len(row.cells) > index)]
+        narrowed = max(breaking or range(len(widths)), key=lambda index: widths[index])
+        widths[narrowed] = max(NARROWEST, widths[narrowed] - overflow)
 
     def lines_of(texts: list[str], spans: list[int]) -> list[str]:
         pieces, column = [], 0
@@ -55,7 +74,7 @@ def listing_lines(table: Table) -> list[str]:
     lines = [*header, "-" * max(len(line) for line in header)]
     for row in table.rows:
         if row.heading:
-            lines.append(" ".join(_text(cell) for cell in row.cells))
+            lines += _wrapped(" ".join(_text(cell) for cell in row.cells), LINE_CHARS)
             continue
         texts = [_text(cell) for cell in row.cells]
         if grouped:

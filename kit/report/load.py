@@ -52,6 +52,11 @@ class LoadedRun(BaseModel):
     redacted: bool
     measured: MeasuredRun
 
+    @property
+    def invalid(self) -> dict[str, list[str]]:
+        """Case id -> why its figures are no measurement (kit.validity), found once when read."""
+        return self.measured.invalid
+
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     if not path.is_file():

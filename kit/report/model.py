@@ -104,11 +104,15 @@ class Cover(BaseModel):
 
 
 class PageOne(BaseModel):
-    """The page a reviewer reads first: the host, and the headline figures beside what the kit
-    expects of this host and what the paper published (kit/report/page_one.py)."""
+    """The page a reviewer reads first (kit/report/page_one.py): the verdict in three lines, what
+    the report cannot tell, the host, and the headline figures beside the bound the kit sets for
+    this host and what the paper published, with a legend of the method letters."""
 
+    verdict: list[Fact] = []
+    cannot_tell: str = ""
     host: list[Fact]
     headline: Table
+    legend: str = ""
 
 
 class Report(BaseModel):

@@ -1,41 +1,48 @@
-"""Page one of the report, for a reviewer who reads one page: who signed the run (kit.signing:
-verified against the allowed signers given, or unsigned; a failing signature in red), the host
-(GPUs, interconnect, driver, images by digest) and the headline figures with their spread, the fastest pre-training
-and fine-tuning per model, each engine's serving (its burst, and its capacity within the latency objectives), the
-all-reduce bus bandwidth. Beside each
-figure: what the kit's analytical model lets it expect of this host's GPUs, the paper's value,
-energy per 1k tokens and cost per 1M tokens; each links to its section and names the case
-folder of its raw samples."""
+"""Page one of the report, for a reviewer who reads one page and must decide: the verdict in three
+lines, what the report cannot tell and what to run to learn it (kit/report/verdict.py); who signed
+the run (kit.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
+(GPUs, interconnect, driver, images by digest); then the headline figures with their spread: per
+model the fastest pre-training method of each kind (full-parameter and on a 4-bit base, ranked
+apart; kit/report/ranking.py) and the fastest adapter fine-tuning, each engine's serving (its
+burst, and its capacity within the latency objectives), the all-reduce bus bandwidth. Beside each figure: the physical bound the kit's model sets for this
+host's GPUs, the paper's value, joules per token and the cost of 1M tokens; each links to its
+section and names the case folder of its raw samples. A figure past its bound is shown as
+invalid, never as a headline (kit.validity); a legend says what each method letter means."""
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
-from kit.calibration import achievable_mfu, matmul_text
+from kit.calibration import Achievable, achievable_mfu
 from kit.comm import sweep_bound
-from kit.energy import JOULES_PER_TOKEN, PRICE_HINT, cost_per_million_tokens
-from kit.expectation import Expecting
-from kit.hardware import load_hardware
+from kit.energy import cost_per_million_tokens
+from kit.expectation import ClaimExpectation, Expecting
 from kit.fingerprint import Calibration
+from kit.hardware import load_hardware
 from kit.predictions import device_spec, serving_bounds, training_throughput_bound
-from kit.protocol import Case
-from kit.reference import Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
+from kit.protocol import Case, Protocol
+from kit.reference import ClaimOutcome, Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
 from kit.report.capacity_section import Capacities
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, mean_std, method_label, percent, throttle_marked
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
+from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
 from kit.report.load import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
+from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.sections import fingerprint_facts, image_section, peak_figures
+from kit.report.stage_common import first_clause
+from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
 from kit.results import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
 from kit.stages.comm import sweep_of
 
-# Per model, the fastest case of each training stage.
+# Per model, the fastest case of each kind of method of each training stage.
 TRAINING_STAGES = {
-    "pretrain": "Pre-training: the fastest method per model",
-    "finetune": "Fine-tuning: the fastest method per model",
+    "pretrain": "Pre-training: per model, the fastest of the full-parameter methods and, ranked apart, of those on a 4-bit base",
+    "finetune": "Fine-tuning: per model, the fastest of the adapter methods (LoRA, QLoRA)",
 }
 # Shown in their place when neither measured anything, as on a host of fewer GPUs than their cases
 # need: the training a one-GPU host measures is the scaling stage's first count and the breakdown.
@@ -44,7 +51,10 @@ FALLBACK_STAGES = {
     "profile": "Module breakdown: the fastest profiled step per model",
 }
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
-COLUMNS = 6
+COLUMNS = 7  # figure, measured, standing, bound, paper, energy, cost: cost where priced, paper where the reference has one
+PAPER, COST = 4, 6
+# The option sets whose letters make a training method's name (protocol.yaml option_sets).
+METHOD_LETTERS = "training"
 
 
 def _per_run(metric: Metric, values: Sequence[float], unit: str) -> Metric:
@@ -56,13 +66,6 @@ def _per_run(metric: Metric, values: Sequence[float], unit: str) -> Metric:
     })  # fmt: skip
 
 
-def with_unit(metric: Metric, unit: str, runs: bool = False) -> str:
-    """`mean ± std unit`; for one run the value alone, said to be one run's where `runs`."""
-    if metric.std is None:
-        return f"{format_value(metric.mean)} {unit}" + (" (1 run)" if runs else "")
-    return f"{mean_std(metric)} {unit}"
-
-
 def _note_about(result: Result, *words: str) -> str | None:
     """The first of the result's notes that speaks of any of `words`."""
     return next((note for note in result.notes if any(word in note.casefold() for word in words)), None)
@@ -72,11 +75,8 @@ def _devices(result: Result) -> list[str]:
     return [rank.device_name for sample in result.samples for rank in sample.ranks]
 
 
-def _ratio(measured: float, bound: float, physical: bool = True) -> str:
-    """"measured 0.31 × bound"; above a physical bound (the datasheet's) is impossible, above one
-    at what the preflight measured is not."""
-    ratio = measured / bound
-    return f"measured {format_value(ratio)} × bound" + ((": above it, impossible" if physical else ": above it") if ratio > 1 else "")
+def _ratio(measured_value: float, bound: float) -> str:
+    return f"{format_value(measured_value / bound)} × bound"
 
 
 # --- Beside each figure -------------------------------------------------------------------------
@@ -96,9 +96,9 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
         if value.case == case_id and value.metric in metrics:
             spread = f" ± {format_value(value.std, trim=True)}" if value.std else ""
             found.append((value.metric, f"{format_value(value.mean, trim=True)}{spread} {value.unit}",
-                          f"{value.table}, on {reference.platforms[value.platform].label}"))  # fmt: skip
-    for claim in reference.claims:
-        platforms = ", ".join(reference.platforms[name].label for name in claim.platform_names) or "any platform"
+                          f"{value.table}, on {value.platform}"))  # fmt: skip
+    for claim in reference.claims:  # the platforms by name: the claims section describes them
+        platforms = ", ".join(claim.platform_names) or "any platform"
         for relation in claim.relations:
             if isinstance(relation, ValueRelation) and relation.measure.case == case_id and relation.measure.metric in metrics:
                 published = relation.published.describe(unit_scale(relation.published.unit))
@@ -112,42 +112,50 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
     )
 
 
-def energy_cell(result: Result, link: str) -> Cell:
-    """Joules per 1k tokens with their spread, or why there is no reading: never a zero."""
-    metric = result.metrics.get(JOULES_PER_TOKEN)
-    if metric is not None:
-        return Cell(text=with_unit(_per_run(metric, [1000 * v for v in metric.per_run], "J"), "J"), link=link)
-    reason = _note_about(result, "energy", "joules")
-    if reason is not None:
-        return Cell(text="not measured", detail=reason.split("not measured, ", 1)[-1], tone="muted", link=link)
-    if result.case.device != "cuda":
-        return Cell(text="no energy reading (CPU)", tone="muted", link=link)
-    return Cell(text="not measured", detail="none in result.json", tone="muted", link=link)
-
-
-def cost_cell(result: Result, throughput: Metric, gpu_hour_price: float | None, link: str) -> Cell:
-    """Cost per 1M tokens at the price given, run by run; or how to give a price."""
-    if result.case.device != "cuda":
-        return Cell(text="not priced", detail="a CPU case uses no GPU-hours", tone="muted", link=link)
-    if gpu_hour_price is None:
-        return Cell(text="no price given", detail="set --gpu-hour-price", tone="muted", link=link)
-    costs = [cost_per_million_tokens(value, result.case.gpus, gpu_hour_price) for value in throughput.per_run]
-    return Cell(text=mean_std(_per_run(throughput, costs, "per 1M tokens")), link=link)
-
-
 def figure_cell(text: str, case: Case, section: str) -> Cell:
     """The figure's name, linked to its section, over the folder of its raw samples in the run
     directory (result.json, runs/<k>/rank-<r>.json), which the raw-data index lists with its digest."""
     return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
 
 
+def _across(label: Cell, status: Cell) -> Row:
+    return Row(cells=[label, status.model_copy(update={"colspan": COLUMNS - 1})])
+
+
 def _without_measurement(label: Cell, result: Result | None) -> Row:
     """A figure whose case ended without one: its status and reason across the row."""
     if result is None:
-        status = Cell(text="no result", detail="the run ended before this case finished", tone="bad")
-    else:
-        status = Cell(text=result.status, detail=result.reason, tone=STATUS_TONES.get(result.status, "plain"))
-    return Row(cells=[label, status.model_copy(update={"colspan": COLUMNS - 1})])
+        return _across(label, Cell(text="no result", detail="the run ended before this case finished", tone="bad"))
+    return _across(label, Cell(text=result.status, detail=result.reason, tone=STATUS_TONES.get(result.status, "plain")))
+
+
+def _invalid(label: Cell, reasons: list[str]) -> Row:
+    """A figure the kit does not stand behind (kit.validity): why, across the row, unpriced."""
+    return _across(label, Cell(text="invalid: not a measurement, not priced", detail="; ".join(reasons), tone="bad"))
+
+
+# --- The bounds ---------------------------------------------------------------------------------
+
+
+def headline_bound(result: Result) -> float | None:
+    """The physical bound of a case's headline figure on this host's GPUs: the training roofline
+    (kit.predictions), the serving roofline its driver recorded, the link's rate."""
+    if result.stage == "serve":
+        bound = result.metrics.get("output_throughput_bound")
+        return bound.mean if bound else None
+    if result.stage == "comm":
+        found = sweep_bound(sweep_of(result.samples[0]), result.case.device, load_hardware())
+        return found.gbps if found.known else None
+    return training_throughput_bound(result.case, device_spec(result.case, _devices(result), load_hardware()))
+
+
+HEADLINE = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}  # else tokens_per_s
+
+
+def fraction_of_bound(result: Result) -> float | None:
+    """A headline figure over its physical bound (None where no bound is known)."""
+    bound = headline_bound(result)
+    return result.metrics[HEADLINE.get(result.stage, "tokens_per_s")].mean / bound if bound else None
 
 
 # --- The headline figures -----------------------------------------------------------------------
@@ -167,77 +175,111 @@ def _training_gap(result: Result) -> str:
 
 def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Sequence[str]) -> list[tuple[str, str]]:
     """Each claim's published figure of this case scaled to this host's GPUs, as (value, the
-    value's basis and the measurement against it): "C21 on this host: ... measured 1.09 × expected"."""
+    measurement against it): "C21 on this host: ...: measured 1.09 × expected, consistent"; the
+    claims section says how it was scaled."""
     if expecting is None:
         return []
-    return [(found.expected, f"{claim_id} on this host: {found.expected} ({found.basis})"
-             + (f": {found.versus}, {found.verdict}" if found.versus else ""))
+    return [(found.expected, f"{claim_id} on this host: {found.expected}" + (f": {found.versus}, {found.verdict}" if found.versus else ""))
             for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
 
 
-def mfu_words(result: Result, calibration: Calibration | None) -> str:
-    """MFU against the datasheet peak and against the matmul the preflight measured on this host
-    (or why not), run by run."""
+class Pricing(NamedTuple):
+    """How page one prices a token: the price per GPU-hour given (or None), its currency, and
+    the anchor of the energy section its cells link to ("" where the report has none)."""
+
+    gpu_hour_price: float | None
+    currency: str
+    energy_anchor: str
+
+    def cells(self, result: Result, throughput: str) -> list[Cell]:
+        """Energy and cost of a figure, without "(1 run)": the figure's own cell says how many."""
+        link = self.energy_anchor or f"#{result.stage}"
+        return [energy_cell(result, link, runs=False), cost_cell(result, throughput, self.gpu_hour_price, self.currency, link, runs=False)]
+
+
+def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
+    """MFU run by run (of the datasheet peak), and the achieved FLOPS as a share of the matmul the
+    preflight measured on this host (or why not); None where there is neither (the bound's cell
+    says why there is no MFU)."""
     mfu, tflops, dtype = result.metrics.get("mfu"), result.metrics.get("achieved_tflops"), result.case.params.dtype
-    parts = [f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')} of the datasheet peak" if mfu
-             else f"MFU not computed: {_training_gap(result)}"]  # fmt: skip
+    parts = [f"MFU {with_unit(_per_run(mfu, [100 * v for v in mfu.per_run], '%'), '%')}"] if mfu else []
     if calibration is not None and tflops is not None:
         if calibration.matmul_dtype == dtype:
             shares = achievable_mfu(tflops.per_run, result.case.gpus, calibration)
-            where = "a GPU" if calibration.device == "cuda" else "the host"
-            parts.append(f"{with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')} of the preflight's "
-                         f"{matmul_text(calibration)} on {where}")  # fmt: skip
+            parts.append(f"preflight {with_unit(_per_run(tflops, [100 * v for v in shares], '%'), '%')}")
         else:
-            parts.append(f"not against the preflight's {calibration.matmul_dtype} matmul (the case computes in {dtype})")
-    return "; ".join(parts)
+            parts.append(f"preflight: not comparable ({calibration.matmul_dtype} matmul, {dtype} case)")
+    return "; ".join(parts) or None
 
 
-def training_row(
-    result: Result, reference: Reference | None, gpu_hour_price: float | None, energy: str, expecting: Expecting | None = None,
-    calibration: Calibration | None = None,
-) -> Row:
+def _bound_cell(measured_value: float, bound: float, reachable: float | None, *also: str) -> Cell:
+    """The physical bound of a figure and the figure's share of it; where the preflight measured
+    the GPUs below their datasheet, two: the roofline at its figures / at the datasheet's (the
+    table's note names the figures)."""
+    if reachable is None:
+        return Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(measured_value, bound), *also]))
+    shares = f"{format_value(measured_value / reachable)} / {format_value(measured_value / bound)} × bound"
+    above = ": above the first" if measured_value > reachable else ""
+    return Cell(text=f"≤ {format_value(reachable)} / {format_value(bound)}", detail="; ".join([shares + above, *also]))
+
+
+def preflight_figures(run: LoadedRun) -> str | None:
+    """The figures the preflight measured below the datasheet of the host's GPUs, which stand in
+    for it in the first of two bounds ("bf16 matmul 250 TFLOPS and memory copy 1.70 TB/s")."""
+    calibration = run_calibration(run)
+    spec = load_hardware().lookup(calibration.device_names[0]) if calibration and calibration.device == "cuda" else None
+    return (Achievable(spec, calibration).which or None) if spec else None
+
+
+def training_row(result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
+                 expecting: Expecting | None = None, calibration: Calibration | None = None) -> Row:  # fmt: skip
     case, throughput = result.case, result.metrics["tokens_per_s"]
-    measured = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result)
+    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result)
     spec = device_spec(case, _devices(result), load_hardware())
     bound = training_throughput_bound(case, spec)
     measured_gpu = achievable(result, spec, calibration)
     reachable = training_throughput_bound(case, measured_gpu.spec) if measured_gpu else None
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
-    if bound and reachable:
-        expected = Cell(text=f"≤ {format_value(reachable)} tokens/s", detail="; ".join([
-            f"at the preflight's {measured_gpu.which}: {_ratio(throughput.mean, reachable, physical=False)}",
-            f"≤ {format_value(bound)} at the datasheet's: {_ratio(throughput.mean, bound)}", *said]))  # fmt: skip
-    elif bound:
-        expected = Cell(text=f"≤ {format_value(bound)} tokens/s", detail="; ".join([_ratio(throughput.mean, bound), *said]))
+    if bound:
+        expected = _bound_cell(throughput.mean, bound, reachable, *said)
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
     else:
-        expected = Cell(text="no expectation", detail=_training_gap(result), tone="muted")
-    link = energy or f"#{result.stage}"
+        expected = Cell(text="no bound", detail=_training_gap(result), tone="muted")
     label = figure_cell(f"{case.model} {method_label(case.method)}, {devices_text(case)}", case, result.stage)
-    return Row(cells=[label, measured, expected, paper_cell(reference, case, ("tokens_per_s", "mfu")),
-                      energy_cell(result, link), cost_cell(result, throughput, gpu_hour_price, link)])  # fmt: skip
+    return Row(cells=[label, measured_cell, Cell(text=ranked), expected, paper_cell(reference, case, ("tokens_per_s", "mfu")),
+                      *pricing.cells(result, "tokens_per_s")])  # fmt: skip
 
 
-def training_rows(run: LoadedRun, stage: str, reference: Reference | None, gpu_hour_price: float | None, energy: str) -> list[Row]:
-    """Per model, the case of the stage with the highest mean tokens/s (variants left out)."""
+def _statuses(results: Sequence[Result | None]) -> str:
+    counted = Counter(result.status if result else "no result" for result in results)
+    return ", ".join(f"{count} {status}" for status, count in counted.items())
+
+
+def training_rows(run: LoadedRun, stage: str, reference: Reference | None, pricing: Pricing) -> list[Row]:
+    """Per model and kind of method (kit.report.ranking), the case of the stage with the highest
+    mean tokens/s, and how it stands to the next; a model and kind without a measurement in one
+    line; none where the stage measured nothing (the section's reason then stands for them)."""
     cases = [c for c in run.info.plan.cases if c.stage == stage and c.variant is None and c.id in run.info.selected]
-    expecting = Expecting(reference, [run.measured]) if reference is not None and cases else None
+    results = [run.results.get(case.id) for case in cases]
+    if not measured(run, [r for r in results if r], "tokens_per_s") and not any(run.invalid.get(c.id) for c in cases):
+        return []
+    expecting = Expecting(reference, [run.measured]) if reference is not None else None
     rows = []
     for model in dict.fromkeys(case.model for case in cases):
-        results = [run.results.get(case.id) for case in cases if case.model == model]
-        done = [result for result in results if has_metrics(result, "tokens_per_s")]
-        if done:
-            best = max(done, key=lambda result: result.metrics["tokens_per_s"].mean)
-            rows.append(training_row(best, reference, gpu_hour_price, energy, expecting, run_calibration(run)))
-            continue
-        statuses = Counter(result.status if result else "no result" for result in results)
-        rows.append(Row(cells=[
-            Cell(text=f"{model}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}"),
-            Cell(text="no measurement", detail=", ".join(f"{count} {status}" for status, count in statuses.items()),
-                 tone="bad", colspan=COLUMNS - 1),
-        ]))  # fmt: skip
+        for kind in KINDS:
+            members = [run.results.get(c.id) for c in cases if c.model == model and method_kind(c) == kind]
+            if not members:
+                continue
+            best = standing(measured(run, [r for r in members if r], "tokens_per_s"), "tokens_per_s")
+            if best is not None:
+                rows.append(training_row(best.best, best.words, reference, pricing, expecting, run_calibration(run)))
+                continue
+            label = Cell(text=f"{model}, {KINDS[kind]}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}")
+            invalid = [reason for r in members if r for reason in run.invalid.get(r.case_id, [])]
+            rows.append(_invalid(label, invalid) if invalid else
+                        _across(label, Cell(text="no measurement", detail=_statuses(members), tone="bad")))  # fmt: skip
     return rows
 
 
@@ -249,10 +291,10 @@ def _ttft_bound_s(result: Result) -> float | None:
     return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
 
 
-def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[float, str] | None:
+def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:
     """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
-    (kit.predictions.serving_bounds with the measured figures where lower), and which figures;
-    None where nothing measured lies below the datasheet."""
+    (kit.predictions.serving_bounds with the measured figures where lower); None where nothing
+    measured lies below the datasheet."""
     names = [name.strip() for name in _devices(result) for name in name.split(",")]
     measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
     tokens = [(rank.details.get("bounds") or {}).get("output_tokens") for sample in result.samples for rank in sample.ranks
@@ -262,146 +304,212 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> tuple[
     found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
     if None in found:
         return None
-    return statistics.fmean(bound.max_output_tokens_per_s for bound in found), measured_gpu.which
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in found)
 
 
-def serving_row(case: Case, result: Result | None, reference: Reference | None, gpu_hour_price: float | None,
-                energy: str, points: Sequence[SweepPoint] = (), calibration: Calibration | None = None) -> Row:  # fmt: skip
-    """The burst's throughput and TTFT, the share of its requests that failed where some did, and
-    the capacity of the case's sweep (`points`) within the objectives, with its concurrency."""
+def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
+                points: Sequence[SweepPoint] = ()) -> Row:  # fmt: skip
+    """The burst's throughput and TTFT, the share of its requests that failed where some did; how
+    it stands to the other engines, and the capacity of the case's sweep (`points`) within the
+    objectives, with its concurrency."""
+    case = result.case
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
-    if not has_metrics(result, "output_throughput", "ttft_median_s", "ttft_p99_s"):
-        return _without_measurement(label, result)
     throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    said = [f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"]
+    said = ["1 run" if throughput.std is None else None, f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"]
     failed = result.metrics.get("error_rate")
     if failed and failed.mean > 0:
         said.append(f"{percent(failed.mean)} failed")
+    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail="; ".join(filter(None, said))), result)
     best = capacity(points)
-    if points:
-        said.append(f"capacity {format_value(best.figures.output_throughput)} tokens/s at N={best.concurrency}"
-                    if best else "no sweep point within the objectives")  # fmt: skip
-    measured = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail="; ".join(said)), result)
-    bound, ttft_bound = result.metrics.get("output_throughput_bound"), _ttft_bound_s(result)
-    reachable = serving_reachable(result, calibration) if bound is not None else None
+    standing_cell = Cell(text=ranked, detail=(f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
+                                              if best else "no sweep point within the objectives") if points else None)  # fmt: skip
+    bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
+    reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
-        expected = Cell(text="no expectation", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
+        expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:
-        detail = _ratio(throughput.mean, bound.mean)
-        if ttft_bound:
-            detail += f"; TTFT median {format_value(median.mean / ttft_bound)} × its bound {format_value(1000 * ttft_bound)} ms"
-        expected = Cell(text=f"≤ {format_value(bound.mean)} tokens/s", detail=detail)
-        if reachable is not None:
-            value, which = reachable
-            expected = Cell(text=f"≤ {format_value(value)} tokens/s", detail=(
-                f"at the preflight's {which}: {_ratio(throughput.mean, value, physical=False)}; ≤ {format_value(bound.mean)} "
-                f"at the datasheet's: {detail}"))  # fmt: skip
-    link = energy or "#serve"
-    cost = cost_cell(result, throughput, gpu_hour_price, link)
-    if best and gpu_hour_price is not None and case.device == "cuda":
-        at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, gpu_hour_price)
+        ttft = [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"] if ttft_bound else []
+        expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
+    energy, cost = pricing.cells(result, "output_throughput")
+    if best and pricing.gpu_hour_price is not None and case.device == "cuda":
+        at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
         cost = cost.model_copy(update={"detail": f"at capacity {format_value(at_capacity)}"})
-    return Row(cells=[label, measured, expected,
-                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
-                      energy_cell(result, link), cost])  # fmt: skip
+    return Row(cells=[label, measured_cell, standing_cell, expected,
+                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")), energy, cost])  # fmt: skip
 
 
-def comm_row(case: Case, result: Result | None, reference: Reference | None, calibration: Calibration | None = None) -> Row:
+def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | None, pricing: Pricing,
+                 capacities: Capacities) -> list[Row]:  # fmt: skip
+    """Per model, the engine of the highest output throughput and how it stands to the next
+    (kit.report.ranking), with the engines that failed named; a model without a valid figure in
+    one line; the cases of an engine that did not run, for one reason, in one line (an engine's
+    image missing is one fact, not three rows)."""
+    rows, unmeasured, by_model = [], {}, {}
+    for case in cases:
+        result = run.results.get(case.id)
+        if result is not None and result.status in ("skipped", "unavailable"):
+            unmeasured.setdefault((case.method, result.status, first_clause(result.reason)), []).append(case)
+        else:
+            by_model.setdefault(case.model, []).append(case)
+    for model, members in by_model.items():
+        results = [run.results.get(case.id) for case in members]
+        best = standing(measured(run, [r for r in results if r], "output_throughput"), "output_throughput",
+                        kind="engine", name=lambda r: r.case.method)  # fmt: skip
+        failed = [f"{case.method}: " + (f"invalid: {run.invalid[case.id][0]}" if run.invalid.get(case.id) else
+                                        f"{r.status}: {first_clause(r.reason)}" if r else "no result")
+                  for case, r in zip(members, results) if r is None or r.status != "ok" or run.invalid.get(case.id)]  # fmt: skip
+        if best is not None:
+            rows.append(serving_row(run, best.best, "; ".join([best.words, *failed]), reference, pricing,
+                                    capacities.get(best.best.case_id, [])))  # fmt: skip
+            continue
+        label = Cell(text=f"{model}, every engine", detail=f"cases/serve.{model}.*/", tone="strong", link="#serve")
+        rows.append(_across(label, Cell(text="no valid figure, none priced", detail="; ".join(failed), tone="bad")))
+    for (engine, status, reason), members in unmeasured.items():
+        models = members[0].model if len(members) == 1 else f"{len(members)} models"
+        label = Cell(text=f"{engine}, {models}", detail=f"cases/serve.*.{engine}.*/", tone="strong", link="#serve")
+        rows.append(_across(label, Cell(text=status, detail=reason, tone=STATUS_TONES.get(status, "plain"))))
+    return rows
+
+
+def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
+    result = run.results.get(case.id)
     label = figure_cell(f"all-reduce, {devices_text(case)}", case, "comm")
+    if run.invalid.get(case.id):
+        return _invalid(label, run.invalid[case.id])
     if not has_metrics(result, "bus_bandwidth_gb_s"):
         return _without_measurement(label, result)
     busbw = result.metrics["bus_bandwidth_gb_s"]
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
+    calibration = run_calibration(run)
     preflight = calibration.all_reduce_busbw if calibration is not None else None
-    also = f"; the preflight's all-reduce: {format_value(preflight.value)} GB/s ({preflight.how})" if preflight else ""
+    also = f"; preflight {format_value(preflight.value)} GB/s" if preflight else ""  # how: the Calibration fact
     expected = (
-        Cell(text=f"≤ {format_value(bound.gbps)} GB/s", detail=f"link bound ({bound.link.split(':')[0]}); "
-             f"{_ratio(busbw.mean, bound.gbps)}{also}")  # fmt: skip
+        Cell(text=f"≤ {format_value(bound.gbps)}", detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]}){also}")
         if bound.known
-        else Cell(text="no expectation", detail=bound.reason + also, tone="muted")
+        else Cell(text="no bound", detail=bound.reason + also, tone="muted")
     )
-    measured = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True), detail="bus bandwidth, peak over the sizes"), result)
-    return Row(cells=[label, measured, expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
+    measured_cell = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True)), result)
+    return Row(cells=[label, measured_cell, Cell(text="bus bandwidth, peak over the sizes"),
+                      expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
                       Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
 
 
-def headline_table(
-    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None,
-    capacities: Capacities, slo: Slo,
-) -> Table:
+def _any_ok(run: LoadedRun, cases: Sequence[Case]) -> bool:
+    return any(run.results[c.id].status == "ok" for c in cases if c.id in run.results)
+
+
+def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequence[Section], pricing: Pricing,
+                   capacities: Capacities, slo: Slo) -> Table:  # fmt: skip
     selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
-    anchors: Collection[str] = {section.anchor for section in sections}
-    energy = f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else ""
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
-    training = {stage: (title, training_rows(run, stage, reference, gpu_hour_price, energy))
-                for stage, title in TRAINING_STAGES.items()}
-    if not any(has_metrics(run.results.get(c.id), "tokens_per_s") for c in selected if c.stage in TRAINING_STAGES):
+    training = {stage: (title, training_rows(run, stage, reference, pricing)) for stage, title in TRAINING_STAGES.items()}
+    if not any(rows for _, rows in training.values()):
         training |= {stage: (title, rows) for stage, title in FALLBACK_STAGES.items()
-                     if (rows := training_rows(run, stage, reference, gpu_hour_price, energy))}
+                     if (rows := training_rows(run, stage, reference, pricing))}  # fmt: skip
+    served = [c for c in selected if c.stage == "serve"]
+    reduced = [c for c in selected if c.stage == "comm" and c.method == "all_reduce"]
     groups = {
-        **training,
-        "serve": (f"Serving: each engine and model, a burst of requests; its capacity, N requests in flight, within {slo.short()}",
-                  [serving_row(c, run.results.get(c.id), reference, gpu_hour_price, energy, capacities.get(c.id, []),
-                               run_calibration(run))
-                   for c in selected if c.stage == "serve"]),
+        **training,  # a group none of whose cases ran ok is one line, its section's reason (below)
+        "serve": (f"Serving: a burst per engine and model; its capacity, N requests in flight, within {slo.short()}",
+                  serving_rows(run, served, reference, pricing, capacities) if _any_ok(run, served) else []),
         "comm": ("Communication: all-reduce between the GPUs",
-                 [comm_row(c, run.results.get(c.id), reference, run_calibration(run))
-                  for c in selected if c.stage == "comm" and c.method == "all_reduce"]),
+                 [comm_row(run, c, reference) for c in reduced] if _any_ok(run, reduced) else []),
     }  # fmt: skip
     rows = []
     for anchor, (title, members) in groups.items():
         rows.append(Row(heading=True, cells=[Cell(text=title, tone="strong", link=f"#{anchor}", colspan=COLUMNS)]))
         rows += members or [Row(cells=[Cell(text=not_run.get(anchor) or "No case of this kind in the run.",
                                             tone="muted", colspan=COLUMNS)])]  # fmt: skip
-    price = f" ({format_value(gpu_hour_price, trim=True)} / GPU-hour)" if gpu_hour_price is not None else ""
-    return Table(
-        caption="Headline figures: measured on this host, expected of it, and published",
-        header=["Figure (raw samples)", "Measured (mean ± std)", "Expected on this host", "Paper",
-                "Energy per 1k tokens", f"Cost per 1M tokens{price}"],
-        widths=[25, 25, 21, 8, 9, 12],
+    price = pricing.gpu_hour_price
+    paper_given = any(len(row.cells) == COLUMNS and row.cells[PAPER].text not in ("none", "not compared") for row in rows)
+    table = Table(
+        caption="Headline figures: measured on this host, how each stands, its physical bound"
+                + (" and the paper's" if paper_given else ""),
+        header=["Figure (raw samples)", "Measured (mean ± std)", "Standing among its kind", "Bound on this host", "Paper",
+                f"Energy ({ENERGY_UNIT})", f"{pricing.currency}/1M tokens"],
+        widths=[28, 16, 18, 16, 6, 8, 8],
         rows=rows,
-        notes=[  # one paragraph: page one ends where the page does
-            "Measured: mean ± sample standard deviation over the case's runs; fastest: the highest mean tokens/s of "
-            "the model's cases in the stage; each figure links to its section, above its raw samples' folder. "
-            "Expected: the bound kit.predictions computes for this host's GPUs "
-            "(manifests/hardware.yaml: roofline at the datasheet peak; TTFT of a prompt served alone; the link's "
-            "rate), which no run can pass; the kit has no model of typical efficiency"
-            + (", except what the preflight measured of the GPUs (Calibration, above): the roofline at those figures where lower "
-               "comes first, and MFU is also of its matmul. " if run_calibration(run) else ". ")
-            + f"Paper: the value {reference_path().name} records for the case and metric"
-            + (" (not compared: the report was rendered without --compare reference). " if reference is None else ". ")
-            + "Energy: 1000 × joules_per_token (NVML's energy counter, all the case's GPUs). Cost: GPUs × price per "
-            "GPU-hour × the hours a million tokens take at the measured throughput"
-            + (f", at {format_value(gpu_hour_price, trim=True)} per GPU-hour." if gpu_hour_price is not None else f"; {PRICE_HINT}."),
+        notes=[  # one paragraph: page one has no line to spare
+            "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
+            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.predictions' "
+            "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
+            "past it is invalid"
+            + (f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
+               if (figures := preflight_figures(run)) else "")
+            + ". MFU: of the datasheet peak" + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
+            + (f"Paper: the value {reference_path().name} records for the case and metric. " if paper_given
+               else "Paper: not compared (rendered without --compare reference). " if reference is None
+               else f"Paper: no value of these cases in {reference_path().name}. ")
+            + "Energy: NVML's energy counter over the measured interval, all the case's GPUs. Cost: GPUs × price per "
+            "GPU-hour × hours per 1M tokens"
+            + (f", at {format_value(price, trim=True)} {pricing.currency} per GPU-hour." if price is not None
+               else "; not priced: no price given (`kit report --gpu-hour-price 2.50 --currency USD`)."),
         ],  # fmt: skip
     )
+    for column in [column for column, kept in ((COST, price is not None), (PAPER, paper_given)) if not kept]:
+        table = without_column(table, column)
+    return table
+
+
+def without_column(table: Table, column: int) -> Table:
+    """The table less one column: its header, the cell of each row there, or one column less of a
+    cell that spans it; the other columns share its width."""
+    rows = []
+    for row in table.rows:
+        cells, at = [], 0
+        for cell in row.cells:
+            start, at = at, at + cell.colspan
+            if start <= column < at:
+                if cell.colspan == 1:
+                    continue
+                cell = cell.model_copy(update={"colspan": cell.colspan - 1})
+            cells.append(cell)
+        rows.append(row.model_copy(update={"cells": cells}))
+    kept = [width for index, width in enumerate(table.widths) if index != column]
+    return table.model_copy(update={"rows": rows, "widths": [round(100 * width / sum(kept)) for width in kept],
+                                    "header": [label for index, label in enumerate(table.header) if index != column]})
+
+
+def method_legend(run: LoadedRun, protocol: Protocol) -> str:
+    """What each letter of the run's training methods means, as protocol.yaml labels it."""
+    options = protocol.option_sets.get(METHOD_LETTERS, {})
+    letters = dict.fromkeys(token for case in run.info.plan.cases if case.id in run.info.selected
+                            for token in case.method.split("+") if token in options)  # fmt: skip
+    said = []
+    for token in letters:  # a label's name, before its colon ("Offload: with ZeRO-2 ..."), or the whole
+        letter, label = method_label(token), options[token].label
+        said.append(label if label.startswith(f"{letter}:") else f"{letter}: {label.split(': ')[0]}")
+    return "Methods: " + "; ".join(said) + "." if said else ""
 
 
 def short_digest(reference: str) -> str:
-    """`[repository@]sha256:` and the digest's first 16 hex digits, as a reader compares them."""
-    head, _, digest = reference.rpartition("sha256:")
-    return f"{head}sha256:{digest[:16]}…" if len(digest) > 16 else reference
+    """`sha256:` and the digest's first 12 hex digits, as a reader compares them (the full
+    reference, its repository included, is in the appendix)."""
+    _, _, digest = reference.rpartition("sha256:")
+    return f"sha256:{digest[:12]}…" if len(digest) > 12 else reference
 
 
 def host_facts(run: LoadedRun) -> list[Fact]:
-    """Who signed the run, the machine as its fingerprint describes it, the peaks the kit holds it
-    to, and the images its cases ran in by digest."""
+    """Who signed the run, the host's checks and the kit's provenance, the machine as its
+    fingerprint describes it, the peaks the kit holds it to, and the images its cases ran in."""
     info = run.info
     facts = [Fact(label="Run", value=f"{info.run_id}, profile {info.profile}, {info.started_at} to "
                                      f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}"),
-             Fact(label="Signature", value=run.signature.summary, tone=SIGNATURE_TONES[run.signature.state])]  # fmt: skip
+             Fact(label="Signature", value=run.signature.summary, tone=SIGNATURE_TONES[run.signature.state]),
+             checks_fact(run), provenance_fact(run)]  # fmt: skip
     fingerprint = run.before.fingerprint
+    gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
+    models = sorted(set(gpu_names))
+    named = f"{models[0]}: " if len(models) == 1 else ""  # one model is named at the fact's start, not again
+    peaks = f"; peaks {peak_figures(models, load_hardware()).removeprefix(named)}" if models else ""
     if fingerprint is None:
-        facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing})"))
+        facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing}){peaks}"))
     else:
         described = dict(fingerprint_facts(fingerprint, run.hostname))
         settings = gpu_settings(fingerprint)
-        facts += [Fact(label="GPUs", value=described["GPUs"]),
-                  Fact(label="Link, driver" + (", power" if settings else ""), value=f"{described['GPU topology']}; driver, CUDA "
-                       f"{described['Driver, CUDA (driver)']}" + (f"; {settings}" if settings else ""))]  # fmt: skip
-    gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
-    if gpu_names:
-        facts.append(Fact(label="Peak figures", value=peak_figures(gpu_names, load_hardware())))
+        facts.append(Fact(label="GPUs, link" + (", power" if settings else ""),
+                          value=f"{described['GPUs']}; {described['GPU topology']}; driver, CUDA {described['Driver, CUDA (driver)']}"
+                                + (f"; {settings}" if settings else "") + peaks))  # fmt: skip
     facts.append(measured_state_fact(run))
     images = image_section(run)
     if images.not_run:
@@ -413,10 +521,23 @@ def host_facts(run: LoadedRun) -> list[Fact]:
 
 
 def page_one(
-    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], gpu_hour_price: float | None = None,
-    capacities: Capacities | None = None, slo: Slo = DEFAULT_SLO,
-) -> PageOne:
+    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], protocol: Protocol, *,
+    outcomes: Sequence[ClaimOutcome] | None = None, expectations: Sequence[ClaimExpectation] = (),
+    gpu_hour_price: float | None = None, currency: str = "USD", capacities: Capacities | None = None,
+    slo: Slo = DEFAULT_SLO,
+) -> PageOne:  # fmt: skip
     """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
     `capacities` the serve cases' sweeps held to `slo` (kit.report.capacity_section)."""
-    headline = headline_table(run, reference, sections, gpu_hour_price, capacities or {}, slo)
-    return PageOne(host=host_facts(run), headline=headline)
+    anchors: Collection[str] = {section.anchor for section in sections}
+    pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
+    headline = [result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant]
+    fractions = [found for result in measured(run, headline, "tokens_per_s") + measured(run, headline, "output_throughput")
+                 + measured(run, [r for r in headline if r.stage == "comm"], "bus_bandwidth_gb_s")
+                 if (found := fraction_of_bound(result)) is not None]  # fmt: skip
+    return PageOne(
+        verdict=verdict_box(run, outcomes, expectations, fractions),
+        cannot_tell=cannot_tell(run),
+        host=host_facts(run),
+        headline=headline_table(run, reference, sections, pricing, capacities or {}, slo),
+        legend=method_legend(run, protocol),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from kit.energy import DEFAULT_CURRENCY
 from kit.manifest import package_data
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
@@ -26,6 +28,7 @@ from kit.serve.slo import DEFAULT_SLO, Slo
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
+CURRENCY = re.compile(r"[A-Za-z]{1,8}")  # ISO 4217 (USD, EUR) or any short name of letters
 SECOND_PART = "claims"  # the PDF's second part, printed beside the first: the verdicts and the evidence
 
 
@@ -37,6 +40,21 @@ class PartContents:
     first: bool
     sections: list[Section]
     stand_ins: frozenset[str]
+
+
+# A dotted name, such as a case id (pretrain.llama2-70b.z3+o.g8): two or more dots, each followed by
+# a letter; a command-line option (--gpu-hour-price); a unit (tokens/s, J/token, GB/s).
+DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\b[A-Za-z]{1,6}/[A-Za-z]{1,6}\b")
+ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
+
+
+def breakable(text: str) -> str:
+    """The text with each dotted name breakable after its dots and nowhere else, and each option
+    and unit whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8",
+    never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash.
+    Neither character is drawn, nor read back from the PDF."""
+    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE)
+                           .replace("-", "-" + WORD_JOINER).replace("/", "/" + WORD_JOINER), text)  # fmt: skip
 
 
 def templates_dir() -> Path:
@@ -61,6 +79,7 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen", p
     )
     environment.globals["listing_lines"] = listing_lines
     environment.filters["data_uri"] = data_uri
+    environment.filters["breakable"] = breakable if medium == "print" else str  # a browser wraps as it pleases
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium, part=part)
 
@@ -137,6 +156,7 @@ def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str
 def render(
     run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
     gpu_hour_price: float | None = None, allowed_signers: Path | None = None, slo: Slo = DEFAULT_SLO,
+    currency: str = DEFAULT_CURRENCY,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -145,14 +165,17 @@ def render(
     `compare` holds "reference" (the paper's findings) and/or other run directories (A/B).
     Every run directory involved is verified against its SHA256SUMS before anything is written
     (on another core while the model is built: kit.report.forked); EvidenceError names each
-    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens; `slo`
-    holds the serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named,
-    and checked against `allowed_signers` where given (kit.signing).
+    file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
+    `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
+    serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
+    against `allowed_signers` where given (kit.signing).
     Returns the files written.
     """
     wanted = chosen_formats(formats)
     if gpu_hour_price is not None and gpu_hour_price <= 0:
         raise ValueError(f"a GPU-hour price is positive; got {gpu_hour_price}")
+    if not CURRENCY.fullmatch(currency):
+        raise ValueError(f"a currency is a short name of letters (USD, EUR); got {currency!r}")
     run_dirs = [Path(run_dir)] + [Path(item) for item in compare if item != REFERENCE]
     for folder in run_dirs[1:]:
         if not (folder / "run.json").is_file():
@@ -160,18 +183,21 @@ def render(
 
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
-        return _render(run_dir, compare, wanted, Path(out_dir), redact, gpu_hour_price, allowed_signers, run_dirs, printer, slo)
+        return _render(run_dir, compare, wanted, Path(out_dir), redact, (gpu_hour_price, currency), allowed_signers, run_dirs,
+                       printer, slo)  # fmt: skip
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, allowed_signers, run_dirs, printer,
+def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer,
             slo) -> list[Path]:  # fmt: skip
+    gpu_hour_price, currency = price
+
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
         return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
-                                        assessment=assessment, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+                                        assessment=assessment, currency=currency, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
@@ -179,10 +205,10 @@ def _render(run_dir, compare, wanted, out_dir: Path, redact, gpu_hour_price, all
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
     if "json" in wanted:
-        document = export_json(assessment, gpu_hour_price, slo)
+        document = export_json(assessment, gpu_hour_price, currency, slo)
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
     if "csv" in wanted:
-        for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price)):
+        for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency)):
             written.append(_replace(out_dir / name, lambda part, text=text: part.write_text(text, "utf-8")))
     return written
 

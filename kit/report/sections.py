@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from kit.environment import comparable, drift, evaluate, load_expectations
+from kit.environment import Check, comparable, drift, evaluate, load_expectations
 from kit.expectation import ClaimExpectation, RelationExpectation, expectation_counts
-from kit.fingerprint import Fingerprint
+from kit.fingerprint import Fingerprint, KitInfo
 from kit.hardware import HardwareTable, load_hardware, peak_tflops
 from kit.protocol import Case, Protocol
 from kit.reference import (
@@ -40,7 +40,8 @@ from kit.report.cells import (
 from kit.report.evidence import evidence_groups
 from kit.report.host_state import calibration_text, gpu_settings
 from kit.report.load import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
+from kit.report.model import Cell, Chart, Row, Section, Table, Tone, printed_if_short
+from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
 
 AB_METRICS = ("tokens_per_s", "peak_memory_gib")
@@ -230,10 +231,51 @@ def framework_versions(run: LoadedRun) -> dict[str, Counter]:
     return versions
 
 
+ARCHIVE = "not a source checkout"  # kit.fingerprint.kit_info's reason where the kit has no .git beside it
+
+
+def kit_commit(kit: KitInfo) -> str:
+    """The kit's commit, or why it is not recorded: a kit installed from an archive has no git."""
+    if kit.git_commit:
+        return f"commit {kit.git_commit}"
+    why = kit.unreadable.get("git_commit", "no reason given")
+    if why.startswith(ARCHIVE):  # "not a source checkout (no .git in DIR)"
+        return f"commit not recorded (installed from an archive, {why.removeprefix(ARCHIVE).strip(' ()')})"
+    return f"commit not recorded ({why})"
+
+
+def kit_identity(kit: KitInfo) -> str:
+    """Version, commit (or why none) and whether the checkout was clean."""
+    checkout = {True: ", with uncommitted changes (dirty checkout)", False: ", clean checkout", None: ""}[kit.dirty]
+    return f"{kit.version}, {kit_commit(kit)}{checkout}"
+
+
+def kit_provenance(kit: KitInfo) -> tuple[str, str]:
+    """The kit that measured as a reviewer traces it, and pass, warn or fail: pass with its commit
+    from a clean checkout and the digest of its source; warn where the commit is not recorded or
+    the checkout had changes; fail where neither commit nor source digest says what code it was."""
+    source = f"source SHA-256 {kit.source_sha256[:12]}…" if kit.source_sha256 else "source digest not recorded"
+    text = f"kit {kit_identity(kit)}; {source}"
+    if not kit.git_commit and not kit.source_sha256:
+        return text, "fail"
+    return text, "pass" if kit.git_commit and kit.dirty is False and kit.source_sha256 else "warn"
+
+
+def host_checks(run: LoadedRun) -> tuple[list[Check], str]:
+    """The host's checks as the run recorded them before it started, else evaluated now on its
+    fingerprint (empty without one), and which of the two they are."""
+    info, fingerprint = run.info, run.before.fingerprint
+    if info.checks:
+        return list(info.checks), "as the run recorded them before it started"
+    if fingerprint is None:
+        return [], "not recorded"
+    expected = max((case.gpus for case in info.plan.cases), default=None) if info.plan.device == "cuda" else None
+    return evaluate(fingerprint, load_expectations(), expected), "evaluated now on fingerprint.json"
+
+
 def environment_section(run: LoadedRun) -> Section:
     """run.json's host, the framework versions, and the fingerprints before and after the run."""
     info = run.info
-    commit = info.kit.git_commit or f"not recorded ({info.kit.unreadable.get('git_commit', 'no reason given')})"
     recorded = Section(
         anchor="run-host",
         title="The run as run.json records it",
@@ -249,8 +291,7 @@ def environment_section(run: LoadedRun) -> Section:
                       if run.measured.gpu_names else []),  # fmt: skip
                     ("Executor", info.executor),
                     ("Command", " ".join(info.argv)),
-                    ("Kit", f"{info.kit.version}, commit {commit}" + {True: ", with uncommitted changes (dirty checkout)",
-                                                                       False: ", clean checkout", None: ""}[info.kit.dirty]),  # fmt: skip
+                    ("Kit", kit_identity(info.kit)),
                     ("Measuring code (SHA-256)", f"{info.kit.workload_sources_sha256} (the workloads and the stages' metric code: "
                                                  f"{len(info.kit.workload_files)} files)"),  # fmt: skip
                     ("Kit source (SHA-256)", info.kit.source_sha256 or "not recorded"),
@@ -299,12 +340,7 @@ def environment_section(run: LoadedRun) -> Section:
                        else "not measured (no preflight calibration is in this fingerprint)")  # fmt: skip
         before.tables.append(_facts_table("The host as fingerprinted", [*fingerprint_facts(fingerprint, run.hostname),
                                                                          ("Calibration (preflight)", calibration)]))  # fmt: skip
-        expected = max((case.gpus for case in info.plan.cases), default=None) if info.plan.device == "cuda" else None
-        checks, origin = (
-            (info.checks, "as the run recorded them before it started")
-            if info.checks
-            else (evaluate(fingerprint, load_expectations(), expected), "evaluated now on fingerprint.json")
-        )
+        checks, origin = host_checks(run)
         tones = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
         before.tables.append(
             Table(
@@ -761,6 +797,16 @@ def issues_section(
         )
     else:
         section.paragraphs.append("Every selected case finished with a measurement.")
+    if run.invalid:
+        section.tables.append(Table(
+            caption="Figures marked invalid: past their physical bound, or their case's own self-check failed",
+            header=["Case", "Why it is not a measurement"], widths=[36, 64],
+            rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text="; ".join(reasons), tone="bad")])
+                  for cid, reasons in run.invalid.items()],
+            notes=["Each case ended ok and keeps its numbers in result.json, but the report takes none of them for a "
+                   "measurement: they are marked invalid wherever shown, never a headline nor priced, and no claim is "
+                   "judged on them (kit/validity.py)."],
+        ))  # fmt: skip
     judged = (("Claims the run deviates from", "Deviation", outcomes),
               ("Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
                "Against the expectation", expectations))  # fmt: skip
@@ -808,6 +854,42 @@ def status_counts(run: LoadedRun) -> Counter:
     return statuses
 
 
+# The run's selected cases as a reviewer counts them, each with its tone; the first five always.
+TALLY_TONES: dict[str, Tone] = {"attempted": "plain", "measured": "good", "OOM": "warn", "unavailable": "muted",
+                                "skipped": "muted", "error": "bad", "timeout": "bad", "no result": "bad"}  # fmt: skip
+
+
+def case_tally(run: LoadedRun) -> dict[str, int]:
+    """attempted (every selected case but those skipped or without a result), measured (ok), OOM,
+    unavailable and skipped; error, timeout and no result where there are some."""
+    statuses = status_counts(run)
+    tally = {"attempted": sum(count for status, count in statuses.items() if status not in ("skipped", "no result")),
+             "measured": statuses["ok"], "OOM": statuses["oom"], "unavailable": statuses["unavailable"],
+             "skipped": statuses["skipped"]}  # fmt: skip
+    return tally | {status: statuses[status] for status in ("error", "timeout", "no result") if statuses[status]}
+
+
+def _best_figures(run: LoadedRun, stage: str, words: str) -> list[str]:
+    """Per kind of method (kit.report.ranking), the highest throughput and the lowest peak memory of
+    the stage's cases as the protocol writes them (no variant), each valid, with its model and method."""
+    done = [r for c in run.info.plan.cases if c.stage == stage and c.variant is None and (r := run.results.get(c.id))
+            and has_metrics(r, "tokens_per_s", "peak_memory_gib") and not run.invalid.get(c.id)]  # fmt: skip
+    found = []
+    for kind, name in KINDS.items():
+        mine = [r for r in done if method_kind(r.case) == kind]
+        if not mine:
+            continue
+        fast = standing(mine, "tokens_per_s")
+        light = min(mine, key=lambda r: r.metrics["peak_memory_gib"].mean)
+        found.append(
+            f"{words.capitalize()}, {name}: the highest throughput is {method_label(fast.best.case.method)} on "
+            f"{fast.best.case.model}, {mean_std(fast.best.metrics['tokens_per_s'], '10^3 tokens/s')} × 10^3 tokens/s "
+            f"({fast.words}); the lowest peak memory {method_label(light.case.method)} on {light.case.model}, "
+            f"{mean_std(light.metrics['peak_memory_gib'])} GiB."
+        )
+    return found
+
+
 def summary_section(
     run: LoadedRun,
     outcomes: Sequence[ClaimOutcome] | None,
@@ -817,23 +899,14 @@ def summary_section(
 ) -> Section:
     """The executive summary in words, every figure taken from the data above it."""
     info, measured = run.info, run.measured
+    tally = case_tally(run)
+    others = [f"{count} {status}" for status, count in tally.items() if status not in ("attempted", "measured")]
     paragraphs = [
-        f"Run {info.run_id} measured {len(info.selected)} of the {len(info.plan.cases)} cases of the {info.profile} "
-        f"profile ({info.plan.description}) on {machine(run)}, from {info.started_at} to "
-        f"{info.finished_at or 'an unrecorded end'} (UTC), with kit {info.kit.version}."
+        f"Run {info.run_id} attempted {tally['attempted']} of the {len(info.selected)} cases it selected, of the "
+        f"{len(info.plan.cases)} of the {info.profile} profile ({info.plan.description}), on {machine(run)}, from "
+        f"{info.started_at} to {info.finished_at or 'an unrecorded end'} (UTC), with kit {info.kit.version}: "
+        f"{tally['measured']} measured, " + ", ".join(others) + "."
     ]
-    statuses = status_counts(run)
-    words = {
-        "ok": "finished with a measurement",
-        "oom": "out of memory (a result, shown as -)",
-        "unavailable": "unavailable on this host",
-        "skipped": "skipped",
-        "error": "failed with an error",
-        "timeout": "timed out",
-        "no result": "without a result",
-    }
-    parts = [f"{words.get(status, status)}: {count}" for status, count in statuses.most_common()]
-    paragraphs.append("Cases " + "; ".join(parts) + ".")
     reasons = Counter(
         r.reason for r in run.results.values() if r.status in ("unavailable", "skipped", "error") and r.reason
     )
@@ -843,18 +916,11 @@ def summary_section(
             + "; ".join(f"{reason} ({count}×)" if count > 1 else reason for reason, count in reasons.most_common())
             + "."
         )
+    if run.invalid:
+        paragraphs.append("Marked invalid, and left out of every figure below (see Deviations): "
+                          + "; ".join(f"{cid}: {reasons[0]}" for cid, reasons in run.invalid.items()) + ".")  # fmt: skip
     for stage, words_for in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
-        done = [
-            r for r in run.results.values() if r.stage == stage and has_metrics(r, "tokens_per_s", "peak_memory_gib")
-        ]
-        if done:
-            best = max(done, key=lambda r: r.metrics["tokens_per_s"].mean)
-            light = min(done, key=lambda r: r.metrics["peak_memory_gib"].mean)
-            paragraphs.append(
-                f"Highest {words_for} throughput: {method_label(best.case.method)} on {best.case.model}, "
-                f"{mean_std(best.metrics['tokens_per_s'], '10^3 tokens/s')} × 10^3 tokens/s; lowest peak memory: "
-                f"{method_label(light.case.method)}, {mean_std(light.metrics['peak_memory_gib'])} GiB."
-            )
+        paragraphs += _best_figures(run, stage, words_for)
     if outcomes is not None:
         counts = verdict_counts(o.verdict for o in outcomes)
         text = (

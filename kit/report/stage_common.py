@@ -3,19 +3,49 @@ under a table, and the section of a stage without a layout of its own (every met
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from kit.hardware import load_hardware
+from kit.predictions import GIB, device_memory_bytes
 from kit.protocol import Case, Protocol
+from kit.report.charts import Bar, Limit
 from kit.reference import metric_label
-from kit.report.cells import mean_std, status_cell
+from kit.report.cells import mean_std, method_label, status_cell
 from kit.report.model import Cell, Row, Section, Table
 from kit.results import Result
 
 if TYPE_CHECKING:
     from kit.report.load import LoadedRun
     from kit.stages.unit import Stage
+
+
+RANK_PREFIX = re.compile(r"^(rank \d+|ranks \[[\d, ]+\]): ")  # a reason's first words, naming the rank that failed
+
+
+def first_clause(reason: str | None) -> str:
+    """A reason without the rank that gave it, to its first semicolon: what happened, in brief."""
+    return RANK_PREFIX.sub("", reason or "no reason recorded").split(";")[0]
+
+
+def why_unmeasured(results: Sequence[Result | None], most: int | None = None, brief: bool = False) -> str:
+    """Why cases ended without a measurement: each status and reason once, most first, counted;
+    `brief`, each reason's first clause and no counts."""
+    reasons = Counter("no result: the run ended before it finished" if result is None else
+                      f"{result.status}: {first_clause(result.reason) if brief else RANK_PREFIX.sub('', result.reason or 'no reason recorded')}"
+                      for result in results)  # fmt: skip
+    return "; ".join(f"{reason} ({count} cases)" if count > 1 and not brief else reason
+                     for reason, count in reasons.most_common(most))  # fmt: skip
+
+
+def unmeasured_line(caption: str, results: Sequence[Result | None]) -> str | None:
+    """One line in the place of a table none of whose cases measured anything: how many, and
+    why (a page of rows saying "skipped" tells no more); None where one did."""
+    if any(result is not None and result.status == "ok" for result in results):
+        return None
+    return f"{caption}: none of its {len(results)} cases measured ({why_unmeasured(results, 3)})."
 
 
 def stage_cases(run: LoadedRun, stage: str) -> list[Case]:
@@ -44,10 +74,34 @@ def stage_not_run(stage: str, purpose: str | None, run: LoadedRun, protocol: Pro
     if not results:
         return f"No result: the run ended before any {stage} case finished.{shows}"
     if all(result.status != "ok" for result in results):
-        reasons = Counter(f"{result.status}: {result.reason or 'no reason recorded'}" for result in results)
-        listed = "; ".join(f"{reason} ({count} cases)" if count > 1 else reason for reason, count in reasons.items())
-        return f"No measurement: every {stage} case ended without one ({listed}).{shows}"
+        return f"No measurement: every {stage} case ended without one ({why_unmeasured(results)}).{shows}"
     return None
+
+
+def gpu_capacity(run: LoadedRun) -> Limit | None:
+    """The memory of the run's smallest GPU as NVML gave it (else its datasheet's), the line a
+    peak-memory chart draws; None on a CPU."""
+    fingerprint = run.before.fingerprint
+    sizes = [gpu.memory_bytes for gpu in fingerprint.gpus.gpus if gpu.memory_bytes] if fingerprint else []
+    if sizes:
+        return Limit(value=min(sizes) / GIB, label=f"GPU memory {min(sizes) / GIB:.1f} GiB (NVML)")
+    specs = [spec for name in run.measured.gpu_names if (spec := load_hardware().lookup(name))]
+    datasheet = [size for spec in specs if (size := device_memory_bytes(spec))]
+    return Limit(value=min(datasheet) / GIB, label=f"GPU memory {min(datasheet) / GIB:.1f} GiB (datasheet)") if datasheet else None
+
+
+def case_bar(run: LoadedRun, case: Case, metric: str, scale: float = 1.0, label: str | None = None) -> Bar | None:
+    """A case's bar in a chart of one figure per method (or engine) and model: its mean and spread,
+    hatched where invalid (kit.validity), or its status in its place; None for a case not run."""
+    result = run.results.get(case.id)
+    label, group = label or method_label(case.method), case.model or ""
+    if result is None or (result.status == "ok" and not result.metrics.get(metric)):
+        return None
+    if result.status != "ok":
+        return Bar(label=label, group=group, mark="OOM" if result.status == "oom" else result.status)
+    figure = result.metrics[metric]
+    return Bar(label=label, group=group, value=figure.mean * scale, error=(figure.std or 0) * scale, runs=figure.n,
+               mark="invalid" if run.invalid.get(case.id) else None)  # fmt: skip
 
 
 def memory_source(results: Iterable[Result]) -> str:
@@ -75,6 +129,16 @@ def runs_note(results: Iterable[Result]) -> str:
     return f"Mean ± sample standard deviation over {runs} independent runs."
 
 
+def bars_note(runs: Iterable[int], what: str = "bar") -> str:
+    """How many runs each bar (or point) of a chart holds, as its caption says it."""
+    counts = sorted(set(runs))
+    if counts == [1]:
+        return f"Each {what} is one run: no spread to show."
+    if len(counts) == 1:
+        return f"Each {what} is the mean of {counts[0]} runs, its error bar one standard deviation."
+    return f"Each {what} is the mean of {counts[0]} to {counts[-1]} runs, its error bar one standard deviation where there are several."
+
+
 def generic_stage(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
     """Every metric of every case: the whole of a stage without a dedicated layout, the rest of one with.
     Each case is a heading row over its metrics, each metric one row of its name and its value with
@@ -86,7 +150,9 @@ def generic_stage(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
         if result is None or result.status != "ok":
             rows.append(Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected)]))
             continue
-        rows.append(Row(cells=[Cell(text=case.id, tone="mono", colspan=2)], heading=True))
+        invalid = run.invalid.get(case.id)
+        rows.append(Row(cells=[Cell(text=case.id + (f" (invalid: {invalid[0]})" if invalid else ""), tone="bad" if invalid else "mono",
+                                    colspan=2)], heading=True))  # fmt: skip
         recorded = {name: metric for name, metric in result.metrics.items() if metric is not None}
         if not recorded:
             rows.append(

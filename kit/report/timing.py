@@ -37,8 +37,13 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
     rows, per_stage = [], {}
     for case_id, result in run.results.items():
         estimate = estimates.get(case_id)
+        stage = per_stage.setdefault(result.stage, {"cases": 0, "skipped": 0, "actual": 0.0, "estimated": 0.0,
+                                                    "estimated_actual": 0.0})  # fmt: skip
+        if result.status == "skipped":  # it took no time, and its estimate was never spent
+            stage["skipped"] += 1
+            rows.append(Row(cells=[Cell(text=case_id), Cell(text=result.status), Cell(text="-"), Cell(text="-"), Cell(text="-")]))
+            continue
         actual = actual_seconds(result)
-        stage = per_stage.setdefault(result.stage, {"cases": 0, "actual": 0.0, "estimated": 0.0, "estimated_actual": 0.0})
         stage["cases"] += 1
         stage["actual"] += actual
         ratio = "-"
@@ -55,9 +60,10 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
     def ratio_of(figures) -> str:
         return f"{figures['estimated_actual'] / figures['estimated']:.2f}" if figures["estimated"] else "-"
 
-    total = {key: sum(figures[key] for figures in per_stage.values()) for key in ("cases", "actual", "estimated", "estimated_actual")}
+    total = {key: sum(figures[key] for figures in per_stage.values())
+             for key in ("cases", "skipped", "actual", "estimated", "estimated_actual")}  # fmt: skip
     summary = [
-        Row(cells=[Cell(text=name), Cell(text=str(figures["cases"])),
+        Row(cells=[Cell(text=name), Cell(text=str(figures["cases"]) + (f" ({figures['skipped']} skipped)" if figures["skipped"] else "")),
                    Cell(text=duration_text(figures["estimated"]) if figures["estimated"] else "not estimated"),
                    Cell(text=duration_text(figures["actual"])), Cell(text=ratio_of(figures))])  # fmt: skip
         for name, figures in [*per_stage.items(), ("all stages", total)]
@@ -65,12 +71,13 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
     notes = [
         "Actual: from a case's start to its result (every run, the launches and the teardown). Estimated: made "
         "before the run, from earlier runs of the same case where the run history had them, else from the "
-        "analytic model on a GPU. The ratio is over the cases that had an estimate."
+        "analytic model on a GPU. The ratio is over the cases that had an estimate. A skipped case took no time "
+        "and counts in neither."
     ]
     return [
         Table(caption="Duration by stage: estimated before the run, and actual",
               header=["Stage", "Cases", "Estimated", "Actual", "Actual / estimated"],
-              widths=[30, 10, 20, 20, 20], rows=summary, notes=notes),  # fmt: skip
+              widths=[24, 16, 20, 20, 20], rows=summary, notes=notes),  # fmt: skip
         Table(caption="Duration of each case: estimated before the run (and on what), and actual",
               header=["Case", "Status", "Estimated", "Actual", "Actual / estimated"],
               widths=[40, 10, 20, 15, 15], rows=rows, dense=True, media="screen"),  # fmt: skip

@@ -95,6 +95,12 @@ def comm_case_metrics(
     return found, notes
 
 
+def runs_at_a_size(results) -> str:
+    """What one point of a sweep's chart is: one run, or the mean of several at that size."""
+    counts = sorted({len(result.samples) for result in results if result.status == "ok"})
+    return "one run" if counts == [1] else f"the mean of {' or '.join(map(str, counts))} runs at that size"
+
+
 def _mean_sweep(result: Result) -> charts.Sweep:
     """The mean over a comm case's runs at each message size (rank 0's rows, as `sweep_of` reads them)."""
     by_size: dict[int, list[tuple[float, float]]] = {}
@@ -219,8 +225,8 @@ def comm_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
             Chart(
                 title="Bus bandwidth and time over message sizes",
                 svg=charts.sweep_chart("comm", sweeps),
-                caption="Mean over the runs at each size. Small messages are bound by latency (time flat), large ones "
-                "by bandwidth (bus bandwidth flat).",
+                caption="Small messages are bound by latency (time flat), large ones by bandwidth (bus bandwidth "
+                f"flat). Each point is {runs_at_a_size(run.results[c.id] for c in cases if c.id in run.results)}.",
             )
         )
     return section

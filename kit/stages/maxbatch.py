@@ -84,23 +84,32 @@ def search(case: Case, run_trial: Callable[[Case, int], RunSample], device_bytes
     return samples
 
 
-def outcome(case: Case, trials: Sequence[RunSample]) -> tuple[str, str | None]:
-    """The case's status and reason from its trials: ok once a micro-batch ran and the search
-    ended at its boundary (or the search's largest), else why not."""
+def search_cap(case: Case, trials: Sequence[RunSample]) -> str | None:
+    """Why the largest micro-batch that ran is only a lower bound of what the configuration holds:
+    the search reached its largest micro-batch, or ran out of trials before the micro-batch above
+    it ran out of memory; None where it found that boundary (or nothing ran)."""
     settings: MaxBatchSearch = case.params.max_batch_search
     ran = [t.micro_batch for t in trials if t.status == "ok"]
     failed = [t.micro_batch for t in trials if t.status == "oom"]
+    if not ran or (failed and min(failed) == max(ran) + 1):
+        return None
+    if max(ran) >= settings.largest:
+        return f"search cap: micro-batch {settings.largest}, the largest it tries"
+    above = f"; {min(failed)} ran out of memory" if failed else "; none ran out of memory"
+    return f"search cap: {len(trials)} trials (max_trials){above}"
+
+
+def outcome(case: Case, trials: Sequence[RunSample]) -> tuple[str, str | None]:
+    """The case's status and reason from its trials: ok once a micro-batch ran (at its search's
+    cap the figure is a lower bound, `search_cap`), else why not."""
+    ran = [t.micro_batch for t in trials if t.status == "ok"]
     stopped = next((t for t in trials if t.status not in ("ok", "oom")), None)
     if stopped is not None:
         return stopped.status, f"trial {stopped.index} (micro-batch {stopped.micro_batch}) ended {stopped.status}: {stopped.reason}"
     if not ran:
         first = trials[0] if trials else None
         return "oom", f"micro-batch {first.micro_batch if first else '?'} already runs out of memory: {first.reason if first else ''}"
-    best = max(ran)
-    if best >= settings.largest or (failed and min(failed) == best + 1):
-        return "ok", None
-    return "error", (f"the search stopped after {len(trials)} trials (max_trials) between micro-batch {best}, "
-                     f"which ran, and {min(failed) if failed else 'none that failed'}")  # fmt: skip
+    return "ok", None
 
 
 def trials_note(trials: Sequence[RunSample]) -> str:
@@ -126,7 +135,9 @@ def maxbatch_case_metrics(
         raise ValueError(f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step")
     found, notes = train_case_metrics(trial_case(case, best.micro_batch), [best], hardware)
     found = {"max_micro_batch": summarize([best.micro_batch], "sequences"), **found}
-    return found, [trials_note(trials), f"figures of trial {best.index}, at the largest micro-batch", *notes]
+    cap = search_cap(case, trials)
+    capped = [f"micro-batch {best.micro_batch} is a lower bound of the largest that fits: {cap}"] if cap else []
+    return found, [trials_note(trials), f"figures of trial {best.index}, at the largest micro-batch", *capped, *notes]
 
 
 def maxbatch_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
@@ -139,7 +150,9 @@ def maxbatch_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = N
         result = run.results.get(case.id)
         cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus), detail=case.fitted)]
         if has_metrics(result, "max_micro_batch", "tokens_per_s"):
-            cells += [Cell(text=f"{result.metrics['max_micro_batch'].mean:.0f}"),
+            cap = search_cap(case, result.samples)
+            largest = f"{result.metrics['max_micro_batch'].mean:.0f}"
+            cells += [Cell(text=f"≥ {largest}", detail=cap) if cap else Cell(text=largest),
                       metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "peak_memory_gib")]  # fmt: skip
         else:
             cells.append(status_cell(result, case.id in run.info.selected, colspan=3))
@@ -157,7 +170,8 @@ def maxbatch_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = N
             notes=[
                 "Each trial is a fresh launch at one micro-batch through the case's warm-up and measured steps: from "
                 "the start (the memory model's prediction on a GPU) doubling until one runs out of memory, then "
-                "bisecting. The figures are those of the trial at the largest micro-batch that ran.",
+                "bisecting. The figures are those of the trial at the largest micro-batch that ran; ≥ where the "
+                "search reached its cap before a micro-batch one larger ran out of memory.",
                 *([f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
                    "standing in for a GPU's memory." for case in cases[:1] if getattr(case.params, "memory_cap_gib", None)]),
             ],  # fmt: skip

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from kit.protocol import Case, Protocol
 from kit.report.cells import has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Row, Section, Table
+from kit.report.stage_common import unmeasured_line
 from kit.stages.unit import Comparison
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
     micro-batch 1 (pre-training) and at each one's largest micro-batch (the max-batch search)."""
     megatron = [case for case in run.info.plan.cases if comparison.cases(case)]
     by_key = {(c.stage, c.model, c.method, c.gpus): c for c in run.info.plan.cases if c.variant is None}
-    rows = []
+    rows, members = [], []
     for case in megatron:
         twin = by_key.get((case.stage, case.model, "naive", case.gpus))
         when = "largest micro-batch" if case.stage == "maxbatch" else f"micro-batch {case.params.micro_batch}"
@@ -33,6 +34,7 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
             cells = [Cell(text=f"{case.model}, {case.gpus} {'GPUs' if case.device == 'cuda' else 'processes'}"),
                      Cell(text=when), Cell(text=engine, tone="strong")]  # fmt: skip
             result = run.results.get(member.id) if member else None
+            members += [result] if member else []
             if member is None:
                 cells.append(Cell(text="not in the protocol", tone="muted", colspan=4))
             elif has_metrics(result, "tokens_per_s"):
@@ -44,9 +46,14 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
                 cells.append(status_cell(result, member.id in run.info.selected, colspan=4))
             rows.append(Row(cells=cells))
     section = Section(anchor=comparison.name, title=comparison.title)
+    caption = "Table II: Megatron-LM's engine and DeepSpeed's naive configuration, same model, sequence and dtype"
+    collapsed = unmeasured_line(caption, members)
+    if collapsed:
+        section.paragraphs.append(collapsed)
+        return section
     section.tables.append(
         Table(
-            caption="Table II: Megatron-LM's engine and DeepSpeed's naive configuration, same model, sequence and dtype",
+            caption=caption,
             header=["Model", "Batch", "Engine", "micro-batch", "10^3 tokens/s", "step time (s)", "peak memory (GiB)"],
             widths=[18, 16, 16, 10, 14, 12, 14],
             rows=rows,

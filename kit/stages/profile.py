@@ -31,7 +31,7 @@ from kit.protocol import Case, Protocol
 from kit.report import charts
 from kit.report.cells import has_metrics, method_label
 from kit.report.model import Cell, Chart, Row, Section, Table
-from kit.report.stage_common import generic_stage, stage_cases
+from kit.report.stage_common import bars_note, generic_stage, stage_cases
 from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
@@ -273,12 +273,13 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
                 if has_metrics(run.results.get(case.id), "step_s")]  # fmt: skip
     if not measured:
         return section
+    runs = bars_note(result.metrics["step_s"].n for _, result in measured)
     section.charts.append(Chart(
         title="Phases of a training step",
         svg=charts.stacked_chart("profile-phases", [phase_stack(c, r) for c, r in measured], "ms per step"),
         caption="Forward, backward and optimizer time of a step, mean over the measured steps; hatched: the share of "
                 "the phase in which the GPU ran no kernel, from the profiled step (GPU cases only: a CPU has no such "
-                "measure).",
+                f"measure). {runs}",
     ))  # fmt: skip
     section.charts.append(Chart(
         title="Parts of a training step",
@@ -286,7 +287,8 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
         caption="Each part's device time per step (forward, backward and recomputation, summed over the layers), "
                 "grouped as the paper's Tables V-VIII group them, from the device's timeline of the profiled steps; "
                 "other: device time in no part; Optimizer: the optimizer phase's device time; idle (hatched): the "
-                "device running nothing (on a CPU: time outside any operator). Together: the profiled step.",
+                "device running nothing (on a CPU: time outside any operator). Together: the profiled step. "
+                f"{runs}",
     ))  # fmt: skip
     timed = [(case, result) for case, result in measured if "forward_busy_s" in result.metrics]
     if timed:  # before the listing of every metric
@@ -297,7 +299,7 @@ def profile_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
             title="FlashAttention's effect per part",
             svg=charts.bar_chart("profile-flash", _flash_bars(pairs), "ms per step"),
             caption="Each part's time per step without and with FlashAttention-2, the same model, micro-batch and "
-                    "sequence; mean ± std over the runs.",
+                    f"sequence. {runs}",
         ))  # fmt: skip
     else:
         section.paragraphs.append("FlashAttention's effect per part is not drawn: no case with FlashAttention (f) "

@@ -18,7 +18,7 @@ from kit.protocol import Case, Protocol
 from kit.report import charts
 from kit.report.cells import mean_std, method_label, metric_cell, percent, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
-from kit.report.stage_common import runs_note, stage_cases
+from kit.report.stage_common import bars_note, runs_note, stage_cases
 from kit.results import Metric, Result
 from kit.stages.training import train_case_metrics
 from kit.stages.unit import Stage
@@ -160,15 +160,20 @@ def scaling_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = No
             "This run is on CPU: each of a case's N \"GPUs\" is a process sharing the host's cores, so the "
             "efficiency below describes this host's CPU, not any GPU or interconnect."
         )
-    if any(line.points for line in lines):
+    curves = [line for line in lines if len(line.points) > 1]
+    if curves:
+        runs = [run.results[point_case].metrics[THROUGHPUT].n for point_case, row in measured.items() if row.throughput]
         section.charts.append(
             Chart(
                 title="Scaling 1 → N",
-                svg=charts.scaling_chart("scaling", [line for line in lines if line.points], device_word, devices_word),
-                caption="Left: measured throughput (error bars: one standard deviation) and the ideal N × T(1). "
-                "Right: scaling efficiency; 100 % is linear scaling.",
+                svg=charts.scaling_chart("scaling", curves, device_word, devices_word),
+                caption="Left: measured throughput and the ideal N × T(1). Right: scaling efficiency; 100 % is linear "
+                f"scaling. {bars_note(runs, 'point')}",
             )
         )
+    elif any(line.points for line in lines):
+        section.paragraphs.append(f"One {device_word} count measured in each series: no curve to draw, and no efficiency "
+                                  "but the baseline's; the table gives its figures.")  # fmt: skip
     return section
 
 

@@ -18,7 +18,7 @@ from kit.regular_files import RUN_FILE_LIMIT, read_regular_text
 from kit.report import charts
 from kit.report.cells import devices_text, has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
-from kit.report.stage_common import generic_stage, stage_cases
+from kit.report.stage_common import bars_note, case_bar, generic_stage, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample, UnreadableRun, first_problem
 from kit.serve.aggregate import RequestRecord, RequestTimes
 from kit.stages.unit import Stage
@@ -153,18 +153,20 @@ def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
     return [row for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")) for row in rows_of(path)]
 
 
-def serve_charts(run: LoadedRun, served: list[tuple[Case, Result]]) -> list[Chart]:
-    """Output throughput per engine, then the latency distribution of every finished request."""
-    bars = [charts.Bar(label=case.method, group=case.model, value=result.metrics["output_throughput"].mean,
-                       error=result.metrics["output_throughput"].std) for case, result in served]  # fmt: skip
+def serve_charts(run: LoadedRun, cases: list[Case], served: list[tuple[Case, Result]]) -> list[Chart]:
+    """Output throughput per engine, one panel per model, a mark where an engine did not serve;
+    then the latency distribution of every finished request."""
+    bars = [bar for case in cases if (bar := case_bar(run, case, "output_throughput", label=case.method))]
     ttft, latency = [], []
     for case, _ in served:
         finished = [row for row in request_rows(run, case.id) if row.ok]
         label = f"{case.model} {case.method}"
         ttft.append(charts.CdfSeries(label=label, values=[row.ttft for row in finished if row.ttft is not None]))
         latency.append(charts.CdfSeries(label=label, values=[row.latency for row in finished]))
-    throughput = Chart(title="Output throughput per engine", caption="Output tokens/s over each burst, mean ± std over the runs.",
-                       svg=charts.bar_chart("serve-throughput", bars, "output tokens/s"))  # fmt: skip
+    throughput = Chart(title="Output throughput per engine",
+                       caption="Output tokens/s over each burst, one panel per model; a mark in the place of an engine "
+                               f"that served no figure, hatched where a figure is invalid. {bars_note(b.runs for b in bars if b.value)}",
+                       svg=charts.bar_chart("serve-throughput", bars, "output tokens/s", panels=True))  # fmt: skip
     if not any(series.values for series in ttft + latency):
         return [throughput]  # no requests.jsonl kept (a run directory cut down to its results)
     return [
@@ -182,8 +184,9 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
     section = generic_stage(stage, run)
     served = [(case, run.results[case.id]) for case in stage_cases(run, stage.name)
               if has_metrics(run.results.get(case.id), "output_throughput")]  # fmt: skip
+    cases = [case for case in stage_cases(run, stage.name) if case.id in run.info.selected]
     if served:
-        section.charts.extend(serve_charts(run, served))
+        section.charts.extend(serve_charts(run, cases, served))
     rows = []
     for case in stage_cases(run, stage.name):
         result = run.results.get(case.id)
@@ -192,12 +195,14 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
             rows.append(Row(cells=[name, status_cell(result, case.id in run.info.selected, len(SERVE_COLUMNS) + 2)]))
             continue
         measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
+        if run.invalid.get(case.id):
+            measured[0] = measured[0].model_copy(update={"detail": f"invalid: {run.invalid[case.id][0]}", "tone": "bad"})
         failed = metric_cell(result, "error_rate", "%")
         rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:], failed]))
     section.tables.insert(
         0,
         Table(
-            caption=f"{section.title}: the burst of each engine, mean ± std over its runs",
+            caption=f"{section.title}: the burst of each engine",
             header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]],
                     "failed (%)"],
             widths=[15, 10, 10, 9, 9, 9, 9, 10, 10, 9],
@@ -212,7 +217,8 @@ def serve_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None
                 "finish (an HTTP error, a stream cut short); the other figures are of those that did.",
                 "bound: the roofline's ceiling on output tokens/s for this burst on this host's GPUs (weights and KV "
                 "cache read once per decode step, FLOPs at the dense peak of manifests/hardware.yaml); none where no "
-                "peak is known, with the reason.",
+                "peak is known, with the reason. A throughput past it is impossible, marked invalid.",
+                runs_note(run.results[c.id] for c in cases if c.id in run.results),
             ],
         )
     )

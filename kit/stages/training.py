@@ -27,9 +27,9 @@ from kit.metrics import (
 from kit.predictions import model_notes
 from kit.protocol import Case, Protocol
 from kit.report import charts
-from kit.report.cells import devices_text, has_metrics, method_label, metric_cell, status_cell
+from kit.report.cells import devices_text, method_label, metric_cell, status_cell
 from kit.report.model import Cell, Chart, HeaderGroup, Row, Section, Table, printed_if_short
-from kit.report.stage_common import memory_source, runs_note, stage_cases
+from kit.report.stage_common import bars_note, case_bar, gpu_capacity, memory_source, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
@@ -130,7 +130,8 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
                     continue
                 result = run.results.get(case.id)
                 if result is not None and result.status == "ok":
-                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s"))
+                    invalid = {"detail": "invalid", "tone": "bad"} if run.invalid.get(case.id) else {}
+                    cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s").model_copy(update=invalid))
                     cells.append(metric_cell(result, "peak_memory_gib"))
                 elif result is not None and result.status == "oom":
                     cells += [Cell(text="-", tone="warn"), Cell(text="-", tone="warn")]
@@ -148,32 +149,37 @@ def train_matrix(stage: Stage, run: LoadedRun, protocol: Protocol | None = None)
                     runs_note(stage_results) + " Throughput is summed over all processes.",
                     memory_source(stage_results),
                     "- : out of memory (OOM), a result as in the paper. unavailable, skipped, error, timeout: "
-                    "see Deviations and failures. not run: in the profile, not selected for this run.",
+                    "see Deviations and failures. not run: in the profile, not selected for this run. invalid: past "
+                    "its physical bound, not a measurement (see Deviations and failures).",
                 ],
             )
         )
     effective = effective_table(title, stage_results)
     if effective is not None:
         section.tables.append(effective)
-    bars = [
-        charts.Bar(
-            label=method_label(result.case.method),
-            group=result.case.model or "",
-            value=result.metrics["tokens_per_s"].mean / 1e3,
-            error=(result.metrics["tokens_per_s"].std or 0) / 1e3,
-        )
-        for result in stage_results
-        if has_metrics(result, "tokens_per_s")
-    ]
-    if bars:
-        section.charts.append(
-            Chart(
-                title=f"{title} throughput by method",
-                svg=charts.bar_chart(f"{stage.name}-throughput", bars, "10^3 tokens/s"),
-                caption="Mean throughput over the runs of each case; error bars: one standard deviation.",
-            )
-        )
+    section.charts += training_charts(stage, run, cases)
     return section
+
+
+def training_charts(stage: Stage, run: LoadedRun, cases: list[Case]) -> list[Chart]:
+    """Throughput and peak memory by method, one panel per model (each on its own scale), a mark
+    where a case ran out of memory or failed; memory against the GPU's capacity."""
+    selected = [case for case in cases if case.id in run.info.selected]
+    throughput = [bar for case in selected if (bar := case_bar(run, case, "tokens_per_s", 1e-3))]
+    if not any(bar.value is not None for bar in throughput):
+        return []
+    marks = "; a mark in the place of a case that ran out of memory (OOM) or failed, hatched where a figure is invalid"
+    found = [Chart(title=f"{stage.title} throughput by method",
+                   svg=charts.bar_chart(f"{stage.name}-throughput", throughput, "10^3 tokens/s", panels=True),
+                   caption=f"One panel per model, each on its own scale{marks}. {bars_note(b.runs for b in throughput if b.value)}")]  # fmt: skip
+    capacity = gpu_capacity(run)
+    if capacity is not None:
+        memory = [bar for case in selected if (bar := case_bar(run, case, "peak_memory_gib"))]
+        found.append(Chart(title=f"{stage.title}: peak memory against the GPU's capacity",
+                           svg=charts.bar_chart(f"{stage.name}-memory", memory, "GiB per GPU", panels=True, limit=capacity),
+                           caption=f"The allocator's peak per GPU (the largest over the processes), the dashed line the GPU's "
+                                   f"memory{marks}. {bars_note(b.runs for b in memory if b.value)}"))  # fmt: skip
+    return found
 
 
 MEMORY_VIEWS = (

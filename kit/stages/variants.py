@@ -11,6 +11,7 @@ from kit.protocol import Case, Protocol
 from kit.reference import metric_label
 from kit.report.cells import has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Row, Section, Table
+from kit.report.stage_common import unmeasured_line
 from kit.stages import unit_of
 from kit.stages.unit import Comparison
 
@@ -29,11 +30,12 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
     section = Section(anchor=comparison.name, title=comparison.title)
     for name in dict.fromkeys(case.variant for case in variants):
         spec = protocol.variants.get(name)
-        rows = []
+        rows, pairs = [], []
         for case in (c for c in variants if c.variant == name):
             unit = unit_of(case)
             metric = unit.headline if unit else None
             twin, variant = run.results.get(case.variant_of), run.results.get(case.id)
+            pairs.append(variant if has_metrics(twin, metric or "") else twin)
             cells = [Cell(text=case.variant_of, tone="mono"), Cell(text=metric_label(metric) if metric else "-")]
             if metric is None or not has_metrics(twin, metric) or not has_metrics(variant, metric):
                 missing = variant if not has_metrics(variant, metric or "") else twin
@@ -46,6 +48,10 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
         notes = [f"{spec.label}: {', '.join(f'{k}={v}' for k, v in spec.env.items())} on top of the twin's environment."] if spec else []
         if run.info.plan.device == "cpu" and spec:
             notes.append(spec.cpu_note + ": the pairs show run-to-run spread only.")
+        collapsed = unmeasured_line(f"{name}: each case without and with the variant", pairs)
+        if collapsed:
+            section.paragraphs += [collapsed, *notes]
+            continue
         section.tables.append(
             Table(
                 caption=f"{name}: each case without and with the variant",

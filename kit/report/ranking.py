@@ -1,0 +1,71 @@
+"""Like with like: which method of a model is the fastest, among methods that do the same work.
+
+Full-parameter training, training over a frozen 4-bit base (Q: its NF4 linears take no weight
+gradients) and adapters (LoRA, QLoRA: only the adapters train) do different work per token, so
+each kind is ranked apart. A method is the fastest of its kind only where its interval (mean ±
+one standard deviation over its runs) clears the next one's; where they overlap, they are tied,
+and single runs, which have no spread, cannot tell a tie from a lead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from kit.protocol import Case
+from kit.reference import format_value
+from kit.report.cells import mean_std, method_label
+from kit.results import Metric, Result
+
+KINDS = {"full": "full-parameter", "quantized": "4-bit base", "adapter": "adapter"}  # LoRA, QLoRA
+
+
+def method_kind(case: Case) -> str:
+    """The kind of training a case's method does (a key of KINDS)."""
+    params = case.params
+    if getattr(params, "peft", "none") != "none":
+        return "adapter"
+    return "quantized" if getattr(params, "quantization", "none") != "none" else "full"
+
+
+def overlap(a: Metric, b: Metric) -> bool:
+    """Whether the intervals mean ± std of two figures meet."""
+    return a.mean - (a.std or 0) <= b.mean + (b.std or 0) and b.mean - (b.std or 0) <= a.mean + (a.std or 0)
+
+
+class Standing(NamedTuple):
+    """The method with the highest mean of its kind, and how it stands to the others, in words."""
+
+    best: Result
+    words: str
+
+
+def standing(results: Iterable[Result], metric: str, kind: str | None = None, name=None) -> Standing | None:
+    """The highest mean of `metric` among `results` (one model, one kind, each valid and ok),
+    "fastest" only where its interval clears the next one's; overlapping intervals are a tie, and
+    single runs, which have none, only give the highest. `kind` names what they are (default: their
+    kind of method), `name` each one (default: its method's letters)."""
+    ranked = sorted(results, key=lambda result: result.metrics[metric].mean, reverse=True)
+    if not ranked:
+        return None
+    best, name = ranked[0], name or (lambda result: method_label(result.case.method))
+    kind = kind or KINDS[method_kind(best.case)]
+    if len(ranked) == 1:
+        return Standing(best, f"the only {kind} measured")
+    top, runner = best.metrics[metric], ranked[1]
+    if any(result.metrics[metric].std is None for result in ranked[:2]):
+        return Standing(best, f"highest {kind} of single runs; next {name(runner)} {format_value(runner.metrics[metric].mean)}")
+    tied = [result for result in ranked[1:] if overlap(top, result.metrics[metric])]
+    if tied:
+        named = ", ".join(f"{name(r)} {mean_std(r.metrics[metric])}" for r in tied[:2])
+        more = f" and {len(tied) - 2} more" if len(tied) > 2 else ""
+        return Standing(best, f"{kind}, tied with {named}{more}")
+    return Standing(best, f"fastest {kind}; next {name(runner)} {mean_std(runner.metrics[metric])}")
+
+
+def by_model_and_kind(results: Iterable[Result]) -> dict[tuple[str | None, str], list[Result]]:
+    """Results grouped by model, then by kind of method, in the order they come."""
+    groups: dict[tuple[str | None, str], list[Result]] = {}
+    for result in results:
+        groups.setdefault((result.case.model, method_kind(result.case)), []).append(result)
+    return groups
