@@ -13,7 +13,7 @@ from kit import output, runner
 from kit.environment import Check
 from kit.protocol import Case
 from kit.results import Result
-from kit.stages import unit_of
+from kit.stages.registry import unit_of
 
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}

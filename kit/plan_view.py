@@ -8,10 +8,8 @@ its columns into unreadable stubs when piped (80 columns).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # `kit list` passes the cases as read from the plan cache (kit.plan_cache)
-    from kit.protocol import Case
+from collections.abc import Sequence
+from typing import Any
 
 
 def duration_text(seconds: float | None) -> str:
@@ -29,9 +27,10 @@ def fitted_label(gpus: int, fitted_from: int | None) -> str | None:
     return None if fitted_from is None else f"fitted: {gpus} of {fitted_from} GPUs"
 
 
-def plan_text(title: str, cases: list[Case], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
+def plan_text(title: str, cases: Sequence[Any], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
               estimates: dict | None = None) -> str:
-    """The cases, one per line; with `finished`, which are done; with `on_host`, each case this
+    """The cases (kit.protocol.Case, or the plan cache's views of them: kit.plan_cache.case_view),
+    one per line; with `finished`, which are done; with `on_host`, each case this
     host cannot run says why (skipped: ...); with `estimates`, how long each will take."""
     header = ["case", "model", "method", "GPUs", "runs", "steps (warm-up + measured)"]
     header += ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)

@@ -86,7 +86,7 @@ from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
-from kit.stages import maxbatch
+from kit.stages.registry import maxbatch
 from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.workloads.profile import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES

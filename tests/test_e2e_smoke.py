@@ -11,7 +11,7 @@ from interrupted import KIT, killed_and_resumed
 from kit.effective import options_of
 from kit.protocol import build_plan, load_protocol
 from kit.results import RunDir
-from kit.stages import unit_of
+from kit.stages.registry import unit_of
 
 pytestmark = pytest.mark.e2e
 

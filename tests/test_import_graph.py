@@ -4,8 +4,9 @@ aggregates each import the others late, inside functions; each stage now has one
 (kit/stages/) that imports the shared maths, never the reverse.
 
 The graph is read from the source with `ast`, without importing anything. Every import counts,
-at the top of a module or inside a function (an import run late is still a dependency), except
-those under `if TYPE_CHECKING:`, which never run. `from a.b import c` depends on the module a.b.c
+at the top of a module, inside a function (an import run late is still a dependency) or under
+`if TYPE_CHECKING:` (a type a module names is a dependency too, though it never runs: a loop of
+those is the same tangle, hidden). `from a.b import c` depends on the module a.b.c
 where there is one, else on a.b; importing a module also runs the `__init__` of each package
 around it, so it depends on those packages too, but for the importer's own packages (already
 being imported when it runs), unless it imports one of them by name.
@@ -30,19 +31,12 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
 
 
-def type_checking_only(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def imported_names(tree: ast.AST, importer: str, is_package: bool) -> set[str]:
     """Every module named by an import in `tree` (relative imports resolved against `importer`)."""
     found: set[str] = set()
     pending = [tree]
     while pending:
         node = pending.pop()
-        if type_checking_only(node):
-            pending += node.orelse
-            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -134,14 +128,15 @@ def test_a_circle_is_found_and_shown():
     assert circles(graph) == [["kit.a", "kit.b", "kit.c", "kit.a"]]
 
 
-def test_imports_inside_functions_count_and_type_checking_ones_do_not():
+def test_imports_inside_functions_and_type_checking_ones_count():
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from kit.report.load import LoadedRun\n"
+        "if TYPE_CHECKING:\n    from kit.report.loaded_run import LoadedRun\n"
         "def f():\n    from kit.metrics import summarize\n"
     )
     found = imported_names(tree, "kit.x", False)
-    assert found == {"typing", "typing.TYPE_CHECKING", "kit.metrics", "kit.metrics.summarize"}
+    assert found == {"typing", "typing.TYPE_CHECKING", "kit.report.loaded_run", "kit.report.loaded_run.LoadedRun",
+                     "kit.metrics", "kit.metrics.summarize"}
 
 
 def test_a_module_depends_on_the_packages_around_what_it_imports():

@@ -27,7 +27,7 @@ from kit.cache import cache_dir
 from kit.execute.node_fingerprint import node_token
 from kit.execute.slurm import SlurmExecutor, configured
 from kit.execute.slurm_script import SlurmOptions
-from kit.stages import unit_of
+from kit.stages.registry import unit_of
 from kit.execute.samples import run_sample
 from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
 from kit.redact import SALT_FILE

@@ -26,7 +26,8 @@ from kit.report.capacity_section import capacity_part
 from kit.report.energy_section import energy_section
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
 from kit.report.forked import in_parallel
-from kit.report.load import LoadedRun, load_run
+from kit.report.load import load_run
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
 from kit.report.sections import (

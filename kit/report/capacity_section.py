@@ -14,7 +14,7 @@ from kit.protocol import Case
 from kit.reference import format_value
 from kit.report import charts
 from kit.report.cells import devices_text, percent
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.results import Result
 from kit.serve.aggregate import RequestTimes, latency_figures

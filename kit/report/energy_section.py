@@ -17,11 +17,11 @@ from kit.energy import (
 from kit.reference import format_value
 from kit.report import charts
 from kit.report.cells import devices_text, mean_std, method_label
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.report.stage_common import bars_note
 from kit.results import Result
-from kit.stages import unit_of
+from kit.stages.registry import unit_of
 
 ENERGY_UNIT = "J/token"
 

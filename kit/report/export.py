@@ -26,7 +26,7 @@ from kit.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
 from kit.report.build import Assessment
 from kit.report.capacity_section import sweep_capacities
 from kit.report.energy_section import token_throughput
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.results import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 from kit.validity import invalid_reasons

@@ -11,7 +11,7 @@ from kit.calibration import Achievable, summary
 from kit.fingerprint import Calibration, Fingerprint, Gpu
 from kit.hardware import load_hardware
 from kit.preflight import Preflight
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
 from kit.results import Result
 from kit.throttling import throttling

@@ -6,8 +6,6 @@ from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from kit import __version__
 from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
 from kit.execute.slurm_jobs import expand_hostlist
@@ -20,42 +18,14 @@ from kit.fingerprint import (
     redaction_token,
     sources_sha256,
 )
-from kit.reference import MeasuredRun, measured_run
+from kit.reference import measured_run
 from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
 from kit.report.forked import in_parallel
-from kit.report.recompute import NOT_STORED, differences
+from kit.report.loaded_run import LoadedFingerprint, LoadedRun
+from kit.stages.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
-from kit.signing import SignatureCheck, check_signature
-
-
-class LoadedFingerprint(BaseModel):
-    """A fingerprint file of the run: the fingerprint, or why there is none."""
-
-    fingerprint: Fingerprint | None = None
-    missing: str | None = None
-
-
-class LoadedRun(BaseModel):
-    """One run directory as the report sections read it; `measured` is what claims are judged on."""
-
-    path: Path
-    info: RunInfo
-    results: dict[str, Result]
-    before: LoadedFingerprint
-    after: LoadedFingerprint
-    nodes: dict[str, LoadedFingerprint] = {}  # Slurm: each node a job ran on, fingerprinted on it (run.json)
-    evidence: list[EvidenceFile]
-    evidence_digest: str
-    signature: SignatureCheck  # against the allowed signers the report was given (kit.signing)
-    hostname: str
-    redacted: bool
-    measured: MeasuredRun
-
-    @property
-    def invalid(self) -> dict[str, list[str]]:
-        """Case id -> why its figures are no measurement (kit.validity), found once when read."""
-        return self.measured.invalid
+from kit.signing import check_signature
 
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:

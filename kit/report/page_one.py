@@ -29,7 +29,7 @@ from kit.report.capacity_section import Capacities
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
 from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.sections import fingerprint_facts, image_section, peak_figures

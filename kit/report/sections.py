@@ -39,7 +39,7 @@ from kit.report.cells import (
 )
 from kit.report.evidence import evidence_groups
 from kit.report.host_state import calibration_text, gpu_settings
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test

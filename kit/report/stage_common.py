@@ -18,7 +18,7 @@ from kit.report.model import Cell, Row, Section, Table
 from kit.results import Result
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
     from kit.stages.unit import Stage
 
 

@@ -8,10 +8,10 @@ from functools import partial
 
 from kit.protocol import Protocol
 from kit.report.forked import in_parallel
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Section
 from kit.report.stage_common import generic_stage, stage_not_run
-from kit.stages import ON_REQUEST, STAGES
+from kit.stages.registry import ON_REQUEST, STAGES
 from kit.stages.megatron import MEGATRON
 from kit.stages.unit import Stage
 from kit.stages.variants import VARIANTS

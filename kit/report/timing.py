@@ -8,7 +8,7 @@ from datetime import datetime
 from kit.estimate import Estimate
 from kit.plan_view import duration_text
 from kit.preflight import Preflight
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
 from kit.results import Result
 

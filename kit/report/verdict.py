@@ -12,13 +12,13 @@ from kit.expectation import ClaimExpectation, expectation_counts
 from kit.protocol import build_plan, load_protocol
 from kit.reference import ClaimOutcome, format_value, verdict_counts
 from kit.report.cells import has_metrics, method_label, with_unit
-from kit.report.load import LoadedRun
+from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
 from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.sections import fingerprint_facts, host_checks, kit_provenance
 from kit.report.stage_common import why_unmeasured
 from kit.results import Result
-from kit.stages import BY_NAME
+from kit.stages.registry import BY_NAME
 
 TONES: dict[str, Tone] = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
 WORDS = {"pass": "pass", "skip": "not checked"}  # a line of checks none of which failed or warned

@@ -21,7 +21,7 @@ from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 
 

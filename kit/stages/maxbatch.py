@@ -26,7 +26,7 @@ from kit.stages.training import train_case_metrics
 from kit.stages.unit import Judgement, Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 
 def trial_case(case: Case, micro_batch: int) -> Case:

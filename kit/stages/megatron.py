@@ -14,7 +14,7 @@ from kit.report.stage_common import unmeasured_line
 from kit.stages.unit import Comparison
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 
 def megatron_case(case: Case) -> bool:

@@ -36,7 +36,7 @@ from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 CPU_IDLE = (
     "GPU idle share: not measurable on a CPU, where operators run synchronously in the calling thread and no "

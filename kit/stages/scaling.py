@@ -24,7 +24,7 @@ from kit.stages.training import train_case_metrics
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 THROUGHPUT = "tokens_per_s"
 

@@ -24,7 +24,7 @@ from kit.serve.aggregate import RequestRecord, RequestTimes
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 Request = TypeVar("Request", bound=RequestTimes)  # a request's row as read: all of it, or its times alone
 

@@ -27,7 +27,7 @@ from kit.telemetry import combine_gpus
 from kit.throttling import limiting_reasons
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 # Figures of a window that NVML gives (absent on a CPU), each compared first against last.
 READINGS = {"sm_clock_mhz": "MHz", "temperature_c": "°C", "power_w": "W"}

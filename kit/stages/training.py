@@ -34,7 +34,7 @@ from kit.results import Metric, Result, RunSample
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 
 def train_run_figures(run: RunSample) -> dict[str, float]:

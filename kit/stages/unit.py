@@ -17,7 +17,7 @@ from kit.results import Metric, RunSample
 
 if TYPE_CHECKING:  # the report reads the units, the units only name its types
     from kit.protocol import Protocol
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
     from kit.report.model import Section
 
 # (case, its runs, the hardware table or None for manifests/hardware.yaml) -> (metrics, notes)

@@ -12,11 +12,11 @@ from kit.reference import metric_label
 from kit.report.cells import has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Row, Section, Table
 from kit.report.stage_common import unmeasured_line
-from kit.stages import unit_of
+from kit.stages.registry import unit_of
 from kit.stages.unit import Comparison
 
 if TYPE_CHECKING:
-    from kit.report.load import LoadedRun
+    from kit.report.loaded_run import LoadedRun
 
 
 def variant_case(case: Case) -> bool:

@@ -2,7 +2,7 @@
 
 SHA256SUMS proves that files did not change after the run; it cannot prove that result.json's
 aggregates are what its samples give (someone could edit a mean and re-hash). So each ok result's
-metrics are computed again, by its stage's unit (kit/stages/) as the runner computed them, from the
+metrics are computed again, by its stage's unit (kit.stages.registry) as the runner computed them, from the
 rank files (runs/<k>/rank-<r>.json) beside it, and a report is refused where a stored figure differs.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from kit.results import RankSample, Result, RunDir, read_model
-from kit.stages import measure, unit_of
+from kit.stages.registry import measure, unit_of
 
 
 NOT_STORED = "is not stored"  # a figure this kit computes that the run did not store
