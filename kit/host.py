@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import kit
-from kit.workloads import WORKLOADS
+from kit.workload_modules import WORKLOADS
 
 if TYPE_CHECKING:  # pydantic's models: `kit list` reads the cases without them (kit.plan_cache)
     from kit.protocol import Case

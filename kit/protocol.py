@@ -369,6 +369,14 @@ class Case(BaseModel):
     does_not_fit: str | None = None  # why the host's GPUs cannot hold the case's model at all, found when fitting
 
     @property
+    def needs_checkpoint(self) -> bool:
+        """Whether the case loads a checkpoint: a serve case, or training that quantises or adds
+        LoRA to a pre-trained model (otherwise training starts from random initialisation)."""
+        if self.workload == "serve":
+            return True
+        return self.workload == "train" and (self.params.quantization != "none" or self.params.peft != "none")
+
+    @property
     def fitted(self) -> str | None:
         """"fitted: 1 of 8 GPUs", wherever a fitted case is shown; None for a case as written."""
         from kit.plan_view import fitted_label

@@ -844,7 +844,7 @@ def serving_gpus(case: Case, host: Host) -> str:
 
 def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
     """One driver process per run (the engine brings its own): one rank sample, world size 1, as
-    kit.serve.session.run_once writes it."""
+    kit.serve.session.run_driver writes it."""
     params = case.params
     if params.engine in UNAVAILABLE_ENGINES:
         locked = host.lock.images[case.image]

@@ -143,3 +143,21 @@ def test_a_module_depends_on_the_packages_around_what_it_imports():
     graph = import_graph()
     assert {"kit.report", "kit.report.cells"} <= graph["kit.stages.training"]
     assert "kit.stages" not in graph["kit.stages.training"]  # its own package
+
+
+# From what runs in a workload process up to the command line: each imports none of those after it,
+# so the code a workload process runs is never the code that launches it, and a serving session
+# is the same wherever an executor places its engine.
+LAYERS = ("kit.workloads", "kit.serve", "kit.execute", "kit.runner", "kit.cli")
+
+
+def test_no_layer_imports_one_above_it():
+    graph = import_graph()
+    upward = sorted(f"{module} -> {needed}" for module, needs in graph.items() for needed in needs
+                    for low, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")
+                    for high in LAYERS[low + 1:] if needed == high or needed.startswith(high + "."))  # fmt: skip
+    assert not upward, "imports of a layer above:\n" + "\n".join(upward)
+
+
+def test_the_host_checks_know_the_workloads_without_importing_them():
+    assert not {name for name in import_graph()["kit.host"] if name.startswith("kit.workloads")}

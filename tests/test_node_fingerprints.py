@@ -19,7 +19,7 @@ from identifying_names import places_naming
 from kit import fingerprint
 from kit.comm import CommSweep, internode_bound
 from kit.execute.node_fingerprint import fingerprint_step, node_token
-from kit.execute.slurm_jobs import expand_hostlist
+from kit.hostlist import expand_hostlist
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
 from kit.fingerprint import REDACTION_SALT_ENV, Gpu, NetworkInfo, RdmaPort
 from kit.redact import Redactor

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from kit.execute.samples import serve_run
 from kit.predictions import concurrency_bound, serving_bounds
 from kit.protocol import load_protocol
 from kit.serve.aggregate import RequestRecord, RequestTimes, aggregate, latency_figures
 from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import ENGINES
 from kit.serve.process import HOST, EngineProcess, free_port
-from kit.serve.session import clean_environment, run_once
+from kit.serve.session import clean_environment
 from kit.serve.slo import DEFAULT_SLO, Judged, Slo, SweepPoint, capacity, judge
 from kit.stages.serve import serve_case_metrics
 
@@ -207,7 +208,7 @@ def small_serve_case(smoke_plan):
 
 def serve_through_stub(case, tmp_path, refuse_every: int):
     with (tmp_path / "log.txt").open("w") as log:
-        return run_once(case, tmp_path / "case", 1, log, StubPlacement(refuse_every))
+        return serve_run(case, tmp_path / "case", 1, log, StubPlacement(refuse_every))
 
 
 def test_requests_an_engine_answers_503_are_data_the_case_reports_their_rate_and_goodput(stub_case, tmp_path):

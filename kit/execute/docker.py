@@ -20,15 +20,15 @@ from pathlib import Path
 
 from kit import images, nccl_tests
 from kit.cache import cache_dir
+from kit.child_process import die_with_parent
 from kit.comm import topology_facts
 from kit.execute.local import launcher_command
 from kit.execute import memory_cap_bytes, processes
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
-from kit.execute.samples import launch_samples
+from kit.execute.samples import launch_samples, serve_run
 from kit.host import gpu_names
 from kit.protocol import Case
 from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
-from kit.serve.process import die_with_parent
 
 NAME = "docker"
 KILL_GRACE_S = 10
@@ -450,9 +450,7 @@ class ContainerPlacement:
 def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
     if case.workload == "serve":
-        from kit.serve.session import run_once as serve_run_once
-
-        return serve_run_once(case, case_dir, index, log, ContainerPlacement(case_dir, index))
+        return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
     return run_launch(case, case_dir, [index], log)[0]
 
 
@@ -484,9 +482,8 @@ def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunS
         image = client.images.get(reference)
     except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
         return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
-    from kit.serve.checkpoints import needs_checkpoint
 
-    if needs_checkpoint(case):  # made first, by the kit's own image: the case's mount of it is read-only
+    if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
         try:
             ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
         except (RuntimeError, docker.errors.DockerException) as exc:

@@ -21,16 +21,16 @@ from pathlib import Path
 
 from kit import nccl_tests
 from kit.cache import torch_extensions_dir
+from kit.child_process import die_with_parent
 from kit.comm import topology_facts
 from kit.execute import memory_cap_bytes, processes
-from kit.execute.samples import launch_samples, run_sample
+from kit.execute.samples import launch_samples, run_sample, serve_run
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, atomic_write_model, utc_now
 from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
-from kit.serve.process import HOST, EngineProcess, die_with_parent, free_port
+from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
-from kit.serve.session import run_once as serve_run_once
 from kit.workloads.forkserver import ForkServer
 from kit.workloads.harness import Unavailable
 
@@ -105,7 +105,7 @@ class LocalPlacement:
 def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
     """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
     if case.workload == "serve":
-        return serve_run_once(case, case_dir, index, log, LocalPlacement())
+        return serve_run(case, case_dir, index, log, LocalPlacement())
     if nccl_tests.runs_binary(case):
         out_dir = case_dir / "runs" / str(index)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kit.protocol import Case
 from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.results import RankSample, RunSample
+from kit.serve.session import Placement, run_driver
 
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors
 # (torn-down collectives) on the others.
@@ -40,6 +42,14 @@ def run_sample(
     if exit_code != 0:
         return sample("error", f"all ranks finished but the launcher exited with {exit_code}; see log.txt")
     return sample("ok")
+
+
+def serve_run(case: Case, case_dir: Path, index: int, log, placement: Placement) -> RunSample:
+    """One independent run of a serve case, wherever its engine is placed: the driver's sample,
+    judged like any other run."""
+    driver, wall_s = run_driver(case, case_dir, index, log, placement)
+    return run_sample(index=index, ranks=[driver], expected_ranks=1, exit_code=0 if driver.status == "ok" else 1,
+                      wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
 
 
 def read_rank_samples(out_dir: Path) -> list[RankSample]:

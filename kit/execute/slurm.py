@@ -32,7 +32,6 @@ from kit.execute.slurm_jobs import (
     SACCT_FORMAT,
     JobState,
     ended_by_slurm,
-    expand_hostlist,
     first_failed_task,
     owner_comment,
     owner_of,
@@ -48,6 +47,7 @@ from kit.execute.slurm_script import (
     node_fingerprint_script,
     pyxis_arguments,
 )
+from kit.hostlist import expand_hostlist
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, SlurmJob, atomic_write_model, utc_now
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kit import __version__
 from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
-from kit.execute.slurm_jobs import expand_hostlist
+from kit.hostlist import expand_hostlist
 from kit.fingerprint import (
     PACKAGE_DIR,
     Fingerprint,

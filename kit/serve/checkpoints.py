@@ -18,15 +18,6 @@ from kit.model_files import model_key
 from kit.protocol import Case
 
 
-def needs_checkpoint(case: Case) -> bool:
-    """Whether the case loads a checkpoint: a serve case, or training that quantises or adds
-    LoRA to a pre-trained model (otherwise training starts from random initialisation)."""
-    if case.workload == "serve":
-        return True
-    params = case.params
-    return case.workload == "train" and (params.quantization != "none" or params.peft != "none")
-
-
 def checkpoint_path(case: Case) -> Path:
     """Where the case's checkpoint lies in the host's cache."""
     return cache_dir() / "checkpoints" / model_key(case.model, case.shape, case.params.seed)

@@ -3,7 +3,6 @@ gracefully, and take its whole process group with it; it dies with the kit (PDEA
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -11,6 +10,8 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from kit.child_process import die_with_parent
 
 HOST = "127.0.0.1"  # engines of this host listen on loopback only: the client runs beside them
 
@@ -27,12 +28,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, 0))
         return probe.getsockname()[1]
-
-
-def die_with_parent() -> None:
-    """Runs in a child before exec: SIGTERM it when the parent (kit) dies, whatever the cause."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

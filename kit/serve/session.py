@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case, ServeParams
-from kit.results import RankSample, RunSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
+from kit.results import RankSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
 from kit.serve.aggregate import aggregate
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
@@ -338,10 +338,9 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     return details
 
 
-def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) -> RunSample:
-    """One independent run of a serve case: the driver's sample, judged like any other run."""
-    from kit.execute.samples import run_sample
-
+def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement) -> tuple[RankSample, float]:
+    """One independent run of a serve case: the driver's sample (whatever happened, never raised)
+    and the run's wall time, for the executor to judge like any other run (kit.execute.samples)."""
     out_dir = case_dir / "runs" / str(index)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -368,8 +367,7 @@ def run_once(case: Case, case_dir: Path, index: int, log, placement: Placement) 
     atomic_write_model(out_dir / "rank-0.json", sample)
     wall_s = time.monotonic() - started
     say(f"=== run {index}: {sample.status} after {wall_s:.1f} s" + (f" ({sample.reason})" if sample.reason else ""))
-    return run_sample(index=index, ranks=[sample], expected_ranks=1, exit_code=0 if sample.status == "ok" else 1,
-                      wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+    return sample, wall_s
 
 
 def clean_environment(*layers: dict[str, str]) -> dict[str, str]:

@@ -4,7 +4,3 @@ This package is the only part of the kit that imports torch, deepspeed, transfor
 bitsandbytes, and only inside the functions that need them: the pure modules here (the
 DeepSpeed config, for instance) stay importable on a host without the frameworks.
 """
-
-# Each workload a case can name, and the module that runs it in the workload process.
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile",
-             "calibrate": "kit.workloads.calibrate"}

@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kit.serve.process import die_with_parent
+from kit.child_process import die_with_parent
 
 # What every CPU training, profiling and comm rank imports; others (peft, Megatron) are imported
 # by the ranks that need them, as before.

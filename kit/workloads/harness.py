@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case, Soak
-from kit.workloads import WORKLOADS
+from kit.workload_modules import WORKLOADS
 from kit.workloads.probe import FRAMEWORKS
 from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from kit.protocol import Case, TrainParams, unavailable_by_design
-from kit.serve.checkpoints import needs_checkpoint
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
 from kit.workloads.harness import Unavailable
 from kit.workloads.observe import CallCounters, effective_options
@@ -91,7 +90,7 @@ def _load_model(case: Case, dtype, device: str, details: dict):
     params: TrainParams = case.params
     placement = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"
     zero3 = params.zero_stage == 3
-    if not needs_checkpoint(case):
+    if not case.needs_checkpoint:
         details["weights"] = "random initialisation"
         if zero3:  # under HfDeepSpeedConfig transformers builds the model inside zero.Init
             return LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
