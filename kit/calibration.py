@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kit.analysis import LlamaShape, mfu
-from kit.comm import bus_bandwidth_gbps
+from kit.collectives import bus_bandwidth_gbps
 from kit.fingerprint import Calibration, MeasuredFigure
 from kit.hardware import Figure, GpuSpec
 from kit.protocol import CalibrateParams, Case

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from kit.marked_breakdown import recorded_breakdown
 from kit.protocol import Case
 from kit.results import Metric, RankSample, RunSample
+from kit.serve.details import ServeDetails
 
 JOULES_PER_TOKEN = "joules_per_token"
 MEAN_POWER_PER_GPU = "mean_power_per_gpu_w"
@@ -47,19 +51,19 @@ def train_interval_tokens(rank: RankSample) -> int:
 
 def serve_interval_tokens(rank: RankSample) -> int:
     """The output tokens of the burst's completed requests (the driver's aggregates)."""
-    try:
-        return int(rank.details["aggregates"]["output_tokens"])
-    except (KeyError, TypeError):
-        raise NoReading("the burst's aggregates are not recorded") from None
+    aggregates = ServeDetails.model_validate(rank.details).aggregates
+    if aggregates is None:
+        raise NoReading("the burst's aggregates are not recorded")
+    return aggregates.output_tokens
 
 
 def profile_interval_tokens(rank: RankSample) -> int:
     """The tokens of a breakdown's plain measured steps (kit/workloads/profile.py samples those)."""
     try:
-        details = rank.details
-        return int(details["micro_batch"]) * int(details["seq_len"]) * len(details["step_ms_per_step"])
-    except (KeyError, TypeError):
+        breakdown = recorded_breakdown(rank.details)
+    except ValidationError:
         raise NoReading("the breakdown's batch and steps are not recorded") from None
+    return breakdown.micro_batch * breakdown.seq_len * len(breakdown.step_ms_per_step)
 
 
 # Workload kind -> the tokens of the interval a rank's telemetry covers.

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from kit.breakdown import PART_GROUPS
+from kit.breakdown import PART_GROUPS, Breakdown
 
 
 class PhaseActivity(BaseModel):
@@ -112,6 +112,12 @@ class MarkedBreakdown(BaseModel):
 def is_marked(details: dict) -> bool:
     """Whether rank details hold a breakdown of the marks (they have instrumented steps)."""
     return "instrumented_step_ms" in details
+
+
+def recorded_breakdown(details: dict) -> Breakdown | MarkedBreakdown:
+    """A profile rank's details, read as the kit that recorded them wrote them (pydantic's
+    ValidationError where they are neither)."""
+    return MarkedBreakdown.model_validate(details) if is_marked(details) else Breakdown.model_validate(details)
 
 
 def marked_figures(breakdown: MarkedBreakdown) -> dict[str, float]:

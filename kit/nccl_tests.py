@@ -3,7 +3,7 @@
 One process drives all the case's GPUs (`-g N`), as nccl-tests runs on one host without MPI;
 no torch and no kit code run beside it. The executor starts the binary (local: a subprocess;
 docker: the comm image with the binary as its command) and keeps its output in the run folder;
-this module, on the host side, gives the command line and reads that output (kit.comm's
+this module, on the host side, gives the command line and reads that output (kit.nccl_tests_output's
 parse_nccl_tests) into the run's rank sample.
 """
 
@@ -13,7 +13,9 @@ import os
 import shutil
 from pathlib import Path
 
-from kit.comm import COLLECTIVES, CommSweep, TopologyFacts, parse_nccl_tests
+from kit.collectives import COLLECTIVES
+from kit.comm_sweep import CommSweep, TopologyFacts
+from kit.nccl_tests_output import parse_nccl_tests
 from kit.protocol import Case
 from kit.results import RankSample, atomic_write_text
 

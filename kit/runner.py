@@ -37,7 +37,8 @@ from kit.results import (
     read_model,
     utc_now,
 )
-from kit.stages.registry import maxbatch, measure, unit_of
+from kit.stages import maxbatch
+from kit.stages.registry import measure, unit_of
 from kit.stages.unit import first_failure
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from kit.predictions import GIB, device_spec, memory_below_weights, predicted_training_memory, training_throughput_bound
 from kit.results import Result
+from kit.serve.details import ServeDetails
 
 
 def _most(result: Result, metric: str) -> float | None:
@@ -58,19 +59,21 @@ def above_serving_bound(result: Result) -> str | None:
 
 
 def above_link_bound(result: Result) -> str | None:
-    """Bus bandwidth above the rate of the links it crossed (kit.comm)."""
+    """Bus bandwidth above the rate of the links it crossed (kit.link_bounds)."""
     fraction = _most(result, "bus_bandwidth_fraction_of_bound")
     return None if fraction is None or fraction <= 1 else f"bus bandwidth {fraction:.3g} × its link's rate: impossible"
 
 
 def tokens_disagree(result: Result) -> str | None:
     """Serving's self-check: the tokens the client counted are the tokens the engine says it made."""
+    if result.case.workload != "serve":
+        return None
     for index, sample in enumerate(result.samples, start=1):
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-        tokens = (driver.details.get("tokens") or {}) if driver else {}
-        counted = (tokens.get("server_counters") or {}).get("generated_tokens")
-        if tokens and counted is not None and not tokens.get("equal"):
-            return (f"self-check failed in run {index}: the client counted {tokens.get('client_counted')} tokens, "
+        tokens = ServeDetails.model_validate(driver.details).tokens if driver else None
+        counted = tokens.server_counters.generated_tokens if tokens else None
+        if counted is not None and not tokens.equal:
+            return (f"self-check failed in run {index}: the client counted {tokens.client_counted} tokens, "
                     f"the engine {counted}")  # fmt: skip
     return None
 

@@ -37,13 +37,9 @@ from kit.breakdown import (
     summarize_steps,
     timeline,
 )
-from kit.comm import (
-    COLLECTIVES,
-    TopologyFacts,
-    bus_bandwidth_factor,
-    message_sizes,
-    parse_nccl_tests,
-)
+from kit.collectives import COLLECTIVES, bus_bandwidth_factor, message_sizes
+from kit.comm_sweep import TopologyFacts
+from kit.nccl_tests_output import parse_nccl_tests
 from kit.environment import evaluate, load_expectations
 from kit.execute import processes
 from kit.execute.samples import run_sample
@@ -86,7 +82,7 @@ from kit.runner import result_of
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
-from kit.stages.registry import maxbatch
+from kit.stages import maxbatch
 from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.workloads.profile import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES

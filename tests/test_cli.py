@@ -28,7 +28,7 @@ def test_importing_the_cli_loads_no_module_a_command_may_not_need():
     that uses them (tests/benchmarks/cli_startup.py measures what that buys)."""
     probe = "import sys, kit.cli; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
-    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.protocol", "kit.analysis", "kit.comm",
+    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.protocol", "kit.analysis", "kit.comm_sweep",
              "kit.metrics", "kit.fingerprint", "kit.runner", "kit.results", "kit.environment", "kit.images"}  # fmt: skip
     assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
 

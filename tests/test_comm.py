@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kit.comm import (
-    CommSweep,
-    TopologyFacts,
-    buffer_layout,
-    bus_bandwidth_factor,
-    bus_bandwidth_gbps,
-    busbw_bound,
-    message_sizes,
-    parse_nccl_tests,
-    parse_nccl_tests_runs,
-)
+from kit.collectives import buffer_layout, bus_bandwidth_factor, bus_bandwidth_gbps, message_sizes
+from kit.comm_sweep import CommSweep, TopologyFacts
+from kit.link_bounds import busbw_bound
+from kit.nccl_tests_output import parse_nccl_tests, parse_nccl_tests_runs
 from kit.hardware import load_hardware
 from kit.results import Metric, RankSample, Result, RunSample
 from kit.stages.comm import comm_case_metrics

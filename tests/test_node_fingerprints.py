@@ -17,7 +17,8 @@ import pytest
 from identifying_names import places_naming
 
 from kit import fingerprint
-from kit.comm import CommSweep, internode_bound
+from kit.comm_sweep import CommSweep
+from kit.link_bounds import internode_bound
 from kit.execute.node_fingerprint import fingerprint_step, node_token
 from kit.hostlist import expand_hostlist
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script

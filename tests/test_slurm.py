@@ -289,7 +289,7 @@ def test_a_two_node_nccl_tests_case_is_one_mpi_rank_per_gpu_started_by_srun(clus
 def test_rank_0s_output_of_a_two_node_job_is_the_runs_sweep_across_nodes(cluster_plan, tmp_path):
     """The recorded output of all_reduce_perf over two 8 x H100 hosts (tests/fixtures/nccl_tests/
     h100x16-two-nodes-all_reduce.source) as the rank-0 log of a job."""
-    from kit.comm import CommSweep
+    from kit.comm_sweep import CommSweep
     from kit.execute.slurm_jobs import JobState
 
     case = next(c for c in cluster_plan.cases if c.id == "comm.all_reduce.g16")

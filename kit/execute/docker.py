@@ -21,7 +21,7 @@ from pathlib import Path
 from kit import images, nccl_tests
 from kit.cache import cache_dir
 from kit.child_process import die_with_parent
-from kit.comm import topology_facts
+from kit.gpu_links import topology_facts
 from kit.execute.local import launcher_command
 from kit.execute import memory_cap_bytes, processes
 from kit.execute.owners import alive, mark_this_process, process_start_ticks

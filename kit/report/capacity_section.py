@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from kit.predictions import ConcurrencyBound
 from kit.protocol import Case
 from kit.reference import format_value
 from kit.report import charts
@@ -18,6 +19,7 @@ from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.results import Result
 from kit.serve.aggregate import RequestTimes, latency_figures
+from kit.serve.details import NoBound, ServeDetails
 from kit.serve.slo import Slo, SweepPoint, capacity, judge
 from kit.serve.sweep import point_folder
 from kit.stages.serve import rows_of
@@ -29,23 +31,24 @@ Capacities = Mapping[str, list[SweepPoint]]  # serve case id -> its sweep's poin
 def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
     """The points of a serve case's sweep, each from its rows in every run, held to `slo`; none
     for a case without a sweep."""
-    pooled: dict[int, tuple[list[RequestTimes], float, list[dict], bool]] = {}
+    pooled: dict[int, tuple[list[RequestTimes], float, list[ConcurrencyBound | NoBound], bool]] = {}
     for sample in result.samples:
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-        for point in ((driver.details.get("sweep") or {}).get("points", []) if driver else []):
-            folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(int(point["concurrency"]))
+        sweep = ServeDetails.model_validate(driver.details).sweep if driver else None
+        for point in sweep.points if sweep else []:
+            folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(point.concurrency)
             rows = rows_of(folder / "requests.jsonl", RequestTimes)
             duration = max((row.ended_at for row in rows if row.ended_at is not None), default=0.0)
-            before = pooled.get(point["concurrency"], ([], 0.0, [], False))
-            pooled[point["concurrency"]] = (before[0] + rows, before[1] + duration, before[2] + [point["bounds"]],
-                                            before[3] or point["cut_short"])  # fmt: skip
+            before = pooled.get(point.concurrency, ([], 0.0, [], False))
+            pooled[point.concurrency] = (before[0] + rows, before[1] + duration, before[2] + [point.bounds],
+                                         before[3] or point.cut_short)  # fmt: skip
     points = []
     for concurrency, (rows, duration, bounds, cut_short) in sorted(pooled.items()):
-        known = [bound["max_output_tokens_per_s"] for bound in bounds if "max_output_tokens_per_s" in bound]
+        known = [bound.max_output_tokens_per_s for bound in bounds if isinstance(bound, ConcurrencyBound)]
         points.append(SweepPoint(
             concurrency=concurrency, figures=latency_figures(rows, duration), judged=judge(rows, duration, slo),
             bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
-            bound_note=next((bound["unavailable"] for bound in bounds if "unavailable" in bound), None),
+            bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
             cut_short=cut_short,
         ))  # fmt: skip
     return points

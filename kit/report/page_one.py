@@ -17,12 +17,12 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from kit.calibration import Achievable, achievable_mfu
-from kit.comm import sweep_bound
+from kit.link_bounds import sweep_bound
 from kit.energy import cost_per_million_tokens
 from kit.expectation import ClaimExpectation, Expecting
 from kit.fingerprint import Calibration
 from kit.hardware import load_hardware
-from kit.predictions import device_spec, serving_bounds, training_throughput_bound
+from kit.predictions import ServingBounds, device_spec, serving_bounds, training_throughput_bound
 from kit.protocol import Case, Protocol
 from kit.reference import ClaimOutcome, Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
 from kit.report.capacity_section import Capacities
@@ -36,6 +36,7 @@ from kit.report.sections import fingerprint_facts, image_section, peak_figures
 from kit.report.stage_common import first_clause
 from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
 from kit.results import Metric, Result
+from kit.serve.details import ServeDetails
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
 from kit.stages.comm import sweep_of
 
@@ -286,9 +287,15 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
 def _ttft_bound_s(result: Result) -> float | None:
     """The least time to first token of a prompt served alone (kit.predictions.serving_bounds),
     as each run's driver recorded it."""
-    bounds = [(rank.details.get("bounds") or {}).get("prefill_one") for sample in result.samples
-              for rank in sample.ranks if rank.rank == 0]  # fmt: skip
-    return statistics.fmean(bound["seconds"] for bound in bounds) if bounds and all(bounds) else None
+    bounds = _burst_bounds(result)
+    return statistics.fmean(bound.prefill_one.seconds for bound in bounds) if bounds and None not in bounds else None
+
+
+def _burst_bounds(result: Result) -> list[ServingBounds | None]:
+    """The roofline each run's driver recorded of its burst; None for a run without one."""
+    found = [ServeDetails.model_validate(rank.details).bounds for sample in result.samples for rank in sample.ranks
+             if rank.rank == 0]  # fmt: skip
+    return [bound if isinstance(bound, ServingBounds) else None for bound in found]
 
 
 def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:
@@ -297,8 +304,7 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> float 
     measured lies below the datasheet."""
     names = [name.strip() for name in _devices(result) for name in name.split(",")]
     measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
-    tokens = [(rank.details.get("bounds") or {}).get("output_tokens") for sample in result.samples for rank in sample.ranks
-              if rank.rank == 0]  # fmt: skip
+    tokens = [bound.output_tokens if bound else None for bound in _burst_bounds(result)]
     if measured_gpu is None or not tokens or None in tokens:
         return None
     found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]

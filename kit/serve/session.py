@@ -30,6 +30,7 @@ from kit.serve.aggregate import aggregate
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
+from kit.serve.details import ServeDetails
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
 from kit.serve.prometheus import ServerCounters, counter_total, parse_samples
@@ -338,6 +339,13 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     return details
 
 
+def recorded(details: dict) -> dict:
+    """The driver's details as rank-0.json keeps them: through their model (kit.serve.details), so
+    that what is written is what every reader reads; a shape the model does not take is the kit's
+    own error, and fails the run rather than writing it."""
+    return ServeDetails.model_validate(details).model_dump(mode="json", exclude_unset=True)
+
+
 def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement) -> tuple[RankSample, float]:
     """One independent run of a serve case: the driver's sample (whatever happened, never raised)
     and the run's wall time, for the executor to judge like any other run (kit.execute.samples)."""
@@ -355,12 +363,12 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
     telemetry = BurstTelemetry(case)
     try:
         details = measure(case, placement, out_dir, say, telemetry)
-        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=details, finished_at=utc_now())
+        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=recorded(details), finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
     except MeasureFailed as exc:
         sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.details.pop("windows", []),
-                            details=exc.details, finished_at=utc_now())  # fmt: skip
+                            details=recorded(exc.details), finished_at=utc_now())  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
     sample.telemetry = telemetry.result

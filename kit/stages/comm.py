@@ -1,5 +1,5 @@
 """The communication stage (paper Sec. VI): each NCCL collective swept over message sizes, as
-nccl-tests measures it (kit.comm parses its output and bounds the bus bandwidth by the link);
+nccl-tests measures it (kit.nccl_tests_output reads its output, kit.link_bounds bounds the bus bandwidth by the link);
 the figures of a run come from rank 0's sweep, the section sets the collectives side by side.
 """
 
@@ -9,7 +9,9 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kit.comm import COLLECTIVES, BusBandwidthBound, CommSweep, internode_bound, sweep_bound
+from kit.collectives import COLLECTIVES
+from kit.comm_sweep import CommSweep
+from kit.link_bounds import BusBandwidthBound, internode_bound, sweep_bound
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
@@ -164,7 +166,7 @@ def _bound_cell(bound: BusBandwidthBound) -> Cell:
 
 
 def comm_section(stage: Stage, run: LoadedRun, protocol: Protocol | None = None) -> Section:
-    """Each collective's bus bandwidth (nccl-tests' definition, kit.comm) beside the bound of the
+    """Each collective's bus bandwidth (nccl-tests' definition, kit.collectives) beside the bound of the
     links it crossed, within a node and across nodes apart, and its sweep over sizes."""
     section = Section(anchor=stage.name, title=stage.title)
     cases = stage_cases(run, stage.name)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
+from kit.predictions import ServingBounds
 from kit.protocol import Case, Protocol
 from kit.regular_files import RUN_FILE_LIMIT, read_regular_text
 from kit.report import charts
@@ -21,6 +22,7 @@ from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.stage_common import bars_note, case_bar, generic_stage, runs_note, stage_cases
 from kit.results import Metric, Result, RunSample, UnreadableRun, first_problem
 from kit.serve.aggregate import RequestRecord, RequestTimes
+from kit.serve.details import NoBound, ServeDetails, SweepDetails
 from kit.stages.unit import Stage
 
 if TYPE_CHECKING:
@@ -31,13 +33,13 @@ Request = TypeVar("Request", bound=RequestTimes)  # a request's row as read: all
 # Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
 # burst), which `aggregate` computed from the run's requests.jsonl rows.
 SERVE_FIGURES = {
-    "request_throughput": ("requests/s", lambda a: a["request_throughput"]),
-    "output_throughput": ("tokens/s", lambda a: a["output_throughput"]),
-    "total_token_throughput": ("tokens/s", lambda a: a["total_token_throughput"]),
-    "duration_s": ("s", lambda a: a["duration_s"]),
-    "error_rate": ("fraction", lambda a: a["errors"] / a["requests"]),
+    "request_throughput": ("requests/s", lambda a: a.request_throughput),
+    "output_throughput": ("tokens/s", lambda a: a.output_throughput),
+    "total_token_throughput": ("tokens/s", lambda a: a.total_token_throughput),
+    "duration_s": ("s", lambda a: a.duration_s),
+    "error_rate": ("fraction", lambda a: a.errors / a.requests),
     **{
-        f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: a[f"{name}_s"][stat])
+        f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: getattr(getattr(a, f"{name}_s"), stat))
         for name in ("ttft", "tpot", "itl", "latency")
         for stat in ("mean", "median", "p90", "p99")
     },
@@ -51,68 +53,69 @@ def serve_case_metrics(
     limited it, short outputs, the roofline bound, a token count the engine disagrees with, and
     the sweep's points (whose figures the report computes from their rows, under the objectives
     it is given: kit.serve.slo)."""
-    driver = [next(rank for rank in run.ranks if rank.rank == 0) for run in runs]
+    driver = [ServeDetails.model_validate(next(rank for rank in run.ranks if rank.rank == 0).details) for run in runs]
     found, notes = {}, []
     for name, (unit, pick) in SERVE_FIGURES.items():
         values = []
-        for rank in driver:
+        for details in driver:
             try:
-                values.append(float(pick(rank.details["aggregates"])))
-            except (KeyError, TypeError):
+                values.append(float(pick(details.aggregates)))
+            except (AttributeError, ZeroDivisionError):  # no aggregates, or no request gave the figure
                 break
         found[name] = summarize(values, unit) if len(values) == len(driver) else None
-    for index, rank in enumerate(driver, start=1):
-        totals = rank.details.get("aggregates") or {}
-        if totals.get("errors"):
-            kinds = ", ".join(f"{count} × {kind}" for kind, count in totals["error_kinds"].items())
-            notes.append(f"run {index}: {totals['errors']} of {totals['requests']} requests failed ({kinds}): the figures "
-                         f"are of the {totals['completed']} that finished; see requests.jsonl")  # fmt: skip
-        verdict = rank.details.get("saturation", {})
-        if verdict.get("client_limited"):
-            notes.append(f"run {index}: the client may have limited throughput: {'; '.join(verdict['reasons'])}")
-        notes += [f"run {index}: {note}" for note in sweep_notes(rank.details.get("sweep"))]
-        short = rank.details.get("short_outputs")
-        if short:
-            notes.append(f"run {index}: {short} requests ended before max_output_tokens (EOS); see requests.jsonl")
-    bounds = [rank.details.get("bounds") or {} for rank in driver]
-    if driver and all("max_output_tokens_per_s" in bound for bound in bounds):
-        found["output_throughput_bound"] = summarize([bound["max_output_tokens_per_s"] for bound in bounds], "tokens/s")
+    for index, details in enumerate(driver, start=1):
+        totals = details.aggregates
+        if totals is not None and totals.errors:
+            kinds = ", ".join(f"{count} × {kind}" for kind, count in totals.error_kinds.items())
+            notes.append(f"run {index}: {totals.errors} of {totals.requests} requests failed ({kinds}): the figures "
+                         f"are of the {totals.completed} that finished; see requests.jsonl")  # fmt: skip
+        if details.saturation is not None and details.saturation.client_limited:
+            notes.append(f"run {index}: the client may have limited throughput: {'; '.join(details.saturation.reasons)}")
+        notes += [f"run {index}: {note}" for note in sweep_notes(details.sweep)]
+        if details.short_outputs:
+            notes.append(f"run {index}: {details.short_outputs} requests ended before max_output_tokens (EOS); see requests.jsonl")
+    bounds = [details.bounds for details in driver]
+    if driver and all(isinstance(bound, ServingBounds) for bound in bounds):
+        found["output_throughput_bound"] = summarize([bound.max_output_tokens_per_s for bound in bounds], "tokens/s")
     elif driver:
-        notes.append(f"output throughput bound: {bounds[0].get('unavailable', 'not computed')}")
-    for index, rank in enumerate(driver, start=1):
-        tokens = rank.details.get("tokens") or {}
-        counters = tokens.get("server_counters") or {}
-        if counters.get("unavailable"):
-            notes.append(f"run {index}: the engine's own token count is unknown: {counters['unavailable']}")
-        elif tokens and not tokens.get("equal"):
-            notes.append(f"run {index}: the client counted {tokens['client_counted']} tokens, the engine "
-                         f"{counters.get('generated_tokens')}: the rows do not match the engine's count")  # fmt: skip
-    engine_note = driver[0].details.get("ignore_eos_note") if driver else None
+        notes.append(f"output throughput bound: {no_bound_reason(driver[0])}")
+    for index, details in enumerate(driver, start=1):
+        tokens = details.tokens
+        if tokens is not None and tokens.server_counters.unavailable:
+            notes.append(f"run {index}: the engine's own token count is unknown: {tokens.server_counters.unavailable}")
+        elif tokens is not None and not tokens.equal:
+            notes.append(f"run {index}: the client counted {tokens.client_counted} tokens, the engine "
+                         f"{tokens.server_counters.generated_tokens}: the rows do not match the engine's count")  # fmt: skip
+    engine_note = driver[0].ignore_eos_note if driver else None
     if engine_note:
         notes.append(engine_note)
     return found, notes
 
 
-def sweep_notes(sweep: dict | None) -> list[str]:
+def sweep_notes(sweep: SweepDetails | None) -> list[str]:
     """What a reader of the sweep's figures must know: points the client may have limited, points
     not measured, a token count the engine disagrees with."""
-    if not sweep:
+    if sweep is None:
         return []
-    limited = [str(point["concurrency"]) for point in sweep["points"] if point["saturation"]["client_limited"]]
+    limited = [str(point.concurrency) for point in sweep.points if point.saturation.client_limited]
     notes = [f"sweep: the client may have limited the points at concurrency {', '.join(limited)} (see each point's "
              "saturation in rank-0.json)"] if limited else []  # fmt: skip
-    stopped = [f"{point['concurrency']} ({point['sent']} of {point['planned']})" for point in sweep["points"]
-               if point["sent"] < point["planned"] and not point["cut_short"]]  # fmt: skip
+    stopped = [f"{point.concurrency} ({point.sent} of {point.planned})" for point in sweep.points
+               if point.sent < point.planned and not point.cut_short]  # fmt: skip
     if stopped:
         notes.append(f"sweep: the points at concurrency {', '.join(stopped)} stopped sending after max_point_s "
-                     f"({sweep['max_point_s']} s)")  # fmt: skip
-    if sweep.get("not_measured"):
-        notes.append(f"sweep: {sweep['not_measured']}")
-    tokens = sweep["tokens"]
-    if not tokens["equal"]:
-        notes.append(f"sweep: the client counted {tokens['client_counted']} tokens, the engine "
-                     f"{tokens['server_counters'].get('generated_tokens')}")  # fmt: skip
+                     f"({sweep.max_point_s} s)")  # fmt: skip
+    if sweep.not_measured:
+        notes.append(f"sweep: {sweep.not_measured}")
+    if not sweep.tokens.equal:
+        notes.append(f"sweep: the client counted {sweep.tokens.client_counted} tokens, the engine "
+                     f"{sweep.tokens.server_counters.generated_tokens}")  # fmt: skip
     return notes
+
+
+def no_bound_reason(details: ServeDetails) -> str:
+    """Why a run's burst has no roofline."""
+    return details.bounds.unavailable if isinstance(details.bounds, NoBound) else "not computed"
 
 
 # The serving table's columns: metric (SERVE_FIGURES) and its heading.
@@ -132,7 +135,7 @@ def _serving_bound(result: Result) -> Cell:
     if result.metrics.get("output_throughput_bound"):
         return metric_cell(result, "output_throughput_bound")
     driver = result.samples[0].ranks[0] if result.samples and result.samples[0].ranks else None
-    reason = ((driver.details.get("bounds") or {}).get("unavailable") if driver else None) or "not computed"
+    reason = no_bound_reason(ServeDetails.model_validate(driver.details)) if driver else "not computed"
     return Cell(text="none", detail=reason, tone="muted")
 
 

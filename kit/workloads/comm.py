@@ -14,18 +14,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kit.comm import (
-    COLLECTIVES,
-    CommRow,
-    CommSweep,
-    Timing,
-    algorithm_bandwidth_gbps,
-    buffer_layout,
-    bus_bandwidth_factor,
-    message_sizes,
-    spread,
-    topology_facts,
-)
+from kit.collectives import COLLECTIVES, algorithm_bandwidth_gbps, buffer_layout, bus_bandwidth_factor, message_sizes
+from kit.comm_sweep import CommRow, CommSweep, Timing, spread
+from kit.gpu_links import topology_facts
 from kit.protocol import Case
 from kit.results import DeviceTelemetry, atomic_write_text
 from kit.workloads.harness import Device
