@@ -44,7 +44,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, computed_field
 
@@ -566,6 +566,33 @@ class OperatorTime(BaseModel):
     device_ms: float
     events: float  # device events (CPU: operator slices) per step
 
+
+
+class ModuleTimes(Protocol):
+    """What part_figures reads of a breakdown: its modules' times (Breakdown, MarkedBreakdown)."""
+
+    modules: Sequence[Any]
+
+    def module(self, name: str) -> Any: ...
+
+
+def part_figures(breakdown: ModuleTimes) -> dict[str, float]:
+    """The paper's parts (PART_GROUPS), attention's two passes and the decoder layers, in seconds,
+    by the same names whichever breakdown measured them (the timeline's, or the marks' of an
+    older run: kit.marked_breakdown)."""
+    parts = {m.name: m for m in breakdown.modules}
+    figures = {}
+    for metric, names in PART_GROUPS.items():
+        found = [parts[name] for name in names if name in parts]
+        if found:
+            figures[metric] = sum(m.total_ms for m in found) / 1e3
+    if "Attention" in parts:
+        figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
+        figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
+    layers = breakdown.module("Decoder layers")
+    if layers is not None:
+        figures["decoder_layers_s"] = layers.total_ms / 1e3
+    return figures
 
 class Breakdown(BaseModel):
     """The details of a profile case's sample: re-validated by the metrics and the report."""

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from kit.breakdown import PART_GROUPS, Breakdown
+from kit.breakdown import Breakdown, part_figures
 
 
 class PhaseActivity(BaseModel):
@@ -129,17 +129,8 @@ def marked_figures(breakdown: MarkedBreakdown) -> dict[str, float]:
         if phase.activity is not None and phase.activity.idle_share is not None:
             figures[f"{phase.name}_idle_share"] = phase.activity.idle_share
             figures[f"{phase.name}_kernel_s"] = phase.activity.kernel_ms / 1e3
-    parts = {m.name: m for m in breakdown.modules}
-    for metric, names in PART_GROUPS.items():
-        found = [parts[name] for name in names if name in parts]
-        if found:
-            figures[metric] = sum(m.total_ms for m in found) / 1e3
-    if "Attention" in parts:
-        figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
-        figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
-    layers = breakdown.module("Decoder layers")
-    if layers is not None:
-        figures["decoder_layers_s"] = layers.total_ms / 1e3
+    figures.update(part_figures(breakdown))
+    if breakdown.module("Decoder layers") is not None:
         figures["blocks_step_s"] = breakdown.blocks_step_ms / 1e3
     figures["instrumented_step_s"] = breakdown.instrumented_step_ms / 1e3
     figures["other_s"] = breakdown.other_ms / 1e3

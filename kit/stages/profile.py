@@ -12,11 +12,11 @@ from kit.analysis import achieved_tflops, mfu, model_flops_per_token
 from kit.breakdown import (
     ACCOUNTED_TOLERANCE,
     LAUNCH_BOUND_IDLE,
-    PART_GROUPS,
     PHASES,
     PROFILER_OVERHEAD_LIMIT,
     Breakdown,
     launch_bound,
+    part_figures,
 )
 from kit.hardware import HardwareTable, peak_tflops
 from kit.marked_breakdown import (
@@ -60,17 +60,7 @@ def breakdown_figures(breakdown: Breakdown) -> dict[str, float]:
             figures[f"{phase.name}_idle_share"] = phase.idle_share
         if phase.host_ms is not None:
             figures[f"{phase.name}_host_s"] = phase.host_ms / 1e3
-    parts = {m.name: m for m in breakdown.modules}
-    for metric, names in PART_GROUPS.items():
-        found = [parts[name] for name in names if name in parts]
-        if found:
-            figures[metric] = sum(m.total_ms for m in found) / 1e3
-    if "Attention" in parts:
-        figures["attention_forward_s"] = parts["Attention"].forward_ms / 1e3
-        figures["attention_backward_s"] = parts["Attention"].backward_ms / 1e3
-    layers = breakdown.module("Decoder layers")
-    if layers is not None:
-        figures["decoder_layers_s"] = layers.total_ms / 1e3
+    figures.update(part_figures(breakdown))
     figures["device_busy_s"] = breakdown.busy_ms / 1e3
     figures["traced_step_s"] = breakdown.traced_step_ms / 1e3
     figures["profiler_overhead"] = breakdown.profiler_overhead
