@@ -1,6 +1,6 @@
 """One pre-training step dissected on the device's own timeline (paper Tables V-VIII).
 
-The profile workload (kit/workloads/profile.py) runs plain steps, timed at their phase edges
+The profile workload (kit/workloads/step_timeline.py) runs plain steps, timed at their phase edges
 only, then profiled steps recorded by torch.profiler, in which each phase (`kit::forward`,
 `kit::backward`, `kit::optimizer`) and each module of the paper is a profiler range
 (`kit::module::<qualified name>`; `kit::call::<part>` for RoPE, Attention and the loss, which are

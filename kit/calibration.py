@@ -17,8 +17,8 @@ from kit.collectives import bus_bandwidth_gbps
 from kit.fingerprint import Calibration, MeasuredFigure
 from kit.hardware import Figure, GpuSpec
 from kit.protocol import CalibrateParams, Case
-from kit.reference import format_value
 from kit.results import RankSample, RunSample
+from kit.units import format_value
 
 # Sizes of the measurements. A copy and a transfer large enough to leave every cache (tens of MB)
 # far behind; on a CPU a smaller copy, so that the measurement takes a second. The all-reduce:

@@ -377,7 +377,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         plan = load_plan(profile, host)
         soaking = []
         if soak_minutes:
-            from kit.soak import with_soak
+            from kit.soak_plan import with_soak
 
             plan, soaking = with_soak(plan, host, soak_minutes)
             if not soaking:

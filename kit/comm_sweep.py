@@ -1,5 +1,5 @@
 """A comm case's sweep as a rank records it: one row per collective and size, with its timing,
-and the GPU links it crossed. The in-process measurement (kit/workloads/comm.py) and nccl-tests'
+and the GPU links it crossed. The in-process measurement (kit/workloads/collective_sweep.py) and nccl-tests'
 output (kit.nccl_tests_output) both give these rows; the comm stage reads them
 (kit/stages/comm.py). No torch here.
 """

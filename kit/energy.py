@@ -7,7 +7,7 @@ summed over the case's GPUs, divided by the tokens of that interval:
   the tokens are each rank's tokens per step times its measured steps, summed over ranks.
 - serve: the burst, on every GPU the engine runs on (kit/serve/session.py); the tokens are the
   output tokens of the burst's completed requests, those `output_throughput` counts.
-- profile: the breakdown's plain measured steps (kit/workloads/profile.py); micro-batch x
+- profile: the breakdown's plain measured steps (kit/workloads/step_timeline.py); micro-batch x
   sequence x those steps.
 Mean power per GPU: the mean over the case's GPUs of each GPU's mean power over the interval.
 Each figure is computed per run and summarised over runs like every other metric. Where a run
@@ -58,7 +58,7 @@ def serve_interval_tokens(rank: RankSample) -> int:
 
 
 def profile_interval_tokens(rank: RankSample) -> int:
-    """The tokens of a breakdown's plain measured steps (kit/workloads/profile.py samples those)."""
+    """The tokens of a breakdown's plain measured steps (kit/workloads/step_timeline.py samples those)."""
     try:
         breakdown = recorded_breakdown(rank.details)
     except ValidationError:

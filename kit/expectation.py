@@ -35,33 +35,23 @@ from typing import Literal
 from pydantic import BaseModel
 
 from kit.calibration import Achievable
+from kit.claims import EVALUATORS, ClaimContext, Reading, RelationOutcome, judge, median_spread, quantised
 from kit.hardware import GpuSpec, HardwareTable, load_hardware
+from kit.measured_run import MeasuredRun, platform_mismatch
 from kit.reference import (
-    EVALUATORS,
-    TIMES,
     Claim,
-    ClaimContext,
-    MeasuredRun,
     OrderingRelation,
     PlatformRatioRelation,
     Published,
     RatioRelation,
-    Reading,
     Reference,
     Relation,
-    RelationOutcome,
     ScalingEfficiencyRelation,
     ShareRelation,
     ValueRelation,
-    convert,
-    format_value,
-    judge,
-    median_spread,
-    metric_label,
-    platform_mismatch,
-    quantised,
     relation_platforms,
 )
+from kit.units import TIMES, convert, format_value, metric_label
 
 # "paper verdict": the host is the claim's platform (or the claim is about any GPU), so the
 # claim's own verdict is the judgement and the expectation is shown for information.

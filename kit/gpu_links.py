@@ -17,9 +17,9 @@ def _nvidia_smi(*args: str) -> str:
 
 
 def topology_facts(ranks: int) -> TopologyFacts:
-    """The topology class of the host (kit.fingerprint's reading of `nvidia-smi topo -m`) and
+    """The topology class of the host (kit.nvidia_topology's reading of `nvidia-smi topo -m`) and
     the slowest maximum PCIe link of its first `ranks` GPUs; what cannot be read is said."""
-    from kit.fingerprint import classify_topology, parse_topology_matrix
+    from kit.nvidia_topology import classify_topology, parse_topology_matrix
 
     facts = TopologyFacts()
     try:

@@ -1,6 +1,6 @@
 """This host, as far as planning needs it: its GPUs, found cheaply (NVML, else `nvidia-smi -L`),
 and why a case cannot be attempted here. Kept light, as every command asks it before doing
-anything; the full inventory is kit.fingerprint's.
+anything; the full inventory is kit.fingerprint_collection's.
 """
 
 from __future__ import annotations

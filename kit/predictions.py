@@ -69,7 +69,7 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
     flash = params.attention == "flash_attention_2"
     if params.kind == "profile":
         # The profile step is plain torch AdamW on the parameters as loaded: its two states take
-        # the parameters' dtype, and there is no fp32 master copy (kit/workloads/profile.py).
+        # the parameters' dtype, and there is no fp32 master copy (kit/workloads/step_timeline.py).
         memory = training_memory_per_gpu(
             case.shape, world_size=1, zero_stage=0, micro_batch=params.micro_batch,
             seq_len=params.seq_len, recompute=params.recompute, flash_attention=flash,
@@ -132,7 +132,7 @@ def describe_memory(prediction: MemoryPrediction) -> str:
 
 
 def _megatron_memory(case: Case, element: int, optimizer_bytes: float) -> MemoryPrediction:
-    """megatron-core as kit/workloads/megatron.py configures it: its distributed optimizer shards
+    """megatron-core as kit/workloads/megatron_train.py configures it: its distributed optimizer shards
     the fp32 main weights and Adam states over the data-parallel ranks (as ZeRO-1 does), and the
     gradients live whole in an fp32 buffer (grad_reduce_in_fp32)."""
     params = case.params

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from kit.cache import cache_dir, drop_oldest
-from kit.fingerprint import ImageProbe, read_probe_output
+from kit.fingerprint import ImageProbe
+from kit.fingerprint_collection import read_probe_output
 from kit.host import run_command
 from kit.regular_files import MiB, read_regular
 

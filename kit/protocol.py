@@ -92,7 +92,7 @@ class StepParams(CaseParams):
 
 class Soak(Strict):
     """A case measured for `seconds` on end, in windows of `window_s` each with its throughput,
-    clocks and temperature (kit run --soak, kit/soak.py): whether a server holds its speed."""
+    clocks and temperature (kit run --soak, kit/soak_plan.py): whether a server holds its speed."""
 
     seconds: float = Field(gt=0)
     window_s: float = Field(gt=0)
@@ -134,7 +134,7 @@ class TrainParams(StepParams):
     tensor_parallel: int = Field(default=1, gt=0)
     # Set on a max-batch case (stage maxbatch): its runs are the search's trials.
     max_batch_search: MaxBatchSearch | None = None
-    soak: Soak | None = None  # set on a soak case (kit/soak.py): its one run measures windows for that long
+    soak: Soak | None = None  # set on a soak case (kit/soak_plan.py): its one run measures windows for that long
     # CPU only: each of the case's processes may hold this much data (RLIMIT_DATA, which counts
     # the anonymous mappings torch's allocator takes), so that a real out-of-memory bounds a CPU
     # run as a GPU's memory bounds a GPU one. A GPU case is bounded by its GPU.
@@ -194,7 +194,7 @@ class ServeParams(CaseParams):
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
-    soak: Soak | None = None  # set on a soak case (kit/soak.py): bursts one after another for that long
+    soak: Soak | None = None  # set on a soak case (kit/soak_plan.py): bursts one after another for that long
 
 
 class CommParams(CaseParams):

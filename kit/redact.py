@@ -24,7 +24,7 @@ from kit.atomic_write import atomic_write_bytes, atomic_write_text
 from kit.cache import cache_dir
 from kit.execute.node_fingerprint import CHECK_MARKS
 from kit.hostlist import expand_hostlist
-from kit.fingerprint import REDACTION_SALT_ENV, redaction_salt, redaction_token
+from kit.redaction_tokens import REDACTION_SALT_ENV, redaction_salt, redaction_token
 from kit.results import Result, RunInfo
 
 SALT_FILE = "redaction-salt"

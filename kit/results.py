@@ -84,7 +84,7 @@ class DeviceTelemetry(BaseModel):
 
 
 class SoakWindow(BaseModel):
-    """One window of a soak (kit/soak.py): when it began (seconds after the soak began), the
+    """One window of a soak (kit/soak_plan.py): when it began (seconds after the soak began), the
     seconds it measured, the tokens this process produced in them (a training rank's, or a
     burst's output tokens), a training rank's steps, and NVML's view of the window."""
 

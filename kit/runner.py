@@ -16,13 +16,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kit import effective
-from kit.execute.choice import choose as choose_executor
 from kit.environment import Check, drift, evaluate, load_expectations
 from kit.estimate import RUNS_ROOT
-from kit.fingerprint import Calibration, Fingerprint, collect
-from kit.probe_cache import probe_this_python
+from kit.execute.choice import choose as choose_executor
+from kit.fingerprint import Calibration, Fingerprint
+from kit.fingerprint_collection import collect
 from kit.host import Host, skip_reason
 from kit.preflight import Preflight
+from kit.probe_cache import probe_this_python
 from kit.protocol import Case, Plan, unavailable_by_design
 from kit.results import (
     SUMS_FILE,

@@ -5,5 +5,5 @@ Apart from kit.protocol and the workloads package, so that the host's checks (ki
 `kit list` runs on the plan cache's cases) know them without importing pydantic or a framework.
 """
 
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.comm", "profile": "kit.workloads.profile",
+WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.collective_sweep", "profile": "kit.workloads.step_timeline",
              "calibrate": "kit.workloads.calibrate"}

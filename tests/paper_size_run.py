@@ -39,7 +39,6 @@ from kit.breakdown import (
 )
 from kit.collectives import COLLECTIVES, bus_bandwidth_factor, message_sizes
 from kit.comm_sweep import TopologyFacts
-from kit.nccl_tests_output import parse_nccl_tests
 from kit.environment import evaluate, load_expectations
 from kit.execute import processes
 from kit.execute.samples import run_sample
@@ -58,6 +57,7 @@ from kit.fingerprint import (
 )
 from kit.hardware import load_hardware, peak_tflops
 from kit.images import load_lock
+from kit.nccl_tests_output import parse_nccl_tests
 from kit.predictions import (
     device_memory_bytes,
     predicted_oom,
@@ -84,7 +84,7 @@ from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
 from kit.stages import maxbatch
 from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
-from kit.workloads.profile import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
+from kit.workloads.step_timeline import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
@@ -319,7 +319,7 @@ def options_in_effect(case: Case) -> dict:
         "quantization": effective.quantization(effective.expected_quantized_modules(case), DTYPES[params.dtype],
                                                [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case)),
         "lora": effective.lora(effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank),
-        "framework": EffectiveOption(  # as kit/workloads/megatron.py reports megatron-core's engine
+        "framework": EffectiveOption(  # as kit/workloads/megatron_train.py reports megatron-core's engine
             requested=f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
             observed=f"DistributedDataParallel over GPTModel, tensor parallel {params.tensor_parallel}, data parallel "
                      f"{case.gpus // params.tensor_parallel}, ChainedOptimizer of DistributedOptimizer",

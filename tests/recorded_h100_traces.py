@@ -14,7 +14,7 @@ from typing import NamedTuple
 from kit.breakdown import Breakdown, summarize_steps, timeline
 from kit.marked_breakdown import MarkedBreakdown
 from kit.results import RankSample, Result
-from kit.workloads.profile import METHOD, PROFILERS, TIMERS
+from kit.workloads.step_timeline import METHOD, PROFILERS, TIMERS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = ("profile.llama2-7b.base.g1", "profile.llama2-7b.r.g1.b16")

@@ -344,22 +344,22 @@ def tiny_recorded(tmp_path_factory, smoke_plan) -> TinyRecording:
     and the backward pass's autograd nodes, so every node must be named by the module calls'
     sequence numbers), then two with every operator, as on a CPU."""
     torch = pytest.importorskip("torch")
-    from kit.workloads import profile
+    from kit.workloads import step_timeline
 
     torch.manual_seed(0)
     case = case_of(smoke_plan, "profile.tiny-llama.r.g1.b16")
-    ranges = profile.RecomputeRanges()
-    model, _ = profile._build_model(case, ranges)
+    ranges = step_timeline.RecomputeRanges()
+    model, _ = step_timeline._build_model(case, ranges)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     batches = [torch.randint(0, case.shape.vocab_size, (2, 16))]
-    step = profile.ProfileStep(model, optimizer, batches, profile.Clock("cpu"), lambda: None)
+    step = step_timeline.ProfileStep(model, optimizer, batches, step_timeline.Clock("cpu"), lambda: None)
     step.run()
     plain = [step.walls(step.run()) for _ in range(2)]
     folder = tmp_path_factory.mktemp("trace")
     traces = []
     for scoped in (True, False):
         path = folder / f"trace-{scoped}.json.gz"
-        recorded_by = profile.record_trace(step, model, "cpu", path, 2, scoped=scoped, recompute_ranges=ranges)
+        recorded_by = step_timeline.record_trace(step, model, "cpu", path, 2, scoped=scoped, recompute_ranges=ranges)
         with gzip.open(path, "rt") as handle:
             traces.append((recorded_by, json.load(handle)))
     return TinyRecording(case, plain, *traces)

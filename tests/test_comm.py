@@ -10,9 +10,9 @@ import pytest
 
 from kit.collectives import buffer_layout, bus_bandwidth_factor, bus_bandwidth_gbps, message_sizes
 from kit.comm_sweep import CommSweep, TopologyFacts
+from kit.hardware import load_hardware
 from kit.link_bounds import busbw_bound
 from kit.nccl_tests_output import parse_nccl_tests, parse_nccl_tests_runs
-from kit.hardware import load_hardware
 from kit.results import Metric, RankSample, Result, RunSample
 from kit.stages.comm import comm_case_metrics
 from kit.stages.scaling import scaling_rows

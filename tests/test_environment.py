@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit import environment, fingerprint
+from kit import environment, fingerprint_collection, redaction_tokens
 from kit.environment import comparable, drift, evaluate, load_expectations
 from kit.fingerprint import (
     ContainerRuntime,
@@ -29,10 +29,9 @@ from kit.fingerprint import (
     NvLinkState,
     RdmaPort,
     Topology,
-    classify_topology,
-    parse_topology_matrix,
 )
 from kit.manifest import ManifestError
+from kit.nvidia_topology import classify_topology, parse_topology_matrix
 
 ROOT = Path(__file__).parent.parent
 TOPO = Path(__file__).parent / "fixtures" / "topo"
@@ -270,7 +269,7 @@ def test_cpu_governor_other_than_performance_warns(expectations):
 
 
 def test_host_without_gpus_skips_the_gpu_checks_with_the_reason(expectations):
-    here = fingerprint.collect()
+    here = fingerprint_collection.collect()
     checks = evaluate(here, expectations, expected_gpus=None)
     assert not [check for check in checks if check.status == "fail"]
     same_model = by_name(checks)["gpus_same_model"]
@@ -278,7 +277,7 @@ def test_host_without_gpus_skips_the_gpu_checks_with_the_reason(expectations):
 
 
 def test_host_without_gpus_fails_a_gpu_profile(expectations):
-    check = by_name(evaluate(fingerprint.collect(), expectations, 8))["gpu_count_matches_profile"]
+    check = by_name(evaluate(fingerprint_collection.collect(), expectations, 8))["gpu_count_matches_profile"]
     assert check.status == "fail" and "NVML not available" in check.observed
 
 
@@ -320,8 +319,8 @@ def test_a_gpu_that_vanished_is_drift():
 
 
 def test_redacted_fingerprints_of_one_run_match_gpus_by_token():
-    before = fingerprint.redact_identifiers(h20_host(), b"run")
-    after = fingerprint.redact_identifiers(with_gpu(h20_host(), 4, ecc_uncorrected_aggregate=3), b"run")
+    before = redaction_tokens.redact_identifiers(h20_host(), b"run")
+    after = redaction_tokens.redact_identifiers(with_gpu(h20_host(), 4, ecc_uncorrected_aggregate=3), b"run")
     [finding] = drift(before, after)
     assert finding.kind == "ecc_errors_appeared" and "GPU-h20" not in finding.gpu
 

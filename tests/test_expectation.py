@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit.claims import evaluate_claims
 from kit.expectation import expect_claims, expectation_counts
-from kit.reference import evaluate_claims, load_reference, reference_path
-from kit.report.sections import claims_table
+from kit.reference import load_reference, reference_path
+from kit.report.claims_section import claims_table
 from kit.results import Result
 from test_reference import RTX4090, claim, result, run_on
 

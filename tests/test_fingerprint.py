@@ -15,14 +15,9 @@ from pathlib import Path
 import pytest
 
 import kit
-from kit import fingerprint, host
-from kit.fingerprint import (
-    Fingerprint,
-    Gpu,
-    TopologyParseError,
-    classify_topology,
-    parse_topology_matrix,
-)
+from kit import clock_events, fingerprint_collection, host, host_facts, kit_source, redaction_tokens
+from kit.fingerprint import Fingerprint, Gpu
+from kit.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.workloads import probe
 
 TOPO = Path(__file__).parent / "fixtures" / "topo"
@@ -160,18 +155,18 @@ def test_truncated_matrix_is_a_parse_error():
 
 
 def test_clock_event_reason_mask_is_named_bit_by_bit():
-    assert fingerprint.decode_clock_event_reasons(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
-    assert fingerprint.decode_clock_event_reasons(0) == []
+    assert clock_events.decode_clock_event_reasons(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
+    assert clock_events.decode_clock_event_reasons(0) == []
 
 
 def test_unknown_clock_event_bits_stay_visible():
-    assert fingerprint.decode_clock_event_reasons(0x4 | 0x400) == ["sw_power_cap",
+    assert clock_events.decode_clock_event_reasons(0x4 | 0x400) == ["sw_power_cap",
                                                                   "unknown_bits_0x400"]
 
 
 def test_cuda_driver_version_is_decoded():
-    assert fingerprint.cuda_version_text(12040) == "12.4"
-    assert fingerprint.cuda_version_text(11080) == "11.8"
+    assert host_facts.cuda_version_text(12040) == "12.4"
+    assert host_facts.cuda_version_text(11080) == "11.8"
 
 
 def test_nvidia_smi_list_gives_gpu_names_and_skips_mig_devices():
@@ -202,30 +197,30 @@ cpu cores\t: 2
 
 
 def test_cpuinfo_gives_model_sockets_and_cores():
-    cpu = fingerprint.parse_cpuinfo(CPUINFO)
+    cpu = host_facts.parse_cpuinfo(CPUINFO)
     assert (cpu.model, cpu.sockets, cpu.physical_cores, cpu.logical_cpus) == ("AMD EPYC", 1, 2, 2)
 
 
 def test_hyperthreads_of_one_core_count_once():
     siblings = CPUINFO.replace("core id\t\t: 1", "core id\t\t: 0")
-    assert fingerprint.parse_cpuinfo(siblings).physical_cores == 1
+    assert host_facts.parse_cpuinfo(siblings).physical_cores == 1
 
 
 def test_meminfo_total_is_in_bytes():
-    assert fingerprint.parse_meminfo_total("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == (
+    assert host_facts.parse_meminfo_total("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == (
         24684084 * 1024)
 
 
 def test_os_release_pretty_name():
     text = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
-    assert fingerprint.parse_os_release(text) == "Debian GNU/Linux 12 (bookworm)"
+    assert host_facts.parse_os_release(text) == "Debian GNU/Linux 12 (bookworm)"
 
 
 @pytest.mark.parametrize(("rate", "gbps"), [("400 Gb/sec (4X NDR)", 400.0),
                                             ("100 Gb/sec (4X EDR)", 100.0),
                                             ("2.5 Gb/sec (1X SDR)", 2.5)])
 def test_infiniband_rate_in_gbps(rate, gbps):
-    assert fingerprint.parse_ib_rate(rate) == gbps
+    assert host_facts.parse_ib_rate(rate) == gbps
 
 
 def test_rdma_ports_are_read_from_sysfs(tmp_path):
@@ -235,7 +230,7 @@ def test_rdma_ports_are_read_from_sysfs(tmp_path):
     for name, value in {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
                         "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}.items():
         (port / name).write_text(value + "\n")
-    network = fingerprint.read_rdma_ports(tmp_path)
+    network = fingerprint_collection.read_rdma_ports(tmp_path)
     assert network.unavailable is None
     [rdma] = network.rdma_ports
     assert (rdma.device, rdma.port, rdma.state, rdma.physical_state, rdma.rate_gbps,
@@ -243,7 +238,7 @@ def test_rdma_ports_are_read_from_sysfs(tmp_path):
 
 
 def test_host_without_rdma_devices_says_so(tmp_path):
-    network = fingerprint.read_rdma_ports(tmp_path / "infiniband")
+    network = fingerprint_collection.read_rdma_ports(tmp_path / "infiniband")
     assert network.rdma_ports == [] and "does not exist" in network.unavailable
 
 
@@ -251,7 +246,7 @@ def test_a_docker_engine_that_does_not_answer_is_recorded_with_the_sdks_reason(m
     import docker
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
-    runtime = fingerprint._collect_container_runtime()
+    runtime = fingerprint_collection._collect_container_runtime()
     assert runtime.docker_server_version is None and runtime.runtimes == []
     assert runtime.docker_client_version == docker.__version__
     assert runtime.unreadable["docker"].startswith("DockerException: Error while fetching server API version")
@@ -262,12 +257,12 @@ def test_docker_info_lists_the_nvidia_runtime():
     info = json.loads('{"ServerVersion":"28.2.2","Runtimes":{"io.containerd.runc.v2":{"path":"runc"},'
                       '"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},'
                       '"DefaultRuntime":"runc"}')
-    assert fingerprint.docker_runtimes(info) == (["io.containerd.runc.v2", "nvidia", "runc"], "runc")
+    assert host_facts.docker_runtimes(info) == (["io.containerd.runc.v2", "nvidia", "runc"], "runc")
 
 
 def test_container_toolkit_version_is_found():
     output = "NVIDIA Container Toolkit CLI version 1.14.3\ncommit: 53b24618a542025b108239fe602e66e912b7d6e2\n"
-    assert fingerprint.parse_toolkit_version(output) == "1.14.3"
+    assert host_facts.parse_toolkit_version(output) == "1.14.3"
 
 
 # --- kit identity ----------------------------------------------------------------------------
@@ -295,18 +290,18 @@ def test_workload_hash_changes_with_an_edit_or_a_rename(tmp_path):
 
 
 def hashed(directory: Path) -> str:
-    return fingerprint.sources_sha256(directory, directory.glob("*.py"))
+    return kit_source.sources_sha256(directory, directory.glob("*.py"))
 
 
 def test_the_measuring_code_is_the_workloads_and_every_module_the_metrics_are_computed_with():
-    names = {path.relative_to(fingerprint.PACKAGE_DIR).as_posix() for path in fingerprint.measuring_sources()}
-    assert {"workloads/train.py", "workloads/harness.py", "metrics.py", "comm.py", "serve/aggregate.py", "analysis.py",
+    names = {path.relative_to(kit_source.PACKAGE_DIR).as_posix() for path in kit_source.measuring_sources()}
+    assert {"workloads/train.py", "workloads/harness.py", "metrics.py", "collectives.py", "serve/aggregate.py", "analysis.py",
             "stages/training.py", "stages/maxbatch.py", "stages/comm.py", "stages/serve.py", "stages/profile.py"} <= names  # fmt: skip
-    assert not names & {"cli.py", "report/render.py", "report/stage_common.py", "reference.py", "console.py"}
+    assert not names & {"cli.py", "report/render.py", "report/stage_common.py", "reference.py", "claims.py", "units.py", "console.py"}
 
 
 def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_clean():
-    info = fingerprint.kit_info()
+    info = kit_source.kit_info()
     assert set(info.manifests_sha256) >= {"protocol.yaml", "hardware.yaml", "images.lock.yaml"}
     assert len(info.source_sha256) == 64 and info.workload_files and isinstance(info.dirty, bool)
 
@@ -316,7 +311,7 @@ def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_c
 
 def fingerprint_with_gpus() -> Fingerprint:
     # Identifiers as `nvidia-smi -q` prints them for an H800 (UUID, serial number).
-    fp = fingerprint.collect()
+    fp = fingerprint_collection.collect()
     gpus = [Gpu(index=0, name="NVIDIA H800", uuid="GPU-34bf77d1-c686-6821-79a8-32d326c5039c",
                 serial="1651323018291")]
     return fp.model_copy(update={
@@ -326,7 +321,7 @@ def fingerprint_with_gpus() -> Fingerprint:
 
 
 def test_redaction_removes_hostname_uuid_and_serial():
-    redacted = fingerprint.redact_identifiers(fingerprint_with_gpus(), b"salt")
+    redacted = redaction_tokens.redact_identifiers(fingerprint_with_gpus(), b"salt")
     text = redacted.model_dump_json()
     assert redacted.redacted
     for identifier in ("gpu21005", "34bf77d1", "1651323018291"):
@@ -335,15 +330,15 @@ def test_redaction_removes_hostname_uuid_and_serial():
 
 def test_redaction_tokens_are_stable_for_one_salt_and_differ_across_salts():
     fp = fingerprint_with_gpus()
-    first = fingerprint.redact_identifiers(fp, b"run-1")
-    again = fingerprint.redact_identifiers(fp, b"run-1")
-    other = fingerprint.redact_identifiers(fp, b"run-2")
+    first = redaction_tokens.redact_identifiers(fp, b"run-1")
+    again = redaction_tokens.redact_identifiers(fp, b"run-1")
+    other = redaction_tokens.redact_identifiers(fp, b"run-2")
     assert first.host.hostname == again.host.hostname != other.host.hostname
     assert first.gpus.gpus[0].uuid == again.gpus.gpus[0].uuid != other.gpus.gpus[0].uuid
 
 
 def test_collect_with_redaction_gives_the_same_host_token_within_a_run():
-    first, second = fingerprint.collect(redact=True), fingerprint.collect(redact=True)
+    first, second = fingerprint_collection.collect(redact=True), fingerprint_collection.collect(redact=True)
     assert first.host.hostname == second.host.hostname != socket.gethostname()
 
 
@@ -352,7 +347,7 @@ def test_collect_with_redaction_gives_the_same_host_token_within_a_run():
 
 @pytest.fixture(scope="module")
 def here() -> Fingerprint:
-    return fingerprint.collect()
+    return fingerprint_collection.collect()
 
 
 def test_collect_without_nvml_records_why_there_are_no_gpus(here):
@@ -374,10 +369,10 @@ def test_collect_describes_the_host(here):
 
 def test_collect_names_the_kit_and_hashes_its_workloads(here):
     assert here.kit.version == kit.__version__
-    measuring = fingerprint.measuring_sources()
-    assert here.kit.workload_sources_sha256 == fingerprint.sources_sha256(fingerprint.PACKAGE_DIR, measuring)
+    measuring = kit_source.measuring_sources()
+    assert here.kit.workload_sources_sha256 == kit_source.sources_sha256(kit_source.PACKAGE_DIR, measuring)
     assert "workloads/probe.py" in here.kit.workload_files and "metrics.py" in here.kit.workload_files
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=fingerprint.PACKAGE_DIR)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=kit_source.PACKAGE_DIR)
     assert here.kit.git_commit == head.stdout.strip() and "git_commit" not in here.kit.unreadable
 
 
@@ -393,7 +388,7 @@ def test_collect_takes_the_image_probe():
 
     done = subprocess.run([sys.executable, "-m", "kit.workloads.probe"], capture_output=True,
                           text=True, cwd=Path(__file__).parent.parent, check=True)  # fmt: skip
-    fp = fingerprint.collect(image_probe=fingerprint.read_probe_output(done.stdout))
+    fp = fingerprint_collection.collect(image_probe=fingerprint_collection.read_probe_output(done.stdout))
     assert fp.image.torch == torch.__version__ and fp.image.python == platform.python_version()
     assert fp.image.packages["transformers"] == transformers.__version__ and fp.image.packages["flash-attn"] is None
 
@@ -404,7 +399,7 @@ def test_gpu_names_is_empty_without_nvml_or_nvidia_smi():
 
 def test_fingerprint_imports_and_collects_without_torch_or_pynvml():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
-            "from kit.fingerprint import collect\n"
+            "from kit.fingerprint_collection import collect\n"
             "fp = collect()\n"
             "assert fp.gpus.unavailable.startswith('NVML not available'), fp.gpus.unavailable\n"
             "assert sys.modules['torch'] is None\n")
@@ -425,7 +420,7 @@ def test_probe_prints_one_json_object_of_versions():
     done = subprocess.run([sys.executable, "-m", "kit.workloads.probe"], capture_output=True,
                           text=True, cwd=Path(__file__).parent.parent, check=True)
     assert len(done.stdout.strip().splitlines()) == 1
-    probed = fingerprint.read_probe_output(done.stdout)
+    probed = fingerprint_collection.read_probe_output(done.stdout)
     assert probed.python == platform.python_version()
     assert set(probed.packages) == set(probe.FRAMEWORKS)
     assert json.loads(done.stdout)["packages"] == probed.packages
@@ -436,4 +431,4 @@ def test_the_kits_nccl_variables_are_recorded(monkeypatch):
     variant: the fingerprint names it."""
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
-    assert fingerprint.collect().nccl_environment == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1"}
+    assert fingerprint_collection.collect().nccl_environment == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1"}

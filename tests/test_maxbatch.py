@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from kit.stages.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 from kit.predictions import predicted_training_memory
 from kit.results import RunSample
+from kit.stages.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 
 SMOKE_CASE = "maxbatch.tiny-llama.naive.g1"
 

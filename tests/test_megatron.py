@@ -64,7 +64,9 @@ def test_claim_c9_reads_megatron_beside_deepspeed_at_batch_1_and_at_each_largest
     from paper_size_run import write_run
 
     from kit.fingerprint import Fingerprint
-    from kit.reference import evaluate_claim, load_reference, measured_run
+    from kit.claims import evaluate_claim
+    from kit.measured_run import measured_run
+    from kit.reference import load_reference
     from kit.results import RunDir
 
     cases = ["pretrain.llama2-7b.megatron.g8", "pretrain.llama2-7b.naive.g8", "maxbatch.llama2-7b.megatron.g8",

@@ -16,15 +16,16 @@ from pathlib import Path
 import pytest
 from identifying_names import places_naming
 
-from kit import fingerprint
+from kit import fingerprint, fingerprint_collection
 from kit.comm_sweep import CommSweep
-from kit.link_bounds import internode_bound
 from kit.execute.node_fingerprint import fingerprint_step, node_token
-from kit.hostlist import expand_hostlist
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
-from kit.fingerprint import REDACTION_SALT_ENV, Gpu, NetworkInfo, RdmaPort
+from kit.fingerprint import Gpu, NetworkInfo, RdmaPort
+from kit.hostlist import expand_hostlist
+from kit.link_bounds import internode_bound
 from kit.redact import Redactor
-from kit.report.sections import differing_facts, node_fingerprint_facts
+from kit.redaction_tokens import REDACTION_SALT_ENV
+from kit.report.environment_section import differing_facts, node_fingerprint_facts
 
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"
@@ -32,7 +33,7 @@ RECORDED = Path(__file__).parent / "fixtures" / "slurm"
 
 @pytest.fixture(scope="module")
 def two_fingerprints() -> tuple[fingerprint.Fingerprint, fingerprint.Fingerprint]:
-    return fingerprint.collect(), fingerprint.collect()
+    return fingerprint_collection.collect(), fingerprint_collection.collect()
 
 
 def other_node(taken: fingerprint.Fingerprint) -> fingerprint.Fingerprint:

@@ -25,8 +25,8 @@ from kit.predictions import device_spec, training_step_bound, training_throughpu
 from kit.protocol import build_plan, load_protocol
 from kit.reference import load_reference
 from kit.report.build import build_report
-from kit.report.load import load_run
 from kit.report.energy_section import energy_cell
+from kit.report.load import load_run
 from kit.report.page_one import paper_cell
 from kit.report.printer import write_pdf
 from kit.report.render import print_parts, render_html

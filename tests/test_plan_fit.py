@@ -131,7 +131,9 @@ def test_a_claim_about_the_papers_eight_gpu_case_says_this_host_ran_it_fitted(tm
     from paper_size_run import write_run
 
     from kit.expectation import expect_claims
-    from kit.reference import evaluate_claims, load_reference, measured_run
+    from kit.claims import evaluate_claims
+    from kit.measured_run import measured_run
+    from kit.reference import load_reference
     from kit.results import RunDir
 
     plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=85520809984)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit.claims import evaluate_claim, evaluate_claims, evaluate_tables, stand_in_case
 from kit.fingerprint import (
     ContainerRuntime,
     Fingerprint,
@@ -24,20 +25,8 @@ from kit.fingerprint import (
     TopologyClass,
 )
 from kit.manifest import ManifestError
-from kit.reference import (
-    Claim,
-    MeasuredRun,
-    Reference,
-    evaluate_claim,
-    evaluate_claims,
-    evaluate_tables,
-    load_reference,
-    measured_run,
-    parse_case_id,
-    platform_mismatch,
-    reference_path,
-    stand_in_case,
-)
+from kit.measured_run import MeasuredRun, measured_run, parse_case_id, platform_mismatch
+from kit.reference import Claim, Reference, load_reference, reference_path
 from kit.results import Metric, PeakMemory, RankSample, Result, RunInfo, RunSample
 
 A800 = "NVIDIA A800-SXM4-80GB"

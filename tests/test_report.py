@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from kit.fingerprint import (
-    PACKAGE_DIR,
     ContainerRuntime,
     CpuInfo,
     Fingerprint,
@@ -31,19 +30,17 @@ from kit.fingerprint import (
     NetworkInfo,
     Topology,
     TopologyClass,
-    measuring_sources,
-    sources_sha256,
 )
 from kit.hardware import load_hardware
-from kit.stages.training import train_case_metrics
+from kit.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
 from kit.protocol import Plan
 from kit.reference import load_reference
 from kit.report import stats
-from kit.report.evidence import EvidenceError, newest_run, verify
 from kit.report.build import build_report
+from kit.report.environment_section import peak_figures
+from kit.report.evidence import EvidenceError, newest_run, verify
 from kit.report.load import load_run
 from kit.report.render import render, render_html
-from kit.report.sections import peak_figures
 from kit.results import (
     ContainerRun,
     PeakMemory,
@@ -55,6 +52,7 @@ from kit.results import (
     UnreadableRun,
     atomic_write_model,
 )
+from kit.stages.training import train_case_metrics
 
 KIT = KitInfo(version="0.1.0", workload_sources_sha256="ab" * 32)
 A800 = "NVIDIA A800-SXM4-80GB"

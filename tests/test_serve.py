@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit.model_files import load_tokenizer
 from kit.protocol import load_protocol
 from kit.reference import load_reference
 from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, percentile, saturation
-from kit.model_files import load_tokenizer
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.engines import ENGINES, engine_for

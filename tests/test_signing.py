@@ -17,11 +17,11 @@ import jsonschema
 import pytest
 
 from kit.provenance import PREDICATE_TYPE, PROVENANCE_FILE
+from kit.report.ab_section import comparison_section
 from kit.report.evidence import verify
 from kit.report.fleet import Node, fleet_report
 from kit.report.load import load_run
 from kit.report.page_one import host_facts
-from kit.report.sections import comparison_section
 from kit.results import SIGNATURE_FILES, RunDir
 from kit.signing import NAMESPACE, check_signature, envelope, sign_run
 

@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 from kit.cli import cli
 from kit.execute.choice import choose, needs_local_frameworks
+from kit.execute.node_fingerprint import node_token
+from kit.execute.per_node import node_arguments
 from kit.execute.slurm import SlurmExecutor, judged
 from kit.execute.slurm_jobs import (
     FailedTask,
@@ -27,10 +29,8 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
-from kit.execute.node_fingerprint import node_token
-from kit.execute.per_node import node_arguments
 from kit.execute.slurm_script import SlurmOptions, check_script, layout, pyxis_arguments, time_limit
-from kit.fingerprint import REDACTION_SALT_ENV
+from kit.redaction_tokens import REDACTION_SALT_ENV
 from kit.results import RankSample, RunSample
 from kit.workloads.srun_rank import rank_environment
 

@@ -25,13 +25,13 @@ from identifying_names import places_naming
 
 from kit.cache import cache_dir
 from kit.execute.node_fingerprint import node_token
+from kit.execute.samples import run_sample
 from kit.execute.slurm import SlurmExecutor, configured
 from kit.execute.slurm_script import SlurmOptions
-from kit.stages.registry import unit_of
-from kit.execute.samples import run_sample
-from kit.fingerprint import REDACTION_SALT_ENV, redaction_token
 from kit.redact import SALT_FILE
+from kit.redaction_tokens import REDACTION_SALT_ENV, redaction_token
 from kit.results import RankSample, RunDir, SlurmJob, atomic_write_model, utc_now
+from kit.stages.registry import unit_of
 from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]

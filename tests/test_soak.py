@@ -1,4 +1,4 @@
-"""Sustained against first minutes (kit run --soak, kit/soak.py, kit/stages/soak.py), and the
+"""Sustained against first minutes (kit run --soak, kit/soak_plan.py, kit/stages/soak.py), and the
 preflight's calibration that lands in the run's fingerprint (kit/calibration.py).
 
 The end-to-end test runs for real on this CPU, with a tiny duration, the smoke profile's first
@@ -19,7 +19,7 @@ from kit.fingerprint import Fingerprint
 from kit.host import Host
 from kit.protocol import Case, build_plan, load_protocol
 from kit.results import RankSample, Result, RunSample
-from kit.soak import soaked, with_soak
+from kit.soak_plan import soaked, with_soak
 
 KIT = [sys.executable, "-m", "kit.cli"]
 

@@ -11,13 +11,18 @@ import pytest
 import yaml
 from paper_size_run import write_run
 
+from kit.claims import evaluate_claims
 from kit.fingerprint import Fingerprint
 from kit.manifest import ManifestError
+from kit.measured_run import measured_run
 from kit.protocol import build_plan, load_protocol
-from kit.reference import evaluate_claims, load_reference, measured_run
+from kit.reference import load_reference
 from kit.results import RunDir
 
 RTX3090 = "NVIDIA GeForce RTX 3090"
+# The synthetic run's figures are an H100's: a third of them keeps an RTX 3090's collectives under its
+# links' rate (56 GB/s across its NVLink bridge; PCIe 4.0 x16 without), where kit.validity holds them.
+RTX3090_SPEED = 0.33
 
 
 def test_the_paper_profile_repeats_each_multi_gpu_comm_scaling_and_pretrain_case_with_p2p_off(paper_plan):
@@ -63,7 +68,7 @@ def nvlink_3090_run(tmp_path_factory):
     p2p-off variant: the variant trains at 0.9 × and moves collectives at 0.45 × its twin."""
     plan = build_plan(load_protocol(), "paper")
     cases = PAIRED + [f"{c}.p2p-off" for c in PAIRED if not c.startswith("scaling.llama2-7b.q.g1.")]
-    return write_run(tmp_path_factory.mktemp("runs") / "rtx3090-nvlink", plan, gpu_name=RTX3090,
+    return write_run(tmp_path_factory.mktemp("runs") / "rtx3090-nvlink", plan, gpu_name=RTX3090, speed=RTX3090_SPEED,
                      interconnect="nvlink-partial", cases=cases)  # fmt: skip
 
 
@@ -78,7 +83,7 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
     outcomes = {o.id: o for o in evaluate_claims(load_reference(), [measured_3090])}
     c8 = outcomes["C8"]
     assert c8.verdict == "consistent" and c8.relations[0].measured_value == pytest.approx(1 / 0.9, rel=0.02)
-    # C8 reads quantised and non-quantised cases apart (kit/reference.py): one pair each here
+    # C8 reads quantised and non-quantised cases apart (kit/claims.py): one pair each here
     assert "1 cases, the same case on both: pretrain.llama2-7b.z3.g8" in c8.relations[0].finding
     assert "pretrain.llama2-7b.q.g8" in c8.relations[1].finding
     c4 = outcomes["C4"]  # efficiency 8 GPUs with / without: the 1-GPU base is one case for both
@@ -91,7 +96,7 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
 
 def test_a_run_really_without_nvlink_comes_before_a_variant(nvlink_3090_run, tmp_path):
     plan = build_plan(load_protocol(), "paper")
-    pcie = write_run(tmp_path / "rtx3090-pcie", plan, gpu_name=RTX3090, interconnect="pcie-only", speed=0.5,
+    pcie = write_run(tmp_path / "rtx3090-pcie", plan, gpu_name=RTX3090, interconnect="pcie-only", speed=RTX3090_SPEED / 2,
                      cases=["comm.all_gather.g8", "comm.reduce_scatter.g8"])  # fmt: skip
     c27 = next(o for o in evaluate_claims(load_reference(), [measured(nvlink_3090_run), measured(pcie)]) if o.id == "C27")
     assert c27.verdict == "inconclusive"  # evaluated, from comm cases run once each (a claim deviates from 3 runs)

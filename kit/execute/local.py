@@ -22,9 +22,9 @@ from pathlib import Path
 from kit import nccl_tests
 from kit.cache import torch_extensions_dir
 from kit.child_process import die_with_parent
-from kit.gpu_links import topology_facts
 from kit.execute import memory_cap_bytes, processes
 from kit.execute.samples import launch_samples, run_sample, serve_run
+from kit.gpu_links import topology_facts
 from kit.protocol import Case
 from kit.results import RankSample, RunSample, atomic_write_model, utc_now
 from kit.serve.checkpoints import make_checkpoint

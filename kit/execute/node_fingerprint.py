@@ -27,7 +27,7 @@ CHECK_MARKS = "slurm/shared-run-dir-check/nodes"  # the check job's nodes, a fil
 def node_token(node: str) -> str:
     """A node's name as a redacted run writes it: its salted token (kit.redact), the same in
     every file of the run; a name that is a token already stays as it is."""
-    from kit.fingerprint import redaction_salt, redaction_token
+    from kit.redaction_tokens import redaction_salt, redaction_token
 
     return node if node.startswith("redacted-") else redaction_token(node, redaction_salt())
 
@@ -46,7 +46,7 @@ def fingerprinted(run_root: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kit.fingerprint import collect
+    from kit.fingerprint_collection import collect
     from kit.probe_cache import probe_this_python
 
     argv = sys.argv[1:] if argv is None else argv

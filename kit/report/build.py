@@ -9,40 +9,26 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
+from kit.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
 from kit.energy import DEFAULT_CURRENCY
 from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
+from kit.measured_run import MeasuredRun
 from kit.protocol import Protocol, load_protocol
-from kit.reference import (
-    ClaimOutcome,
-    MeasuredRun,
-    Reference,
-    TableComparison,
-    evaluate_claims,
-    evaluate_tables,
-    load_reference,
-    verdict_counts,
-)
+from kit.reference import Reference, load_reference
+from kit.report.ab_section import comparison_section
+from kit.report.appendix_section import appendix_section
 from kit.report.capacity_section import capacity_part
-from kit.report.energy_section import energy_section
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
+from kit.report.claims_section import claims_section
+from kit.report.energy_section import energy_section
+from kit.report.environment_section import environment_section, machine, node_fingerprints_section
 from kit.report.forked import in_parallel
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
-from kit.report.sections import (
-    TALLY_TONES,
-    appendix_section,
-    case_tally,
-    claims_section,
-    comparison_section,
-    environment_section,
-    issues_section,
-    machine,
-    node_fingerprints_section,
-    summary_section,
-)
 from kit.report.stage_sections import stage_sections
+from kit.report.summary_section import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"

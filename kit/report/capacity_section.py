@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 
 from kit.predictions import ConcurrencyBound
 from kit.protocol import Case
-from kit.reference import format_value
 from kit.report import charts
 from kit.report.cells import devices_text, percent
 from kit.report.loaded_run import LoadedRun
@@ -23,6 +22,7 @@ from kit.serve.details import NoBound, ServeDetails
 from kit.serve.slo import Slo, SweepPoint, capacity, judge
 from kit.serve.sweep import point_folder
 from kit.stages.serve import rows_of
+from kit.units import format_value
 
 ANCHOR = "capacity"
 Capacities = Mapping[str, list[SweepPoint]]  # serve case id -> its sweep's points

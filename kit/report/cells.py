@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kit.reference import Verdict, convert, format_value
+from kit.claims import Verdict
 from kit.report.model import Cell, Tone
 from kit.results import Metric, Result
 from kit.signing import SignatureCheck
 from kit.throttling import throttling
+from kit.units import convert, format_value
 
 if TYPE_CHECKING:
     from kit.protocol import Case

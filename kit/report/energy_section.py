@@ -14,7 +14,6 @@ from kit.energy import (
     cost_metric,
     per_run_energy,
 )
-from kit.reference import format_value
 from kit.report import charts
 from kit.report.cells import devices_text, mean_std, method_label
 from kit.report.loaded_run import LoadedRun
@@ -22,6 +21,7 @@ from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.report.stage_common import bars_note
 from kit.results import Result
 from kit.stages.registry import unit_of
+from kit.units import format_value
 
 ENERGY_UNIT = "J/token"
 

@@ -8,24 +8,18 @@ from pathlib import Path
 
 from kit import __version__
 from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
+from kit.fingerprint import Fingerprint
 from kit.hostlist import expand_hostlist
-from kit.fingerprint import (
-    PACKAGE_DIR,
-    Fingerprint,
-    measuring_sources,
-    redact_identifiers,
-    redaction_salt,
-    redaction_token,
-    sources_sha256,
-)
-from kit.reference import measured_run
+from kit.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
+from kit.measured_run import measured_run
+from kit.redaction_tokens import redact_identifiers, redaction_salt, redaction_token
 from kit.regular_files import RUN_FILE_LIMIT, read_regular
 from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
 from kit.report.forked import in_parallel
 from kit.report.loaded_run import LoadedFingerprint, LoadedRun
-from kit.stages.recompute import NOT_STORED, differences
 from kit.results import Result, RunDir, RunInfo, UnreadableRun
 from kit.signing import check_signature
+from kit.stages.recompute import NOT_STORED, differences
 
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:

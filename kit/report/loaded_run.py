@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kit.fingerprint import Fingerprint
-from kit.reference import MeasuredRun
+from kit.measured_run import MeasuredRun
 from kit.report.evidence import EvidenceFile
 from kit.results import Result, RunInfo
 from kit.signing import SignatureCheck

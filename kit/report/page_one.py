@@ -17,28 +17,31 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from kit.calibration import Achievable, achievable_mfu
-from kit.link_bounds import sweep_bound
+from kit.claims import ClaimOutcome
 from kit.energy import cost_per_million_tokens
 from kit.expectation import ClaimExpectation, Expecting
 from kit.fingerprint import Calibration
 from kit.hardware import load_hardware
+from kit.link_bounds import sweep_bound
 from kit.predictions import ServingBounds, device_spec, serving_bounds, training_throughput_bound
 from kit.protocol import Case, Protocol
-from kit.reference import ClaimOutcome, Reference, ValueRelation, format_value, metric_label, reference_path, unit_scale
+from kit.reference import Reference, ValueRelation, reference_path
+from kit.report.appendix_section import image_section
 from kit.report.capacity_section import Capacities
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
 from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
+from kit.report.environment_section import fingerprint_facts, peak_figures
 from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.sections import fingerprint_facts, image_section, peak_figures
 from kit.report.stage_common import first_clause
 from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
 from kit.results import Metric, Result
 from kit.serve.details import ServeDetails
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
 from kit.stages.comm import sweep_of
+from kit.units import format_value, metric_label, unit_scale
 
 # Per model, the fastest case of each kind of method of each training stage.
 TRAINING_STAGES = {

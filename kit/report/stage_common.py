@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from kit.hardware import load_hardware
 from kit.predictions import GIB, device_memory_bytes
 from kit.protocol import Case, Protocol
-from kit.report.charts import Bar, Limit
-from kit.reference import metric_label
 from kit.report.cells import mean_std, method_label, status_cell
+from kit.report.charts import Bar, Limit
 from kit.report.model import Cell, Row, Section, Table
 from kit.results import Result
+from kit.units import metric_label
 
 if TYPE_CHECKING:
     from kit.report.loaded_run import LoadedRun

@@ -11,8 +11,8 @@ from kit.report.forked import in_parallel
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Section
 from kit.report.stage_common import generic_stage, stage_not_run
-from kit.stages.registry import ON_REQUEST, STAGES
 from kit.stages.megatron import MEGATRON
+from kit.stages.registry import ON_REQUEST, STAGES
 from kit.stages.unit import Stage
 from kit.stages.variants import VARIANTS
 

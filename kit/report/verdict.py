@@ -8,17 +8,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from kit.claims import ClaimOutcome, verdict_counts
 from kit.expectation import ClaimExpectation, expectation_counts
 from kit.protocol import build_plan, load_protocol
-from kit.reference import ClaimOutcome, format_value, verdict_counts
 from kit.report.cells import has_metrics, method_label, with_unit
+from kit.report.environment_section import fingerprint_facts, host_checks, kit_provenance
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.sections import fingerprint_facts, host_checks, kit_provenance
 from kit.report.stage_common import why_unmeasured
 from kit.results import Result
 from kit.stages.registry import BY_NAME
+from kit.units import format_value
 
 TONES: dict[str, Tone] = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
 WORDS = {"pass": "pass", "skip": "not checked"}  # a line of checks none of which failed or warned
@@ -81,7 +82,7 @@ def host_does(run: LoadedRun) -> str:
 
 
 def _inconclusive(counts) -> str:
-    """", 2 inconclusive" where some verdicts rest on too few runs to deviate (kit.reference.judge)."""
+    """", 2 inconclusive" where some verdicts rest on too few runs to deviate (kit.claims.judge)."""
     return f", {counts['inconclusive']} inconclusive" if counts.get("inconclusive") else ""
 
 
@@ -239,6 +240,6 @@ def checks_fact(run: LoadedRun) -> Fact:
 
 
 def provenance_fact(run: LoadedRun) -> Fact:
-    """The kit that measured, as pass, warn or fail (kit.report.sections.kit_provenance)."""
+    """The kit that measured, as pass, warn or fail (kit.report.environment_section.kit_provenance)."""
     text, verdict = kit_provenance(run.info.kit)
     return Fact(label="Provenance", value=f"{verdict}: {text}", tone=TONES[verdict])

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kit.collectives import COLLECTIVES
 from kit.comm_sweep import CommSweep
-from kit.link_bounds import BusBandwidthBound, internode_bound, sweep_bound
 from kit.hardware import HardwareTable
+from kit.link_bounds import BusBandwidthBound, internode_bound, sweep_bound
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
 from kit.report import charts

@@ -1,4 +1,4 @@
-"""The soak (`kit run --soak MINUTES`, kit/soak.py): each soak case's windows one after another,
+"""The soak (`kit run --soak MINUTES`, kit/soak_plan.py): each soak case's windows one after another,
 its first window (the first minute) against its last (the last minute) in throughput, SM clock,
 temperature and power, and a chart of them over the soak. A window's throughput is the tokens
 all of its processes produced over the longest of their times for it (a training step lasts
@@ -16,7 +16,6 @@ from pydantic import BaseModel
 from kit.hardware import HardwareTable
 from kit.metrics import summarize
 from kit.protocol import Case, Protocol
-from kit.reference import format_value
 from kit.report import charts
 from kit.report.cells import status_cell, throttle_marked
 from kit.report.model import Cell, Chart, Row, Section, Table
@@ -25,6 +24,7 @@ from kit.results import Metric, RunSample
 from kit.stages.unit import Stage
 from kit.telemetry import combine_gpus
 from kit.throttling import limiting_reasons
+from kit.units import format_value
 
 if TYPE_CHECKING:
     from kit.report.loaded_run import LoadedRun

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kit.protocol import Case, Protocol
-from kit.reference import metric_label
 from kit.report.cells import has_metrics, metric_cell, status_cell
 from kit.report.model import Cell, Row, Section, Table
 from kit.report.stage_common import unmeasured_line
 from kit.stages.registry import unit_of
 from kit.stages.unit import Comparison
+from kit.units import metric_label
 
 if TYPE_CHECKING:
     from kit.report.loaded_run import LoadedRun

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Protocol
 
 from kit.protocol import Case, Soak
+from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
 from kit.workload_modules import WORKLOADS
 from kit.workloads.probe import FRAMEWORKS
-from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
 
 # Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
 # harness times its steps; a workload that times itself (a sweep over message sizes, a

@@ -162,7 +162,7 @@ def build(case: Case) -> TrainStep:
     params: TrainParams = case.params
     check_available(case)
     if params.framework == "megatron":  # Megatron-LM's engine instead of DeepSpeed's
-        from kit.workloads.megatron import build as build_megatron
+        from kit.workloads.megatron_train import build as build_megatron
 
         return build_megatron(case)
     import deepspeed
