@@ -17,7 +17,10 @@ serve` over its benchmark's last `duration` seconds (sampled from /proc). vLLM i
 its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
 again, and each must cost what it cost the first time.
 
-    python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64
+    python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64 [--engine-cpus 0]
+
+With `--engine-cpus`, the engine runs on those CPUs and the clients on the others (one client at a
+time), so that on a small host neither client waits for a core the engine keeps busy.
 
 Where the definitions differ (printed at the end): vLLM's end-to-end latency ends at the last
 chunk with choices, the kit's at the end of the stream (the usage chunk and [DONE] follow it);
@@ -171,10 +174,27 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
 
 
 class VllmWithoutPrefixCache(VllmEngine):
-    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`)."""
+    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`);
+    given `cpus`, its OpenMP threads bound to those (VLLM_CPU_OMP_THREADS_BIND, vLLM's CPU docs)."""
+
+    def __init__(self, cpus: str | None = None):
+        super().__init__()
+        self.cpus = cpus
 
     def arguments(self, case, model_dir, host, port):
         return [*super().arguments(case, model_dir, host, port), "--no-enable-prefix-caching"]
+
+    def environment(self, case):
+        return {**super().environment(case), **({"VLLM_CPU_OMP_THREADS_BIND": self.cpus} if self.cpus else {})}
+
+
+def cpu_list(text: str) -> set[int]:
+    """"0", "0,2", "0-3" as CPU numbers."""
+    found = set()
+    for part in text.split(","):
+        start, _, end = part.partition("-")
+        found |= set(range(int(start), int(end or start) + 1))
+    return found
 
 
 def rotated(tools: list[str], round_: int) -> list[str]:
@@ -209,13 +229,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst")
     parser.add_argument("--aiperf", help="the aiperf executable (in its own environment)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--engine-cpus", help="with --concurrency: the engine on these CPUs (\"0\", \"0-3\"), the clients on the "
+                        "others, so that a client never waits for a core the engine holds")  # fmt: skip
     args = parser.parse_args()
 
     case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
     params = case.params.model_copy(update={"prompts": args.prompts, "input_tokens": args.input_tokens,
                                             "max_output_tokens": args.output_tokens, "sweep": None})  # fmt: skip
     case = case.model_copy(update={"params": params})
-    engine = VllmWithoutPrefixCache() if args.concurrency else engine_for(params)
+    engine = VllmWithoutPrefixCache(args.engine_cpus) if args.concurrency else engine_for(params)
     placement, work = LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
     model_dir, _ = model_directory(case, engine, placement, print)
     tokenizer = load_tokenizer(model_dir)
@@ -224,7 +246,13 @@ def main() -> None:
     dataset = work / "prompts.jsonl"
     # vLLM bench re-encodes a custom prompt with the same tokenizer (special tokens included).
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    every_cpu = os.sched_getaffinity(0)
+    if args.engine_cpus:  # the engine's processes inherit this process's CPUs when started; then the clients take the rest
+        os.sched_setaffinity(0, cpu_list(args.engine_cpus))
     handle, launch = placement.start(engine, case, model_dir, work, print)
+    if args.engine_cpus:
+        os.sched_setaffinity(0, every_cpu - cpu_list(args.engine_cpus))
+        print(f"engine on CPUs {sorted(cpu_list(args.engine_cpus))}, clients on {sorted(os.sched_getaffinity(0))}")
     bin_dir = Path(launch["argv"][0]).parent
     if subprocess.run([str(bin_dir / "python"), "-c", "import pandas"], capture_output=True).returncode != 0:
         print("vllm bench's custom dataset reads its JSONL with pandas: installing it into the vLLM environment")
