@@ -26,6 +26,7 @@ from kit.preflight import Preflight
 from kit.probe_cache import probe_this_python
 from kit.protocol import Case, Plan, unavailable_by_design
 from kit.results import (
+    ATOMIC_TEMP,
     SUMS_FILE,
     AcceptedChanges,
     Result,
@@ -383,6 +384,11 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
+    # A write the kill cut short left its temporary file (kit.atomic_write): the file it was
+    # writing is whole or absent, and the temporary, in no evidence, is litter.
+    for leftover in run.root.rglob(".*.tmp"):
+        if ATOMIC_TEMP.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
+            leftover.unlink()
     info = run.read_info()
     sums = run.root / SUMS_FILE
     if not_a_file(sums):  # the seal could not replace it

@@ -266,12 +266,15 @@ def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodp
     html = (tmp_path / "report.html").read_text()
     assert "Serving capacity within latency objectives" in html and "Throughput against latency, tiny-llama" in html
     assert re.search(r"tokens/s at concurrency \d+", html) and "goodput" in html and html.count("<svg") >= 2
-    # other objectives, at report time: the same rows held to a TPOT no point meets, recorded in report.json
-    strict = subprocess.run([*KIT, "report", str(real_smoke_run), "--format", "json", "--slo-tpot-ms", "0.5", "--out", str(tmp_path)],
+    # other objectives, at report time: the same rows held to a TTFT no request over loopback meets (10 µs),
+    # recorded in report.json. Not a TPOT: in one CI run the client, kept off both cores for 0.9 s at
+    # concurrency 8 (its event loop's lag, which marked the point client-limited), read each request's
+    # tokens together, and a TPOT of (E2E - TTFT) / (tokens - 1) near 0 met 0.5 ms.
+    strict = subprocess.run([*KIT, "report", str(real_smoke_run), "--format", "json", "--slo-ttft-ms", "0.01", "--out", str(tmp_path)],
                             capture_output=True, text=True)  # fmt: skip
     assert strict.returncode == 0, strict.stderr[-3000:]
     document = json.loads((tmp_path / "report.json").read_text())
-    assert document["slo"]["tpot_s"] == 0.0005 and document["slo"]["ttft_s"] == DEFAULT_SLO.ttft_s
+    assert document["slo"]["ttft_s"] == 0.00001 and document["slo"]["tpot_s"] == DEFAULT_SLO.tpot_s
     [found] = document["sweeps"].values()
     assert found["capacity_concurrency"] is None and not any(p["judged"]["meets"] for p in found["points"])
     assert len(found["points"]) == len(sweep["points"])
