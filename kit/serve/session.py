@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from pydantic import ValidationError
+
 from kit.protocol import Case, ServeParams
 from kit.results import RankSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
 from kit.serve.aggregate import aggregate
@@ -363,14 +365,18 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
     telemetry = BurstTelemetry(case)
     try:
         details = measure(case, placement, out_dir, say, telemetry)
-        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=recorded(details), finished_at=utc_now())
+        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=details, finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
     except MeasureFailed as exc:
         sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.details.pop("windows", []),
-                            details=recorded(exc.details), finished_at=utc_now())  # fmt: skip
+                            details=exc.details, finished_at=utc_now())  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
+    try:
+        sample.details = recorded(sample.details)
+    except ValidationError as exc:  # the kit's own error: the run fails, its details kept as they were
+        sample = sample.model_copy(update={"status": "error", "reason": f"the serve details do not fit their model: {exc}"[:2000]})
     sample.telemetry = telemetry.result
     atomic_write_model(out_dir / "rank-0.json", sample)
     wall_s = time.monotonic() - started
