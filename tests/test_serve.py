@@ -74,6 +74,40 @@ def test_vllm_on_a_cpu_differs_only_by_its_device_settings(paper_plan, smoke_pla
     assert cpu_flags - gpu_flags == {"--enforce-eager"} and engine.environment(cpu) == {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
+def test_on_a_cpu_host_the_client_keeps_a_cpu_and_vllm_binds_its_threads_to_the_engines(paper_plan, smoke_plan):
+    """vLLM's CPU workers bind their OpenMP threads themselves (VLLM_CPU_OMP_THREADS_BIND; 'auto' takes
+    every core of a NUMA node but one it leaves to its scheduler), so the engine's CPUs are named to it."""
+    from kit.serve.cpu_split import cpu_split
+    from kit.serve.engines import omp_threads_bind
+
+    gpu, cpu = paper_case(paper_plan, "serve.llama2-7b.vllm.g8"), smoke_serve_case(smoke_plan)
+    assert cpu_split(gpu, range(64)) is None and cpu_split(cpu, [0]) is None
+    two, eight = cpu_split(cpu, [0, 1]), cpu_split(cpu, range(8))
+    assert (two.engine, two.client) == ((0,), (1,)) and (eight.engine, eight.client) == (tuple(range(7)), (7,))
+    engine = engine_for(cpu.params)
+    assert engine.environment(cpu, two.engine)["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # one core: the scheduler shares it
+    assert engine.environment(cpu, eight.engine)["VLLM_CPU_OMP_THREADS_BIND"] == "0,1,2,3,4,5"  # CPU 6 its scheduler's
+    assert omp_threads_bind(range(9), 2) == "0,1,2|3,4,5" and omp_threads_bind([0], 2) is None
+    assert engine.environment(gpu, range(7)) == {}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two CPUs")
+def test_the_engine_process_and_its_children_run_on_the_engines_cpus_and_the_client_thread_on_its_own(tmp_path):
+    from kit.serve.cpu_split import running_on
+    from kit.serve.process import EngineProcess
+
+    first, *rest = sorted(os.sched_getaffinity(0))
+    child = "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', " \
+            "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout, flush=True)"
+    engine = EngineProcess([sys.executable, "-c", child], tmp_path / "engine.log", 0, dict(os.environ), [first])
+    engine.process.wait(30)
+    assert (tmp_path / "engine.log").read_text().split() == [f"[{first}]", f"[{first}]"]
+    before = os.sched_getaffinity(0)
+    with running_on(rest):
+        assert sorted(os.sched_getaffinity(0)) == rest
+    assert os.sched_getaffinity(0) == before
+
+
 def test_tgi_arguments_admit_the_whole_burst_and_name_the_host(paper_plan):
     case = paper_case(paper_plan, "serve.llama2-13b.tgi.g8")
     engine = engine_for(case.params)
@@ -428,6 +462,13 @@ def test_the_smoke_runs_serve_case_runs_the_real_vllm_and_writes_rows_and_aggreg
     assert engine["name"] == "vllm" and engine["version"].startswith("0.32") and engine["argv"][1:3] == ["serve", details["model"]["path"]]
     assert engine["stop"] == {"stopped_by": "SIGTERM", "exit_code": 0}
     assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE"} & set(engine["environment"])
+    if len(os.sched_getaffinity(0)) >= 2:  # the client kept a CPU of its own, vLLM's threads the engine's (kit.serve.cpu_split)
+        from kit.serve.engines import omp_threads_bind
+
+        cpus = engine["cpus"]
+        assert cpus["client"] and not set(cpus["client"]) & set(cpus["engine"]) and "VLLM_CPU_OMP_THREADS_BIND" in engine["environment"]
+        bound = omp_threads_bind(cpus["engine"], 1).split(",")
+        assert f"local_rank=0, core ids=[{', '.join(bound)}]" in (case_dir / "runs/1/engine.log").read_text()
     assert details["model"]["kind"].startswith("config and tokenizer") and "model.safetensors" not in details["model"]["files"]
     tokens = details["tokens"]
     assert tokens["equal"] and tokens["server_counters"]["generated_tokens"] == len(rows) * params["max_output_tokens"]

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kit import images, nccl_tests
@@ -410,7 +411,7 @@ class ContainerPlacement:
 
         return make_checkpoint(case, run, say)
 
-    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say):
+    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None):
         from kit.serve.process import free_port
 
         reference = image_reference(case)
@@ -420,7 +421,7 @@ class ContainerPlacement:
             raise RuntimeError(f"image {reference} ({case.image}) is not present: kit images {hint} {case.image}")
         inside = f"{MODELS_MOUNT}/{model_dir.name}"
         command = [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)]
-        environment = {**engine.environment(case), **case.params.env}
+        environment = {**engine.environment(case, cpus), **case.params.env}
         host_port = free_port()
         mark_this_process()
         container = images.engine().containers.run(
@@ -432,6 +433,7 @@ class ContainerPlacement:
             # engine serves from its model folder and /dev/shm and needs none of root's powers.
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+            cpuset_cpus=",".join(map(str, cpus)) if cpus else None,
             labels=self._labels(case),
         )  # fmt: skip
         say(f"engine container {container.id[:12]} of {reference} ({image.id}), published on 127.0.0.1:{host_port}")
@@ -443,7 +445,8 @@ class ContainerPlacement:
             "command": command, "environment": environment, "container_id": container.id,
             "port": {"container": engine.container_port, "host": f"127.0.0.1:{host_port}"},
             "version": images.load_lock().images[case.image].versions.get(engine.name),
-            "confinement": {key: (container.attrs.get("HostConfig") or {}).get(key) for key in ("CapDrop", "SecurityOpt", "NetworkMode")},
+            "confinement": {key: (container.attrs.get("HostConfig") or {}).get(key)
+                            for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")},
         }  # fmt: skip
 
 

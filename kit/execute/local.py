@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kit import nccl_tests
@@ -90,14 +91,14 @@ class LocalPlacement:
 
         return make_checkpoint(case, run, say)
 
-    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say):
+    def start(self, engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None):
         command, version, bin_dir = local_command(engine, case, say)
         port = free_port()
         argv = [*command, *engine.arguments(case, str(model_dir), HOST, port)]
         devices = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(case.gpus)))} if case.device == "cuda" else {}
-        env = clean_environment(devices, engine.environment(case), case.params.env)
+        env = clean_environment(devices, engine.environment(case, cpus), case.params.env)
         env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
-        handle = EngineProcess(argv, out_dir / "engine.log", port, env)
+        handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
         return handle, {"argv": argv, "port": port, "pid": handle.pid, "version": version,
                         "environment": sorted(env)}  # fmt: skip
 

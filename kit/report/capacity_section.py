@@ -18,7 +18,7 @@ from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.results import Result
 from kit.serve.aggregate import RequestTimes, latency_figures
-from kit.serve.details import NoBound, ServeDetails
+from kit.serve.details import NoBound, ServeDetails, SweepPointDetails
 from kit.serve.slo import Slo, SweepPoint, capacity, judge
 from kit.serve.sweep import point_folder
 from kit.stages.serve import rows_of
@@ -31,25 +31,28 @@ Capacities = Mapping[str, list[SweepPoint]]  # serve case id -> its sweep's poin
 def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
     """The points of a serve case's sweep, each from its rows in every run, held to `slo`; none
     for a case without a sweep."""
-    pooled: dict[int, tuple[list[RequestTimes], float, list[ConcurrencyBound | NoBound], bool]] = {}
+    pooled: dict[int, list[tuple[int, SweepPointDetails, list[RequestTimes]]]] = {}
     for sample in result.samples:
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
         sweep = ServeDetails.model_validate(driver.details).sweep if driver else None
         for point in sweep.points if sweep else []:
             folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(point.concurrency)
             rows = rows_of(folder / "requests.jsonl", RequestTimes)
-            duration = max((row.ended_at for row in rows if row.ended_at is not None), default=0.0)
-            before = pooled.get(point.concurrency, ([], 0.0, [], False))
-            pooled[point.concurrency] = (before[0] + rows, before[1] + duration, before[2] + [point.bounds],
-                                         before[3] or point.cut_short)  # fmt: skip
+            pooled.setdefault(point.concurrency, []).append((sample.index, point, rows))
     points = []
-    for concurrency, (rows, duration, bounds, cut_short) in sorted(pooled.items()):
+    for concurrency, measured in sorted(pooled.items()):
+        rows = [row for _, _, run_rows in measured for row in run_rows]
+        duration = sum(max((row.ended_at for row in run_rows if row.ended_at is not None), default=0.0)
+                       for _, _, run_rows in measured)  # fmt: skip
+        bounds = [point.bounds for _, point, _ in measured]
         known = [bound.max_output_tokens_per_s for bound in bounds if isinstance(bound, ConcurrencyBound)]
+        limited = [f"run {index}: {'; '.join(point.saturation.reasons)}" for index, point, _ in measured
+                   if point.saturation.client_limited]  # fmt: skip
         points.append(SweepPoint(
             concurrency=concurrency, figures=latency_figures(rows, duration), judged=judge(rows, duration, slo),
             bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
             bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
-            cut_short=cut_short,
+            cut_short=any(point.cut_short for _, point, _ in measured), client_limited="; ".join(limited) or None,
         ))  # fmt: skip
     return points
 
@@ -79,6 +82,8 @@ def _percentiles(distribution, scale: float) -> str:
 def within_cell(point: SweepPoint) -> Cell:
     if point.cut_short:
         return Cell(text="cut short", detail="the case's time ran out during it", tone="warn")
+    if point.client_limited:
+        return Cell(text="not judged", detail=point.not_judged, tone="warn")
     if point.judged.meets:
         return Cell(text="yes", tone="good")
     return Cell(text="no", detail=point.judged.why_not, tone="bad")
@@ -114,7 +119,7 @@ def capacity_text(points: Sequence[SweepPoint]) -> tuple[str, str]:
     best = capacity(points)
     if best is None:
         first = points[0]
-        return "none within the objectives", f"concurrency {first.concurrency}: {first.judged.why_not or 'cut short'}"
+        return "none within the objectives", f"concurrency {first.concurrency}: {first.not_judged or first.judged.why_not}"
     return (f"{format_value(best.figures.output_throughput)} tokens/s at concurrency {best.concurrency}",
             f"p99 TTFT {format_value(best.judged.ttft_p99_s)} s, p99 TPOT {ms(best.judged.tpot_p99_s)}; goodput "
             f"{format_value(best.judged.goodput)} requests/s; {percent(best.figures.error_rate)} failed")  # fmt: skip
@@ -127,15 +132,15 @@ def pareto_charts(run: LoadedRun, capacities: Capacities, slo: Slo) -> list[Char
     for model in dict.fromkeys(case.model for case in cases):
         series = [charts.ParetoSeries(label=f"{case.method}, {devices_text(case)}", points=[
             charts.ParetoPoint(concurrency=p.concurrency, tokens_per_s=p.figures.output_throughput,
-                               ttft_p99_s=p.judged.ttft_p99_s, tpot_p99_s=p.judged.tpot_p99_s, meets=p.judged.meets)
+                               ttft_p99_s=p.judged.ttft_p99_s, tpot_p99_s=p.judged.tpot_p99_s, meets=p.counted)
             for p in capacities[case.id]]) for case in cases if case.model == model]  # fmt: skip
         charts_.append(Chart(
             title=f"Throughput against latency, {model}",
             svg=charts.pareto_chart(f"serve-pareto-{model}", series, slo.ttft_s, slo.tpot_s),
             caption=f"Each engine's sweep, one point per concurrency (its number beside it), output tokens/s against "
                     f"the p99 of the time per output token and of the time to first token; a filled point meets both "
-                    f"objectives ({slo.describe()}, dashed). Up and to the left is better; the capacity is the highest "
-                    "filled point.",
+                    f"objectives ({slo.describe()}, dashed) and is judged (neither cut short nor limited by the "
+                    "client). Up and to the left is better; the capacity is the highest filled point.",
         ))  # fmt: skip
     return charts_
 
@@ -159,8 +164,11 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
         f"Objectives: {slo.describe()}. Goodput: the requests per second that met both, each by its own TTFT and "
         "TPOT (vLLM's request goodput); a failed request meets neither. A point is within the objectives when the "
         "p99 of its requests' TTFT and TPOT, a failed request counted as never answered, are within them; the "
-        "capacity is the highest output throughput of such a point. The objectives are options of the report "
-        "(kit report --slo-ttft-ms, --slo-tpot-ms): the same run is held to others by rendering it again.",
+        "capacity is the highest output throughput of such a point that is judged. A point is not judged where its "
+        "latencies may not be the server's: the case's time cut it short, or the client may have limited it (the "
+        "kit's saturation check: the client's CPU share, its event loop's lag against the TPOT). The objectives are "
+        "options of the report (kit report --slo-ttft-ms, --slo-tpot-ms): the same run is held to others by "
+        "rendering it again.",
     ]
     if not capacities:
         return Section(anchor=ANCHOR, title=title, paragraphs=paragraphs,

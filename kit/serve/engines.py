@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -89,8 +90,9 @@ class Engine(ABC):
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         """The documented arguments after the entrypoint (or command)."""
 
-    def environment(self, case: Case) -> dict[str, str]:
-        """Documented variables the engine is started with (besides the case's own)."""
+    def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
+        """Documented variables the engine is started with (besides the case's own); given the
+        CPUs it may use (kit.serve.cpu_split), those that keep the threads it binds itself on them."""
         return {}
 
     @abstractmethod
@@ -153,8 +155,14 @@ class VllmEngine(Engine):
             argv.append("--enforce-eager")
         return argv
 
-    def environment(self, case: Case) -> dict[str, str]:
-        return {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib)} if case.device == "cpu" else {}
+    def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
+        if case.device != "cpu":
+            return {}
+        found = {"VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib)}
+        bind = omp_threads_bind(cpus, case.gpus) if cpus else None
+        if bind is not None:  # its workers bind their OpenMP threads themselves, whatever the process's affinity
+            found["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        return found
 
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
         return "/v1/completions", {
@@ -192,6 +200,19 @@ class VllmEngine(Engine):
             output_tokens=usage.get("completion_tokens"),
             prompt_tokens=usage.get("prompt_tokens"),
         )
+
+
+def omp_threads_bind(cpus: Sequence[int], ranks: int) -> str | None:
+    """VLLM_CPU_OMP_THREADS_BIND for `ranks` workers on `cpus`: one list per rank, split by "|"
+    (vLLM's CPU docs). As its own default does ('auto': utils/ompmultiprocessing.py), one CPU per
+    rank is left to the scheduler and server processes where there are CPUs enough to leave one.
+    None where there are fewer CPUs than ranks."""
+    cpus = sorted(cpus)
+    compute = cpus[:-ranks] if len(cpus) >= 2 * ranks else cpus
+    share = len(compute) // ranks
+    if share == 0:
+        return None
+    return "|".join(",".join(map(str, compute[rank * share : (rank + 1) * share])) for rank in range(ranks))
 
 
 class TgiEngine(Engine):
@@ -233,7 +254,7 @@ class TgiEngine(Engine):
             argv += ["--max-batch-size", str(params.max_batch_requests)]
         return argv
 
-    def environment(self, case: Case) -> dict[str, str]:
+    def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1"}  # a local model directory; never the hub
 
     def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from kit.child_process import die_with_parent
@@ -47,17 +48,24 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 class EngineProcess:
     """One engine server, its own process group, its output in `log_path`."""
 
-    def __init__(self, argv: list[str], log_path: Path, port: int, env: dict[str, str] | None = None):
+    def __init__(self, argv: list[str], log_path: Path, port: int, env: dict[str, str] | None = None,
+                 cpus: Sequence[int] | None = None):  # fmt: skip
         self.argv, self.log_path, self.port = argv, log_path, port
         self.base_url = f"http://{HOST}:{port}"
         self._log = log_path.open("ab")
+
+        def before_exec() -> None:  # in the child: its processes inherit the CPUs
+            die_with_parent()
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
         self.process = subprocess.Popen(
             argv,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=before_exec,
         )
 
     @property

@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +33,7 @@ from kit.serve.aggregate import aggregate
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
+from kit.serve.cpu_split import cpu_split, running_on
 from kit.serve.details import ServeDetails
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
@@ -61,7 +63,9 @@ class Placement(Protocol):
 
     def checkpoint(self, case: Case, say) -> Path: ...
 
-    def start(self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say) -> tuple[EngineHandle, dict]: ...
+    def start(self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say,
+              cpus: Sequence[int] | None = None) -> tuple[EngineHandle, dict]:  # fmt: skip
+        """The engine, on `cpus` where given (kit.serve.cpu_split), and what the result records of its launch."""
 
 
 def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, dict]:
@@ -254,9 +258,13 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     warmup = burst_prompts(tokenizer, params.warmup_requests, params.input_tokens, params.seed + WARMUP_SEED_OFFSET)
     points = planned_points(tokenizer, params)
 
-    handle, launch = placement.start(engine, case, model_dir, out_dir, say)
+    split = cpu_split(case)
+    handle, launch = placement.start(engine, case, model_dir, out_dir, say, cpus=split.engine if split else None)
+    if split:
+        say(f"serve: the engine on CPUs {list(split.engine)}, the client on {list(split.client)}")
     details: dict = {
-        "engine": {"name": engine.name, "label": engine.label, "placement": placement.name, **launch},
+        "engine": {"name": engine.name, "label": engine.label, "placement": placement.name, **launch,
+                   "cpus": split.model_dump() if split else None},
         "model": model,
         "prompts": {"count": len(prompts), "input_tokens": params.input_tokens, "counted_by": "served tokenizer"},
         "ignore_eos": params.ignore_eos if engine.ignore_eos_note is None else False,
@@ -270,47 +278,48 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     after: dict | str = "not read"
     swept: dict | str = "not read"
     deadline = started + params.timeout_s - STOP_MARGIN_S
-    try:
-        say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
-        details["engine"]["ready_s"] = wait_ready(handle, engine.health_path, params.ready_timeout_s)
-        details["engine"]["version"] = engine_version(engine, handle.base_url) or launch.get("version")
-        if warmup:
-            warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
-            errors = [r.error for r in warm.records if not r.ok]
-            details["warmup"] = {"requests": len(warmup), "duration_s": warm.duration, "errors": errors}
-            if errors:
-                raise EngineFailed(f"the warm-up request failed: {errors[0]}")
-        before = read_counters(engine, handle.base_url)
-        say(f"serve: burst of {len(prompts)} requests released")
-        soak_started = time.monotonic()
-        telemetry.start()
+    with running_on(split.client if split else None):  # the client apart from the engine's CPUs
         try:
-            burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
-                               announce_first(say))  # fmt: skip
+            say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
+            details["engine"]["ready_s"] = wait_ready(handle, engine.health_path, params.ready_timeout_s)
+            details["engine"]["version"] = engine_version(engine, handle.base_url) or launch.get("version")
+            if warmup:
+                warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
+                errors = [r.error for r in warm.records if not r.ok]
+                details["warmup"] = {"requests": len(warmup), "duration_s": warm.duration, "errors": errors}
+                if errors:
+                    raise EngineFailed(f"the warm-up request failed: {errors[0]}")
+            before = read_counters(engine, handle.base_url)
+            say(f"serve: burst of {len(prompts)} requests released")
+            soak_started = time.monotonic()
+            telemetry.start()
+            try:
+                burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
+                                   announce_first(say))  # fmt: skip
+            finally:
+                telemetry.stop()
+            after = read_counters(engine, handle.base_url)
+            if handle.exit_code() is not None:
+                failure = f"the engine exited with code {handle.exit_code()} during the burst"
+            elif burst.cut_short:
+                failure = f"the case's time (timeout_s {params.timeout_s}) ran out during the burst"
+            else:
+                failure = none_finished("burst", burst.records)
+            if failure is None and params.soak is not None:
+                say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
+                first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
+                                   tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
+                windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
+                details["windows"] = windows
+            if failure is None and points:
+                sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
+                swept = read_counters(engine, handle.base_url)
+                failure = sweep.failure
+        except EngineFailed as exc:
+            failure = str(exc)
         finally:
-            telemetry.stop()
-        after = read_counters(engine, handle.base_url)
-        if handle.exit_code() is not None:
-            failure = f"the engine exited with code {handle.exit_code()} during the burst"
-        elif burst.cut_short:
-            failure = f"the case's time (timeout_s {params.timeout_s}) ran out during the burst"
-        else:
-            failure = none_finished("burst", burst.records)
-        if failure is None and params.soak is not None:
-            say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
-            first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
-                               tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
-            windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
-            details["windows"] = windows
-        if failure is None and points:
-            sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
-            swept = read_counters(engine, handle.base_url)
-            failure = sweep.failure
-    except EngineFailed as exc:
-        failure = str(exc)
-    finally:
-        details["engine"]["stop"] = handle.stop()
-        atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
+            details["engine"]["stop"] = handle.stop()
+            atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
 
     if burst is not None:
         totals, figures = burst.kept(out_dir / "requests.jsonl", all_at_once=True)

@@ -91,10 +91,26 @@ class SweepPoint(BaseModel):
     bound_tokens_per_s: float | None
     bound_note: str | None
     cut_short: bool  # the case's time ran out during it: not a steady state, never the capacity
+    client_limited: str | None = None  # why the client may have limited it (kit.serve.aggregate.saturation)
+
+    @property
+    def not_judged(self) -> str | None:
+        """Why the point's latencies may not be the server's, so that it is held to no objective:
+        the case's time cut it short, or the client may have limited it (a client short of CPU
+        time-stamps events late, and a TPOT read from late stamps can look better or worse)."""
+        if self.cut_short:
+            return "cut short: the case's time ran out during it"
+        if self.client_limited:
+            return f"the client may have limited it: {self.client_limited}"
+        return None
+
+    @property
+    def counted(self) -> bool:
+        """Within the objectives, and measured as the server, not the client or the clock, set it."""
+        return self.judged.meets and self.not_judged is None
 
 
 def capacity(points: Sequence[SweepPoint]) -> SweepPoint | None:
-    """The point of the highest output throughput that meets the objectives: what the server
-    serves within them (None where no point does)."""
-    meeting = [point for point in points if point.judged.meets and not point.cut_short]
-    return max(meeting, key=lambda point: point.figures.output_throughput, default=None)
+    """The point of the highest output throughput that counts (meets the objectives and is
+    judged): what the server serves within them (None where no point does)."""
+    return max((point for point in points if point.counted), key=lambda point: point.figures.output_throughput, default=None)
