@@ -3,8 +3,9 @@
 Starts the real vLLM (the smoke profile's case: its CPU build, started as its image starts it,
 through the kit's own placement), then, in rounds whose order rotates, fires the same burst (the
 same prompts, all at once, the same output length, EOS ignored) with the kit's client, with
-vLLM's `vllm bench serve` (the same vLLM environment, `--dataset-name custom` on those prompts),
-and, given `--aiperf`, with NVIDIA AIPerf. Prints each figure per client (the median over the
+vLLM's `vllm bench serve` (the same vLLM environment, `--dataset-name custom` on those prompts;
+one process for all its benchmarks, each through the function its CLI calls, so that none waits
+the 15-20 s of its start after the kit's firing), and, given `--aiperf`, with NVIDIA AIPerf. Prints each figure per client (the median over the
 rounds) and the kit's ratio to vLLM's: output tokens/s, TTFT median and p99, TPOT, ITL, E2E.
 
     python tests/benchmarks/serve_fidelity.py [--rounds 3] [--prompts 200] [--aiperf PATH]
@@ -17,10 +18,17 @@ serve` over its benchmark's last `duration` seconds (sampled from /proc). vLLM i
 its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
 again, and each must cost what it cost the first time.
 
-    python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64 [--engine-cpus 0]
+    python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64
 
-With `--engine-cpus`, the engine runs on those CPUs and the clients on the others (one client at a
-time), so that on a small host neither client waits for a core the engine keeps busy.
+The engine and the clients (one at a time) run on the CPUs the kit gives each on a CPU host
+(kit.serve.cpu_split: the clients one CPU, the engine the others), so that neither client waits
+for a core the engine keeps busy.
+
+The engine's own speed wanders from one firing to the next (by a fifth, for seconds at a time, on
+a shared host), so beside the ratio of the medians the table gives the median of the rounds'
+paired ratios: within a round the two clients ran seconds apart, and the order alternates (kit
+first, then vLLM first), so drift cancels. Before each point's rounds, one untimed firing at its
+concurrency warms the engine up.
 
 Where the definitions differ (printed at the end): vLLM's end-to-end latency ends at the last
 chunk with choices, the kit's at the end of the stream (the usage chunk and [DONE] follow it);
@@ -39,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +57,7 @@ from kit.protocol import build_plan, load_protocol
 from kit.serve.aggregate import aggregate
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency, fire_burst
+from kit.serve.cpu_split import cpu_split
 from kit.serve.engines import VllmEngine, engine_for
 from kit.serve.session import model_directory, wait_ready
 
@@ -80,20 +90,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_sampling_cpu(argv: list[str], env: dict) -> tuple[subprocess.CompletedProcess, list[tuple[float, float]]]:
-    """Run `argv`, sampling its CPU time every 50 ms: (time, CPU seconds) until it exits."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    samples = []
-    while process.poll() is None:
-        try:
-            samples.append((time.monotonic(), cpu_seconds(process.pid)))
-        except (OSError, IndexError, ValueError):
-            pass  # exited between poll and read
-        time.sleep(0.05)
-    stdout, stderr = process.communicate()
-    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr), samples
-
-
 def share_of_last(samples: list[tuple[float, float]], seconds: float) -> float:
     """The CPU share of the sampled process over its last `seconds` (its benchmark ends just before it exits)."""
     end_t, end_cpu = samples[-1]
@@ -101,11 +97,78 @@ def share_of_last(samples: list[tuple[float, float]], seconds: float) -> float:
     return (end_cpu - start_cpu) / (end_t - start_t) if end_t > start_t else float("nan")
 
 
-def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, params, work: Path,
+# Runs in the vLLM environment: `vllm bench serve` as a process that stays, one benchmark per line of
+# arguments on stdin, each through the function the CLI calls (vllm.benchmarks.serve.main); the
+# line after it says it is done. Its import takes 15-20 s, and a firing that waited that long after
+# the kit's would meet the engine at another speed.
+BENCH_DRIVER = """
+import json, sys, traceback
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+print("FIDELITY-READY", flush=True)
+for line in sys.stdin:
+    try:
+        main(parser.parse_args(json.loads(line)))
+        print("FIDELITY-DONE", flush=True)
+    except BaseException:
+        print("FIDELITY-FAILED " + json.dumps(traceback.format_exc()[-2000:]), flush=True)
+"""
+
+
+class VllmBench:
+    """`vllm bench serve`, started once and given one benchmark at a time; the CPU time of its
+    process is sampled every 50 ms while one runs."""
+
+    def __init__(self, python: str, work: Path):
+        self.log = (work / "vllm-bench.log").open("w")
+        self.process = subprocess.Popen([python, "-c", BENCH_DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        self.read_until("FIDELITY-READY")
+
+    def read_until(self, marker: str) -> str:
+        """Lines of its output (vLLM's own prints, to the log) until one starting with `marker`."""
+        for line in self.process.stdout:
+            if line.startswith(marker):
+                return line
+            if line.startswith("FIDELITY-FAILED"):
+                raise RuntimeError(f"vllm bench serve failed:\n{json.loads(line.split(' ', 1)[1])}")
+            self.log.write(line)
+        raise RuntimeError(f"vllm bench serve exited ({self.process.wait()}): see {self.log.name}")
+
+    def run(self, argv: list[str]) -> list[tuple[float, float]]:
+        self.process.stdin.write(json.dumps(argv) + "\n")
+        self.process.stdin.flush()
+        samples, failed = [], []
+
+        def read() -> None:
+            try:
+                self.read_until("FIDELITY-DONE")
+            except RuntimeError as error:
+                failed.append(error)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while reader.is_alive():
+            samples.append((time.monotonic(), cpu_seconds(self.process.pid)))
+            reader.join(0.05)
+        if failed:
+            raise failed[0]
+        samples.append((time.monotonic(), cpu_seconds(self.process.pid)))
+        return samples
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(60)
+        self.log.close()
+
+
+def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset: Path, params, work: Path,
                        concurrency: int | None = None) -> dict:  # fmt: skip
     name = f"bench-{time.monotonic_ns()}.json"
     argv = [
-        vllm, "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
+        "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
         "--model", "kit-model", "--tokenizer", model_dir, "--dataset-name", "custom", "--dataset-path", str(dataset),
         "--custom-output-len", str(params.max_output_tokens), "--skip-chat-template", "--num-prompts", str(params.prompts),
         "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--disable-tqdm",
@@ -114,9 +177,7 @@ def vllm_bench_figures(vllm: str, base_url: str, model_dir: str, dataset: Path, 
     ]  # fmt: skip
     if concurrency is not None:  # no untimed test request first: the kit sends none
         argv += ["--max-concurrency", str(concurrency), "--ready-check-timeout-sec", "0"]
-    done, samples = run_sampling_cpu(argv, {**os.environ, "HF_HUB_OFFLINE": "1"})
-    if done.returncode != 0:
-        raise RuntimeError(f"vllm bench serve failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    samples = bench.run(argv)
     data = json.loads((work / name).read_text())
     if data["failed"]:
         raise RuntimeError(f"vllm bench serve: {data['failed']} requests failed")
@@ -174,27 +235,10 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
 
 
 class VllmWithoutPrefixCache(VllmEngine):
-    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`);
-    given `cpus`, its OpenMP threads bound to those (VLLM_CPU_OMP_THREADS_BIND, vLLM's CPU docs)."""
-
-    def __init__(self, cpus: str | None = None):
-        super().__init__()
-        self.cpus = cpus
+    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`)."""
 
     def arguments(self, case, model_dir, host, port):
         return [*super().arguments(case, model_dir, host, port), "--no-enable-prefix-caching"]
-
-    def environment(self, case):
-        return {**super().environment(case), **({"VLLM_CPU_OMP_THREADS_BIND": self.cpus} if self.cpus else {})}
-
-
-def cpu_list(text: str) -> set[int]:
-    """"0", "0,2", "0-3" as CPU numbers."""
-    found = set()
-    for part in text.split(","):
-        start, _, end = part.partition("-")
-        found |= set(range(int(start), int(end or start) + 1))
-    return found
 
 
 def rotated(tools: list[str], round_: int) -> list[str]:
@@ -202,17 +246,32 @@ def rotated(tools: list[str], round_: int) -> list[str]:
     return tools[round_ % len(tools):] + tools[: round_ % len(tools)]
 
 
+def paired_ratios(runs: dict, figure: str) -> list[float]:
+    """The kit's figure over vLLM's client's in the same round, one ratio per round: the two ran
+    seconds apart, against the engine in the same state, so the engine's drift over the rounds
+    (its speed wanders by a fifth on a shared host) cancels where a ratio of medians keeps it."""
+    return [k[figure] / v[figure] for k, v in zip(runs["kit"], runs["vllm bench serve"]) if v[figure]]
+
+
 def print_table(title: str, tools: list[str], runs: dict) -> dict:
-    """Each figure's median over the rounds per client, and the kit's ratio to vLLM's client."""
+    """Each figure's median over the rounds per client; the kit's ratio to vLLM's client, as the
+    ratio of those medians and as the median (and quartiles) of the rounds' paired ratios."""
     medians = {tool: {f: statistics.median(r[f] for r in runs[tool]) for f in FIGURES} for tool in tools}
     print(f"\n{title} (medians; times in ms)")
-    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}")
+    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}{'paired (q1-q3)':>24}")
     for f in FIGURES:
         scale = 1 if f == "output_throughput" else 1e3
         theirs = medians["vllm bench serve"][f]
         ratio = medians["kit"][f] / theirs if theirs else float("nan")
+        paired = paired_ratios(runs, f)
+        if len(paired) >= 2:
+            q1, median, q3 = statistics.quantiles(paired, n=4, method="inclusive")
+        else:
+            q1 = median = q3 = paired[0] if paired else float("nan")
         cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
-        print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}")
+        print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}"
+              f"{median:>11.3f} ({q1:.2f}-{q3:.2f}) {'ok' if abs(median - 1) <= 0.05 else 'DIFF'}")  # fmt: skip
+        medians.setdefault("paired", {})[f] = {"median": median, "q1": q1, "q3": q3}
     kit, theirs = runs["kit"], runs["vllm bench serve"]
     print(f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
           f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
@@ -229,15 +288,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst")
     parser.add_argument("--aiperf", help="the aiperf executable (in its own environment)")
     parser.add_argument("--json", type=Path, help="write every figure here")
-    parser.add_argument("--engine-cpus", help="with --concurrency: the engine on these CPUs (\"0\", \"0-3\"), the clients on the "
-                        "others, so that a client never waits for a core the engine holds")  # fmt: skip
     args = parser.parse_args()
 
     case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
     params = case.params.model_copy(update={"prompts": args.prompts, "input_tokens": args.input_tokens,
                                             "max_output_tokens": args.output_tokens, "sweep": None})  # fmt: skip
     case = case.model_copy(update={"params": params})
-    engine = VllmWithoutPrefixCache(args.engine_cpus) if args.concurrency else engine_for(params)
+    engine = VllmWithoutPrefixCache() if args.concurrency else engine_for(params)
     placement, work = LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
     model_dir, _ = model_directory(case, engine, placement, print)
     tokenizer = load_tokenizer(model_dir)
@@ -246,13 +303,11 @@ def main() -> None:
     dataset = work / "prompts.jsonl"
     # vLLM bench re-encodes a custom prompt with the same tokenizer (special tokens included).
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
-    every_cpu = os.sched_getaffinity(0)
-    if args.engine_cpus:  # the engine's processes inherit this process's CPUs when started; then the clients take the rest
-        os.sched_setaffinity(0, cpu_list(args.engine_cpus))
-    handle, launch = placement.start(engine, case, model_dir, work, print)
-    if args.engine_cpus:
-        os.sched_setaffinity(0, every_cpu - cpu_list(args.engine_cpus))
-        print(f"engine on CPUs {sorted(cpu_list(args.engine_cpus))}, clients on {sorted(os.sched_getaffinity(0))}")
+    split = cpu_split(case)  # as the kit splits them: the clients (and vllm bench, started from here) on theirs
+    handle, launch = placement.start(engine, case, model_dir, work, print, cpus=split.engine if split else None)
+    if split:
+        os.sched_setaffinity(0, split.client)
+        print(f"engine on CPUs {list(split.engine)}, clients on {list(split.client)}")
     bin_dir = Path(launch["argv"][0]).parent
     if subprocess.run([str(bin_dir / "python"), "-c", "import pandas"], capture_output=True).returncode != 0:
         print("vllm bench's custom dataset reads its JSONL with pandas: installing it into the vLLM environment")
@@ -260,10 +315,14 @@ def main() -> None:
     tools = ["kit", "vllm bench serve"] + (["aiperf"] if args.aiperf else [])
     levels = args.concurrency or [None]  # None: the burst
     results: dict = {level: {tool: [] for tool in tools} for level in levels}
+    bench = None
     try:
+        bench = VllmBench(str(bin_dir / "python"), work)  # on the clients' CPUs, as this process is now
         wait_ready(handle, engine.health_path, params.ready_timeout_s)
         fire_burst(handle.base_url, engine, params, prompts[:4], counts[:4], 600)  # warm-up, untimed
         for level in levels:
+            if level is not None:  # the engine's first batches of a new size run slower for tens of seconds
+                kit_figures(handle.base_url, engine, params, prompts, counts, level)  # warm-up, untimed
             for round_ in range(args.rounds):
                 for tool in rotated(tools, round_):
                     if tool == "kit":
@@ -271,11 +330,13 @@ def main() -> None:
                     elif tool == "aiperf":
                         found = aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts, params, work, level)
                     else:
-                        found = vllm_bench_figures(launch["argv"][0], handle.base_url, str(model_dir), dataset, params, work, level)
+                        found = vllm_bench_figures(bench, handle.base_url, str(model_dir), dataset, params, work, level)
                     results[level][tool].append(found)
                     print(f"{'burst' if level is None else f'concurrency {level}'}, round {round_ + 1}: {tool}: "
                           f"{found['output_throughput']:.0f} output tokens/s", flush=True)  # fmt: skip
     finally:
+        if bench is not None:
+            bench.stop()
         handle.stop()
     what = f"{params.prompts} x {params.input_tokens} tokens, {params.max_output_tokens} out, EOS ignored, {args.rounds} rounds"
     medians = {}
