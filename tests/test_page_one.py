@@ -183,6 +183,29 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
     assert heading.endswith("its capacity, N requests in flight, within p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms")
 
 
+def test_a_sweep_whose_every_point_the_client_may_have_limited_has_no_capacity_and_says_why(gpu_run, tmp_path):
+    """As the smoke runs' sweeps on a 2-core host did before the client kept a CPU of its own: the
+    saturation check marked every point (the event loop lagged 19-876 ms), so none is judged."""
+    from kit.report.capacity_section import sweep_points
+    from kit.results import Result, RunDir, atomic_write_model
+    from kit.serve.slo import DEFAULT_SLO
+
+    run, case_id = tmp_path / "run", "serve.llama2-7b.vllm.g8"
+    shutil.copytree(gpu_run, run)
+    result = Result.model_validate_json((run / "cases" / case_id / "result.json").read_text())
+    rank = result.samples[0].ranks[0]
+    lag = ["client event loop lagged 876.5 ms (p99), more than 5 ms and 10 % of the median time per output token"]
+    for point in rank.details["sweep"]["points"]:
+        point["saturation"] = {**point["saturation"], "client_limited": True, "reasons": lag}
+    atomic_write_model(run / "cases" / case_id / "result.json", result)
+    atomic_write_model(run / "cases" / case_id / "runs" / "1" / "rank-0.json", rank)
+    RunDir(run).write_sums()
+    points = sweep_points(load_run(run, redact=False), result, DEFAULT_SLO)
+    assert points and all(p.not_judged == f"the client may have limited it: run 1: {lag[0]}" and not p.counted for p in points)
+    _, _, standing, *_ = rows_by_case(build_report(run, ["reference"], gpu_hour_price=PRICE))[case_id]
+    assert standing.detail == "no sweep point judged: each was cut short or client-limited"
+
+
 def test_an_engine_that_did_not_run_is_one_line_with_its_status_and_reason(report, gpu_run):
     result = result_json(gpu_run, "serve.llama2-7b.lightllm.g8")
     label, status = rows_by_case(report)["serve.*.lightllm.*"]

@@ -330,8 +330,9 @@ def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Referenc
         said.append(f"{percent(failed.mean)} failed")
     measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail="; ".join(filter(None, said))), result)
     best = capacity(points)
+    unjudged = "no sweep point judged: each was cut short or client-limited" if all(p.not_judged for p in points) else None
     standing_cell = Cell(text=ranked, detail=(f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
-                                              if best else "no sweep point within the objectives") if points else None)  # fmt: skip
+                                              if best else unjudged or "no sweep point within the objectives") if points else None)  # fmt: skip
     bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
     reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
