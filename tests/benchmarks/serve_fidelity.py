@@ -14,7 +14,9 @@ With `--concurrency N [N ...]`, points of the sweep instead of the burst: at eac
 client keeps N of the prompts in flight (kit.serve.client.fire_at_concurrency) and vLLM's client
 runs `--max-concurrency N` on the same prompts; beside the figures, what says whether a client
 limited them: the kit's CPU share and event-loop lag (p99), and the CPU share of `vllm bench
-serve` over its benchmark's last `duration` seconds (sampled from /proc). vLLM is started with
+serve` over its benchmark's last `duration` seconds (sampled from /proc); and how close together
+each client sent the requests of a wave (wave_spread: with outputs of one length, the N requests
+in flight end together and N more follow, so a client slow to send them batches them worse). vLLM is started with
 its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
 again, and each must cost what it cost the first time.
 
@@ -81,7 +83,26 @@ def kit_figures(base_url, engine, params, prompts, counts, concurrency: int | No
         "itl_median": totals.itl_s.median, "itl_mean": totals.itl_s.mean,
         "e2el_median": totals.latency_s.median, "e2el_mean": totals.latency_s.mean,
         "client_cpu_share": fired.load.cpu_share, "client_loop_lag_p99": fired.load.loop_lag_p99_s,
+        "wave_spread": wave_spread([record.sent_at for record in fired.records]),
     }  # fmt: skip
+
+
+WAVE_GAP_S = 0.05
+
+
+def wave_spread(starts: list[float]) -> float:
+    """How far apart a client sent the requests of one wave (median over the waves of the last
+    start minus the first): at a concurrency N with outputs of one length, N requests start
+    together, end in the same step and are followed by N more. A wave ends at a gap of more than
+    WAVE_GAP_S between two starts."""
+    ordered = sorted(starts)
+    waves, first = [], ordered[0]
+    for before, start in zip(ordered, ordered[1:]):
+        if start - before > WAVE_GAP_S:
+            waves.append(before - first)
+            first = start
+    waves.append(ordered[-1] - first)
+    return statistics.median(waves)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -173,7 +194,7 @@ def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset:
         "--custom-output-len", str(params.max_output_tokens), "--skip-chat-template", "--num-prompts", str(params.prompts),
         "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--save-result", "--result-dir", str(work), "--result-filename", name,
+        "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", name,
     ]  # fmt: skip
     if concurrency is not None:  # no untimed test request first: the kit sends none
         argv += ["--max-concurrency", str(concurrency), "--ready-check-timeout-sec", "0"]
@@ -189,6 +210,7 @@ def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset:
         "itl_median": data["median_itl_ms"] * ms, "itl_mean": data["mean_itl_ms"] * ms,
         "e2el_median": data["median_e2el_ms"] * ms, "e2el_mean": data["mean_e2el_ms"] * ms,
         "client_cpu_share": share_of_last(samples, data["duration"]),
+        "wave_spread": wave_spread(data["start_times"]),
     }  # fmt: skip
 
 
@@ -275,7 +297,9 @@ def print_table(title: str, tools: list[str], runs: dict) -> dict:
     kit, theirs = runs["kit"], runs["vllm bench serve"]
     print(f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
           f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
-          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most")  # fmt: skip
+          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most; a wave's requests were sent within "
+          f"{1e3 * statistics.median(r['wave_spread'] for r in kit):.1f} ms (kit) and "
+          f"{1e3 * statistics.median(r['wave_spread'] for r in theirs):.1f} ms (vllm bench serve), medians")  # fmt: skip
     return medians
 
 
