@@ -7,8 +7,9 @@ utils/ompmultiprocessing.py). The client, one asyncio thread, then waits for a c
 event it reads in that time carries a late time stamp. Measured on a 2-core host: in smoke runs
 that shared the cores, the client's event loop lagged 19-876 ms (p99) at every point of the sweep,
 it read whole streams at once (a median TPOT of 0.0 ms at concurrency 8 and 16), and the
-saturation check marked every point; with the engine on one core and the client on the other
-(tests/benchmarks/serve_fidelity.py --engine-cpus 0), the lag stayed under 2.2 ms.
+saturation check marked every point. With the engine on one core and the client on the other, the
+lag stayed at most 2.5 ms at every point (a smoke run, and tests/benchmarks/serve_fidelity_results.md
+runs 4-7).
 
 So on such a host the client keeps one CPU and the engine gets the others. A GPU host's engine
 computes on its GPUs and needs a few of its many cores: there the operating system places both.
