@@ -22,6 +22,17 @@ again, and each must cost what it cost the first time.
 
     python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64
 
+`--prompts-per-slot K` sends K x N prompts at each N instead (each of the N slots serves K requests
+in turn), so that every point's firing lasts about as long: a firing of a few seconds meets the
+engine at one speed of a host whose speed wanders in phases of seconds, and a longer one averages
+over them.
+
+`--output-spread F` gives each request its own output length, drawn once (seeded) from
+L(1 - F) .. L(1 + F) around `--output-tokens` L, and sent to both clients alike. With one length
+for all, the N requests in flight start and end together, and the next N arrive together: the
+point runs in waves, whose TTFT depends on how the wave's requests fall on the engine's steps and
+changes by a quarter from one firing to the next. Lengths that differ break the waves up.
+
 The engine and the clients (one at a time) run on the CPUs the kit gives each on a CPU host
 (kit.serve.cpu_split: the clients one CPU, the engine the others), so that neither client waits
 for a core the engine keeps busy.
@@ -45,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -185,13 +197,15 @@ class VllmBench:
         self.log.close()
 
 
-def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset: Path, params, work: Path,
+def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset: Path, prompts, params, work: Path,
                        concurrency: int | None = None) -> dict:  # fmt: skip
     name = f"bench-{time.monotonic_ns()}.json"
     argv = [
         "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
         "--model", "kit-model", "--tokenizer", model_dir, "--dataset-name", "custom", "--dataset-path", str(dataset),
-        "--custom-output-len", str(params.max_output_tokens), "--skip-chat-template", "--num-prompts", str(params.prompts),
+        "--custom-output-len", "-1",  # -1: each row's own output_tokens
+        "--skip-chat-template", "--num-prompts", str(len(prompts)),
+        "--disable-shuffle",  # the first prompts of the file, in its order, as the kit sends them
         "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", name,
@@ -202,6 +216,8 @@ def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset:
     data = json.loads((work / name).read_text())
     if data["failed"]:
         raise RuntimeError(f"vllm bench serve: {data['failed']} requests failed")
+    if data["completed"] != len(prompts):  # it makes up --num-prompts (1000 by default) by sampling again
+        raise RuntimeError(f"vllm bench serve sent {data['completed']} requests, not the {len(prompts)} prompts")
     ms = 1e-3
     return {
         "output_throughput": data["output_throughput"],
@@ -257,10 +273,24 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
 
 
 class VllmWithoutPrefixCache(VllmEngine):
-    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`)."""
+    """vLLM as the kit starts it, with its prefix cache off (a documented flag of `vllm serve`),
+    and, given `output_lengths`, each prompt's own `max_tokens`."""
+
+    def __init__(self, output_lengths: dict[str, int] | None = None):
+        self.output_lengths = output_lengths or {}
 
     def arguments(self, case, model_dir, host, port):
         return [*super().arguments(case, model_dir, host, port), "--no-enable-prefix-caching"]
+
+    def request(self, prompt, params):
+        path, body = super().request(prompt, params)
+        return path, {**body, "max_tokens": self.output_lengths.get(prompt, body["max_tokens"])}
+
+
+def output_lengths(count: int, tokens: int, spread: float, seed: int) -> list[int]:
+    """Each request's output length, uniform over tokens * (1 -/+ spread), the same every run."""
+    draw = random.Random(seed)
+    return [max(1, round(tokens * (1 - spread + 2 * spread * draw.random()))) for _ in range(count)]
 
 
 def rotated(tools: list[str], round_: int) -> list[str]:
@@ -275,12 +305,23 @@ def paired_ratios(runs: dict, figure: str) -> list[float]:
     return [k[figure] / v[figure] for k, v in zip(runs["kit"], runs["vllm bench serve"]) if v[figure]]
 
 
-def print_table(title: str, tools: list[str], runs: dict) -> dict:
+def median_interval(values: list[float], resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """A 95 % bootstrap interval of the median (percentile method): how far the rounds' median
+    could move with other rounds like them. Whether a gap is within 5 % is known only where this
+    interval is narrower than that."""
+    draw = random.Random(seed)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def print_table(title: str, tools: list[str], runs: dict, in_waves: bool) -> dict:
     """Each figure's median over the rounds per client; the kit's ratio to vLLM's client, as the
-    ratio of those medians and as the median (and quartiles) of the rounds' paired ratios."""
+    ratio of those medians and as the median (its quartiles, and its 95 % interval) of the
+    rounds' paired ratios. `in_waves`: the point ran in waves (one output length for all), so
+    how close together each client sent a wave's requests is printed too."""
     medians = {tool: {f: statistics.median(r[f] for r in runs[tool]) for f in FIGURES} for tool in tools}
     print(f"\n{title} (medians; times in ms)")
-    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}{'paired (q1-q3)':>24}")
+    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}{'paired (q1-q3) [95 % interval]':>38}")
     for f in FIGURES:
         scale = 1 if f == "output_throughput" else 1e3
         theirs = medians["vllm bench serve"][f]
@@ -288,18 +329,20 @@ def print_table(title: str, tools: list[str], runs: dict) -> dict:
         paired = paired_ratios(runs, f)
         if len(paired) >= 2:
             q1, median, q3 = statistics.quantiles(paired, n=4, method="inclusive")
+            low, high = median_interval(paired)
         else:
-            q1 = median = q3 = paired[0] if paired else float("nan")
+            q1 = median = q3 = low = high = paired[0] if paired else float("nan")
         cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
         print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}"
-              f"{median:>11.3f} ({q1:.2f}-{q3:.2f}) {'ok' if abs(median - 1) <= 0.05 else 'DIFF'}")  # fmt: skip
-        medians.setdefault("paired", {})[f] = {"median": median, "q1": q1, "q3": q3}
+              f"{median:>11.3f} ({q1:.2f}-{q3:.2f}) [{low:.2f}-{high:.2f}] {'ok' if abs(median - 1) <= 0.05 else 'DIFF'}")  # fmt: skip
+        medians.setdefault("paired", {})[f] = {"median": median, "q1": q1, "q3": q3, "low95": low, "high95": high}
     kit, theirs = runs["kit"], runs["vllm bench serve"]
     print(f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
           f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
-          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most; a wave's requests were sent within "
-          f"{1e3 * statistics.median(r['wave_spread'] for r in kit):.1f} ms (kit) and "
-          f"{1e3 * statistics.median(r['wave_spread'] for r in theirs):.1f} ms (vllm bench serve), medians")  # fmt: skip
+          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most")  # fmt: skip
+    if in_waves:
+        print(f"a wave's requests were sent within {1e3 * statistics.median(r['wave_spread'] for r in kit):.1f} ms (kit) "
+              f"and {1e3 * statistics.median(r['wave_spread'] for r in theirs):.1f} ms (vllm bench serve), medians")  # fmt: skip
     return medians
 
 
@@ -307,16 +350,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=200, help="requests of the burst, or of each point")
+    parser.add_argument("--prompts-per-slot", type=int, help="at each concurrency N, send N times this many requests")
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--output-spread", type=float, default=0.0, help="each request's output length within +/- this share")
     parser.add_argument("--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst")
     parser.add_argument("--aiperf", help="the aiperf executable (in its own environment)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
+    if args.output_spread and not args.concurrency:
+        parser.error("--output-spread is for points of the sweep (--concurrency)")
 
     case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
+    levels = args.concurrency or [None]  # None: the burst
+    if args.prompts_per_slot and args.concurrency:
+        args.prompts = args.prompts_per_slot * max(args.concurrency)
+    lengths = output_lengths(args.prompts, args.output_tokens, args.output_spread, case.params.seed)
     params = case.params.model_copy(update={"prompts": args.prompts, "input_tokens": args.input_tokens,
-                                            "max_output_tokens": args.output_tokens, "sweep": None})  # fmt: skip
+                                            "max_output_tokens": max(lengths), "sweep": None})  # the engine's context fits the longest  # fmt: skip
     case = case.model_copy(update={"params": params})
     engine = VllmWithoutPrefixCache() if args.concurrency else engine_for(params)
     placement, work = LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
@@ -324,9 +375,11 @@ def main() -> None:
     tokenizer = load_tokenizer(model_dir)
     prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed)
     counts = [token_count(tokenizer, p) for p in prompts]
+    if args.concurrency:
+        engine.output_lengths = dict(zip(prompts, lengths))
     dataset = work / "prompts.jsonl"
     # vLLM bench re-encodes a custom prompt with the same tokenizer (special tokens included).
-    dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    dataset.write_text("".join(json.dumps({"prompt": p, "output_tokens": n}) + "\n" for p, n in zip(prompts, lengths)))
     split = cpu_split(case)  # as the kit splits them: the clients (and vllm bench, started from here) on theirs
     handle, launch = placement.start(engine, case, model_dir, work, print, cpus=split.engine if split else None)
     if split:
@@ -337,7 +390,6 @@ def main() -> None:
         print("vllm bench's custom dataset reads its JSONL with pandas: installing it into the vLLM environment")
         subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "pandas"], check=True)
     tools = ["kit", "vllm bench serve"] + (["aiperf"] if args.aiperf else [])
-    levels = args.concurrency or [None]  # None: the burst
     results: dict = {level: {tool: [] for tool in tools} for level in levels}
     bench = None
     try:
@@ -345,16 +397,17 @@ def main() -> None:
         wait_ready(handle, engine.health_path, params.ready_timeout_s)
         fire_burst(handle.base_url, engine, params, prompts[:4], counts[:4], 600)  # warm-up, untimed
         for level in levels:
+            sent = len(prompts) if level is None or not args.prompts_per_slot else args.prompts_per_slot * level
             if level is not None:  # the engine's first batches of a new size run slower for tens of seconds
-                kit_figures(handle.base_url, engine, params, prompts, counts, level)  # warm-up, untimed
+                kit_figures(handle.base_url, engine, params, prompts[:sent], counts[:sent], level)  # warm-up, untimed
             for round_ in range(args.rounds):
                 for tool in rotated(tools, round_):
                     if tool == "kit":
-                        found = kit_figures(handle.base_url, engine, params, prompts, counts, level)
+                        found = kit_figures(handle.base_url, engine, params, prompts[:sent], counts[:sent], level)
                     elif tool == "aiperf":
-                        found = aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts, params, work, level)
+                        found = aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts[:sent], params, work, level)
                     else:
-                        found = vllm_bench_figures(bench, handle.base_url, str(model_dir), dataset, params, work, level)
+                        found = vllm_bench_figures(bench, handle.base_url, str(model_dir), dataset, prompts[:sent], params, work, level)
                     results[level][tool].append(found)
                     print(f"{'burst' if level is None else f'concurrency {level}'}, round {round_ + 1}: {tool}: "
                           f"{found['output_throughput']:.0f} output tokens/s", flush=True)  # fmt: skip
@@ -362,11 +415,13 @@ def main() -> None:
         if bench is not None:
             bench.stop()
         handle.stop()
-    what = f"{params.prompts} x {params.input_tokens} tokens, {params.max_output_tokens} out, EOS ignored, {args.rounds} rounds"
+    sent = f"{args.prompts_per_slot} per slot" if args.prompts_per_slot and args.concurrency else params.prompts
+    what = f"{sent} x {params.input_tokens} tokens, {args.output_tokens} out (+/- {args.output_spread:.0%}), EOS ignored, {args.rounds} rounds"
     medians = {}
     for level in levels:
         title = f"burst of {what}" if level is None else f"concurrency {level}, {what}, prefix cache off"
-        medians[str(level)] = print_table(f"vLLM {launch.get('version')} on CPU, {title}", tools, results[level])
+        medians[str(level)] = print_table(f"vLLM {launch.get('version')} on CPU, {title}", tools, results[level],
+                                         in_waves=level is not None and level > 1 and not args.output_spread)
     print("Definitions: TTFT from sending to the first chunk with choices; ITL between successive such chunks; "
           "TPOT (E2E - TTFT) / (output tokens - 1); vLLM's E2E ends at its last chunk with choices, the kit's "
           "at the stream's end; aiperf's 'inter_token_latency' is its TPOT.")
