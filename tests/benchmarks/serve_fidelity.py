@@ -14,10 +14,9 @@ With `--concurrency N [N ...]`, points of the sweep instead of the burst: at eac
 client keeps N of the prompts in flight (kit.serve.client.fire_at_concurrency) and vLLM's client
 runs `--max-concurrency N` on the same prompts; beside the figures, what says whether a client
 limited them: the kit's CPU share and event-loop lag (p99), and the CPU share of `vllm bench
-serve` over its benchmark's last `duration` seconds (sampled from /proc); and how close together
-each client sent the requests of a wave (wave_spread: with outputs of one length, the N requests
-in flight end together and N more follow, so a client slow to send them batches them worse). vLLM is started with
-its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
+serve` over its benchmark's last `duration` seconds (sampled from /proc); and, with outputs of one
+length (the N requests in flight end together and N more follow), how close together each client
+sent the requests of such a wave (wave_spread). vLLM is started with its prefix cache off (`--no-enable-prefix-caching`) there: the same prompts are sent again and
 again, and each must cost what it cost the first time.
 
     python tests/benchmarks/serve_fidelity.py --concurrency 1 4 16 --prompts 48 --output-tokens 64
@@ -360,6 +359,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.output_spread and not args.concurrency:
         parser.error("--output-spread is for points of the sweep (--concurrency)")
+    if args.output_spread and args.aiperf:
+        parser.error("--output-spread gives each request its own length, which aiperf_figures does not send")
 
     case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
     levels = args.concurrency or [None]  # None: the burst
@@ -415,8 +416,8 @@ def main() -> None:
         if bench is not None:
             bench.stop()
         handle.stop()
-    sent = f"{args.prompts_per_slot} per slot" if args.prompts_per_slot and args.concurrency else params.prompts
-    what = f"{sent} x {params.input_tokens} tokens, {args.output_tokens} out (+/- {args.output_spread:.0%}), EOS ignored, {args.rounds} rounds"
+    per_point = f"{args.prompts_per_slot} per slot" if args.prompts_per_slot and args.concurrency else params.prompts
+    what = f"{per_point} x {params.input_tokens} tokens, {args.output_tokens} out (+/- {args.output_spread:.0%}), EOS ignored, {args.rounds} rounds"
     medians = {}
     for level in levels:
         title = f"burst of {what}" if level is None else f"concurrency {level}, {what}, prefix cache off"
