@@ -92,8 +92,8 @@ def default_profile(gpu_names: list[str]) -> str:
 
 
 def load_plan(profile: str | None, host):
-    """The profile's plan, fitted to the host's GPUs (a kit.host.Host) where it has any."""
-    from kit.protocol import build_plan, load_protocol
+    """The profile's plan, fitted to the host's GPUs (a kit.host.this_host.Host) where it has any."""
+    from kit.plan.protocol import build_plan, load_protocol
 
     protocol = load_protocol()
     return build_plan(protocol, profile or default_profile(host.gpu_names), host_gpus=host.gpu_count or None,
@@ -142,7 +142,7 @@ def _remove_leftovers() -> list[str] | None:
 def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
     """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import this_host
+    from kit.host.this_host import this_host
 
     plan = load_plan(profile, this_host())
     fingerprint, checks = runner.preflight(plan, redact=redact)
@@ -168,8 +168,9 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
 def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
     from kit import runner
-    from kit.host import skip_reason, this_host
-    from kit.preflight import run_preflight
+    from kit.execute.preflight import run_preflight
+    from kit.host.this_host import this_host
+    from kit.plan.fit import skip_reason
 
     host = this_host()
     plan = load_plan(profile, host)
@@ -199,11 +200,11 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
     if fingerprint_file is not None:
         host = _fingerprint_host(fingerprint_file)
     else:
-        from kit.host import this_host
+        from kit.host.this_host import this_host
 
         host = this_host()
-    from kit.host import skip_reason
-    from kit.plan_cache import case_view, plan_data
+    from kit.plan.fit import skip_reason
+    from kit.plan.plan_cache import case_view, plan_data
 
     names = host.gpu_names
     plan = plan_data(profile or default_profile(names), host.gpu_count or None, host.smallest_gpu_memory)
@@ -214,13 +215,13 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
         runnable = [case for case in load_plan(profile, host).cases if case.id not in skipped]
     predicted = {}
     if runnable:
-        from kit.estimate import RUNS_ROOT, estimates
+        from kit.plan.estimate import RUNS_ROOT, estimates
 
         predicted = estimates(runnable, RUNS_ROOT, names, host.smallest_gpu_memory)
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
     if known:
-        from kit.plan_view import duration_text
+        from kit.plan.view import duration_text
     total = "no estimate (no earlier run here)" if not known else \
         f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
     if as_json:
@@ -228,7 +229,7 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
                      "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()}}  # fmt: skip
         click.echo(json.dumps({**plan, "host": host_info}, indent=2))
         return
-    from kit.plan_view import plan_text
+    from kit.plan.view import plan_text
 
     click.echo(f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPUs"
                f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})")  # fmt: skip
@@ -240,10 +241,10 @@ def _fingerprint_host(path: Path):
     or `kit doctor --json`, which wraps it); a file that is neither is refused in one line."""
     from pydantic import ValidationError
 
-    from kit.fingerprint import Fingerprint
-    from kit.host import Host
-    from kit.regular_files import RUN_FILE_LIMIT, read_regular
-    from kit.results import first_problem
+    from kit.files.regular import RUN_FILE_LIMIT, read_regular
+    from kit.host.fingerprint import Fingerprint
+    from kit.host.this_host import Host
+    from kit.rundir.directory import first_problem
 
     try:
         data = json.loads(read_regular(path, RUN_FILE_LIMIT))
@@ -308,16 +309,17 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     """Run cases of the protocol into a run directory."""
     from kit import runner
     from kit.console import RichProgress, checks_table, summary_table
-    from kit.host import skip_reason, this_host
-    from kit.protocol import select
-    from kit.results import RunDir
+    from kit.host.this_host import this_host
+    from kit.plan.fit import skip_reason
+    from kit.plan.protocol import select
+    from kit.rundir.directory import RunDir
 
     log, alerts = output.log(), output.alerts()
     host = this_host()
     if accept_changes and not resume_dir:
         raise UsageFailure("--accept-changes goes with --resume RUN_DIR")
     if sign_key and shutil.which("ssh-keygen") is None:  # said before the run, not after it
-        from kit.signing import INSTALL_HINT
+        from kit.rundir.signing import INSTALL_HINT
 
         raise UsageFailure(f"--sign signs with ssh-keygen, which is not on PATH: {INSTALL_HINT}")
     slurm_asked = any((partition, account, nodes, gpus_per_node, time_limit, sbatch_args, container_mode, nodelist, per_node))
@@ -354,7 +356,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             resumed = run_dir.read_info()
             complete = runner.is_complete(run_dir, resumed)
             if not complete or len(resumed.accepted_changes) > len(info.accepted_changes):  # its evidence is sealed anew
-                from kit.signing import remove_signature
+                from kit.rundir.signing import remove_signature
 
                 unsigned = remove_signature(run_dir)
                 if unsigned and not sign_key:
@@ -377,7 +379,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         plan = load_plan(profile, host)
         soaking = []
         if soak_minutes:
-            from kit.soak_plan import with_soak
+            from kit.plan.soak import with_soak
 
             plan, soaking = with_soak(plan, host, soak_minutes)
             if not soaking:
@@ -399,7 +401,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                                          container_mode=container_mode or "none", nodelist=nodelist).model_dump()  # fmt: skip
 
     if dry_run:
-        from kit.plan_view import plan_text
+        from kit.plan.view import plan_text
 
         click.echo(plan_text(title, cases, finished or set()))
         return
@@ -407,7 +409,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     from kit.execute.choice import describe_choice, needs_local_frameworks
 
     if redact:
-        from kit.redact import use_machine_salt
+        from kit.rundir.redact import use_machine_salt
 
         use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
 
@@ -451,7 +453,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         if executor == "slurm":
             _check_shared_run_dir(run_dir, pending, chosen)
         info = run_dir.read_info()  # with the node fingerprints the check recorded
-        from kit.estimate import RUNS_ROOT, estimates
+        from kit.plan.estimate import RUNS_ROOT, estimates
 
         # a case the host cannot attempt takes no time: the ETA and run.json count the others
         runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
@@ -460,7 +462,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
             info.no_preflight = True
         else:
             from kit.console import preflight_table
-            from kit.preflight import run_preflight
+            from kit.execute.preflight import run_preflight
 
             log.print("preflight: each image checked with a miniature of its stages (kit preflight)")
             try:
@@ -520,11 +522,11 @@ def _run_per_node(out: Path, partition: str | None, redact: bool, sign_key: Path
     from kit.execute.node_fingerprint import node_token
     from kit.execute.per_node import fleet_nodes, run_on_each_node
     from kit.execute.slurm import SlurmUnavailable
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     folder_of = str
     if redact:
-        from kit.redact import use_machine_salt
+        from kit.rundir.redact import use_machine_salt
 
         use_machine_salt()
         folder_of = node_token
@@ -700,7 +702,7 @@ def k8s_group() -> None:
 def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, hf_token_secret, gpus_per_node, out) -> None:
     """One manifest per case into OUT (a Job, or a PyTorchJob across nodes), and each case's case.json."""
     from kit.execute.k8s_manifests import K8sOptions, write_manifests
-    from kit.protocol import build_plan, load_protocol, select
+    from kit.plan.protocol import build_plan, load_protocol, select
 
     try:
         cases = select(build_plan(load_protocol(), profile, host_gpus=None), tuple(stages), tuple(case_ids))
@@ -725,7 +727,7 @@ def k8s_manifests(profile, stages, case_ids, pvc, namespace, image_pull_secret, 
 def sign(run_dir: Path, key: Path) -> None:
     """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
     its signature, written into the run directory (exit 1 if the run does not match its SHA256SUMS)."""
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     run = RunDir(run_dir)
     if not run.info_path.is_file():
@@ -738,9 +740,9 @@ def _sign(run, key: Path) -> None:
     """Sign the held run with `key`, saying by whom; a run that differs from its evidence exits 1, a
     key ssh-keygen cannot sign with exits 2, each in one line (said without the console's imports,
     a second of `kit sign`)."""
-    from kit.report.evidence import EvidenceError
-    from kit.results import SIGNATURE_FILES
-    from kit.signing import SigningFailed, sign_run
+    from kit.rundir.directory import SIGNATURE_FILES
+    from kit.rundir.evidence import EvidenceError
+    from kit.rundir.signing import SigningFailed, sign_run
 
     output.say(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
                "if the key needs one)")  # fmt: skip
@@ -788,12 +790,12 @@ def report(run_dirs, fleet, tolerance, compare, formats, gpu_hour_price, currenc
     The serving sweeps are held to the latency objectives given (--slo-ttft-ms, --slo-tpot-ms)."""
     from rich.markup import escape
 
-    from kit.report.evidence import digest_mismatch, expected_digest, newest_run, verify
     from kit.report.render import REFERENCE, chosen_formats, render
+    from kit.rundir.evidence import digest_mismatch, expected_digest, newest_run, verify
 
     wanted = [name.strip() for name in formats.split(",") if name.strip()]
     if redact:
-        from kit.redact import use_machine_salt
+        from kit.rundir.redact import use_machine_salt
 
         use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
     if fleet:
@@ -856,7 +858,7 @@ def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
     from rich.markup import escape
 
     from kit.console import SIGNATURE_STYLE
-    from kit.signing import check_signature
+    from kit.rundir.signing import check_signature
 
     checks = [(folder, check_signature(folder, allowed_signers)) for folder in run_dirs]
     verdict = output.results()
@@ -868,12 +870,11 @@ def _signatures_hold(run_dirs, allowed_signers: Path | None) -> bool:
 def _write_documents(render_them, run_dirs, allowed_signers: Path | None) -> None:
     """Render, print each file written; a run that fails its evidence exits 1 in red, one that
     cannot be read exits 2 in one line; a run whose signature fails is reported, and exits 1."""
+    from pydantic import ValidationError
     from rich.markup import escape
 
-    from pydantic import ValidationError
-
-    from kit.report.evidence import EvidenceError
-    from kit.results import UnreadableRun, first_problem
+    from kit.rundir.directory import UnreadableRun, first_problem
+    from kit.rundir.evidence import EvidenceError
 
     try:
         written = render_them()
@@ -935,7 +936,7 @@ def main() -> None:
     except Exception as exc:
         # Only a command that read a manifest or a run directory can have failed on one, or found it in use.
         from kit.manifest import ManifestError
-        from kit.results import RunInUse, UnreadableRun
+        from kit.rundir.directory import RunInUse, UnreadableRun
 
         if not isinstance(exc, (ManifestError, UnreadableRun, RunInUse)):
             raise

@@ -10,14 +10,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kit import output, runner
-from kit.environment import Check
-from kit.protocol import Case
-from kit.results import Result
-from kit.stages.registry import unit_of
+from kit.host.environment import Check
+from kit.plan.protocol import Case
+from kit.rundir.schema import Result
+from kit.measure.registry import unit_of
 
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
-SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.signing.SignatureCheck
+SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.rundir.signing.SignatureCheck
 
 
 def checks_table(checks: list[Check]) -> Table:
@@ -80,7 +80,7 @@ class RichProgress(runner.Progress):
 
     def __init__(self, total: int, finished: set[str], estimates: dict | None = None):
         """`estimates`: of the cases that take time (run.json's; a skipped case has none)."""
-        from kit.estimate import Estimate
+        from kit.plan.estimate import Estimate
 
         self.started = time.monotonic()
         self.predicted = {case_id: Estimate.model_validate(e) for case_id, e in (estimates or {}).items()}
@@ -102,8 +102,8 @@ class RichProgress(runner.Progress):
 
     def eta_text(self) -> str:
         """What is left by the estimates, corrected by how the finished cases compared."""
-        from kit.estimate import remaining_seconds
-        from kit.plan_view import duration_text
+        from kit.plan.estimate import remaining_seconds
+        from kit.plan.view import duration_text
 
         left = remaining_seconds(sorted(self.pending), self.predicted, self.actual)
         return f"ETA {duration_text(left)}" if left is not None else ""

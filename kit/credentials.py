@@ -3,7 +3,7 @@ shape (Hugging Face, GitHub, GitLab, AWS, Slack, OpenAI, Google, a JWT, a privat
 a password in a URL.
 
 A case's variables are written into run.json, case.json and the report, so one that looks like a
-credential is refused where the manifest is read (kit.protocol). The variables the kit records of
+credential is refused where the manifest is read (kit.plan.protocol). The variables the kit records of
 the environment it runs in (NCCL_* in the fingerprints, which the report shows) are written with
 such a value masked, whatever the name, with --redact and without. Tokens an engine needs
 (HF_TOKEN) come from that environment and are handed on, never written down.

@@ -27,7 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from kit.cache import cache_dir, exclusive
 from kit.manifest import ManifestError, load_manifest, manifests_dir, whole_number
-from kit.results import ImagePreparation
+from kit.rundir.schema import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # repo:tag as docker reads a reference: an optional registry (host[:port]/), lowercase path
@@ -394,8 +394,8 @@ def cuda_version_of(env: list[str] | None, labels: dict[str, str] | None) -> tup
 
 
 def images_cuda(names: list[str], lock: ImagesLock | None = None) -> list:
-    """The CUDA version of each named image as present here (kit.fingerprint.ImageCuda)."""
-    from kit.fingerprint import ImageCuda
+    """The CUDA version of each named image as present here (kit.host.fingerprint.ImageCuda)."""
+    from kit.host.fingerprint import ImageCuda
 
     lock = lock or load_lock()
     found = []

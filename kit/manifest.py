@@ -6,7 +6,7 @@ reason, and never a traceback.
 
 PyYAML and pydantic are imported when a manifest is read, not with this module: where the
 manifests are (`manifests_dir`) is asked by commands that answer from the plan cache
-(kit.plan_cache) without reading any.
+(kit.plan.plan_cache) without reading any.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def read_yaml(path: Path) -> object:
     becomes a ManifestError."""
     import yaml
 
-    from kit.regular_files import MANIFEST_LIMIT, read_regular_text
+    from kit.files.regular import MANIFEST_LIMIT, read_regular_text
 
     if not path.exists():
         raise ManifestError(path, "", "file not found")

@@ -15,33 +15,29 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kit import effective
-from kit.environment import Check, drift, evaluate, load_expectations
-from kit.estimate import RUNS_ROOT
 from kit.execute.choice import choose as choose_executor
-from kit.fingerprint import Calibration, Fingerprint
-from kit.fingerprint_collection import collect
-from kit.host import Host, skip_reason
-from kit.preflight import Preflight
-from kit.probe_cache import probe_this_python
-from kit.protocol import Case, Plan, unavailable_by_design
-from kit.results import (
+from kit.execute.preflight import Preflight
+from kit.host.collection import collect
+from kit.host.environment import Check, drift, evaluate, load_expectations
+from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.probe_cache import probe_this_python
+from kit.host.this_host import Host
+from kit.measure import effective, maxbatch
+from kit.measure.registry import measure, unit_of
+from kit.measure.unit import first_failure
+from kit.plan.estimate import RUNS_ROOT
+from kit.plan.fit import skip_reason
+from kit.plan.protocol import Case, Plan, unavailable_by_design
+from kit.rundir.directory import (
     ATOMIC_TEMP,
     SUMS_FILE,
-    AcceptedChanges,
-    Result,
     RunDir,
-    RunInfo,
-    RunSample,
     UnreadableRun,
     atomic_write_model,
     not_a_file,
     read_model,
-    utc_now,
 )
-from kit.stages import maxbatch
-from kit.stages.registry import measure, unit_of
-from kit.stages.unit import first_failure
+from kit.rundir.schema import AcceptedChanges, Result, RunInfo, RunSample, utc_now
 
 
 class Progress:
@@ -145,12 +141,12 @@ def record_calibration(run: RunDir, calibration: Calibration) -> None:
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
     """A redacted run's files, redacted now (before its evidence is first written)."""
     if info.redacted:
-        from kit.redact import Redactor
+        from kit.rundir.redact import Redactor
 
         nodes = []
         if info.executor == "slurm":  # the node names, which Slurm's outputs and the nodes' files carry
             from kit.execute.slurm import cluster_nodes
-            from kit.redact import recorded_node_names
+            from kit.rundir.redact import recorded_node_names
 
             nodes = [*cluster_nodes(), *recorded_node_names(run.root, info, run.results())]
         Redactor(run.root, nodes).tree(run.root)
@@ -230,7 +226,7 @@ def execute_case(
 
 
 def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progress, host: Host) -> list[RunSample]:
-    """The trials of a max-batch case (kit.stages.maxbatch), each a run of the executor; the case's
+    """The trials of a max-batch case (kit.measure.maxbatch), each a run of the executor; the case's
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
     def run_trial(trial: Case, index: int) -> RunSample:
@@ -338,7 +334,7 @@ def listed_in_evidence(run: RunDir) -> set[str] | None:
     sums file."""
     if not (run.root / SUMS_FILE).exists():
         return None
-    from kit.report.evidence import read_sums
+    from kit.rundir.evidence import read_sums
 
     return {entry.path for entry in read_sums(run.root)}
 
@@ -368,7 +364,7 @@ def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
     if listed is None:
         finished = [cid for cid in info.selected if run.is_finished(cid)]
         return [f"missing: {SUMS_FILE} ({len(finished)} finished cases without evidence)"] if finished else []
-    from kit.report.evidence import differences
+    from kit.rundir.evidence import differences
 
     redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
     return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
@@ -384,7 +380,7 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
-    # A write the kill cut short left its temporary file (kit.atomic_write): the file it was
+    # A write the kill cut short left its temporary file (kit.files.atomic): the file it was
     # writing is whole or absent, and the temporary, in no evidence, is litter.
     for leftover in run.root.rglob(".*.tmp"):
         if ATOMIC_TEMP.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kit.manifest import manifests_dir
-from kit.protocol import build_plan, load_protocol
+from kit.plan.protocol import build_plan, load_protocol
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def real_smoke_run(tmp_path_factory) -> Path:
     step, the README's main command on an empty cache), else one made here. A full smoke run takes
     many minutes on two cores, so every test that reads real results of the smoke profile's cases
     reads this one run; a test that changes it works on a copy."""
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     given = os.environ.get("KIT_SMOKE_RUN")
     run = Path(given) if given else tmp_path_factory.mktemp("smoke") / "run"

@@ -6,12 +6,12 @@ its fingerprint), fingerprint.json and fingerprint-after.json, and for each case
 log.txt, one rank sample per process of each run (runs/<k>/rank-<r>.json, holding the details
 each workload writes: DeepSpeed settings, nccl-tests sweeps, module breakdowns, served bursts),
 the raw files beside them (nccl-tests output, profiler traces, requests.jsonl), and result.json
-from `kit.runner.result_of`, so every metric comes from its stage's unit (kit/stages/) with its real
+from `kit.runner.result_of`, so every metric comes from its stage's unit (kit/measure/) with its real
 name and unit. Then SHA256SUMS. `write_run` does the same for any plan (the smoke plan on CPU).
 
 THE NUMBERS ARE SYNTHETIC. A seeded generator draws them around a crude performance model so
 that they are plausible in size and never physically impossible, but no machine measured them.
-They exist to render reports of realistic size and variety (OOM where kit.predictions says a
+They exist to render reports of realistic size and variety (OOM where kit.plan.predictions says a
 case cannot fit, errors, unavailable engines); they are not evidence about any hardware.
 Given the same plan and seed, the bytes written are the same.
 """
@@ -27,22 +27,14 @@ import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kit import effective, nccl_tests
-from kit.analysis import model_flops_per_token, parameter_count
-from kit.breakdown import (
-    CALL_PREFIX,
-    CALLS_KEY,
-    MODULE_PREFIX,
-    PHASE_RANGES,
-    summarize_steps,
-    timeline,
-)
-from kit.collectives import COLLECTIVES, bus_bandwidth_factor, message_sizes
-from kit.comm_sweep import TopologyFacts
-from kit.environment import evaluate, load_expectations
-from kit.execute import processes
+from kit.comm.collectives import COLLECTIVES, bus_bandwidth_factor, message_sizes
+from kit.comm.nccl_tests_output import parse_nccl_tests
+from kit.comm.sweep import TopologyFacts
+from kit.execute import nccl_tests, processes
 from kit.execute.samples import run_sample
-from kit.fingerprint import (
+from kit.files.atomic import atomic_write_text
+from kit.host.environment import evaluate, load_expectations
+from kit.host.fingerprint import (
     ContainerRuntime,
     CpuInfo,
     Fingerprint,
@@ -55,36 +47,47 @@ from kit.fingerprint import (
     Topology,
     TopologyClass,
 )
-from kit.hardware import load_hardware, peak_tflops
 from kit.images import load_lock
-from kit.nccl_tests_output import parse_nccl_tests
-from kit.predictions import (
+from kit.measure import effective, maxbatch
+from kit.measure.breakdown import (
+    CALL_PREFIX,
+    CALLS_KEY,
+    MODULE_PREFIX,
+    PHASE_RANGES,
+    summarize_steps,
+    timeline,
+)
+from kit.rundir.serving import (
+    ClientLoad,
+    RequestRecord,
+    aggregate,
+    saturation,
+)
+from kit.plan.predictions import (
+    concurrency_bound,
     device_memory_bytes,
     predicted_oom,
     predicted_training_memory,
-    concurrency_bound,
     serving_bounds,
 )
-from kit.protocol import Case, Plan, build_plan, load_protocol
-from kit.results import (
+from kit.plan.protocol import Case, Plan, build_plan, load_protocol
+from kit.rundir.directory import RunDir, atomic_write_model
+from kit.rundir.schema import (
     ContainerRun,
     DeviceTelemetry,
     EffectiveOption,
     PeakMemory,
     RankSample,
-    RunDir,
     RunInfo,
     RunSample,
-    atomic_write_model,
-    atomic_write_text,
 )
 from kit.runner import result_of
-from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, saturation
 from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
-from kit.stages import maxbatch
-from kit.telemetry import SAMPLE_INTERVAL_S, NoDevice
+from kit.theory.analytic import model_flops_per_token, parameter_count
+from kit.theory.hardware import load_hardware, peak_tflops
 from kit.workloads.step_timeline import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
+from kit.measure.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 
@@ -111,7 +114,7 @@ FAILING_REQUESTS = "serve.llama2-70b.tgi.g8"
 # The engine whose image is not on the host: its cases run locally, where it is not installed.
 UNAVAILABLE_ENGINES = ("lightllm",)
 # How much faster than drawn a case `write_run` is asked to put past its bound runs: the 70B vLLM
-# burst at 2.6 x lies past its roofline on 8 A800s, a figure no run can reach (kit.validity).
+# burst at 2.6 x lies past its roofline on 8 A800s, a figure no run can reach (kit.measure.validity).
 PAST_BOUND_SPEEDUP = 2.6
 
 # The crude performance model: model-FLOPs utilisation of a plain data-parallel step per model,
@@ -120,7 +123,7 @@ BASE_MFU = {"llama2-7b": 0.42, "llama2-13b": 0.40, "llama2-70b": 0.36}
 METHOD_FACTOR = {"naive": 1.0, "z2": 0.96, "z3": 0.84, "o": 0.38, "q": 0.55, "r": 0.77, "f": 1.12, "l": 1.5, "ql": 0.8}
 PARALLEL_EFFICIENCY = {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.88}
 CPU_FLOPS = 6e10  # the smoke profile's tiny Llama on a few cores
-# A decode step of the whole burst: 70B's below its roofline on 8 A800s (kit.predictions.serving_bounds,
+# A decode step of the whole burst: 70B's below its roofline on 8 A800s (kit.plan.predictions.serving_bounds,
 # 6014 tokens/s: compute-bound at 1000 requests), as every synthetic figure is.
 DECODE_STEP_S = {"llama2-7b": 0.021, "llama2-13b": 0.029, "llama2-70b": 0.16}
 ENGINE_FACTOR = {"vllm": 1.0, "tgi": 1.18, "lightllm": 1.07}
@@ -197,7 +200,7 @@ class Host:
         )
 
     def telemetry(self, gpus: int, seconds: float) -> DeviceTelemetry:
-        """NVML over a measured interval of `gpus` GPUs, as kit.telemetry summarises it: a steady
+        """NVML over a measured interval of `gpus` GPUs, as kit.measure.telemetry summarises it: a steady
         draw (no random draw, so every other number is what it was without telemetry); a CPU
         case's sample says why it has none."""
         if not self.cuda:
@@ -476,7 +479,7 @@ def nccl_tests_output(case: Case, host: Host, rng: random.Random, wrong_from: in
 
 def comm_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
     """The nccl-tests binary drives all GPUs as the run's one process; the host side reads its
-    output into the run's sample (kit.nccl_tests)."""
+    output into the run's sample (kit.execute.nccl_tests)."""
     params = case.params
     if params.backend != "nccl-tests":
         raise NotImplementedError(f"{case.id}: only nccl-tests sweeps are written here, not {params.backend} ones")
@@ -526,7 +529,7 @@ BLOCK_OF = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
 
 
 class SyntheticTrace:
-    """A profiler trace in the layout the profile workload records (kit.breakdown reads it):
+    """A profiler trace in the layout the profile workload records (kit.measure.breakdown reads it):
     phase ranges and module ranges on the step's thread, autograd nodes on the engine's thread,
     each kernel launched inside them with its correlation id, the module calls' sequence numbers
     as metadata. Each kernel starts once launched and the device is queued up; the host leaves a
@@ -918,7 +921,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
 
 
 def maxbatch_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
-    """The search's trials as kit.stages.maxbatch runs them (each a training run at one micro-batch in
+    """The search's trials as kit.measure.maxbatch runs them (each a training run at one micro-batch in
     its own run folder), a trial running out of memory where the memory model says it would."""
     def run_trial(trial: Case, index: int) -> RunSample:
         scratch = folder / "trial"

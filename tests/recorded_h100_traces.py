@@ -1,6 +1,6 @@
 """The two real H100 traces of the recorded one-GPU run (tests/fixtures/gpu_traces, whose SOURCE
 says what they hold and lack), beside the plain steps that run timed (its rank files, in
-tests/fixtures/h100x1-run/run.tgz): what kit.breakdown makes of a real GPU's step."""
+tests/fixtures/h100x1-run/run.tgz): what kit.measure.breakdown makes of a real GPU's step."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import tarfile
 from pathlib import Path
 from typing import NamedTuple
 
-from kit.breakdown import Breakdown, summarize_steps, timeline
-from kit.marked_breakdown import MarkedBreakdown
-from kit.results import RankSample, Result
+from kit.measure.breakdown import summarize_steps, timeline
+from kit.rundir.breakdown import Breakdown, MarkedBreakdown
+from kit.rundir.schema import RankSample, Result
 from kit.workloads.step_timeline import METHOD, PROFILERS, TIMERS
 
 FIXTURES = Path(__file__).parent / "fixtures"

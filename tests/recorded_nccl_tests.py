@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
 

@@ -1,4 +1,4 @@
-"""Specification of the analytical model (kit/analysis.py).
+"""Specification of the analytical model (kit/theory/analytic.py).
 
 Model shapes are the standard Llama-2 configurations listed in PROTOCOL.md ("Models"), as in
 the models' Hugging Face config.json files.
@@ -6,8 +6,8 @@ the models' Hugging Face config.json files.
 
 import pytest
 
-from kit import analysis
-from kit.analysis import LlamaShape
+from kit.theory import analytic as analysis
+from kit.theory.analytic import LlamaShape
 
 LLAMA2_7B = LlamaShape(
     hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,

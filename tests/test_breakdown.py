@@ -1,5 +1,5 @@
-"""A step dissected on the device's timeline (kit.breakdown), the analytical model beside it
-(kit.predictions), and the profile stage run for real through the CLI.
+"""A step dissected on the device's timeline (kit.measure.breakdown), the analytical model beside it
+(kit.plan.predictions), and the profile stage run for real through the CLI.
 
 The attribution is checked on hand-made traces (each rule alone), on the two real H100 traces of
 the recorded one-GPU run (tests/fixtures/gpu_traces/SOURCE says what they hold and lack), on a
@@ -17,7 +17,8 @@ from typing import NamedTuple
 import pytest
 from recorded_h100_traces import CASES, recorded
 
-from kit.breakdown import (
+from kit.host.this_host import Host
+from kit.measure.breakdown import (
     CALL_PREFIX,
     CALLS_KEY,
     MODULE_PREFIX,
@@ -25,7 +26,6 @@ from kit.breakdown import (
     PHASE_RANGES,
     PHASES,
     RECOMPUTE_RANGE,
-    Breakdown,
     ModuleCalls,
     overlap,
     paper_block,
@@ -34,20 +34,22 @@ from kit.breakdown import (
     timeline,
     union,
 )
-from kit.hardware import load_hardware
-from kit.host import Host, skip_reason
-from kit.predictions import (
+from kit.measure.profile import breakdown_figures, breakdown_notes, profile_case_metrics
+from kit.measure.training import train_case_metrics
+from kit.plan.fit import skip_reason
+from kit.plan.predictions import (
     host_gpu_spec,
     predicted_oom,
     predicted_training_memory,
     serving_bounds,
     training_step_bound,
 )
-from kit.protocol import Case, build_plan
-from kit.reference import load_reference, relation_metrics
-from kit.results import PeakMemory, RankSample, Result, RunDir, RunSample
-from kit.stages.profile import breakdown_figures, breakdown_notes, profile_case_metrics
-from kit.stages.training import train_case_metrics
+from kit.plan.protocol import Case, build_plan
+from kit.reference.published import load_reference, relation_metrics
+from kit.rundir.breakdown import Breakdown
+from kit.rundir.directory import RunDir
+from kit.rundir.schema import PeakMemory, RankSample, Result, RunSample
+from kit.theory.hardware import load_hardware
 
 H100 = "NVIDIA H100 80GB HBM3"
 KIT = [sys.executable, "-m", "kit.cli"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kit.cache import MARKER, CacheEntryInvalid, ensure_entry, read_marker
-from kit.protocol import load_protocol
+from kit.plan.protocol import load_protocol
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,7 +73,7 @@ def test_an_entry_with_a_marker_but_a_missing_or_cut_file_is_invalid(tmp_path):
 RANKS_SCRIPT = """
 import os, sys, time
 import torch.distributed as dist
-from kit.protocol import load_protocol
+from kit.plan.protocol import load_protocol
 from kit.workloads.synthetic import synthetic_checkpoint
 dist.init_process_group("gloo")
 if dist.get_rank() == 0:
@@ -111,7 +111,7 @@ def test_two_ranks_against_one_cold_checkpoint_get_one_whole_loadable_checkpoint
 
 def test_a_checkpoint_left_with_a_marker_and_no_weights_is_rebuilt(tmp_path):
     pytest.importorskip("torch")
-    from kit.model_files import model_key
+    from kit.plan.model_files import model_key
     from kit.workloads.synthetic import synthetic_checkpoint
 
     shape = load_protocol().models["tiny-llama"]

@@ -1,4 +1,4 @@
-"""What the host achieves (kit/calibration.py): the calibration the preflight plans from the
+"""What the host achieves (kit/measure/calibration.py): the calibration the preflight plans from the
 plan's cases, its figures from the raw times its workload kept (a real CPU run's, recorded in
 tests/fixtures/calibration/, SOURCE), and the datasheet's peaks those figures stand in for where
 they are lower. A real run of it, through the preflight of `kit run`: tests/test_soak.py."""
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kit.calibration import Achievable, achievable_mfu, calibration_case, calibration_of, summary
-from kit.fingerprint import Calibration, MeasuredFigure
-from kit.hardware import load_hardware
-from kit.predictions import training_throughput_bound
-from kit.protocol import Case, build_plan, load_protocol
-from kit.results import RankSample, RunSample
+from kit.measure.calibration import Achievable, achievable_mfu, calibration_case, calibration_of, summary
+from kit.host.fingerprint import Calibration, MeasuredFigure
+from kit.theory.hardware import load_hardware
+from kit.plan.predictions import training_throughput_bound
+from kit.plan.protocol import Case, build_plan, load_protocol
+from kit.rundir.schema import RankSample, RunSample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "calibration"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -4,7 +4,7 @@ real `kit run --all` on this CPU (the `real_smoke_run` fixture), so a claim that
 workload writes fails here rather than staying "not measured" for ever.
 
 On this CPU the stages give every metric but the GPU idle shares of the profile stage, which
-kit/breakdown.py writes per phase (`{phase}_idle_share`) only where the profiler's trace has
+kit/measure/breakdown.py writes per phase (`{phase}_idle_share`) only where the profiler's trace has
 GPU kernels; a claim's idle share passes when the CPU result has that phase's time
 (`{phase}_s`) and its note on the GPU idle share, so a misspelt phase still fails. Those, and the
 energy figures, are held to results recorded on a GPU host (tests/fixtures/gpu_results, SOURCE).
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from recorded_h100_traces import recorded
 
-from kit.energy import JOULES_PER_TOKEN, MEAN_POWER_PER_GPU
-from kit.reference import Reference, load_reference, relation_metrics
-from kit.results import Result, RunDir
-from kit.stages.profile import breakdown_figures
+from kit.measure.energy import JOULES_PER_TOKEN, MEAN_POWER_PER_GPU
+from kit.measure.profile import breakdown_figures
+from kit.reference.published import Reference, load_reference, relation_metrics
+from kit.rundir.directory import RunDir
+from kit.rundir.schema import Result
 
 GPU_RESULTS = Path(__file__).parent / "fixtures" / "gpu_results"
 
@@ -99,7 +100,7 @@ def gpu_result(case_id: str) -> Result:
 
 
 def test_every_profile_metric_a_claim_reads_is_in_a_real_gpu_result():
-    """The H200 results predate the device-timeline breakdown (kit.breakdown): they have every metric
+    """The H200 results predate the device-timeline breakdown (kit.measure.breakdown): they have every metric
     the claims read but C15's whole, the device's busy time, which the recorded H100 trace's
     timeline gives (tests/recorded_h100_traces.py)."""
     profile = gpu_result("profile.llama2-7b.base.g1")

@@ -28,17 +28,17 @@ def test_importing_the_cli_loads_no_module_a_command_may_not_need():
     that uses them (tests/benchmarks/cli_startup.py measures what that buys)."""
     probe = "import sys, kit.cli; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
-    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.protocol", "kit.analysis", "kit.comm_sweep",
-             "kit.metrics", "kit.fingerprint", "kit.runner", "kit.results", "kit.environment", "kit.images"}  # fmt: skip
+    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.plan.protocol", "kit.theory.analytic", "kit.comm.sweep",
+             "kit.measure.metrics", "kit.host.fingerprint", "kit.runner", "kit.rundir.schema", "kit.host.environment", "kit.images"}  # fmt: skip
     assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
 
 
 def test_importing_the_runner_loads_no_renderer():
-    """Every `kit run` imports the runner, and through the stages the report's charts: matplotlib
-    and WeasyPrint are imported when a report is drawn, not before a run measures anything."""
+    """Every `kit run` imports the runner, which measures and never lays out: no module of the
+    report, nor matplotlib or WeasyPrint, is imported before a report is drawn."""
     probe = "import sys, kit.runner; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
-    assert "kit.report.charts" in loaded and not {"matplotlib", "weasyprint"} & loaded
+    assert not {name for name in loaded if name.startswith(("kit.report", "matplotlib", "weasyprint"))}
 
 
 def test_list_reads_as_aligned_columns_in_a_pipe():
@@ -69,7 +69,7 @@ def test_run_of_an_unknown_case_is_refused():
 def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     done = kit("run", "--all", "--profile", "smoke", "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    from kit.protocol import build_plan, load_protocol
+    from kit.plan.protocol import build_plan, load_protocol
 
     lines = done.stdout.splitlines()
     listed = {line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("case "))) + 1:]}
@@ -109,7 +109,7 @@ def test_without_a_docker_engine_preflight_and_a_docker_run_say_so_in_one_line(t
 
 def test_the_eta_counts_the_cases_left_to_run():
     from kit.console import RichProgress
-    from kit.estimate import Estimate
+    from kit.plan.estimate import Estimate
 
     estimates = {case: Estimate(seconds=60, basis="x").model_dump() for case in "abc"}
     progress = RichProgress(total=5, finished={"a"}, estimates=estimates)  # d and e are skipped: no estimate

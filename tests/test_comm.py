@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kit.collectives import buffer_layout, bus_bandwidth_factor, bus_bandwidth_gbps, message_sizes
-from kit.comm_sweep import CommSweep, TopologyFacts
-from kit.hardware import load_hardware
-from kit.link_bounds import busbw_bound
-from kit.nccl_tests_output import parse_nccl_tests, parse_nccl_tests_runs
-from kit.results import Metric, RankSample, Result, RunSample
-from kit.stages.comm import comm_case_metrics
-from kit.stages.scaling import scaling_rows
+from kit.comm.collectives import buffer_layout, bus_bandwidth_factor, bus_bandwidth_gbps, message_sizes
+from kit.comm.sweep import CommSweep, TopologyFacts
+from kit.theory.hardware import load_hardware
+from kit.comm.link_bounds import busbw_bound
+from kit.comm.nccl_tests_output import parse_nccl_tests, parse_nccl_tests_runs
+from kit.rundir.schema import Metric, RankSample, Result, RunSample
+from kit.measure.comm import comm_case_metrics
+from kit.measure.scaling import scaling_rows
 
 from recorded_nccl_tests import case_for, stand_in
 
@@ -339,7 +339,7 @@ RTX_2080_TI = {"vendor": "NVIDIA", "model": "GeForce RTX 2080 Ti", "nvml_name": 
 
 @pytest.fixture
 def rtx2080ti_pair(paper_plan):
-    from kit.hardware import HardwareTable
+    from kit.theory.hardware import HardwareTable
 
     case = case_for(paper_plan.cases, "rtx2080ti-nvlink-old-format-headerless")
     return case, HardwareTable(gpus={"rtx-2080-ti": RTX_2080_TI})
@@ -407,7 +407,7 @@ def with_gpus(case, gpus: int):
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
 def test_one_process_drives_all_the_cases_gpus_with_no_python(nccl_tests_case, gpus):
-    from kit import nccl_tests
+    from kit.execute import nccl_tests
     from kit.execute import docker, processes
 
     case = with_gpus(nccl_tests_case, gpus)

@@ -93,7 +93,7 @@ def test_a_second_kit_on_a_run_in_use_is_refused_naming_the_holder_and_a_crash_f
     killed, without a chance to clean up, the run directory is free again."""
     run = tmp_path / "run"
     shutil.copytree(real_run, run)
-    holder = subprocess.Popen([sys.executable, "-c", f"from kit.results import RunDir; RunDir({str(run)!r}).lock(); "
+    holder = subprocess.Popen([sys.executable, "-c", f"from kit.rundir.directory import RunDir; RunDir({str(run)!r}).lock(); "
                                "print('held', flush=True); import time; time.sleep(600)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -140,7 +140,7 @@ def test_an_interrupted_run_leaves_evidence_of_its_finished_cases_for_the_resume
 
 
 def test_the_evidence_covers_dot_files_and_refuses_a_link_without_following_it(real_run, tmp_path):
-    from kit.results import RunDir, UnreadableRun
+    from kit.rundir.directory import RunDir, UnreadableRun
 
     run = tmp_path / "run"
     shutil.copytree(real_run, run)
@@ -272,7 +272,7 @@ def unix_socket(path) -> None:
 
 def sealed_again(run) -> None:
     """SHA256SUMS written anew over the run as it is now, as a resume with --accept-changes did."""
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     RunDir(run).write_sums()
 

@@ -25,7 +25,7 @@ from recorded_nccl_tests import FIXTURES, case_for, stand_in
 
 from kit.execute import docker, local, owners
 from kit.execute.choice import choose, describe_choice
-from kit.results import RunDir
+from kit.rundir.directory import RunDir
 
 KIT = [sys.executable, "-m", "kit.cli"]
 PRETRAIN = "pretrain.tiny-llama.naive.g2"
@@ -290,7 +290,7 @@ def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_cop
 @pytest.mark.docker
 def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_message(tmp_path, smoke_plan):
     """On this engine there is no NVIDIA runtime: dockerd refuses every GPU device request."""
-    from kit.host import gpu_names
+    from kit.host.this_host import gpu_names
     from kit.runner import result_of
 
     smoke_image_or_skip()

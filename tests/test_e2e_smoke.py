@@ -8,10 +8,10 @@ import subprocess
 import pytest
 from interrupted import KIT, killed_and_resumed
 
-from kit.effective import options_of
-from kit.protocol import build_plan, load_protocol
-from kit.results import RunDir
-from kit.stages.registry import unit_of
+from kit.measure.effective import options_of
+from kit.measure.registry import unit_of
+from kit.plan.protocol import build_plan, load_protocol
+from kit.rundir.directory import RunDir
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,7 @@ def test_a_killed_run_resumes_keeping_its_finished_cases(tmp_path):
     assert not killed.left_alive, "processes of the killed run are still alive"
     assert not killed.torn  # every file the kill left is whole or absent
     assert killed.resumed.returncode == 0, killed.resumed.stderr[-3000:]
-    # a write the kill cut short may leave its temporary file (kit.atomic_write); the resume removes it
+    # a write the kill cut short may leave its temporary file (kit.files.atomic); the resume removes it
     assert not list(killed.path.rglob("*.tmp")), killed.temporary
     assert all(path.read_bytes() == content for path, content in killed.kept.items()), "a finished case was redone"
     run = RunDir(killed.path)
@@ -105,7 +105,7 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
                    f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["peak_memory_gib"])}</td>')  # fmt: skip
         assert row in section, case.id
     # The verdicts: the smoke profile is not comparable, so every published finding is not applicable.
-    from kit.reference import load_reference
+    from kit.reference.published import load_reference
 
     findings = len(load_reference().claims)
     assert f"{findings} published findings of arXiv:2311.03687: none judged" in html

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kit import effective, runner
-from kit.host import Host
-from kit.results import EffectiveOption, RankSample, RunDir, RunSample
+from kit import runner
+from kit.host.this_host import Host
+from kit.measure import effective
+from kit.rundir.directory import RunDir
+from kit.rundir.schema import EffectiveOption, RankSample, RunSample
 
 OPTION_OFF = Path(__file__).with_name("option_off.py")
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from kit.energy import (
+from kit.measure.energy import (
     JOULES_PER_TOKEN,
     MEAN_POWER_PER_GPU,
     cost_per_million_tokens,
     energy_case_metrics,
 )
-from kit.results import DeviceTelemetry, RankSample, RunSample
-from kit.serve.aggregate import BurstAggregates
-from kit.telemetry import NoDevice, summarize
+from kit.rundir.schema import DeviceTelemetry, RankSample, RunSample
+from kit.rundir.serving import BurstAggregates
+from kit.measure.telemetry import NoDevice, summarize
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -53,7 +53,7 @@ def test_mean_power_per_gpu_is_the_mean_over_gpus_and_each_run_is_kept(paper_pla
 def test_a_serving_burst_divides_its_energy_by_the_output_tokens_of_its_completed_requests(paper_plan):
     case = next(c for c in paper_plan.cases if c.stage == "serve" and c.gpus == 8)
     burst = DeviceTelemetry(source="nvml", energy_j=8 * 3000.0, mean_power_w=300.0, samples=100)
-    # 1000 requests of 120 output tokens over 100 s, as kit.serve.aggregate writes a burst's figures
+    # 1000 requests of 120 output tokens over 100 s, as kit.rundir.serving writes a burst's figures
     totals = BurstAggregates(requests=1000, completed=1000, errors=0, duration_s=100.0, request_throughput=10.0,
                              output_throughput=1200.0, output_tokens=120_000, ttft_s=None, tpot_s=None, latency_s=None,
                              total_token_throughput=2480.0, input_tokens=128_000, itl_s=None)  # fmt: skip

@@ -1,4 +1,4 @@
-"""kit.environment: the expectations manifest, host checks, drift and comparability.
+"""kit.host.environment: the expectations manifest, host checks, drift and comparability.
 
 The fingerprints here are built from recorded data: the 8 x H20-3e host reported in
 https://github.com/sgl-project/sglang/issues/28893 (driver, CUDA and framework versions, and
@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit import environment, fingerprint_collection, redaction_tokens
-from kit.environment import comparable, drift, evaluate, load_expectations
-from kit.fingerprint import (
+from kit.host import environment
+from kit.host import collection as fingerprint_collection
+from kit.host import redaction_tokens
+from kit.host.environment import comparable, drift, evaluate, load_expectations
+from kit.host.fingerprint import (
     ContainerRuntime,
     CpuInfo,
     Fingerprint,
@@ -31,7 +33,7 @@ from kit.fingerprint import (
     Topology,
 )
 from kit.manifest import ManifestError
-from kit.nvidia_topology import classify_topology, parse_topology_matrix
+from kit.host.nvidia_topology import classify_topology, parse_topology_matrix
 
 ROOT = Path(__file__).parent.parent
 TOPO = Path(__file__).parent / "fixtures" / "topo"

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from kit.estimate import ASSUMED_START_S, ENGINE_START_S, Estimate, estimate, remaining_seconds
-from kit.protocol import build_plan, load_protocol
+from kit.plan.estimate import ASSUMED_START_S, ENGINE_START_S, Estimate, estimate, remaining_seconds
+from kit.plan.protocol import build_plan, load_protocol
 
 KIT = [sys.executable, "-m", "kit.cli"]
 

@@ -1,4 +1,4 @@
-"""What each claim should show on a host that is none of the paper's platforms (kit/expectation.py).
+"""What each claim should show on a host that is none of the paper's platforms (kit/reference/expectation.py).
 
 Runs are built in memory from the paper plan's cases with the metric names their stages write
 (tokens_per_s, output_throughput, the breakdown's shares), as tests/test_reference.py builds
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.claims import evaluate_claims
-from kit.expectation import expect_claims, expectation_counts
-from kit.reference import load_reference, reference_path
-from kit.report.claims_section import claims_table
-from kit.results import Result
+from kit.reference.claims import evaluate_claims
+from kit.reference.expectation import expect_claims, expectation_counts
+from kit.reference.published import load_reference, reference_path
+from kit.report.sections.claims import claims_table
+from kit.rundir.schema import Result
 from test_reference import RTX4090, claim, result, run_on
 
 H100 = "NVIDIA H100 80GB HBM3"

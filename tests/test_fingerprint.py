@@ -1,4 +1,4 @@
-"""kit.fingerprint: parsers on outputs recorded on real machines, and collection on this host.
+"""kit.host.fingerprint: parsers on outputs recorded on real machines, and collection on this host.
 
 The topology fixtures are `nvidia-smi topo -m` outputs pasted in public issues or recorded on a
 GPU host by the kit's authors; each has a .source file naming where it came from.
@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 
 import kit
-from kit import clock_events, fingerprint_collection, host, host_facts, kit_source, redaction_tokens
-from kit.fingerprint import Fingerprint, Gpu
-from kit.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
+from kit.host import clock_events
+from kit.host import collection as fingerprint_collection
+from kit.host import this_host as host
+from kit.host import facts as host_facts
+from kit.host import kit_source
+from kit.host import redaction_tokens
+from kit.host.fingerprint import Fingerprint, Gpu
+from kit.host.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.workloads import probe
 
 TOPO = Path(__file__).parent / "fixtures" / "topo"
@@ -295,9 +300,11 @@ def hashed(directory: Path) -> str:
 
 def test_the_measuring_code_is_the_workloads_and_every_module_the_metrics_are_computed_with():
     names = {path.relative_to(kit_source.PACKAGE_DIR).as_posix() for path in kit_source.measuring_sources()}
-    assert {"workloads/train.py", "workloads/harness.py", "metrics.py", "collectives.py", "serve/aggregate.py", "analysis.py",
-            "stages/training.py", "stages/maxbatch.py", "stages/comm.py", "stages/serve.py", "stages/profile.py"} <= names  # fmt: skip
-    assert not names & {"cli.py", "report/render.py", "report/stage_common.py", "reference.py", "claims.py", "units.py", "console.py"}
+    assert {"workloads/train.py", "workloads/harness.py", "measure/metrics.py", "comm/collectives.py", "rundir/serving.py",
+            "theory/analytic.py", "measure/training.py", "measure/maxbatch.py", "measure/comm.py", "measure/serve.py",
+            "measure/profile.py"} <= names  # fmt: skip
+    assert not names & {"cli.py", "report/render.py", "report/sections/common.py", "reference/published.py", "reference/claims.py",
+                        "units.py", "console.py"}  # fmt: skip
 
 
 def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_clean():
@@ -371,7 +378,7 @@ def test_collect_names_the_kit_and_hashes_its_workloads(here):
     assert here.kit.version == kit.__version__
     measuring = kit_source.measuring_sources()
     assert here.kit.workload_sources_sha256 == kit_source.sources_sha256(kit_source.PACKAGE_DIR, measuring)
-    assert "workloads/probe.py" in here.kit.workload_files and "metrics.py" in here.kit.workload_files
+    assert "workloads/probe.py" in here.kit.workload_files and "measure/metrics.py" in here.kit.workload_files
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=kit_source.PACKAGE_DIR)
     assert here.kit.git_commit == head.stdout.strip() and "git_commit" not in here.kit.unreadable
 
@@ -399,7 +406,7 @@ def test_gpu_names_is_empty_without_nvml_or_nvidia_smi():
 
 def test_fingerprint_imports_and_collects_without_torch_or_pynvml():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
-            "from kit.fingerprint_collection import collect\n"
+            "from kit.host.collection import collect\n"
             "fp = collect()\n"
             "assert fp.gpus.unavailable.startswith('NVML not available'), fp.gpus.unavailable\n"
             "assert sys.modules['torch'] is None\n")

@@ -11,8 +11,8 @@ import pytest
 
 from kit.manifest import ManifestError
 from kit.report import forked
-from kit.report.evidence import EvidenceError
-from kit.results import UnreadableRun
+from kit.rundir.directory import UnreadableRun
+from kit.rundir.evidence import EvidenceError
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.hardware import Figure, GpuSpec, HardwareTable, load_hardware, peak_tflops
+from kit.theory.hardware import Figure, GpuSpec, HardwareTable, load_hardware, peak_tflops
 from kit.manifest import MANIFESTS_ENV, ManifestError
 
 

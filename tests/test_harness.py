@@ -100,8 +100,8 @@ def test_a_real_out_of_memory_on_cpu_is_recorded_as_oom(smoke_plan, tmp_path):
     import subprocess
     import sys
 
-    from kit.protocol import load_protocol
-    from kit.results import atomic_write_model
+    from kit.plan.protocol import load_protocol
+    from kit.rundir.directory import atomic_write_model
 
     case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
     big = case.model_copy(update={"id": "pretrain.llama2-7b.naive.g1", "gpus": 1, "model": "llama2-7b",

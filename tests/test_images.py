@@ -24,7 +24,7 @@ from kit.images import (
     version_matches,
 )
 from kit.manifest import ManifestError
-from kit.protocol import build_plan, load_protocol
+from kit.plan.protocol import build_plan, load_protocol
 
 DIGEST = "sha256:" + "ab" * 32
 KIT = [sys.executable, "-m", "kit.cli"]

@@ -1,7 +1,7 @@
 """No circle in the kit's import graph: a module never needs, directly or through others, a module
 that needs it. A circle is what let the metrics, the comm maths, the breakdown and the serving
 aggregates each import the others late, inside functions; each stage now has one home
-(kit/stages/) that imports the shared maths, never the reverse.
+(kit/measure/) that imports the shared maths, never the reverse.
 
 The graph is read from the source with `ast`, without importing anything. Every import counts,
 at the top of a module, inside a function (an import run late is still a dependency) or under
@@ -132,17 +132,17 @@ def test_imports_inside_functions_and_type_checking_ones_count():
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from kit.report.loaded_run import LoadedRun\n"
-        "def f():\n    from kit.metrics import summarize\n"
+        "def f():\n    from kit.measure.metrics import summarize\n"
     )
     found = imported_names(tree, "kit.x", False)
     assert found == {"typing", "typing.TYPE_CHECKING", "kit.report.loaded_run", "kit.report.loaded_run.LoadedRun",
-                     "kit.metrics", "kit.metrics.summarize"}
+                     "kit.measure.metrics", "kit.measure.metrics.summarize"}
 
 
 def test_a_module_depends_on_the_packages_around_what_it_imports():
     graph = import_graph()
-    assert {"kit.report", "kit.report.cells"} <= graph["kit.stages.training"]
-    assert "kit.stages" not in graph["kit.stages.training"]  # its own package
+    assert {"kit.rundir", "kit.rundir.schema"} <= graph["kit.measure.training"]
+    assert "kit.measure" not in graph["kit.measure.training"]  # its own package
 
 
 # From what runs in a workload process up to the command line: each imports none of those after it,
@@ -160,4 +160,4 @@ def test_no_layer_imports_one_above_it():
 
 
 def test_the_host_checks_know_the_workloads_without_importing_them():
-    assert not {name for name in import_graph()["kit.host"] if name.startswith("kit.workloads")}
+    assert not {name for name in import_graph()["kit.plan.fit"] if name.startswith("kit.workloads")}

@@ -1,4 +1,4 @@
-"""Claims from too few runs are inconclusive, not deviating (kit.claims.judge).
+"""Claims from too few runs are inconclusive, not deviating (kit.reference.claims.judge).
 
 The rule, on hand-picked values; then on a synthetic paper-size run (tests/paper_size_run.py:
 fine-tuning cases of 3 runs each, the profile case of 1, as the paper profile runs them), whose
@@ -12,10 +12,18 @@ import statistics
 
 import pytest
 
-from kit.claims import MIN_RUNS, Spread, evaluate_claim, evaluate_claims, judge, verdict_counts
-from kit.measured_run import MeasuredRun, measured_run
-from kit.reference import Published, load_reference
-from kit.results import Metric, RunDir
+from kit.reference.claims import (
+    MIN_RUNS,
+    Spread,
+    evaluate_claim,
+    evaluate_claims,
+    judge,
+    verdict_counts,
+)
+from kit.reference.measured_run import MeasuredRun, measured_run
+from kit.reference.published import Published, load_reference
+from kit.rundir.directory import RunDir
+from kit.rundir.schema import Metric
 from kit.units import PERCENT, TIMES
 
 TOLERANCE = Published(value=2.0, tolerance=0.3)  # C16: LoRA about twice QLoRA
@@ -113,7 +121,7 @@ def test_three_runs_deviate_beyond_their_spread_and_are_inconclusive_within_it(r
 
 def test_inconclusive_is_counted_and_shown_in_its_own_tone(reference, synthetic, paper_plan):
     from kit.report.cells import VERDICT_TONES
-    from kit.report.claims_section import claims_table
+    from kit.report.sections.claims import claims_table
 
     outcomes = evaluate_claims(reference, [synthetic])
     assert VERDICT_TONES["inconclusive"] not in {VERDICT_TONES[v] for v in VERDICT_TONES if v != "inconclusive"}

@@ -86,10 +86,10 @@ def test_a_binary_protocol_file_is_named_not_a_traceback(manifests_copy):
 # every command reads it with, in this process (a few go through the commands themselves below).
 
 LOADERS = {
-    "protocol.yaml": ("kit.protocol", "load_protocol"),
-    "hardware.yaml": ("kit.hardware", "load_hardware"),
-    "references/arxiv-2311.03687.yaml": ("kit.reference", "load_reference"),
-    "environment.yaml": ("kit.environment", "load_expectations"),
+    "protocol.yaml": ("kit.plan.protocol", "load_protocol"),
+    "hardware.yaml": ("kit.theory.hardware", "load_hardware"),
+    "references/arxiv-2311.03687.yaml": ("kit.reference.published", "load_reference"),
+    "environment.yaml": ("kit.host.environment", "load_expectations"),
     "images.lock.yaml": ("kit.images", "load_lock"),
 }
 SAMPLED = {"protocol.yaml": 40, "hardware.yaml": 40, "references/arxiv-2311.03687.yaml": 40, "environment.yaml": 20, "images.lock.yaml": 20}

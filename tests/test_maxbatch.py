@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from kit.predictions import predicted_training_memory
-from kit.results import RunSample
-from kit.stages.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
+from kit.plan.predictions import predicted_training_memory
+from kit.rundir.schema import RunSample
+from kit.measure.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 
 SMOKE_CASE = "maxbatch.tiny-llama.naive.g1"
 
@@ -73,7 +73,7 @@ def test_a_memory_cap_on_a_gpu_profile_is_refused(tmp_path):
     import yaml
 
     from kit.manifest import ManifestError, manifests_dir
-    from kit.protocol import load_protocol
+    from kit.plan.protocol import load_protocol
 
     data = yaml.safe_load((manifests_dir() / "protocol.yaml").read_text())
     data["profiles"]["quick"]["stages"]["pretrain"]["params"]["memory_cap_gib"] = 2

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from kit.protocol import build_plan, load_protocol
-from kit.results import atomic_write_model
+from kit.plan.protocol import build_plan, load_protocol
+from kit.rundir.directory import atomic_write_model
 
 SMOKE_CASE = "pretrain.tiny-llama.megatron+tp2.g2"
 
@@ -63,11 +63,11 @@ def test_claim_c9_reads_megatron_beside_deepspeed_at_batch_1_and_at_each_largest
     distributed optimizer shards the Adam states), DeepSpeed's naive one does not; C9 says so."""
     from paper_size_run import write_run
 
-    from kit.fingerprint import Fingerprint
-    from kit.claims import evaluate_claim
-    from kit.measured_run import measured_run
-    from kit.reference import load_reference
-    from kit.results import RunDir
+    from kit.host.fingerprint import Fingerprint
+    from kit.reference.claims import evaluate_claim
+    from kit.reference.measured_run import measured_run
+    from kit.reference.published import load_reference
+    from kit.rundir.directory import RunDir
 
     cases = ["pretrain.llama2-7b.megatron.g8", "pretrain.llama2-7b.naive.g8", "maxbatch.llama2-7b.megatron.g8",
              "maxbatch.llama2-7b.naive.g8"]  # fmt: skip

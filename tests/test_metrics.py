@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from kit.metrics import step_times, summarize, tokens_per_second
-from kit.results import PeakMemory, RankSample, RunSample
-from kit.stages.training import train_case_metrics
+from kit.measure.metrics import step_times, summarize, tokens_per_second
+from kit.rundir.schema import PeakMemory, RankSample, RunSample
+from kit.measure.training import train_case_metrics
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -2,7 +2,7 @@
 node lists, whether a sweep's ranks spanned nodes, the network bound of one that did, and a
 redacted run's node names as tokens (on output recorded from a real Slurm, tests/fixtures/slurm/).
 
-The fingerprints are two taken on this machine (kit.fingerprint.collect); a node that differs is
+The fingerprints are two taken on this machine (kit.host.fingerprint.collect); a node that differs is
 one of them edited as `other_node` says (another driver, kernel, GPUs and InfiniBand port),
 since every node of the test Slurm is this one machine and so the same.
 """
@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 from identifying_names import places_naming
 
-from kit import fingerprint, fingerprint_collection
-from kit.comm_sweep import CommSweep
+from kit.host import fingerprint
+from kit.host import collection as fingerprint_collection
+from kit.comm.sweep import CommSweep
 from kit.execute.node_fingerprint import fingerprint_step, node_token
 from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
-from kit.fingerprint import Gpu, NetworkInfo, RdmaPort
-from kit.hostlist import expand_hostlist
-from kit.link_bounds import internode_bound
-from kit.redact import Redactor
-from kit.redaction_tokens import REDACTION_SALT_ENV
-from kit.report.environment_section import differing_facts, node_fingerprint_facts
+from kit.host.fingerprint import Gpu, NetworkInfo, RdmaPort
+from kit.host.hostlist import expand_hostlist
+from kit.comm.link_bounds import internode_bound
+from kit.rundir.redact import Redactor
+from kit.host.redaction_tokens import REDACTION_SALT_ENV
+from kit.report.sections.environment import differing_facts, node_fingerprint_facts
 
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"

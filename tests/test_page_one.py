@@ -3,7 +3,7 @@ figures with their standing among their kind, beside the physical bound the kit 
 the paper's value, energy and cost.
 
 The runs are tests/paper_size_run.py's: cases of the real `paper` plan on 8 x A800 (synthetic
-numbers, every metric from kit.metrics with its real name) and the smoke plan on CPU. The
+numbers, every metric from kit.measure.metrics with its real name) and the smoke plan on CPU. The
 rendered PDF's first page is read back with pdftotext and held against each case's result.json.
 """
 
@@ -19,18 +19,22 @@ from pathlib import Path
 import pytest
 from paper_size_run import A800, write_run
 
-from kit.energy import cost_per_million_tokens
-from kit.hardware import load_hardware
-from kit.predictions import device_spec, training_step_bound, training_throughput_bound
-from kit.protocol import build_plan, load_protocol
-from kit.reference import load_reference
+from kit.measure.energy import cost_per_million_tokens
+from kit.plan.predictions import (
+    device_spec,
+    training_step_bound,
+    training_throughput_bound,
+)
+from kit.plan.protocol import build_plan, load_protocol
+from kit.reference.published import load_reference
 from kit.report.build import build_report
-from kit.report.energy_section import energy_cell
 from kit.report.load import load_run
 from kit.report.page_one import paper_cell
 from kit.report.printer import write_pdf
 from kit.report.render import print_parts, render_html
-from kit.results import Metric
+from kit.report.sections.energy import energy_cell
+from kit.rundir.schema import Metric
+from kit.theory.hardware import load_hardware
 
 CASES = [
     "pretrain.llama2-7b.naive.g8",  # out of memory in the synthetic run
@@ -74,11 +78,12 @@ def calibrated_run(gpu_run, tmp_path_factory) -> Path:
     limit and clocks its fingerprint records, and as if one case's first rank had sampled its
     power cap (pynvml's bit) in its last two samples."""
     import pynvml
-
-    from kit.fingerprint import Fingerprint, GpuClocks
-    from kit.results import Result, RunDir, atomic_write_model
-    from kit.telemetry import summarize
     from test_calibration import h100_calibration
+
+    from kit.host.fingerprint import Fingerprint, GpuClocks
+    from kit.rundir.directory import RunDir, atomic_write_model
+    from kit.rundir.schema import Result
+    from kit.measure.telemetry import summarize
 
     run = tmp_path_factory.mktemp("runs") / "a800-calibrated"
     shutil.copytree(gpu_run, run)
@@ -169,7 +174,7 @@ def test_a_serving_row_has_output_throughput_and_median_and_p99_ttft(report, gpu
 def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_tokens_there(report, gpu_run):
     """The synthetic sweep of the 7B vLLM case meets MLPerf's Llama-2-70B server objectives (p99 TTFT
     2 s, TPOT 200 ms) up to some concurrency N: the most tokens/s there, its N, its cost at 2.50 a GPU-hour."""
-    from kit.report.capacity_section import sweep_points
+    from kit.report.sections.capacity import sweep_points
     from kit.serve.slo import DEFAULT_SLO, capacity
 
     run = load_run(gpu_run, redact=False)
@@ -186,8 +191,9 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
 def test_a_sweep_whose_every_point_the_client_may_have_limited_has_no_capacity_and_says_why(gpu_run, tmp_path):
     """As the smoke runs' sweeps on a 2-core host did before the client kept a CPU of its own: the
     saturation check marked every point (the event loop lagged 19-876 ms), so none is judged."""
-    from kit.report.capacity_section import sweep_points
-    from kit.results import Result, RunDir, atomic_write_model
+    from kit.report.sections.capacity import sweep_points
+    from kit.rundir.directory import RunDir, atomic_write_model
+    from kit.rundir.schema import Result
     from kit.serve.slo import DEFAULT_SLO
 
     run, case_id = tmp_path / "run", "serve.llama2-7b.vllm.g8"
@@ -299,7 +305,7 @@ def test_energy_is_absent_with_its_reason_never_zero(cpu_run, gpu_run):
 
 
 def test_energy_is_joules_per_token_with_its_spread_the_unit_of_its_column(gpu_run, report):
-    """joules_per_token is the metric kit/energy.py writes from NVML's energy counter, shown in one
+    """joules_per_token is the metric kit/measure/energy.py writes from NVML's energy counter, shown in one
     unit throughout the report."""
     result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
     measured = result.model_copy(update={"metrics": {**result.metrics, "joules_per_token": Metric(
@@ -322,8 +328,8 @@ def test_mfu_is_shown_against_the_datasheet_peak_and_the_matmul_measured_in_pref
 
 
 def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_datasheets_beside_it(calibrated, calibrated_run):
-    from kit.calibration import Achievable
-    from kit.fingerprint import Fingerprint
+    from kit.host.fingerprint import Fingerprint
+    from kit.measure.calibration import Achievable
 
     result = load_run(calibrated_run, False).results[THROTTLED]
     spec = load_hardware().lookup(A800)

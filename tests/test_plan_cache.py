@@ -34,7 +34,7 @@ def test_a_listed_plan_reads_the_same_from_the_cache_without_pydantic_or_yaml(tm
         built, modules_built = kit_list(*args, cache=cache)
         cached, modules_cached = kit_list(*args, cache=cache)
         assert cached == built and "pydantic" in modules_built
-        assert not modules_cached & {"pydantic", "yaml", "kit.protocol", "kit.analysis", "kit.results"}, args
+        assert not modules_cached & {"pydantic", "yaml", "kit.plan.protocol", "kit.theory.analytic", "kit.rundir.schema"}, args
 
 
 def test_a_cpu_profiles_estimates_need_no_protocol_models(tmp_path):
@@ -43,7 +43,7 @@ def test_a_cpu_profiles_estimates_need_no_protocol_models(tmp_path):
     built, _ = kit_list("--profile", "smoke", cache=tmp_path)
     cached, modules = kit_list("--profile", "smoke", cache=tmp_path)
     assert cached == built and "estimate" in cached.splitlines()[0]
-    assert not modules & {"kit.protocol", "kit.analysis", "kit.predictions", "yaml"}
+    assert not modules & {"kit.plan.protocol", "kit.theory.analytic", "kit.plan.predictions", "yaml"}
 
 
 def test_an_edited_protocol_is_read_again(tmp_path, manifests_copy):

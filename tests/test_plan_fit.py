@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.protocol import build_plan, fitted_gpu_counts, load_protocol
+from kit.plan.protocol import build_plan, fitted_gpu_counts, load_protocol
 
 KIT = [sys.executable, "-m", "kit.cli"]
 DOCTOR = Path(__file__).parent / "fixtures" / "h100x1-run" / "doctor.json"
@@ -130,11 +130,11 @@ def test_a_claim_about_the_papers_eight_gpu_case_says_this_host_ran_it_fitted(tm
     fitted cases: not measured, never counted against the paper or the expectation."""
     from paper_size_run import write_run
 
-    from kit.expectation import expect_claims
-    from kit.claims import evaluate_claims
-    from kit.measured_run import measured_run
-    from kit.reference import load_reference
-    from kit.results import RunDir
+    from kit.reference.claims import evaluate_claims
+    from kit.reference.expectation import expect_claims
+    from kit.reference.measured_run import measured_run
+    from kit.reference.published import load_reference
+    from kit.rundir.directory import RunDir
 
     plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=85520809984)
     path = write_run(tmp_path / "h100", plan, gpu_name=H100[0], cases=["finetune.llama2-7b.l.g1", "finetune.llama2-7b.ql.g1"])

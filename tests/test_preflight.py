@@ -9,7 +9,14 @@ import sys
 import pytest
 import yaml
 
-from kit.preflight import Preflight, PreflightLine, all_gpu_all_reduce, gpus_seen_differ, miniature, representatives
+from kit.execute.preflight import (
+    Preflight,
+    PreflightLine,
+    all_gpu_all_reduce,
+    gpus_seen_differ,
+    miniature,
+    representatives,
+)
 
 KIT = [sys.executable, "-m", "kit.cli"]
 
@@ -52,9 +59,9 @@ def test_a_gpu_seen_inside_must_be_one_the_host_has():
     host's NVML names: the same GPU passes, another model or none fails naming both."""
     from pathlib import Path
 
-    from kit import nccl_tests
-    from kit.protocol import build_plan, load_protocol
-    from kit.results import RunSample
+    from kit.execute import nccl_tests
+    from kit.plan.protocol import build_plan, load_protocol
+    from kit.rundir.schema import RunSample
 
     case = next(c for c in build_plan(load_protocol(), "paper").cases if c.stage == "comm")
     output = (Path(__file__).parent / "fixtures/nccl_tests/rtx5090-alltoall-single-size.txt").read_text()
@@ -70,7 +77,7 @@ def test_the_all_gpu_all_reduce_is_a_comm_case_the_real_workload_runs(paper_plan
     """The training image's all-reduce across every GPU, as the preflight builds it for 16 GPUs,
     run for real by the comm workload: on this CPU over gloo in 2 processes (NCCL on a GPU)."""
     from kit.execute import local
-    from kit.results import atomic_write_model
+    from kit.rundir.directory import atomic_write_model
 
     train = next(c for c in paper_plan.cases if c.stage == "pretrain")
     check = all_gpu_all_reduce(train, 16)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from kit.fingerprint import ImageProbe
-from kit.probe_cache import probe_entry, probe_key, probe_this_python
+from kit.host.fingerprint import ImageProbe
+from kit.host.probe_cache import probe_entry, probe_key, probe_this_python
 
 
 def test_the_probe_is_made_once_and_then_read_from_its_entry(tmp_path, monkeypatch):

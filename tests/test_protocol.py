@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from kit.manifest import ManifestError
-from kit.protocol import build_plan, case_id, load_protocol, select
+from kit.plan.protocol import build_plan, case_id, load_protocol, select
 
 PAPER_MODELS = ("llama2-7b", "llama2-13b", "llama2-70b")
 

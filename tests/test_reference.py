@@ -1,4 +1,4 @@
-"""kit.reference: the paper's claims as typed relations, and their verdicts on measured runs.
+"""kit.reference.published: the paper's claims as typed relations, and their verdicts on measured runs.
 
 Runs are built in memory from the protocol's own cases (paper and smoke profiles), with metric
 means chosen per test; GPU names are the ones NVML reports for the paper's platforms.
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.claims import evaluate_claim, evaluate_claims, evaluate_tables, stand_in_case
-from kit.fingerprint import (
+from kit.host.fingerprint import (
     ContainerRuntime,
     Fingerprint,
     Gpu,
@@ -25,9 +24,20 @@ from kit.fingerprint import (
     TopologyClass,
 )
 from kit.manifest import ManifestError
-from kit.measured_run import MeasuredRun, measured_run, parse_case_id, platform_mismatch
-from kit.reference import Claim, Reference, load_reference, reference_path
-from kit.results import Metric, PeakMemory, RankSample, Result, RunInfo, RunSample
+from kit.reference.claims import (
+    evaluate_claim,
+    evaluate_claims,
+    evaluate_tables,
+    stand_in_case,
+)
+from kit.reference.measured_run import (
+    MeasuredRun,
+    measured_run,
+    parse_case_id,
+    platform_mismatch,
+)
+from kit.reference.published import Claim, Reference, load_reference, reference_path
+from kit.rundir.schema import Metric, PeakMemory, RankSample, Result, RunInfo, RunSample
 
 A800 = "NVIDIA A800-SXM4-80GB"
 RTX4090 = "NVIDIA GeForce RTX 4090"
@@ -251,7 +261,8 @@ def scaling_run(gpu: str, one: float, eight: float, plan) -> MeasuredRun:
 
 
 def test_a_claim_this_host_could_not_evaluate_says_why(reference, paper_plan):
-    from kit.host import Host, skip_reason
+    from kit.host.this_host import Host
+    from kit.plan.fit import skip_reason
 
     four = Host(gpu_names=[A800] * 4)
     skipped = result(paper_plan, "finetune.llama2-7b.l.g8", status="skipped")

@@ -1,8 +1,8 @@
 """kit.report: evidence checks, statistics, the report model, and the rendered HTML and PDF.
 
-Run directories are written here with kit.results the way the runner writes them: run.json, one
+Run directories are written here with kit.rundir.schema the way the runner writes them: run.json, one
 folder per case with case.json, log.txt, rank samples and result.json (metrics from the case's
-stage unit, kit/stages/), then SHA256SUMS.
+stage unit, kit/measure/), then SHA256SUMS.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.fingerprint import (
+from kit.host.fingerprint import (
     ContainerRuntime,
     CpuInfo,
     Fingerprint,
@@ -31,28 +31,26 @@ from kit.fingerprint import (
     Topology,
     TopologyClass,
 )
-from kit.hardware import load_hardware
-from kit.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
-from kit.protocol import Plan
-from kit.reference import load_reference
+from kit.host.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
+from kit.measure.training import train_case_metrics
+from kit.plan.protocol import Plan
+from kit.reference.published import load_reference
 from kit.report import stats
 from kit.report.build import build_report
-from kit.report.environment_section import peak_figures
-from kit.report.evidence import EvidenceError, newest_run, verify
 from kit.report.load import load_run
 from kit.report.render import render, render_html
-from kit.results import (
+from kit.report.sections.environment import peak_figures
+from kit.rundir.directory import RunDir, UnreadableRun, atomic_write_model
+from kit.rundir.evidence import EvidenceError, newest_run, verify
+from kit.rundir.schema import (
     ContainerRun,
     PeakMemory,
     RankSample,
     Result,
-    RunDir,
     RunInfo,
     RunSample,
-    UnreadableRun,
-    atomic_write_model,
 )
-from kit.stages.training import train_case_metrics
+from kit.theory.hardware import load_hardware
 
 KIT = KitInfo(version="0.1.0", workload_sources_sha256="ab" * 32)
 A800 = "NVIDIA A800-SXM4-80GB"

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 from paper_size_run import write_paper_size_run, write_run
 
-from kit.protocol import build_plan, load_protocol
-from kit.report.evidence import verify
-from kit.results import RankSample, RunDir
+from kit.plan.protocol import build_plan, load_protocol
+from kit.rundir.directory import RunDir
+from kit.rundir.evidence import verify
+from kit.rundir.schema import RankSample
 
 KIT = [sys.executable, "-m", "kit.cli"]
 A4_WIDTH_MM, SIDE_MARGIN_MM = 210.0, 14.0  # report_templates/style.css, @page
@@ -492,7 +493,7 @@ def test_the_breakdown_and_serving_are_drawn_before_their_tables(paper_run, page
 
 def test_the_latency_distribution_is_every_finished_request_of_requests_jsonl(paper_run):
     from kit.report.load import load_run
-    from kit.stages.serve import request_rows
+    from kit.report.sections.serve import request_rows
 
     run = load_run(paper_run, False)
     case_id = next(cid for cid, result in run.results.items() if result.stage == "serve" and result.status == "ok")

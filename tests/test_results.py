@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from kit.results import RunDir, atomic_write_text
+from kit.files.atomic import atomic_write_text
+from kit.rundir.directory import RunDir
 
 
 def test_atomic_write_replaces_whole_files(tmp_path):
@@ -25,7 +26,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("kit.results.os.replace", broken_replace)
+    monkeypatch.setattr("kit.files.atomic.os.replace", broken_replace)
     with pytest.raises(OSError):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"

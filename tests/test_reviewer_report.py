@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 from paper_size_run import write_paper_size_run, write_run
 
-from kit.fingerprint import Fingerprint
-from kit.protocol import build_plan, load_protocol
+from kit.host.fingerprint import Fingerprint
+from kit.plan.protocol import build_plan, load_protocol
 from kit.report.render import render
-from kit.results import RunDir
+from kit.rundir.directory import RunDir
 
 H100_FIXTURE = Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz"
 PRICE, CURRENCY = 2.5, "EUR"  # the paper-size run is priced, in euros; the others are not

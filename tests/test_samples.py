@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kit.execute.samples import launch_samples, run_sample
-from kit.results import RankSample
+from kit.rundir.schema import RankSample
 
 
 def rank(r, status, reason=None):

@@ -91,8 +91,8 @@ NCCL_PLANTED = {"NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789", "NCCL_DEBU
 
 
 def test_an_nccl_variable_that_looks_like_a_credential_is_masked_in_the_fingerprint(real_smoke_run):
-    """As kit.fingerprint.collect records the variables of the environment the kit runs in."""
-    from kit.fingerprint import Fingerprint
+    """As kit.host.fingerprint.collect records the variables of the environment the kit runs in."""
+    from kit.host.fingerprint import Fingerprint
 
     fingerprint = json.loads((real_smoke_run / "fingerprint.json").read_text())
     recorded = Fingerprint.model_validate({**fingerprint, "nccl_environment": {**NCCL_PLANTED, "NCCL_DEBUG": "INFO"}})
@@ -102,7 +102,7 @@ def test_an_nccl_variable_that_looks_like_a_credential_is_masked_in_the_fingerpr
 
 def test_a_report_masks_what_an_earlier_kit_recorded_of_the_nccl_variables(real_smoke_run, tmp_path, kit_in_process):
     """A run an earlier kit made kept them as they were: the report shows them masked."""
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     run = tmp_path / "run"
     shutil.copytree(real_smoke_run, run)

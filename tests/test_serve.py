@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.model_files import load_tokenizer
-from kit.protocol import load_protocol
-from kit.reference import load_reference
-from kit.serve.aggregate import ClientLoad, RequestRecord, aggregate, percentile, saturation
+from kit.plan.model_files import load_tokenizer
+from kit.plan.protocol import load_protocol
+from kit.reference.published import load_reference
+from kit.rundir.serving import ClientLoad, RequestRecord, aggregate, percentile, saturation
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.engines import ENGINES, engine_for
@@ -40,7 +40,7 @@ def smoke_serve_case(smoke_plan):
 
 
 def smoke_params():
-    from kit.protocol import build_plan
+    from kit.plan.protocol import build_plan
 
     return smoke_serve_case(build_plan(load_protocol(), "smoke")).params
 
@@ -371,7 +371,7 @@ def test_a_lagging_client_is_flagged_even_when_events_arrive_together():
 
 @pytest.fixture(scope="module")
 def served_model(tmp_path_factory):
-    from kit.model_files import weightless_model
+    from kit.plan.model_files import weightless_model
 
     return weightless_model("tiny-llama", load_protocol().models["tiny-llama"], 1234, root=tmp_path_factory.mktemp("models"))
 
@@ -498,7 +498,7 @@ def synthetic_serve_ranks(folder: Path):
 
     from paper_size_run import Host, serve_runs
 
-    from kit.protocol import build_plan, load_protocol
+    from kit.plan.protocol import build_plan, load_protocol
 
     plan = build_plan(load_protocol(), "paper")
     case = next(c for c in plan.cases if c.workload == "serve" and c.params.engine == "vllm")
@@ -560,7 +560,7 @@ def test_prompts_are_exact_with_a_sentencepiece_style_tokenizer_too():
     "Ġ"; a user-given model brings one like it. Built here locally, the same way."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    from kit.model_files import training_text
+    from kit.plan.model_files import training_text
 
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")

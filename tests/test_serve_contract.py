@@ -19,7 +19,7 @@ import yaml
 
 from docker_engine import engine_stand_ins_or_skip, smoke_image_or_skip
 from planted_tokens import PLANTED, files_holding_a_token
-from kit.serve.aggregate import RequestRecord, aggregate
+from kit.rundir.serving import RequestRecord, aggregate
 
 pytestmark = pytest.mark.docker
 KIT = [sys.executable, "-m", "kit.cli"]

@@ -1,4 +1,4 @@
-"""A serve run's details travel typed (kit.serve.details): what the driver writes is what every
+"""A serve run's details travel typed (kit.rundir.serving): what the driver writes is what every
 reader reads, and a shape the model does not take fails the run instead of being written."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from kit.predictions import ServingBounds
-from kit.serve.details import NoBound, ServeDetails
+from kit.plan.predictions import ServingBounds
+from kit.rundir.serving import NoBound, ServeDetails
 from kit.serve.session import recorded
 
 

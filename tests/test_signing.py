@@ -1,4 +1,4 @@
-"""Signed runs (kit/signing.py, kit/provenance.py): a copy of the session's real smoke run signed
+"""Signed runs (kit/rundir/signing.py, kit/rundir/provenance.py): a copy of the session's real smoke run signed
 with throwaway ed25519 keys by the real ssh-keygen, checked by the kit and by ssh-keygen alone;
 each way of breaking it fails verification in one line, and page one, the A/B comparison and the
 fleet report name the signer."""
@@ -16,14 +16,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from kit.provenance import PREDICATE_TYPE, PROVENANCE_FILE
-from kit.report.ab_section import comparison_section
-from kit.report.evidence import verify
 from kit.report.fleet import Node, fleet_report
 from kit.report.load import load_run
 from kit.report.page_one import host_facts
-from kit.results import SIGNATURE_FILES, RunDir
-from kit.signing import NAMESPACE, check_signature, envelope, sign_run
+from kit.report.sections.ab import comparison_section
+from kit.rundir.directory import SIGNATURE_FILES, RunDir
+from kit.rundir.evidence import verify
+from kit.rundir.provenance import PREDICATE_TYPE, PROVENANCE_FILE
+from kit.rundir.signing import NAMESPACE, check_signature, envelope, sign_run
 
 REPO = Path(__file__).resolve().parent.parent
 SUMS_SIGNATURE, _, PROVENANCE_SIGNATURE = SIGNATURE_FILES

@@ -30,8 +30,8 @@ from kit.execute.slurm_jobs import (
     parse_submitted,
 )
 from kit.execute.slurm_script import SlurmOptions, check_script, layout, pyxis_arguments, time_limit
-from kit.redaction_tokens import REDACTION_SALT_ENV
-from kit.results import RankSample, RunSample
+from kit.host.redaction_tokens import REDACTION_SALT_ENV
+from kit.rundir.schema import RankSample, RunSample
 from kit.workloads.srun_rank import rank_environment
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"
@@ -266,13 +266,13 @@ def test_slurm_options_go_with_the_slurm_executor_only():
 
 @pytest.fixture(scope="module")
 def cluster_plan(protocol):
-    from kit.protocol import build_plan
+    from kit.plan.protocol import build_plan
 
     return build_plan(protocol, "cluster")
 
 
 def test_the_cluster_profile_keeps_its_gpu_counts_whatever_the_host(protocol, cluster_plan):
-    from kit.protocol import build_plan
+    from kit.plan.protocol import build_plan
 
     on_eight = build_plan(protocol, "cluster", host_gpus=8)
     for plan in (cluster_plan, on_eight):
@@ -289,7 +289,7 @@ def test_a_two_node_nccl_tests_case_is_one_mpi_rank_per_gpu_started_by_srun(clus
 def test_rank_0s_output_of_a_two_node_job_is_the_runs_sweep_across_nodes(cluster_plan, tmp_path):
     """The recorded output of all_reduce_perf over two 8 x H100 hosts (tests/fixtures/nccl_tests/
     h100x16-two-nodes-all_reduce.source) as the rank-0 log of a job."""
-    from kit.comm_sweep import CommSweep
+    from kit.comm.sweep import CommSweep
     from kit.execute.slurm_jobs import JobState
 
     case = next(c for c in cluster_plan.cases if c.id == "comm.all_reduce.g16")

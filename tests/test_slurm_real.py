@@ -20,19 +20,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 from identifying_names import places_naming
+from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
 
 from kit.cache import cache_dir
 from kit.execute.node_fingerprint import node_token
 from kit.execute.samples import run_sample
 from kit.execute.slurm import SlurmExecutor, configured
 from kit.execute.slurm_script import SlurmOptions
-from kit.redact import SALT_FILE
-from kit.redaction_tokens import REDACTION_SALT_ENV, redaction_token
-from kit.results import RankSample, RunDir, SlurmJob, atomic_write_model, utc_now
-from kit.stages.registry import unit_of
-from slurm_cluster import processes_with, queued_jobs, slurm_or_skip
+from kit.host.redaction_tokens import REDACTION_SALT_ENV, redaction_token
+from kit.measure.registry import unit_of
+from kit.rundir.directory import RunDir, atomic_write_model
+from kit.rundir.redact import SALT_FILE
+from kit.rundir.schema import RankSample, SlurmJob, utc_now
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 KIT = [sys.executable, "-m", "kit.cli"]
@@ -48,7 +48,7 @@ def slurm_nodes():
 
 
 def machine_token(name: str) -> str:
-    """The token of a name in this machine's redacted runs and reports (kit.redact.use_machine_salt)."""
+    """The token of a name in this machine's redacted runs and reports (kit.rundir.redact.use_machine_salt)."""
     return redaction_token(name, (cache_dir() / SALT_FILE).read_bytes().strip())
 
 

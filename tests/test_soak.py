@@ -1,5 +1,5 @@
-"""Sustained against first minutes (kit run --soak, kit/soak_plan.py, kit/stages/soak.py), and the
-preflight's calibration that lands in the run's fingerprint (kit/calibration.py).
+"""Sustained against first minutes (kit run --soak, kit/plan/soak.py, kit/measure/soak.py), and the
+preflight's calibration that lands in the run's fingerprint (kit/measure/calibration.py).
 
 The end-to-end test runs for real on this CPU, with a tiny duration, the smoke profile's first
 training case (DeepSpeed over gloo in 2 processes) through its preflight, which measures what
@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
-from kit.calibration import calibration_of
-from kit.fingerprint import Fingerprint
-from kit.host import Host
-from kit.protocol import Case, build_plan, load_protocol
-from kit.results import RankSample, Result, RunSample
-from kit.soak_plan import soaked, with_soak
+from kit.measure.calibration import calibration_of
+from kit.host.fingerprint import Fingerprint
+from kit.host.this_host import Host
+from kit.plan.protocol import Case, build_plan, load_protocol
+from kit.rundir.schema import RankSample, Result, RunSample
+from kit.plan.soak import soaked, with_soak
 
 KIT = [sys.executable, "-m", "kit.cli"]
 

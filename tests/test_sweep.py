@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from kit.execute.samples import serve_run
-from kit.predictions import concurrency_bound, serving_bounds
-from kit.protocol import load_protocol
-from kit.report.capacity_section import within_cell
-from kit.serve.aggregate import RequestRecord, RequestTimes, aggregate, latency_figures
+from kit.plan.predictions import concurrency_bound, serving_bounds
+from kit.plan.protocol import load_protocol
+from kit.report.sections.capacity import within_cell
+from kit.rundir.serving import RequestRecord, RequestTimes, aggregate, latency_figures
 from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import ENGINES
 from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
 from kit.serve.slo import DEFAULT_SLO, Judged, Slo, SweepPoint, capacity, judge
-from kit.stages.serve import serve_case_metrics
+from kit.measure.serve import serve_case_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "serve"
 STUB_ENGINE = Path(__file__).parent / "engine_images" / "stub_engine.py"
@@ -40,7 +40,7 @@ def smoke_serve_case(smoke_plan):
 
 
 def test_a_sweep_doubles_its_concurrency_up_to_its_largest_and_sends_enough_requests_at_each(paper_plan, smoke_plan):
-    from kit.preflight import miniature
+    from kit.execute.preflight import miniature
 
     paper = next(c for c in paper_plan.cases if c.id == "serve.llama2-7b.vllm.g8").params
     assert paper.sweep.levels(paper.prompts) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
@@ -112,7 +112,7 @@ def test_a_point_sends_nothing_after_its_time_and_its_rows_are_the_requests_it_s
 
 
 def test_the_roofline_at_a_concurrency_grows_with_it_and_is_the_bursts_at_the_bursts_size(paper_plan):
-    from kit.hardware import load_hardware
+    from kit.theory.hardware import load_hardware
 
     h100 = load_hardware().lookup("NVIDIA H100 80GB HBM3")
     case = next(c for c in paper_plan.cases if c.id == "serve.llama2-7b.vllm.g8")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kit.telemetry import ENERGY_COUNTER_MODULUS, NoDevice, NvmlSampler, energy_delta_mj, nvml_uuid, summarize
+from kit.measure.telemetry import ENERGY_COUNTER_MODULUS, NoDevice, NvmlSampler, energy_delta_mj, nvml_uuid, summarize
 
 
 def test_energy_delta_is_the_counter_difference_in_millijoules():
@@ -105,7 +105,7 @@ class CountingGpus(CountingNvml):
 
 
 def test_a_burst_sums_the_energy_of_the_engines_gpus_and_gives_the_mean_power_of_one():
-    from kit.telemetry import GpusSampler
+    from kit.measure.telemetry import GpusSampler
 
     sampler = GpusSampler(2, interval_s=0.01, nvml=CountingGpus())
     sampler.start()

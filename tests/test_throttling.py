@@ -1,5 +1,5 @@
 """Clock event (throttle) reasons, from NVML's bitmask to a case's notes and its cells
-(kit/clock_events.py, kit/telemetry.py, kit/throttling.py).
+(kit/host/clock_events.py, kit/measure/telemetry.py, kit/measure/throttling.py).
 
 The bit values are pynvml's own constants (nvidia-ml-py, which mirrors nvml.h), never typed here;
 the recorded H100 host's fingerprint (tests/fixtures/h100x1-run/doctor.json) read ["gpu_idle"] at
@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from kit.clock_events import CLOCK_EVENT_REASON_BITS, PERFORMANCE_LIMITING_REASONS, decode_clock_event_reasons
+from kit.host.clock_events import CLOCK_EVENT_REASON_BITS, PERFORMANCE_LIMITING_REASONS, decode_clock_event_reasons
 from kit.report.cells import metric_cell
-from kit.results import Metric, RankSample, RunSample
-from kit.telemetry import NvmlSampler, summarize
-from kit.throttling import throttle_notes, throttling
+from kit.rundir.schema import Metric, RankSample, RunSample
+from kit.measure.telemetry import NvmlSampler, summarize
+from kit.measure.throttling import throttle_notes, throttling
 
 DOCTOR = Path(__file__).parent / "fixtures" / "h100x1-run" / "doctor.json"
 # pynvml's name of each reason, as nvml.h's nvmlClocksEventReason* (R535 and later).

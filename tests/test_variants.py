@@ -11,17 +11,17 @@ import pytest
 import yaml
 from paper_size_run import write_run
 
-from kit.claims import evaluate_claims
-from kit.fingerprint import Fingerprint
+from kit.host.fingerprint import Fingerprint
 from kit.manifest import ManifestError
-from kit.measured_run import measured_run
-from kit.protocol import build_plan, load_protocol
-from kit.reference import load_reference
-from kit.results import RunDir
+from kit.plan.protocol import build_plan, load_protocol
+from kit.reference.claims import evaluate_claims
+from kit.reference.measured_run import measured_run
+from kit.reference.published import load_reference
+from kit.rundir.directory import RunDir
 
 RTX3090 = "NVIDIA GeForce RTX 3090"
 # The synthetic run's figures are an H100's: a third of them keeps an RTX 3090's collectives under its
-# links' rate (56 GB/s across its NVLink bridge; PCIe 4.0 x16 without), where kit.validity holds them.
+# links' rate (56 GB/s across its NVLink bridge; PCIe 4.0 x16 without), where kit.measure.validity holds them.
 RTX3090_SPEED = 0.33
 
 
@@ -83,7 +83,7 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
     outcomes = {o.id: o for o in evaluate_claims(load_reference(), [measured_3090])}
     c8 = outcomes["C8"]
     assert c8.verdict == "consistent" and c8.relations[0].measured_value == pytest.approx(1 / 0.9, rel=0.02)
-    # C8 reads quantised and non-quantised cases apart (kit/claims.py): one pair each here
+    # C8 reads quantised and non-quantised cases apart (kit/reference/claims.py): one pair each here
     assert "1 cases, the same case on both: pretrain.llama2-7b.z3.g8" in c8.relations[0].finding
     assert "pretrain.llama2-7b.q.g8" in c8.relations[1].finding
     c4 = outcomes["C4"]  # efficiency 8 GPUs with / without: the 1-GPU base is one case for both

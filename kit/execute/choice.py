@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
 
 EXECUTORS = ("docker", "local", "slurm")
 
@@ -60,7 +60,7 @@ def needs_local_frameworks(cases: list[Case], requested: str | None = None) -> b
     """Whether any case will run in this Python (which then needs torch and the frameworks), here
     or, with Slurm and no containers, on the compute nodes; an nccl-tests case runs its binary
     and needs neither."""
-    from kit.nccl_tests import runs_binary
+    from kit.execute.nccl_tests import runs_binary
 
     def this_python(executor) -> bool:
         return getattr(executor, "uses_this_python", executor.NAME == "local")

@@ -19,17 +19,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit import images, nccl_tests
+from kit import images
 from kit.cache import cache_dir
 from kit.child_process import die_with_parent
-from kit.execute import memory_cap_bytes, processes
+from kit.comm.gpu_links import topology_facts
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.local import launcher_command
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, serve_run
-from kit.gpu_links import topology_facts
-from kit.host import gpu_names
-from kit.protocol import Case
-from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
+from kit.host.this_host import gpu_names
+from kit.plan.protocol import Case
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import ContainerRun, RunSample, utc_now
 
 NAME = "docker"
 KILL_GRACE_S = 10

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from kit import images, nccl_tests
-from kit.execute import memory_cap_bytes, processes
+from kit import images
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.docker import (
     CACHE_MOUNT,
     CASE_MOUNT,
@@ -48,7 +48,7 @@ from kit.execute.docker import (
     container_environment,
 )
 from kit.execute.slurm_script import SlurmOptions, layout
-from kit.protocol import Case
+from kit.plan.protocol import Case
 
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
 TOKEN_SECRET_KEY = "HF_TOKEN"
@@ -255,7 +255,7 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
     variables), the model folder from the claim, /dev/shm as its docs ask. The kit's client that
     fires the burst runs on the host (kit.serve.session) and has no place in the pod yet, so the
     engine stays up until the Job's deadline."""
-    from kit.model_files import model_key
+    from kit.plan.model_files import model_key
     from kit.serve.engines import engine_for
 
     engine = engine_for(case.params)
@@ -312,7 +312,8 @@ def manifest_yaml(case: Case, options: K8sOptions) -> str:
 def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[str, str]:
     """Each case's manifest as OUT/<case-id>.yaml, and its case.json as OUT/cases/<case-id>/ (to
     be copied to the claim's run/cases/); the cases left out, with why."""
-    from kit.results import atomic_write_model, atomic_write_text
+    from kit.files.atomic import atomic_write_text
+    from kit.rundir.directory import atomic_write_model
 
     left_out = {}
     for case in cases:

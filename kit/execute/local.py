@@ -20,14 +20,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit import nccl_tests
 from kit.cache import torch_extensions_dir
 from kit.child_process import die_with_parent
-from kit.execute import memory_cap_bytes, processes
+from kit.comm.gpu_links import topology_facts
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.samples import launch_samples, run_sample, serve_run
-from kit.gpu_links import topology_facts
-from kit.protocol import Case
-from kit.results import RankSample, RunSample, atomic_write_model, utc_now
+from kit.plan.protocol import Case
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import RankSample, RunSample, utc_now
 from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, free_port

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kit.protocol import Case
-from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.results import RankSample, RunSample
+from kit.plan.protocol import Case
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.rundir.schema import RankSample, RunSample
 from kit.serve.session import Placement, run_driver
 
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors

@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from kit import images, nccl_tests
-from kit.execute import memory_cap_bytes, processes
-from kit.execute.node_fingerprint import CHECK_MARKS, FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
+from kit import images
+from kit.execute import memory_cap_bytes, nccl_tests, processes
+from kit.execute.node_fingerprint import fingerprint_step, fingerprinted, node_token
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
@@ -47,9 +47,11 @@ from kit.execute.slurm_script import (
     node_fingerprint_script,
     pyxis_arguments,
 )
-from kit.hostlist import expand_hostlist
-from kit.protocol import Case
-from kit.results import RankSample, RunSample, SlurmJob, atomic_write_model, utc_now
+from kit.host.hostlist import expand_hostlist
+from kit.plan.protocol import Case
+from kit.rundir.directory import CHECK_MARKS, atomic_write_model
+from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
+from kit.rundir.schema import RankSample, RunSample, SlurmJob, utc_now
 
 NAME = "slurm"
 # srun's MPI plugin for nccl-tests across nodes: the binaries built with MPI=1 (NVIDIA/nccl-tests
@@ -164,10 +166,10 @@ def cancel(job_id: str, say) -> None:
 
 def kept_copy(script_text: str, run_dir: Path, redact: bool) -> str | None:
     """The copy of a job's script that a redacted run keeps: its nodes (a --nodelist) by token,
-    its host and paths as kit.redact writes them; None (the script itself) for any other run."""
+    its host and paths as kit.rundir.redact writes them; None (the script itself) for any other run."""
     if not redact:
         return None
-    from kit.redact import Redactor
+    from kit.rundir.redact import Redactor
 
     return Redactor(run_dir, cluster_nodes()).text(script_text)
 

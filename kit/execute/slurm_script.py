@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
 
 CONTAINER_MODES = ("none", "pyxis")
 KIT_SOURCE_IN_CONTAINER = "/opt/kit/src/kit"  # where the images find the kit (as the docker executor mounts it)

@@ -9,26 +9,26 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
-from kit.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
-from kit.energy import DEFAULT_CURRENCY
-from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
-from kit.measured_run import MeasuredRun
-from kit.protocol import Protocol, load_protocol
-from kit.reference import Reference, load_reference
-from kit.report.ab_section import comparison_section
-from kit.report.appendix_section import appendix_section
-from kit.report.capacity_section import capacity_part
+from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
+from kit.measure.energy import DEFAULT_CURRENCY
+from kit.reference.expectation import ClaimExpectation, expect_claims, expectation_counts
+from kit.reference.measured_run import MeasuredRun
+from kit.plan.protocol import Protocol, load_protocol
+from kit.reference.published import Reference, load_reference
+from kit.report.sections.ab import comparison_section
+from kit.report.sections.appendix import appendix_section
+from kit.report.sections.capacity import capacity_part
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
-from kit.report.claims_section import claims_section
-from kit.report.energy_section import energy_section
-from kit.report.environment_section import environment_section, machine, node_fingerprints_section
+from kit.report.sections.claims import claims_section
+from kit.report.sections.energy import energy_section
+from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
 from kit.report.forked import in_parallel
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
-from kit.report.stage_sections import stage_sections
-from kit.report.summary_section import TALLY_TONES, case_tally, issues_section, summary_section
+from kit.report.sections.stages import stage_sections
+from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
@@ -109,7 +109,7 @@ class Assessment(NamedTuple):
     reference: Reference | None
     outcomes: list[ClaimOutcome] | None  # None: the reference is not compared
     tables: list[TableComparison]
-    expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.expectation)
+    expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.reference.expectation)
 
     @property
     def runs(self) -> list[MeasuredRun]:

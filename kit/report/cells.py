@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kit.claims import Verdict
+from kit.reference.claims import Verdict
 from kit.report.model import Cell, Tone
-from kit.results import Metric, Result
-from kit.signing import SignatureCheck
-from kit.throttling import throttling
+from kit.rundir.schema import Metric, Result
+from kit.rundir.signing import SignatureCheck
+from kit.measure.throttling import throttling
 from kit.units import convert, format_value
 
 if TYPE_CHECKING:
-    from kit.protocol import Case
+    from kit.plan.protocol import Case
 
 STATUS_TONES: dict[str, Tone] = {
     "ok": "good",
@@ -81,7 +81,7 @@ def status_cell(result: Result | None, selected: bool, colspan: int = 1) -> Cell
     return Cell(text=result.status, tone=STATUS_TONES.get(result.status, "plain"), colspan=colspan)
 
 
-# The figure a throttled GPU lowers first: its cell says so (kit.throttling).
+# The figure a throttled GPU lowers first: its cell says so (kit.measure.throttling).
 THROUGHPUTS = ("tokens_per_s", "output_throughput", "bus_bandwidth_gb_s")
 
 

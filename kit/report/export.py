@@ -9,8 +9,8 @@ spreadsheet wants one kind of row per sheet:
                         host's GPUs and the verdict against it
     report-metrics.csv  one row per metric of each case; a case without metrics gets one row
                         with its status and reason
-Cost per 1M tokens (kit.energy) is a row like the others where a GPU-hour price was given, in
-the currency report.json names, and never of a case whose figures are invalid (kit.validity:
+Cost per 1M tokens (kit.measure.energy) is a row like the others where a GPU-hour price was given, in
+the currency report.json names, and never of a case whose figures are invalid (kit.measure.validity:
 report.json lists why, and each of its metric rows says so).
 """
 
@@ -22,14 +22,14 @@ import json
 from collections.abc import Iterator
 
 from kit import __version__
-from kit.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
+from kit.measure.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
 from kit.report.build import Assessment
-from kit.report.capacity_section import sweep_capacities
-from kit.report.energy_section import token_throughput
+from kit.report.sections.capacity import sweep_capacities
+from kit.report.sections.energy import token_throughput
 from kit.report.loaded_run import LoadedRun
-from kit.results import Metric, Result
+from kit.rundir.schema import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
-from kit.validity import invalid_reasons
+from kit.measure.validity import invalid_reasons
 
 CLAIM_COLUMNS = ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published",
                  "measured", "finding", "readings", "caveats", "expected_on_this_host", "expected_basis",
@@ -39,7 +39,7 @@ METRIC_COLUMNS = ["case", "stage", "device", "gpus", "status", "metric", "mean",
 
 def case_metrics(result: Result, gpu_hour_price: float | None, currency: str = DEFAULT_CURRENCY) -> dict[str, Metric]:
     """A result's metrics, and its cost per 1M tokens in `currency` where a price was given, it ran
-    on GPUs and its figures are valid (kit.validity)."""
+    on GPUs and its figures are valid (kit.measure.validity)."""
     found = {name: metric for name, metric in result.metrics.items() if metric is not None}
     throughput = token_throughput(result) if result.status == "ok" else None
     if gpu_hour_price is not None and throughput is not None and result.case.device == "cuda" and not invalid_reasons(result):
@@ -48,7 +48,7 @@ def case_metrics(result: Result, gpu_hour_price: float | None, currency: str = D
 
 
 def sweep_document(run: LoadedRun, slo: Slo) -> dict:
-    """Each serve case's sweep held to the objectives (kit.report.capacity_section): every point's
+    """Each serve case's sweep held to the objectives (kit.report.sections.capacity): every point's
     figures, and the capacity; a latency that is a failed request (never answered) is null."""
     found = {}
     for case_id, points in sweep_capacities(run, slo).items():
@@ -96,7 +96,7 @@ def export_json(assessment: Assessment, gpu_hour_price: float | None, currency: 
 
 
 def _expectation(assessment: Assessment, claim_id: str) -> dict | None:
-    """The claim's value expected on this host's GPUs (kit.expectation), as JSON."""
+    """The claim's value expected on this host's GPUs (kit.reference.expectation), as JSON."""
     found = next((e for e in assessment.expectations or () if e.id == claim_id), None)
     return None if found is None else found.model_dump(mode="json")
 

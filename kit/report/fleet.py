@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
-from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.report.appendix_section import image_section
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.report.sections.appendix import image_section
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, percent, signature_cell
-from kit.report.environment_section import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions
+from kit.report.sections.environment import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
 from kit.report.render import chosen_formats, verify_runs, write_documents
-from kit.stages.registry import unit_of
+from kit.measure.registry import unit_of
 from kit.units import format_value, metric_label
 
 FLEET_FILES = ("fleet-report.html", "fleet-report.pdf")

@@ -7,19 +7,24 @@ from functools import partial
 from pathlib import Path
 
 from kit import __version__
-from kit.execute.node_fingerprint import FOLDER as FINGERPRINTS
-from kit.fingerprint import Fingerprint
-from kit.hostlist import expand_hostlist
-from kit.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
-from kit.measured_run import measured_run
-from kit.redaction_tokens import redact_identifiers, redaction_salt, redaction_token
-from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.report.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.host.fingerprint import Fingerprint
+from kit.host.hostlist import expand_hostlist
+from kit.host.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
+from kit.host.redaction_tokens import (
+    redact_identifiers,
+    redaction_salt,
+    redaction_token,
+)
+from kit.measure.recompute import NOT_STORED, differences
+from kit.reference.measured_run import measured_run
 from kit.report.forked import in_parallel
 from kit.report.loaded_run import LoadedFingerprint, LoadedRun
-from kit.results import Result, RunDir, RunInfo, UnreadableRun
-from kit.signing import check_signature
-from kit.stages.recompute import NOT_STORED, differences
+from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
+from kit.rundir.directory import RunDir, UnreadableRun
+from kit.rundir.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
+from kit.rundir.schema import Result, RunInfo
+from kit.rundir.signing import check_signature
 
 
 def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
@@ -49,10 +54,10 @@ def _node_fingerprints(run_dir: RunDir, info: RunInfo, results: Iterable[Result]
 
 def _nodes_by_token(run_dir: RunDir, info: RunInfo, results: dict[str, Result], nodes: dict[str, LoadedFingerprint],
                     evidence: list[EvidenceFile]):  # fmt: skip
-    """A Slurm run that was not redacted, read as if it were (kit.redact): its node names, in its
+    """A Slurm run that was not redacted, read as if it were (kit.rundir.redact): its node names, in its
     results, run.json, node fingerprints and the names of its files, become their tokens (the
     lines of SHA256SUMS stay as written: the digests over them are those of the run)."""
-    from kit.redact import Redactor, recorded_node_names
+    from kit.rundir.redact import Redactor, recorded_node_names
 
     redactor = Redactor(run_dir.root, recorded_node_names(run_dir.root, info, results.values()))
     info = RunInfo.model_validate_json(redactor.text(info.model_dump_json()))

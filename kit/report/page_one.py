@@ -1,13 +1,13 @@
 """Page one of the report, for a reviewer who reads one page and must decide: the verdict in three
 lines, what the report cannot tell and what to run to learn it (kit/report/verdict.py); who signed
-the run (kit.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
+the run (kit.rundir.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
 (GPUs, interconnect, driver, images by digest); then the headline figures with their spread: per
 model the fastest pre-training method of each kind (full-parameter and on a 4-bit base, ranked
 apart; kit/report/ranking.py) and the fastest adapter fine-tuning, each engine's serving (its
 burst, and its capacity within the latency objectives), the all-reduce bus bandwidth. Beside each figure: the physical bound the kit's model sets for this
 host's GPUs, the paper's value, joules per token and the cost of 1M tokens; each links to its
 section and names the case folder of its raw samples. A figure past its bound is shown as
-invalid, never as a headline (kit.validity); a legend says what each method letter means."""
+invalid, never as a headline (kit.measure.validity); a legend says what each method letter means."""
 
 from __future__ import annotations
 
@@ -16,31 +16,56 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from kit.calibration import Achievable, achievable_mfu
-from kit.claims import ClaimOutcome
-from kit.energy import cost_per_million_tokens
-from kit.expectation import ClaimExpectation, Expecting
-from kit.fingerprint import Calibration
-from kit.hardware import load_hardware
-from kit.link_bounds import sweep_bound
-from kit.predictions import ServingBounds, device_spec, serving_bounds, training_throughput_bound
-from kit.protocol import Case, Protocol
-from kit.reference import Reference, ValueRelation, reference_path
-from kit.report.appendix_section import image_section
-from kit.report.capacity_section import Capacities
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
-from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
-from kit.report.environment_section import fingerprint_facts, peak_figures
-from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
+from kit.comm.link_bounds import sweep_bound
+from kit.host.fingerprint import Calibration
+from kit.measure.calibration import Achievable, achievable_mfu
+from kit.measure.comm import sweep_of
+from kit.measure.energy import cost_per_million_tokens
+from kit.plan.predictions import (
+    ServingBounds,
+    device_spec,
+    serving_bounds,
+    training_throughput_bound,
+)
+from kit.plan.protocol import Case, Protocol
+from kit.reference.claims import ClaimOutcome
+from kit.reference.expectation import ClaimExpectation, Expecting
+from kit.reference.published import Reference, ValueRelation, reference_path
+from kit.report.cells import (
+    SIGNATURE_TONES,
+    STATUS_TONES,
+    devices_text,
+    has_metrics,
+    method_label,
+    percent,
+    throttle_marked,
+    with_unit,
+)
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.stage_common import first_clause
-from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
-from kit.results import Metric, Result
-from kit.serve.details import ServeDetails
+from kit.report.sections.appendix import image_section
+from kit.report.sections.capacity import Capacities
+from kit.report.sections.common import first_clause
+from kit.report.sections.energy import ENERGY_UNIT, cost_cell, energy_cell
+from kit.report.sections.environment import fingerprint_facts, peak_figures
+from kit.report.sections.host_state import (
+    achievable,
+    gpu_settings,
+    measured_state_fact,
+    run_calibration,
+)
+from kit.report.verdict import (
+    cannot_tell,
+    checks_fact,
+    measured,
+    provenance_fact,
+    verdict_box,
+)
+from kit.rundir.schema import Metric, Result
+from kit.rundir.serving import ServeDetails
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
-from kit.stages.comm import sweep_of
+from kit.theory.hardware import load_hardware
 from kit.units import format_value, metric_label, unit_scale
 
 # Per model, the fastest case of each kind of method of each training stage.
@@ -134,7 +159,7 @@ def _without_measurement(label: Cell, result: Result | None) -> Row:
 
 
 def _invalid(label: Cell, reasons: list[str]) -> Row:
-    """A figure the kit does not stand behind (kit.validity): why, across the row, unpriced."""
+    """A figure the kit does not stand behind (kit.measure.validity): why, across the row, unpriced."""
     return _across(label, Cell(text="invalid: not a measurement, not priced", detail="; ".join(reasons), tone="bad"))
 
 
@@ -143,7 +168,7 @@ def _invalid(label: Cell, reasons: list[str]) -> Row:
 
 def headline_bound(result: Result) -> float | None:
     """The physical bound of a case's headline figure on this host's GPUs: the training roofline
-    (kit.predictions), the serving roofline its driver recorded, the link's rate."""
+    (kit.plan.predictions), the serving roofline its driver recorded, the link's rate."""
     if result.stage == "serve":
         bound = result.metrics.get("output_throughput_bound")
         return bound.mean if bound else None
@@ -288,7 +313,7 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
 
 
 def _ttft_bound_s(result: Result) -> float | None:
-    """The least time to first token of a prompt served alone (kit.predictions.serving_bounds),
+    """The least time to first token of a prompt served alone (kit.plan.predictions.serving_bounds),
     as each run's driver recorded it."""
     bounds = _burst_bounds(result)
     return statistics.fmean(bound.prefill_one.seconds for bound in bounds) if bounds and None not in bounds else None
@@ -303,7 +328,7 @@ def _burst_bounds(result: Result) -> list[ServingBounds | None]:
 
 def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:
     """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
-    (kit.predictions.serving_bounds with the measured figures where lower); None where nothing
+    (kit.plan.predictions.serving_bounds with the measured figures where lower); None where nothing
     measured lies below the datasheet."""
     names = [name.strip() for name in _devices(result) for name in name.split(",")]
     measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
@@ -441,7 +466,7 @@ def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequen
         rows=rows,
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
-            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.predictions' "
+            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.plan.predictions' "
             "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
             "past it is invalid"
             + (f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
@@ -537,7 +562,7 @@ def page_one(
     slo: Slo = DEFAULT_SLO,
 ) -> PageOne:  # fmt: skip
     """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
-    `capacities` the serve cases' sweeps held to `slo` (kit.report.capacity_section)."""
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity)."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
     headline = [result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
 from kit.report.cells import mean_std, method_label
-from kit.results import Metric, Result
+from kit.rundir.schema import Metric, Result
 from kit.units import format_value
 
 KINDS = {"full": "full-parameter", "quantized": "4-bit base", "adapter": "adapter"}  # LoRA, QLoRA

@@ -11,18 +11,18 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from kit.energy import DEFAULT_CURRENCY
 from kit.manifest import package_data
+from kit.measure.energy import DEFAULT_CURRENCY
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
-from kit.report.evidence import EvidenceError, verify
 from kit.report.export import export_csv, export_json
 from kit.report.forked import in_parallel
 from kit.report.listing import listing_lines
 from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
-from kit.results import REPORT_FILES
+from kit.rundir.directory import REPORT_FILES
+from kit.rundir.evidence import EvidenceError, verify
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
@@ -168,7 +168,7 @@ def render(
     file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
     serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
-    against `allowed_signers` where given (kit.signing).
+    against `allowed_signers` where given (kit.rundir.signing).
     Returns the files written.
     """
     wanted = chosen_formats(formats)

@@ -8,17 +8,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from kit.claims import ClaimOutcome, verdict_counts
-from kit.expectation import ClaimExpectation, expectation_counts
-from kit.protocol import build_plan, load_protocol
+from kit.reference.claims import ClaimOutcome, verdict_counts
+from kit.reference.expectation import ClaimExpectation, expectation_counts
+from kit.plan.protocol import build_plan, load_protocol
 from kit.report.cells import has_metrics, method_label, with_unit
-from kit.report.environment_section import fingerprint_facts, host_checks, kit_provenance
+from kit.report.sections.environment import fingerprint_facts, host_checks, kit_provenance
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.stage_common import why_unmeasured
-from kit.results import Result
-from kit.stages.registry import BY_NAME
+from kit.report.sections.common import why_unmeasured
+from kit.rundir.schema import Result
+from kit.measure.registry import BY_NAME
 from kit.units import format_value
 
 TONES: dict[str, Tone] = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
@@ -49,7 +49,7 @@ def primary(run: LoadedRun) -> list[Result]:
 
 
 def measured(run: LoadedRun, results: Sequence[Result], metric: str) -> list[Result]:
-    """Those of `results` with `metric` that the kit stands behind (kit.validity)."""
+    """Those of `results` with `metric` that the kit stands behind (kit.measure.validity)."""
     return [result for result in results if has_metrics(result, metric) and not run.invalid.get(result.case_id)]
 
 
@@ -82,7 +82,7 @@ def host_does(run: LoadedRun) -> str:
 
 
 def _inconclusive(counts) -> str:
-    """", 2 inconclusive" where some verdicts rest on too few runs to deviate (kit.claims.judge)."""
+    """", 2 inconclusive" where some verdicts rest on too few runs to deviate (kit.reference.claims.judge)."""
     return f", {counts['inconclusive']} inconclusive" if counts.get("inconclusive") else ""
 
 
@@ -164,7 +164,7 @@ def verdict_box(run: LoadedRun, outcomes: Sequence[ClaimOutcome] | None, expecta
 
 
 def fitted_stages(run: LoadedRun) -> set[str]:
-    """The stages this kit's plan of the run's profile runs on the run's GPUs (kit.protocol fits
+    """The stages this kit's plan of the run's profile runs on the run's GPUs (kit.plan.protocol fits
     a GPU profile to a host of fewer GPUs); empty on a CPU, or where the profile is gone."""
     gpus, fingerprint = gpu_count(run), run.before.fingerprint
     if not gpus or run.info.profile not in load_protocol().profiles:
@@ -240,6 +240,6 @@ def checks_fact(run: LoadedRun) -> Fact:
 
 
 def provenance_fact(run: LoadedRun) -> Fact:
-    """The kit that measured, as pass, warn or fail (kit.report.environment_section.kit_provenance)."""
+    """The kit that measured, as pass, warn or fail (kit.report.sections.environment.kit_provenance)."""
     text, verdict = kit_provenance(run.info.kit)
     return Fact(label="Provenance", value=f"{verdict}: {text}", tone=TONES[verdict])

@@ -1,18 +1,18 @@
 """The serving roofline beside what a run measured: of the burst, and of each point of the sweep,
-on the GPUs the case ran on (kit.predictions), or why there is none (a CPU, a GPU that
+on the GPUs the case ran on (kit.plan.predictions), or why there is none (a CPU, a GPU that
 manifests/hardware.yaml does not list or gives no peak for)."""
 
 from __future__ import annotations
 
-from kit.protocol import Case
-from kit.serve.aggregate import BurstAggregates
+from kit.plan.protocol import Case
+from kit.rundir.serving import BurstAggregates
 
 
 def device_names(case: Case) -> list[str]:
     """The names of the GPUs the case's engine runs on; none for a CPU case."""
     if case.device != "cuda":
         return []
-    from kit.host import gpu_names
+    from kit.host.this_host import gpu_names
 
     return gpu_names()[: case.gpus]
 
@@ -24,7 +24,7 @@ def _generated(totals: BurstAggregates) -> int | None:
 
 def _roofline(case: Case, compute) -> dict:
     """`compute(spec)` for the hardware entry of the case's GPU, as JSON; or why there is none."""
-    from kit.predictions import device_spec
+    from kit.plan.predictions import device_spec
 
     spec = device_spec(case, device_names(case))
     if spec is None:
@@ -37,14 +37,14 @@ def _roofline(case: Case, compute) -> dict:
 
 
 def burst_bound_details(case: Case, totals: BurstAggregates) -> dict:
-    """The roofline of the burst (kit.predictions.serving_bounds)."""
-    from kit.predictions import serving_bounds
+    """The roofline of the burst (kit.plan.predictions.serving_bounds)."""
+    from kit.plan.predictions import serving_bounds
 
     return _roofline(case, lambda spec: serving_bounds(case, spec, _generated(totals)))
 
 
 def point_bound_details(case: Case, concurrency: int, totals: BurstAggregates) -> dict:
-    """The roofline of a point of the sweep at `concurrency` (kit.predictions.concurrency_bound)."""
-    from kit.predictions import concurrency_bound
+    """The roofline of a point of the sweep at `concurrency` (kit.plan.predictions.concurrency_bound)."""
+    from kit.plan.predictions import concurrency_bound
 
     return _roofline(case, lambda spec: concurrency_bound(case, spec, concurrency, _generated(totals)))

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, cache_dir, read_marker
-from kit.model_files import model_key
-from kit.protocol import Case
+from kit.plan.model_files import model_key
+from kit.plan.protocol import Case
 
 
 def checkpoint_path(case: Case) -> Path:

@@ -18,9 +18,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kit.protocol import ServeParams
-from kit.results import atomic_write_text
-from kit.serve.aggregate import BurstAggregates, ClientLoad, RequestRecord, aggregate, percentile, saturation
+from kit.files.atomic import atomic_write_text
+from kit.rundir.serving import (
+    BurstAggregates,
+    ClientLoad,
+    RequestRecord,
+    aggregate,
+    percentile,
+    saturation,
+)
+from kit.plan.protocol import ServeParams
 from kit.serve.engines import ONE_TOKEN, Engine, StreamEvent
 from kit.serve.sse import EventFramer
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
 
 
 class CpuSplit(BaseModel):

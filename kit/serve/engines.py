@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kit.protocol import Case, ServeParams
+from kit.plan.protocol import Case, ServeParams
 
 SERVED_NAME = "kit-model"
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

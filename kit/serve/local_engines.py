@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry
 from kit.images import LockedEnvironment, load_lock
-from kit.protocol import Case
+from kit.plan.protocol import Case
 from kit.serve.engines import Engine
 from kit.workloads.harness import Unavailable
 

@@ -27,17 +27,19 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from kit.protocol import Case, ServeParams
-from kit.results import RankSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
-from kit.serve.aggregate import aggregate
+from kit.files.atomic import atomic_write_text
+from kit.files.regular import sha256_file
+from kit.plan.protocol import Case, ServeParams
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import RankSample, SoakWindow, utc_now
+from kit.rundir.serving import ServeDetails, ServerCounters, aggregate
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.cpu_split import cpu_split, running_on
-from kit.serve.details import ServeDetails
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import ServerCounters, counter_total, parse_samples
+from kit.serve.prometheus import counter_total, parse_samples
 from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import MeasureFailed, Unavailable
 
@@ -81,7 +83,7 @@ def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tu
     from kit.cache import entry_digest, read_marker
 
     if engine.makes_random_weights:
-        from kit.model_files import weightless_model
+        from kit.plan.model_files import weightless_model
 
         path = weightless_model(case.model, case.shape, params.seed, say=say)
         kind = "config and tokenizer; the engine makes random weights"
@@ -166,11 +168,11 @@ def announce_first(say):
 
 
 class BurstTelemetry:
-    """NVML over the burst, of the GPUs the engine runs on (kit.telemetry); a CPU case says why
+    """NVML over the burst, of the GPUs the engine runs on (kit.measure.telemetry); a CPU case says why
     there is none."""
 
     def __init__(self, case: Case):
-        from kit.telemetry import GpusSampler, NoDevice, unavailable
+        from kit.measure.telemetry import GpusSampler, NoDevice, unavailable
 
         self.sampler = GpusSampler(case.gpus) if case.device == "cuda" else NoDevice()
         self.result = unavailable("no burst was fired") if case.device == "cuda" else NoDevice().stop()
@@ -245,7 +247,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     figures of those that finished are kept); the run fails where the engine does, or where no
     request of the burst, or of the sweep, finished. Raises Unavailable, or MeasureFailed with
     what was measured before the failure."""
-    from kit.model_files import load_tokenizer
+    from kit.plan.model_files import load_tokenizer
 
     started = time.monotonic()
     params: ServeParams = case.params
@@ -351,7 +353,7 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
 
 
 def recorded(details: dict) -> dict:
-    """The driver's details as rank-0.json keeps them: through their model (kit.serve.details), so
+    """The driver's details as rank-0.json keeps them: through their model (kit.rundir.serving), so
     that what is written is what every reader reads; a shape the model does not take is the kit's
     own error, and fails the run rather than writing it."""
     return ServeDetails.model_validate(details).model_dump(mode="json", exclude_unset=True)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.serve.aggregate import LatencyFigures, RequestTimes, percentile
+from kit.rundir.serving import LatencyFigures, RequestTimes, percentile
 
 PERCENTILE = 99
 SOURCE = "MLPerf Inference, Llama-2-70B, Server scenario"
@@ -91,7 +91,7 @@ class SweepPoint(BaseModel):
     bound_tokens_per_s: float | None
     bound_note: str | None
     cut_short: bool  # the case's time ran out during it: not a steady state, never the capacity
-    client_limited: str | None = None  # why the client may have limited it (kit.serve.aggregate.saturation)
+    client_limited: str | None = None  # why the client may have limited it (kit.rundir.serving.saturation)
 
     @property
     def not_judged(self) -> str | None:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kit.protocol import Case, ServeParams
-from kit.serve.aggregate import RequestRecord
+from kit.plan.protocol import Case, ServeParams
+from kit.rundir.serving import RequestRecord
 from kit.serve.bounds import point_bound_details
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency

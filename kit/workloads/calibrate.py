@@ -1,6 +1,6 @@
 """What this host's devices achieve, measured in preflight: matmuls of the plan's linear shapes, a
 large copy in device memory, pinned copies host -> device and device -> host (GPU), and one
-all-reduce across the GPUs. kit/calibration.py plans the case and turns the raw times kept here
+all-reduce across the GPUs. kit/measure/calibration.py plans the case and turns the raw times kept here
 into the figures the fingerprint records.
 
 Every measurement is timed alike: one untimed call (allocation, kernel choice), one timed call
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kit.protocol import Case
-from kit.results import DeviceTelemetry
+from kit.plan.protocol import Case
+from kit.rundir.schema import DeviceTelemetry
 from kit.workloads.harness import Device
 
 MAX_ITERATIONS = 100_000  # a call too fast to time once still fills its repeat in a bounded loop

@@ -6,7 +6,7 @@ the expected values, warm-up calls, a barrier, then each timed call on its own (
 synchronised before and after); an iteration lasts as long as its slowest rank, and a row
 reports the median and the spread of those times. Wrong elements make the case an error.
 (The `nccl-tests` backend runs NVIDIA's binary as the case's only process, with no Python:
-kit/nccl_tests.py.)
+kit/execute/nccl_tests.py.)
 """
 
 from __future__ import annotations
@@ -14,11 +14,18 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kit.collectives import COLLECTIVES, algorithm_bandwidth_gbps, buffer_layout, bus_bandwidth_factor, message_sizes
-from kit.comm_sweep import CommRow, CommSweep, Timing, spread
-from kit.gpu_links import topology_facts
-from kit.protocol import Case
-from kit.results import DeviceTelemetry, atomic_write_text
+from kit.comm.collectives import (
+    COLLECTIVES,
+    algorithm_bandwidth_gbps,
+    buffer_layout,
+    bus_bandwidth_factor,
+    message_sizes,
+)
+from kit.comm.gpu_links import topology_facts
+from kit.comm.sweep import CommRow, CommSweep, Timing, spread
+from kit.files.atomic import atomic_write_text
+from kit.plan.protocol import Case
+from kit.rundir.schema import DeviceTelemetry
 from kit.workloads.harness import Device
 from kit.workloads.srun_rank import node_name
 
@@ -36,7 +43,7 @@ def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, DeviceTele
         raise ValueError(f"unknown collective {case.params.collective!r}")
     if case.params.backend != "torch":
         raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
-                         "(kit/nccl_tests.py), not in this workload")
+                         "(kit/execute/nccl_tests.py), not in this workload")
     sampler = device.telemetry_sampler()
     sampler.start()
     try:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, ensure_entry
-from kit.protocol import TrainParams
+from kit.plan.protocol import TrainParams
 from kit.workloads.harness import SetupFailed, Unavailable
 
 BUILD_TIMEOUT_S = 1800

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from kit.protocol import Case, Soak
-from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
-from kit.workload_modules import WORKLOADS
+from kit.plan.protocol import Case, Soak
+from kit.plan.workload_modules import WORKLOADS
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import PeakMemory, RankSample, SoakWindow, utc_now
 from kit.workloads.probe import FRAMEWORKS
 
 # Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
@@ -153,8 +154,8 @@ class Device:
             self.synchronize = lambda: None
 
     def telemetry_sampler(self):
-        """NVML sampling of this process's GPU (kit.telemetry); a CPU case records why there is none."""
-        from kit.telemetry import NoDevice, NvmlSampler
+        """NVML sampling of this process's GPU (kit.measure.telemetry); a CPU case records why there is none."""
+        from kit.measure.telemetry import NoDevice, NvmlSampler
 
         return NvmlSampler(self.uuid) if self.kind == "cuda" else NoDevice()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kit.protocol import Case, TrainParams
+from kit.plan.protocol import Case, TrainParams
 from kit.workloads.synthetic import random_batches
 
 BATCH_POOL = 8

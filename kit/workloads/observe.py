@@ -1,4 +1,4 @@
-"""Reading the running engine: what a training case's options actually are (judged in kit.effective).
+"""Reading the running engine: what a training case's options actually are (judged in kit.measure.effective).
 
 Two counts need a step to happen: checkpointed decoder-layer calls and calls of the attention
 function the model dispatches to. `CallCounters` installs counting wrappers for one step (the
@@ -11,9 +11,9 @@ and the attention of a Llama layer is looked up at every call in the shared Atte
 
 from __future__ import annotations
 
-from kit import effective
-from kit.protocol import Case, TrainParams
-from kit.results import EffectiveOption
+from kit.measure import effective
+from kit.plan.protocol import Case, TrainParams
+from kit.rundir.schema import EffectiveOption
 
 
 def decoder_layers(model) -> list:

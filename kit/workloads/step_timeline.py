@@ -17,7 +17,7 @@ Three kinds of step, each measured on its own:
    profiler records only those ranges and the autograd nodes of the backward pass (not every
    ATen operator), so that a step bound by the host's launches is lengthened as little as
    possible; on a CPU it records every operator, whose time is the CPU's busy time.
-   kit.breakdown attributes each kernel (on a CPU, each operator's time) to the module and phase
+   kit.measure.breakdown attributes each kernel (on a CPU, each operator's time) to the module and phase
    that launched it. The trace is kept in the run folder.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from kit.breakdown import (
+from kit.measure.breakdown import (
     CALL_PREFIX,
     CALLS_KEY,
     MODULE_PREFIX,
@@ -45,8 +45,8 @@ from kit.breakdown import (
     summarize_steps,
     timeline,
 )
-from kit.protocol import Case, ProfileParams
-from kit.results import DeviceTelemetry
+from kit.plan.protocol import Case, ProfileParams
+from kit.rundir.schema import DeviceTelemetry
 from kit.workloads.synthetic import llama_config, random_batches
 from kit.workloads.train import BATCH_POOL, DTYPES, _enable_recompute, check_available
 
@@ -407,7 +407,7 @@ def _gzip(source: Path, target: Path) -> None:
 
 
 def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
-    """The breakdown, and NVML's telemetry over the plain measured steps (kit.energy)."""
+    """The breakdown, and NVML's telemetry over the plain measured steps (kit.measure.energy)."""
     params: ProfileParams = case.params
     check_available(case)
     import torch

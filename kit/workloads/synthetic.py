@@ -4,7 +4,7 @@ Throughput does not depend on weight values or on the text, so the kit never dow
 pre-training starts from random initialisation, and cases that must load a checkpoint (4-bit
 quantisation happens at load time; fine-tuning starts from one; engines that cannot make random
 weights themselves) load a synthetic one with the real shapes: the model's description
-(kit.model_files) plus safetensors weights, made once per shape and seed and cached with the
+(kit.plan.model_files) plus safetensors weights, made once per shape and seed and cached with the
 SHA-256 of each file, in the form every pinned engine reads (transformers 4.4x to 5.x).
 """
 
@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry, entry_digest, read_marker
-from kit.model_files import INIT_STD, WEIGHTS_DTYPE, config_json, model_key, write_description
-from kit.protocol import ModelSpec
+from kit.plan.model_files import INIT_STD, WEIGHTS_DTYPE, config_json, model_key, write_description
+from kit.plan.protocol import ModelSpec
 
 # Weights are written in shards of at most this size, named and indexed as transformers names
 # them (model-00001-of-0000N.safetensors, model.safetensors.index.json); 5 GB is the

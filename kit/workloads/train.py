@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from kit.protocol import Case, TrainParams, unavailable_by_design
+from kit.plan.protocol import Case, TrainParams, unavailable_by_design
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
 from kit.workloads.harness import Unavailable
 from kit.workloads.observe import CallCounters, effective_options

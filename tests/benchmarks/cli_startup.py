@@ -7,7 +7,7 @@ command pays, and prints each one's median and fastest wall time, and its fastes
 work, the CPU time much less); then the modules `import kit.cli` loads, to show what every
 command pays for before it starts. `kit` is the one on PATH (a pyenv shim adds its own start).
 Then `kit doctor` `--doctor-rounds` times in a kit cache of its own, without and with the
-frameworks probe's entry there (kit/probe_cache.py).
+frameworks probe's entry there (kit/host/probe_cache.py).
 
     python tests/benchmarks/cli_startup.py [--rounds 10] [--doctor-rounds 3]
 """

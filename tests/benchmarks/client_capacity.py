@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from kit.protocol import build_plan, load_protocol
+    from kit.plan.protocol import build_plan, load_protocol
     from kit.serve.client import fire_burst
     from kit.serve.engines import ENGINES
 

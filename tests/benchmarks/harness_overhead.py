@@ -2,7 +2,7 @@
 
 One process, one tiny Llama, the same random batches, alternating blocks of steps:
   harness  - the kit's path: `train.build` (DeepSpeed engine) timed step by step by
-             `harness.timed_steps`, tokens/s from `kit.metrics`;
+             `harness.timed_steps`, tokens/s from `kit.measure.metrics`;
   bare-ds  - the same DeepSpeed engine driven by a plain loop under one timer;
   bare-pt  - plain PyTorch (model, AdamW, backward, step) under one timer, no DeepSpeed.
 harness / bare-ds is the harness's own overhead (the issue's >= 0.97 criterion);
@@ -19,8 +19,8 @@ import statistics
 import time
 
 from kit.cache import torch_extensions_dir
-from kit.metrics import tokens_per_second
-from kit.protocol import build_plan, load_protocol
+from kit.measure.metrics import tokens_per_second
+from kit.plan.protocol import build_plan, load_protocol
 from kit.workloads import harness, train
 from kit.workloads.synthetic import llama_config, random_batches
 

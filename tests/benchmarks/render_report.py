@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from paper_size_run import write_paper_size_run  # noqa: E402
 
 from kit.report.render import render  # noqa: E402
-from kit.results import RunDir  # noqa: E402
+from kit.rundir.directory import RunDir
 
 VARIANTS = {"html": ["html"], "pdf": ["pdf"], "html+pdf": ["html", "pdf"]}
 LIMIT_S = 10.0  # issue 17's acceptance figure for HTML and PDF of a paper-size run

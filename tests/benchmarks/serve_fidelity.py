@@ -65,9 +65,9 @@ import time
 from pathlib import Path
 
 from kit.execute.local import LocalPlacement
-from kit.model_files import load_tokenizer
-from kit.protocol import build_plan, load_protocol
-from kit.serve.aggregate import aggregate
+from kit.plan.model_files import load_tokenizer
+from kit.plan.protocol import build_plan, load_protocol
+from kit.rundir.serving import aggregate
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency, fire_burst
 from kit.serve.cpu_split import cpu_split
