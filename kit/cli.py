@@ -179,7 +179,9 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
     _remove_leftovers()
     _, checks = runner.preflight(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
-    result = run_preflight(cases, executor, checks, say=output.say, host_gpu_names=host.gpu_names)
+    from kit.execute.choice import named
+
+    result = run_preflight(cases, named(executor) if executor else None, checks, say=output.say, host_gpu_names=host.gpu_names)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -394,11 +396,11 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
         title = f"profile {plan.profile}: {len(cases)} cases"
         slurm_options = None
         if executor == "slurm":
-            from kit.execute.slurm_script import SlurmOptions
+            from kit.rundir.schema import SlurmOptions
 
             slurm_options = SlurmOptions(partition=partition, account=account, nodes=nodes, gpus_per_node=gpus_per_node,
                                          time_limit=time_limit, sbatch_args=list(sbatch_args),
-                                         container_mode=container_mode or "none", nodelist=nodelist).model_dump()  # fmt: skip
+                                         container_mode=container_mode or "none", nodelist=nodelist)  # fmt: skip
 
     if dry_run:
         from kit.plan.view import plan_text
@@ -432,7 +434,9 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
     if not resume_dir and plan.device == "cuda" and executor not in ("local", "slurm"):
         prepared = _prepare_images(pending)
         executor = "docker"
-    chosen = executor
+    from kit.execute.choice import named
+
+    chosen = named(executor) if executor else None
     if executor == "slurm":
         from kit.execute.slurm import configured
 
@@ -457,7 +461,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
 
         # a case the host cannot attempt takes no time: the ETA and run.json count the others
         runnable = [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=executor == "slurm") is None]
-        info.estimates = {k: e.model_dump() for k, e in estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory).items()}
+        info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
         if no_preflight:
             info.no_preflight = True
         else:
@@ -473,7 +477,7 @@ def run(run_all, stages, case_ids, profile, out, resume_dir, dry_run, force, exe
                 run_dir.write_info(info)
                 raise
             log.print(preflight_table(checked))
-            info.preflight = checked.model_dump(mode="json", exclude={"calibration"})  # kept in fingerprint.json
+            info.preflight = checked.model_copy(update={"calibration": None})  # kept in fingerprint.json
             if checked.calibration is not None:
                 runner.record_calibration(run_dir, checked.calibration)
         run_dir.write_info(info)

@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from kit.cache import cache_dir, exclusive
 from kit.manifest import ManifestError, load_manifest, manifests_dir, whole_number
+from kit.plan.protocol import Strict
 from kit.rundir.schema import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -40,10 +41,6 @@ CONTEXT_LABEL = "kit.context-sha256"
 BASE_LABEL = "org.opencontainers.image.base.name"
 # Certificate bundles pip may need inside a build stage (the first that exists is copied).
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class BuildSpec(Strict):

@@ -15,8 +15,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kit.execute.base import Executor
 from kit.execute.choice import choose as choose_executor
-from kit.execute.preflight import Preflight
+from kit.execute.choice import named
 from kit.host.collection import collect
 from kit.host.environment import Check, drift, evaluate, load_expectations
 from kit.host.fingerprint import Calibration, Fingerprint
@@ -37,7 +38,15 @@ from kit.rundir.directory import (
     not_a_file,
     read_model,
 )
-from kit.rundir.schema import AcceptedChanges, Result, RunInfo, RunSample, utc_now
+from kit.rundir.schema import (
+    AcceptedChanges,
+    HostSummary,
+    SlurmOptions,
+    Result,
+    RunInfo,
+    RunSample,
+    utc_now,
+)
 
 
 class Progress:
@@ -55,13 +64,9 @@ def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
     return root / f"{stamp}-{profile}"
 
 
-def host_summary(host: Host) -> dict:
-    return {
-        "hostname": platform.node(),  # a redacted run's is made a token when the run directory is sealed
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "gpus": host.gpu_names,
-    }
+def host_summary(host: Host) -> HostSummary:
+    return HostSummary(hostname=platform.node(), os=platform.platform(), python=platform.python_version(),
+                       gpus=host.gpu_names)  # fmt: skip
 
 
 def expected_gpus(plan: Plan) -> int | None:
@@ -98,7 +103,7 @@ def start_run(
     skip_predicted_oom: bool = False,
     image_preparation: list | None = None,
     redact: bool = False,
-    slurm: dict | None = None,
+    slurm: SlurmOptions | None = None,
 ) -> RunDir:
     run = RunDir(out)
     run.lock()
@@ -184,12 +189,12 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
 
 
 def execute_case(
-    run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None, skip_predicted_oom: bool = False,
+    run: RunDir, case: Case, host: Host, progress: Progress, requested: Executor | None, skip_predicted_oom: bool = False,
     preflight_failed: dict[str, str] | None = None,
 ) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
-    reason = skip_reason(case, host, skip_predicted_oom, cluster=getattr(requested, "NAME", None) == "slurm")
+    reason = skip_reason(case, host, skip_predicted_oom, cluster=requested is not None and requested.on_cluster)
     status = "skipped"
     if reason is None and (reason := unavailable_by_design(case)) is not None:
         status = "unavailable"  # said without starting a process that could only say the same
@@ -206,9 +211,9 @@ def execute_case(
     runs: list[RunSample] = []
     indices = list(range(1, case.params.runs + 1))
     with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
-        if getattr(case.params, "max_batch_search", None) is not None:
+        if case.max_batch_search is not None:
             runs = search_max_batch(case, case_dir, executor, log, progress, host)
-        elif getattr(case.params, "launch", "per_run") == "shared" and hasattr(executor, "run_launch"):
+        elif case.shares_launch:
             progress.run_started(case, 1, case.params.runs)
             for sample in executor.run_launch(case, case_dir, indices, log):
                 runs.append(effective.judged(case, sample))
@@ -220,12 +225,12 @@ def execute_case(
                 runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
                 if runs[-1].status != "ok":
                     break  # a configuration that failed once (OOM, unavailable, option off) fails every time
-    result = result_of(case, runs, executor.NAME, started)
+    result = result_of(case, runs, executor.name, started)
     run.write_result(result)
     return result
 
 
-def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progress, host: Host) -> list[RunSample]:
+def search_max_batch(case: Case, case_dir: Path, executor: Executor, log, progress: Progress, host: Host) -> list[RunSample]:
     """The trials of a max-batch case (kit.measure.maxbatch), each a run of the executor; the case's
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
@@ -246,7 +251,7 @@ def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progre
 
 def record_images(info: RunInfo, result: Result) -> bool:
     """Add the images a case ran in to run.json's `images` (reference -> digest); True if new."""
-    images = dict((info.model_extra or {}).get("images") or {})
+    images = dict(info.images)
     before = dict(images)
     for sample in result.samples:
         if sample.container is not None:
@@ -257,13 +262,13 @@ def record_images(info: RunInfo, result: Result) -> bool:
     return True
 
 
-def executor_of(info: RunInfo):
+def executor_of(info: RunInfo) -> Executor | None:
     """The executor run.json asks for (None: chosen per case), the Slurm executor with its options."""
     if info.executor == "slurm":
         from kit.execute.slurm import configured
 
         return configured(info.slurm, info.redacted)
-    return None if info.executor == "auto" else info.executor
+    return None if info.executor == "auto" else named(info.executor)
 
 
 def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[Result]:
@@ -275,7 +280,7 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     pending = [cases[cid] for cid in info.selected if not run.is_finished(cid)]
     total = len(info.selected)
     done = total - len(pending)
-    preflight_failed = Preflight.model_validate(info.preflight).failed_images() if info.preflight else {}
+    preflight_failed = info.preflight.failed_images() if info.preflight else {}
     try:
         for case in pending:
             done += 1
@@ -291,7 +296,9 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             run.write_info(info)
             seal(run, info)
         raise
-    if info.executor == "slurm":  # where the numbers were measured: every node a job ran on
+    from kit.execute.slurm import SlurmExecutor
+
+    if isinstance(requested, SlurmExecutor):  # where the numbers were measured: every node a job ran on
         info.node_fingerprints = requested.fingerprint_nodes(run.root, [s for r in run.results() for s in r.samples],
                                                              info.redacted)  # fmt: skip
     after = collect(redact=info.redacted)

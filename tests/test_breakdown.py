@@ -420,7 +420,7 @@ def test_on_a_cpu_each_part_gets_its_operators_time_and_parts_other_optimizer_an
 def test_the_real_h100_step_gives_a_gpus_figures_and_says_where_it_is_launch_bound():
     """The recorded H100 step's timeline as its case's metrics (its parts: none, SOURCE)."""
     found_case = recorded("profile.llama2-7b.base.g1")
-    rank = found_case.rank.model_copy(update={"details": found_case.breakdown.model_dump(mode="json")})
+    rank = found_case.rank.model_copy(update={"details": found_case.breakdown})
     found, notes = profile_case_metrics(found_case.result.case, [RunSample(index=1, status="ok", exit_code=0,
                                                                            wall_s=1.0, ranks=[rank])])  # fmt: skip
     assert found["step_s"].mean == pytest.approx(0.21088, abs=1e-5) and found["tokens_per_s"].mean == pytest.approx(350 / 0.21088, rel=1e-4)

@@ -47,10 +47,10 @@ def test_the_figures_are_the_best_repeats_of_the_recorded_raw_times():
     case, run = recorded()
     details = run.ranks[0].details
     calibration = calibration_of(case, run, "preflight/calibrate.g1/runs/1")
-    flops = {(e["m"], e["k"], e["n"]): 2 * e["m"] * e["k"] * e["n"] for e in details["matmul"]}
-    best = max(flops[(e["m"], e["k"], e["n"])] / min(e["repeat_s"]) for e in details["matmul"]) / 1e12
+    flops = {(e.m, e.k, e.n): 2 * e.m * e.k * e.n for e in details.matmul}
+    best = max(flops[(e.m, e.k, e.n)] / min(e.repeat_s) for e in details.matmul) / 1e12
     assert calibration.matmul.value == pytest.approx(best) and calibration.matmul.unit == "TFLOPS"
-    copy = max(2 * e["bytes"] / min(e["repeat_s"]) for e in details["copy"]) / 1e9
+    copy = max(2 * e.bytes / min(e.repeat_s) for e in details.copies) / 1e9
     assert calibration.memory_copy.value == pytest.approx(copy)
     assert (calibration.device, calibration.matmul_dtype, calibration.host_to_device) == ("cpu", "fp32", None)
     assert "with 2 and with 1 threads" in calibration.matmul.how and "256 MiB" in calibration.memory_copy.how

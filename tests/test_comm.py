@@ -424,7 +424,7 @@ def run_locally(case, tmp_path):
     case_dir = tmp_path / "cases" / case.id
     case_dir.mkdir(parents=True)
     with (case_dir / "log.txt").open("w") as log:
-        return local.run_once(case, case_dir, 1, log), case_dir / "runs" / "1"
+        return local.LocalExecutor().run_once(case, case_dir, 1, log), case_dir / "runs" / "1"
 
 
 def test_without_the_nccl_tests_binary_the_case_is_unavailable(nccl_tests_case, tmp_path, monkeypatch):

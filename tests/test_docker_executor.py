@@ -23,8 +23,10 @@ from docker_engine import containers_of_run, engine_or_skip, smoke_image_or_skip
 from planted_tokens import PLANTED, files_holding_a_token
 from recorded_nccl_tests import FIXTURES, case_for, stand_in
 
-from kit.execute import docker, local, owners
-from kit.execute.choice import choose, describe_choice
+from kit.execute import docker, owners
+from kit.execute.choice import choose, describe_choice, named
+from kit.execute.docker import DockerExecutor
+from kit.execute.local import LocalExecutor
 from kit.rundir.directory import RunDir
 
 KIT = [sys.executable, "-m", "kit.cli"]
@@ -83,7 +85,7 @@ def test_a_container_whose_owner_process_is_gone_is_a_leftover():
 def test_by_default_a_case_runs_in_docker_when_its_image_is_here(smoke_plan):
     smoke_image_or_skip()
     case = case_of(smoke_plan, PRETRAIN)
-    assert choose(case) is docker and choose(case, "local") is local
+    assert isinstance(choose(case), DockerExecutor) and isinstance(choose(case, named("local")), LocalExecutor)
     assert describe_choice([case]).startswith("executor: docker")
 
 
@@ -92,7 +94,7 @@ def test_a_gpu_case_runs_in_docker_even_before_its_image_is_here(paper_plan):
     smoke_image_or_skip()
     case = next(c for c in paper_plan.cases if c.image == "serve-tgi")  # never present in CI
     assert docker.unavailable_reason(case) is not None
-    assert choose(case) is docker and choose(case, "local") is local
+    assert isinstance(choose(case), DockerExecutor) and isinstance(choose(case, named("local")), LocalExecutor)
     assert describe_choice([case]).startswith("executor: docker, each case in its pinned image")
 
 
@@ -103,7 +105,7 @@ def test_by_default_a_cpu_case_whose_image_is_missing_runs_locally(smoke_plan, m
     lock["images"]["smoke"]["reference"] = "kit-test/never-built:1"
     (manifests_copy / "images.lock.yaml").write_text(yaml.safe_dump(lock))
     case = case_of(smoke_plan, PRETRAIN)
-    assert choose(case) is local
+    assert isinstance(choose(case), LocalExecutor)
     assert "executor: local" in describe_choice([case]) and "not present locally" in describe_choice([case])
 
 
@@ -151,7 +153,7 @@ def test_a_smoke_case_runs_in_the_smoke_container(docker_run, case_id):
     assert "rank 0, run 1: ok" in log  # the workload's own output, streamed from the container
     if case_id == FINETUNE:  # LoRA loads a checkpoint: made first by the kit's image, then mounted read-only
         assert "making the synthetic checkpoint of tiny-llama" in log
-        assert all(rank.details["weights"].startswith("synthetic checkpoint tiny-llama-") for rank in result.samples[0].ranks)
+        assert all(rank.details.weights.startswith("synthetic checkpoint tiny-llama-") for rank in result.samples[0].ranks)
 
 
 @pytest.mark.docker
@@ -281,7 +283,7 @@ def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_cop
     case_dir = tmp_path / "run" / "cases" / PRETRAIN
     case_dir.mkdir(parents=True)
     with (case_dir / "log.txt").open("w") as log:
-        sample = docker.run_once(case_of(smoke_plan, PRETRAIN), case_dir, 1, log)
+        sample = DockerExecutor().run_once(case_of(smoke_plan, PRETRAIN), case_dir, 1, log)
     assert sample.status == "error"
     assert "kit-test/never-built:1" in sample.reason and "docker engine" not in sample.reason
     assert Path(case_dir / "log.txt").read_text().strip()
@@ -300,11 +302,11 @@ def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_m
     case_dir = tmp_path / "run" / "cases" / case.id
     case_dir.mkdir(parents=True)
     with (case_dir / "log.txt").open("w") as log:
-        sample = docker.run_once(case, case_dir, 1, log)
+        sample = DockerExecutor().run_once(case, case_dir, 1, log)
     assert sample.status == "error" and sample.ranks == []
     assert sample.reason.startswith("docker could not start the container: ")
     assert "could not select device driver" in sample.reason  # dockerd's own words
-    result = result_of(case, [sample], docker.NAME, "t")
+    result = result_of(case, [sample], DockerExecutor.name, "t")
     assert result.status == "error" and result.reason == sample.reason
     assert containers_of_run(tmp_path / "run") == []
 
@@ -343,11 +345,11 @@ def test_an_nccl_tests_case_runs_its_binary_as_the_container_and_is_read_here(
     case_dir = tmp_path / "run" / "cases" / case.id
     case_dir.mkdir(parents=True)
     with (case_dir / "log.txt").open("w") as log:
-        sample = docker.run_once(case, case_dir, 1, log)
+        sample = DockerExecutor().run_once(case, case_dir, 1, log)
     assert sample.status == "ok", sample.reason
     assert sample.container.image == comm_stand_in_image and sample.container.exit_code == 0
     [rank] = sample.ranks
-    assert rank.details["command"][:2] == ["all_gather_perf", "-b"] and len(rank.details["rows"]) == 12
+    assert rank.details.command[:2] == ["all_gather_perf", "-b"] and len(rank.details.rows) == 12
     out = case_dir / "runs" / "1"
     assert (out / "all_gather_perf.out.txt").read_text() == (FIXTURES / f"{RECORDED_COMM}.txt").read_text()
     assert (out / "rank-0.json").is_file()

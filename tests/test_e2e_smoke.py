@@ -82,7 +82,7 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
     html = (run / "report.html").read_text()
     assert "each option in effect, as the running engine reported it" in html
     assert "zero_stage: stage 3" in html and "reserved" in html
-    assert info.preflight and all(line["status"] == "ok" for line in info.preflight["lines"])
+    assert info.preflight and all(line.status == "ok" for line in info.preflight.lines)
     assert "Preflight before the first case" in html and "one streamed request" in html
     assert "Duration by stage: estimated before the run, and actual" in html
     # The pre-training and fine-tuning tables and the serving table, read back: each row gives

@@ -57,7 +57,8 @@ def test_a_serving_burst_divides_its_energy_by_the_output_tokens_of_its_complete
     totals = BurstAggregates(requests=1000, completed=1000, errors=0, duration_s=100.0, request_throughput=10.0,
                              output_throughput=1200.0, output_tokens=120_000, ttft_s=None, tpot_s=None, latency_s=None,
                              total_token_throughput=2480.0, input_tokens=128_000, itl_s=None)  # fmt: skip
-    driver = gpu_rank(0, burst, steps=(), tokens=0, details={"aggregates": totals.model_dump()})
+    driver = gpu_rank(0, burst, steps=(), tokens=0,
+                      details={"engine": {"name": "vllm", "label": "vLLM", "placement": "docker"}, "aggregates": totals.model_dump()})
     found, notes = energy_case_metrics(case, [run(1, driver)])
     assert notes == []
     assert found[JOULES_PER_TOKEN].mean == pytest.approx(0.2)

@@ -44,7 +44,7 @@ def test_a_launch_over_its_time_limit_is_stopped_with_its_ranks(smoke_plan, tmp_
     (case_dir / "case.json").write_text(case.model_dump_json())
     started = time.monotonic()
     with (case_dir / "log.txt").open("a") as log:
-        (sample,) = local.run_launch(case, case_dir, [1], log)
+        (sample,) = local.LocalExecutor().run_launch(case, case_dir, [1], log)
     assert sample.status == "timeout" and time.monotonic() - started < 60
     assert "forked by kit.workloads.forkserver" in (case_dir / "log.txt").read_text()
     assert not processes_mentioning(str(case_dir))  # neither the launcher nor a rank holds the case log

@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from kit.rundir.schema import CalibrationDetails, CopyTiming, MatmulTiming, TrainDetails
 from kit.workloads import harness
 
 pytest.importorskip("torch")
@@ -14,10 +15,10 @@ pytest.importorskip("torch")
 
 class CountingWorkload:
     tokens_per_step = 700
-    details = {"kind": "counting"}
 
     def __init__(self):
         self.steps = 0
+        self.details = TrainDetails(world_size=1)
 
     def step(self):
         self.steps += 1
@@ -28,7 +29,7 @@ class CountingWorkload:
 
 def use_workload(monkeypatch, build):
     module = types.ModuleType("kit_test_workload")
-    module.build = build
+    module.WORKLOAD = harness.SteppedWorkload(build)
     monkeypatch.setitem(sys.modules, "kit_test_workload", module)
     monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_workload")
 
@@ -79,12 +80,14 @@ def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, err
 
 def test_a_self_timing_workload_returns_its_details_and_telemetry_as_the_sample(monkeypatch, smoke_plan, tmp_path):
     module = types.ModuleType("kit_test_measure")
-    module.measure = lambda case, device, out_dir: ({"rows": [{"bytes": 8, "time_us": 1.5}]}, device.telemetry_sampler().stop())
+    timed = CalibrationDetails(matmul=[MatmulTiming(m=2, k=2, n=2, dtype="fp32", iterations=1, repeat_s=[1e-6])],
+                               copies=[CopyTiming(bytes=8, iterations=1, repeat_s=[1.5e-6])])  # fmt: skip
+    module.WORKLOAD = harness.SelfTimedWorkload(lambda case, device, out_dir: (timed, device.telemetry_sampler().stop()))
     monkeypatch.setitem(sys.modules, "kit_test_measure", module)
     monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_measure")
     sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
     assert (sample.status, workload) == ("ok", None)
-    assert sample.details == {"rows": [{"bytes": 8, "time_us": 1.5}]} and sample.step_s == []
+    assert sample.details == timed and sample.step_s == []
     assert "CPU" in sample.telemetry.unavailable  # what the workload's own sampler said
 
 

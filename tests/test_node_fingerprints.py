@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 from identifying_names import places_naming
 
-from kit.host import fingerprint
-from kit.host import collection as fingerprint_collection
+from kit.comm.link_bounds import internode_bound
 from kit.comm.sweep import CommSweep
 from kit.execute.node_fingerprint import fingerprint_step, node_token
-from kit.execute.slurm_script import SlurmOptions, check_script, node_fingerprint_script
+from kit.execute.slurm_script import check_script, node_fingerprint_script
+from kit.host import collection as fingerprint_collection
+from kit.host import fingerprint
 from kit.host.fingerprint import Gpu, NetworkInfo, RdmaPort
 from kit.host.hostlist import expand_hostlist
-from kit.comm.link_bounds import internode_bound
-from kit.rundir.redact import Redactor
 from kit.host.redaction_tokens import REDACTION_SALT_ENV
 from kit.report.sections.environment import differing_facts, node_fingerprint_facts
-
+from kit.rundir.redact import Redactor
+from kit.rundir.schema import SlurmOptions
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"
 

@@ -201,8 +201,8 @@ def test_a_sweep_whose_every_point_the_client_may_have_limited_has_no_capacity_a
     result = Result.model_validate_json((run / "cases" / case_id / "result.json").read_text())
     rank = result.samples[0].ranks[0]
     lag = ["client event loop lagged 876.5 ms (p99), more than 5 ms and 10 % of the median time per output token"]
-    for point in rank.details["sweep"]["points"]:
-        point["saturation"] = {**point["saturation"], "client_limited": True, "reasons": lag}
+    for point in rank.details.sweep.points:
+        point.saturation = point.saturation.model_copy(update={"client_limited": True, "reasons": lag})
     atomic_write_model(run / "cases" / case_id / "result.json", result)
     atomic_write_model(run / "cases" / case_id / "runs" / "1" / "rank-0.json", rank)
     RunDir(run).write_sums()

@@ -10,13 +10,12 @@ import pytest
 import yaml
 
 from kit.execute.preflight import (
-    Preflight,
-    PreflightLine,
     all_gpu_all_reduce,
     gpus_seen_differ,
     miniature,
     representatives,
 )
+from kit.rundir.schema import Preflight, PreflightLine
 
 KIT = [sys.executable, "-m", "kit.cli"]
 
@@ -85,9 +84,9 @@ def test_the_all_gpu_all_reduce_is_a_comm_case_the_real_workload_runs(paper_plan
     small = miniature(check).model_copy(update={"gpus": 2, "device": "cpu"})
     atomic_write_model(tmp_path / "case.json", small)
     with (tmp_path / "log.txt").open("w") as log:
-        sample = local.run_once(small, tmp_path, 1, log)
+        sample = local.LocalExecutor().run_once(small, tmp_path, 1, log)
     assert sample.status == "ok", (tmp_path / "log.txt").read_text()[-2000:]
-    assert [rank.details["rows"][0]["size_bytes"] for rank in sample.ranks] == [1024, 1024]
+    assert [rank.details.rows[0].size_bytes for rank in sample.ranks] == [1024, 1024]
 
 
 @pytest.mark.e2e

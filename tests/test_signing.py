@@ -137,7 +137,7 @@ def test_the_provenance_statement_is_an_in_toto_statement_naming_the_kit_images_
                                 "manifestsSha256": info.kit.manifests_sha256}  # fmt: skip
     sums = dict(reversed(line.split("  ", 1)) for line in (signed_run / "SHA256SUMS").read_text().splitlines())
     assert predicate["hostFingerprints"][0] == {"name": "fingerprint.json", "digest": {"sha256": sums["fingerprint.json"]}}
-    images = (info.model_extra or {}).get("images") or {}
+    images = info.images
     assert [image["name"] for image in predicate["images"]] == sorted(images)  # none where the cases ran in this Python
     assert predicate["commandLine"] == info.argv and predicate["run"]["runId"] == info.run_id
     assert predicate["signedOn"].endswith("Z") and predicate["run"]["startedOn"].endswith("Z")

@@ -8,12 +8,12 @@ import io
 from pathlib import Path
 
 import pytest
-from golden_files import assert_golden
 import yaml
 from click.testing import CliRunner
+from golden_files import assert_golden
 
 from kit.cli import cli
-from kit.execute.choice import choose, needs_local_frameworks
+from kit.execute.choice import choose, named, needs_local_frameworks
 from kit.execute.node_fingerprint import node_token
 from kit.execute.per_node import node_arguments
 from kit.execute.slurm import SlurmExecutor, judged
@@ -29,9 +29,9 @@ from kit.execute.slurm_jobs import (
     parse_scontrol_job,
     parse_submitted,
 )
-from kit.execute.slurm_script import SlurmOptions, check_script, layout, pyxis_arguments, time_limit
+from kit.execute.slurm_script import check_script, layout, pyxis_arguments, time_limit
 from kit.host.redaction_tokens import REDACTION_SALT_ENV
-from kit.rundir.schema import RankSample, RunSample
+from kit.rundir.schema import RankSample, RunSample, SlurmOptions
 from kit.workloads.srun_rank import rank_environment
 
 RECORDED = Path(__file__).parent / "fixtures" / "slurm"
@@ -249,7 +249,7 @@ def test_serving_cases_are_not_slurm_jobs(smoke_plan, tmp_path):
 def test_the_slurm_executor_is_chosen_with_its_options_and_runs_this_python_without_containers(smoke_plan):
     case = smoke_plan.cases[0]
     executor = SlurmExecutor(SlurmOptions(nodes=2))
-    assert choose(case, executor) is executor and choose(case, "slurm").NAME == "slurm"
+    assert choose(case, executor) is executor and named("slurm").name == "slurm"
     assert needs_local_frameworks([case], executor)
     assert not needs_local_frameworks([case], SlurmExecutor(SlurmOptions(container_mode="pyxis")))
 

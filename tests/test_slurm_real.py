@@ -27,12 +27,11 @@ from kit.cache import cache_dir
 from kit.execute.node_fingerprint import node_token
 from kit.execute.samples import run_sample
 from kit.execute.slurm import SlurmExecutor, configured
-from kit.execute.slurm_script import SlurmOptions
 from kit.host.redaction_tokens import REDACTION_SALT_ENV, redaction_token
 from kit.measure.registry import unit_of
 from kit.rundir.directory import RunDir, atomic_write_model
 from kit.rundir.redact import SALT_FILE
-from kit.rundir.schema import RankSample, SlurmJob, utc_now
+from kit.rundir.schema import RankSample, SlurmJob, SlurmOptions, utc_now
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 KIT = [sys.executable, "-m", "kit.cli"]
@@ -65,7 +64,7 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_whe
     n1, n2 = machine_token("n1"), machine_token("n2")
     assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == sorted([n1, n2])
     info = RunDir(run).read_info()
-    assert info.executor == "slurm" and info.slurm["nodes"] == 2 and info.status == "finished" and info.redacted
+    assert info.executor == "slurm" and info.slurm.nodes == 2 and info.status == "finished" and info.redacted
     for case_id in TWO_PROCESS_CASES:
         result = RunDir(run).read_result(case_id)
         assert result.status == "ok", f"{case_id}: {result.reason}"
@@ -94,7 +93,7 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_whe
         assert taken["host"]["hostname"].startswith("redacted-") and taken["image"]["torch"]  # this Python's frameworks
     assert {f"fingerprints/{n1}.json", f"fingerprints/{n2}.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
     comm = RunDir(run).read_result("comm.all_reduce.g2")
-    assert all(sample.ranks[0].details["rank_nodes"] == [n1, n2] for sample in comm.samples)
+    assert all(sample.ranks[0].details.rank_nodes == [n1, n2] for sample in comm.samples)
     assert f"inter-node: ranks on {n1}, {n2} (as each rank said)" in comm.notes
     report = subprocess.run([*KIT, "report", str(run), "--format", "html"], capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
@@ -234,7 +233,7 @@ def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_
     for token in tokens:
         run = fleet / token
         info = RunDir(run).read_info()
-        assert info.slurm["nodelist"] == token and info.slurm["nodes"] == 1 and info.status == "finished"
+        assert info.slurm.nodelist == token and info.slurm.nodes == 1 and info.status == "finished"
         assert info.node_fingerprints == {token: f"fingerprints/{token}.json"}  # what the fleet report compares
         assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == [token]
         result = RunDir(run).read_result(case_id)

@@ -19,7 +19,7 @@ from kit.execute.samples import serve_run
 from kit.plan.predictions import concurrency_bound, serving_bounds
 from kit.plan.protocol import load_protocol
 from kit.report.sections.capacity import within_cell
-from kit.rundir.serving import RequestRecord, RequestTimes, aggregate, latency_figures
+from kit.rundir.serving import EngineRecord, RequestRecord, RequestTimes, aggregate, latency_figures
 from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import ENGINES
 from kit.serve.process import HOST, EngineProcess, free_port
@@ -194,7 +194,8 @@ class StubPlacement:
         argv = [sys.executable, str(STUB_ENGINE), "vllm", "serve", *engine.arguments(case, str(model_dir), HOST, port)]
         env = clean_environment({"STUB_503_EVERY": str(self.refuse_every)})
         handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
-        return handle, {"argv": argv, "port": port, "pid": handle.pid, "version": None, "environment": sorted(env)}
+        return handle, EngineRecord(name=engine.name, label=engine.label, placement=self.name, argv=argv, port=port,
+                                    pid=handle.pid, environment=sorted(env))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -221,22 +222,22 @@ def test_requests_an_engine_answers_503_are_data_the_case_reports_their_rate_and
     sample = serve_through_stub(stub_case, tmp_path, refuse_every=5)
     [driver] = sample.ranks
     assert sample.status == "ok" and driver.status == "ok", driver.reason
-    burst = driver.details["aggregates"]
-    assert burst["errors"] == 4 and burst["error_kinds"] == {"http 503": 4} and burst["completed"] == 16
+    burst = driver.details.aggregates
+    assert burst.errors == 4 and burst.error_kinds == {"http 503": 4} and burst.completed == 16
     metrics, notes = serve_case_metrics(stub_case, [sample])
     assert metrics["error_rate"].mean == 4 / 20 and any("4 of 20 requests failed (4 × http 503)" in note for note in notes)
     rows = [RequestRecord.model_validate_json(line) for line in (tmp_path / "case/runs/1/requests.jsonl").read_text().splitlines()]
     refused = [row for row in rows if not row.ok]
     assert len(rows) == 20 and {row.status for row in refused} == {503} and "ServiceUnavailableError" in refused[0].error
-    points = driver.details["sweep"]["points"]
-    assert [p["concurrency"] for p in points] == [1, 2, 4] and all(p["aggregates"]["errors"] for p in points)
+    points = driver.details.sweep.points
+    assert [p.concurrency for p in points] == [1, 2, 4] and all(p.aggregates.errors for p in points)
     for entry in points:  # each point's figures from its own rows, its goodput from them under the objectives
-        folder = tmp_path / "case/runs/1" / entry["files"]["requests"]
+        folder = tmp_path / "case/runs/1" / entry.files.requests
         point_rows = [RequestRecord.model_validate_json(line) for line in folder.read_text().splitlines()]
-        assert aggregate(point_rows, entry["aggregates"]["duration_s"]).model_dump() == entry["aggregates"]
-        judged = judge(point_rows, entry["aggregates"]["duration_s"], DEFAULT_SLO)
-        assert 0 < judged.goodput < entry["aggregates"]["request_throughput"] + 1e-9 and not judged.meets
-    assert driver.details["sweep"]["tokens"]["equal"] and driver.details["tokens"]["equal"]
+        assert aggregate(point_rows, entry.aggregates.duration_s) == entry.aggregates
+        judged = judge(point_rows, entry.aggregates.duration_s, DEFAULT_SLO)
+        assert 0 < judged.goodput < entry.aggregates.request_throughput + 1e-9 and not judged.meets
+    assert driver.details.sweep.tokens.equal and driver.details.tokens.equal
 
 
 def test_a_burst_in_which_no_request_finished_is_an_error_that_keeps_its_rows(stub_case, tmp_path):

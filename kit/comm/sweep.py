@@ -72,6 +72,8 @@ class TopologyFacts(BaseModel):
 class CommSweep(BaseModel):
     """The details of one rank sample of a comm case: the rows and how they were measured."""
 
+    kind: Literal["comm"] = "comm"
+
     collective: str
     backend: Literal["torch-gloo", "torch-nccl", "nccl-tests"]
     ranks: int

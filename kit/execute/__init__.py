@@ -25,5 +25,5 @@ def processes(case: Case) -> int:
 
 def memory_cap_bytes(case: Case) -> int | None:
     """The data limit each process of a CPU case holds to (TrainParams.memory_cap_gib), or None."""
-    cap = getattr(case.params, "memory_cap_gib", None)
+    cap = case.train.memory_cap_gib if case.train else None
     return None if cap is None or case.device != "cpu" else int(cap * 2**30)

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from kit import images
 from kit.cache import cache_dir
@@ -31,6 +32,7 @@ from kit.host.this_host import gpu_names
 from kit.plan.protocol import Case
 from kit.rundir.directory import atomic_write_model
 from kit.rundir.schema import ContainerRun, RunSample, utc_now
+from kit.rundir.serving import ContainerPort, EngineRecord, EngineStop
 
 NAME = "docker"
 KILL_GRACE_S = 10
@@ -349,15 +351,15 @@ class EngineContainer:
         state = _state(self.container)
         return None if state.get("Running") else state.get("ExitCode", -1)
 
-    def stop(self) -> dict:
+    def stop(self) -> EngineStop:
         """docker stop (SIGTERM, SIGKILL after the grace period), then the container goes."""
         code = self.exit_code()
-        outcome = {"stopped_by": "itself"} if code is not None else {"stopped_by": f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)"}
+        outcome = EngineStop(stopped_by="itself" if code is not None else f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)")
         try:
             if code is None:
                 self.container.stop(timeout=STOP_GRACE_S)
             state = _state(self.container)
-            outcome.update(exit_code=state.get("ExitCode"), oom_killed=bool(state.get("OOMKilled")))
+            outcome.exit_code, outcome.oom_killed = state.get("ExitCode"), bool(state.get("OOMKilled"))
         finally:
             self._pump.join(timeout=KILL_GRACE_S)
             _remove(self.container)
@@ -440,146 +442,154 @@ class ContainerPlacement:
         say(f"engine container {container.id[:12]} of {reference} ({image.id}), published on 127.0.0.1:{host_port}")
         handle = EngineContainer(container, host_port, out_dir / "engine.log")
         config = image.attrs.get("Config") or {}
-        return handle, {
-            "image": reference, "image_digest": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or []),
-            "entrypoint": config.get("Entrypoint"), "user": config.get("User") or "root (the image sets none)",
-            "command": command, "environment": environment, "container_id": container.id,
-            "port": {"container": engine.container_port, "host": f"127.0.0.1:{host_port}"},
-            "version": images.load_lock().images[case.image].versions.get(engine.name),
-            "confinement": {key: (container.attrs.get("HostConfig") or {}).get(key)
-                            for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")},
-        }  # fmt: skip
+        return handle, EngineRecord(
+            name=engine.name, label=engine.label, placement=self.name,
+            image=reference, image_digest=image.id, repo_digests=list(image.attrs.get("RepoDigests") or []),
+            entrypoint=config.get("Entrypoint"), user=config.get("User") or "root (the image sets none)",
+            command=command, environment=environment, container_id=container.id,
+            port=ContainerPort(container=engine.container_port, host=f"127.0.0.1:{host_port}"),
+            version=images.load_lock().images[case.image].versions.get(engine.name),
+            confinement={key: (container.attrs.get("HostConfig") or {}).get(key)
+                         for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")},
+        )  # fmt: skip
 
 
-def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
-    """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
-    if case.workload == "serve":
-        return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
-    return run_launch(case, case_dir, [index], log)[0]
+class DockerExecutor:
+    """Runs a case's independent runs in its pinned image, one container each."""
+
+    name = NAME
+    uses_this_python = False
+    on_cluster = False
+
+    def run_once(self, case: Case, case_dir: Path, index: int, log: TextIO) -> RunSample:
+        """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
+        if case.workload == "serve":
+            return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
+        return self.run_launch(case, case_dir, [index], log)[0]
 
 
-def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
-    """One container doing the runs `indices` one after another (one run unless the case shares
-    a launch between its runs); the runs it finished, in order."""
-    import requests
+    def run_launch(self, case: Case, case_dir: Path, indices: list[int], log: TextIO) -> list[RunSample]:
+        """One container doing the runs `indices` one after another (one run unless the case shares
+        a launch between its runs); the runs it finished, in order."""
+        import requests
 
-    index = indices[0]
-    out_dirs = [case_dir / "runs" / str(i) for i in indices]
-    for folder in out_dirs:
-        folder.mkdir(parents=True, exist_ok=True)
-    out_dir = out_dirs[0]
-    started = time.monotonic()
+        index = indices[0]
+        out_dirs = [case_dir / "runs" / str(i) for i in indices]
+        for folder in out_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+        out_dir = out_dirs[0]
+        started = time.monotonic()
 
-    def failed(reason: str) -> list[RunSample]:
-        log.write(f"=== run {index}: {reason}\n")
+        def failed(reason: str) -> list[RunSample]:
+            log.write(f"=== run {index}: {reason}\n")
+            log.flush()
+            return [RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])]
+
+        reason = unavailable_reason(case)
+        if reason is not None:
+            return failed(reason)
+        import docker
+
+        client = images.engine()
+        reference = image_reference(case)
+        try:
+            image = client.images.get(reference)
+        except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
+            return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
+
+        if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
+            try:
+                ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
+            except (RuntimeError, docker.errors.DockerException) as exc:
+                return failed(f"the synthetic checkpoint could not be made: {exc}")
+        binary = nccl_tests.runs_binary(case)
+        command = container_command(case, indices)
+        environment = container_environment(case)
+        started_at = utc_now()
+        settings = dict(
+            image=image.id,
+            command=command,
+            environment=environment,
+            volumes={} if binary else mounts(case_dir, case.image),
+            working_dir=None if binary else CASE_MOUNT,
+            user="{}:{}".format(*container_user()),
+            # One host's ranks talk over loopback and shared memory: no network, no capabilities.
+            # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
+            # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
+            network_mode="none",
+            hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            shm_size=SHM_SIZE,
+            ulimits={**ULIMITS, **memory_cap_ulimit(case)},
+            device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+            init=True,
+            labels=owner_labels(case, run_dir_of(case_dir), index),
+            detach=True,
+        )
+        visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
+        log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
         log.flush()
-        return [RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])]
-
-    reason = unavailable_reason(case)
-    if reason is not None:
-        return failed(reason)
-    import docker
-
-    client = images.engine()
-    reference = image_reference(case)
-    try:
-        image = client.images.get(reference)
-    except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
-        return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
-
-    if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
+        if not binary:
+            hand_over(case_dir, image_cache(case.image))
         try:
-            ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
-        except (RuntimeError, docker.errors.DockerException) as exc:
-            return failed(f"the synthetic checkpoint could not be made: {exc}")
-    binary = nccl_tests.runs_binary(case)
-    command = container_command(case, indices)
-    environment = container_environment(case)
-    started_at = utc_now()
-    settings = dict(
-        image=image.id,
-        command=command,
-        environment=environment,
-        volumes={} if binary else mounts(case_dir, case.image),
-        working_dir=None if binary else CASE_MOUNT,
-        user="{}:{}".format(*container_user()),
-        # One host's ranks talk over loopback and shared memory: no network, no capabilities.
-        # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
-        # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
-        network_mode="none",
-        hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        shm_size=SHM_SIZE,
-        ulimits={**ULIMITS, **memory_cap_ulimit(case)},
-        device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
-        init=True,
-        labels=owner_labels(case, run_dir_of(case_dir), index),
-        detach=True,
-    )
-    visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
-    log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
-    log.flush()
-    if not binary:
-        hand_over(case_dir, image_cache(case.image))
-    try:
-        container, ulimits = _create_and_start(client, settings, log)
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
-        # mount, no space): this case is an error with the daemon's words, the run goes on.
-        return failed(f"docker could not start the container: {daemon_message(exc)}")
-    watchdog, timed_out = None, False
-    try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
-        watchdog = _start_watchdog(container.id)
-        pump = _LogPump(container, log)
-        pump.start()
-        try:
-            exit_code = container.wait(timeout=case.params.timeout_s * len(indices))["StatusCode"]
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            timed_out = True
-            container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
-            exit_code = None
-        pump.join(timeout=KILL_GRACE_S)
-        state = _state(container)
-        if exit_code is None:
-            exit_code = state.get("ExitCode")
-        if binary:
-            output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
-    finally:
-        _remove(container)
-        if watchdog is not None:
-            watchdog.kill()
-            watchdog.wait()
-    wall_s = time.monotonic() - started
-    oom_killed = bool(state.get("OOMKilled"))
-    log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
-              f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
-    log.flush()
-    if binary:  # the binary's output, read here into the run's one sample
-        raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
-        rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
-                                      topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
-        atomic_write_model(out_dir / "rank-0.json", rank)
-    samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=exit_code,
-                             wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
-    if oom_killed and samples[-1].status == "error":
-        reason = "the container was killed by the kernel's OOM killer (host memory)"
-        samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
-    ran_in = ContainerRun(
-        image=reference,
-        image_digest=image.id,
-        repo_digests=list(image.attrs.get("RepoDigests") or []),
-        container_id=container.id,
-        exit_code=exit_code,
-        oom_killed=oom_killed,
-        ulimits={name: soft for name, (soft, _) in ulimits.items()},
-    )
-    return [sample.model_copy(update={"container": ran_in}) for sample in samples]
+            container, ulimits = _create_and_start(client, settings, log)
+        except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+            # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
+            # mount, no space): this case is an error with the daemon's words, the run goes on.
+            return failed(f"docker could not start the container: {daemon_message(exc)}")
+        watchdog, timed_out = None, False
+        try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
+            watchdog = _start_watchdog(container.id)
+            pump = _LogPump(container, log)
+            pump.start()
+            try:
+                exit_code = container.wait(timeout=case.params.timeout_s * len(indices))["StatusCode"]
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                timed_out = True
+                container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
+                exit_code = None
+            pump.join(timeout=KILL_GRACE_S)
+            state = _state(container)
+            if exit_code is None:
+                exit_code = state.get("ExitCode")
+            if binary:
+                output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
+        finally:
+            _remove(container)
+            if watchdog is not None:
+                watchdog.kill()
+                watchdog.wait()
+        wall_s = time.monotonic() - started
+        oom_killed = bool(state.get("OOMKilled"))
+        log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
+                  f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
+        log.flush()
+        if binary:  # the binary's output, read here into the run's one sample
+            raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
+            rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
+                                          topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+            atomic_write_model(out_dir / "rank-0.json", rank)
+        samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=exit_code,
+                                 wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+        if oom_killed and samples[-1].status == "error":
+            reason = "the container was killed by the kernel's OOM killer (host memory)"
+            samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
+        ran_in = ContainerRun(
+            image=reference,
+            image_digest=image.id,
+            repo_digests=list(image.attrs.get("RepoDigests") or []),
+            container_id=container.id,
+            exit_code=exit_code,
+            oom_killed=oom_killed,
+            ulimits={name: soft for name, (soft, _) in ulimits.items()},
+        )
+        return [sample.model_copy(update={"container": ran_in}) for sample in samples]
 
 
-# ---------------------------------------------------------------------------------------------
-# The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`
-# ---------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------------------
+    # The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`
+    # ---------------------------------------------------------------------------------------------
 
 
 def watch(container_id: str) -> None:

@@ -47,8 +47,9 @@ from kit.execute.docker import (
     container_command,
     container_environment,
 )
-from kit.execute.slurm_script import SlurmOptions, layout
+from kit.execute.slurm_script import layout
 from kit.plan.protocol import Case
+from kit.rundir.schema import SlurmOptions
 
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
 TOKEN_SECRET_KEY = "HF_TOKEN"
@@ -118,7 +119,7 @@ def launches(case: Case, command_of) -> list[list[str]]:
     """The command lines of the case's runs: one launch doing them all where the case shares one,
     else one launch per run, one after another (`command_of(indices)`)."""
     indices = list(range(1, case.params.runs + 1))
-    if getattr(case.params, "launch", "per_run") == "shared":
+    if case.shares_launch:
         return [command_of(indices)]
     return [command_of([index]) for index in indices]
 
@@ -279,7 +280,7 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
 
 def manifest(case: Case, options: K8sOptions) -> dict:
     """The one object the case becomes (raises NotWritable, with why, where it has none)."""
-    if getattr(case.params, "max_batch_search", None) is not None:
+    if case.max_batch_search is not None:
         raise NotWritable("a max-batch search picks each run from the one before; not a fixed job")
     one_process = case.workload == "serve" or nccl_tests.runs_binary(case)
     if one_process and case.device == "cuda" and case.gpus > (options.gpus_per_node or case.gpus):

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import TextIO
 from pathlib import Path
 
 from kit.cache import torch_extensions_dir
@@ -28,6 +29,7 @@ from kit.execute.samples import launch_samples, run_sample, serve_run
 from kit.plan.protocol import Case
 from kit.rundir.directory import atomic_write_model
 from kit.rundir.schema import RankSample, RunSample, utc_now
+from kit.rundir.serving import EngineRecord
 from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, free_port
@@ -99,46 +101,53 @@ class LocalPlacement:
         env = clean_environment(devices, engine.environment(case, cpus), case.params.env)
         env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
         handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
-        return handle, {"argv": argv, "port": port, "pid": handle.pid, "version": version,
-                        "environment": sorted(env)}  # fmt: skip
+        return handle, EngineRecord(name=engine.name, label=engine.label, placement=self.name, argv=argv, port=port,
+                                    pid=handle.pid, version=version, environment=sorted(env))  # fmt: skip
 
 
-def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
-    """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
-    if case.workload == "serve":
-        return serve_run(case, case_dir, index, log, LocalPlacement())
-    if nccl_tests.runs_binary(case):
-        out_dir = case_dir / "runs" / str(index)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return run_binary(case, out_dir, index, log)
-    return run_launch(case, case_dir, [index], log)[0]
+class LocalExecutor:
+    """Runs a case's independent runs as processes of this Python."""
+
+    name = NAME
+    uses_this_python = True
+    on_cluster = False
+
+    def run_once(self, case: Case, case_dir: Path, index: int, log: TextIO) -> RunSample:
+        """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
+        if case.workload == "serve":
+            return serve_run(case, case_dir, index, log, LocalPlacement())
+        if nccl_tests.runs_binary(case):
+            out_dir = case_dir / "runs" / str(index)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            return run_binary(case, out_dir, index, log)
+        return self.run_launch(case, case_dir, [index], log)[0]
 
 
-def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
-    """One launch of the case's processes doing the runs `indices` one after another (one run
-    unless the case shares a launch between its runs); the runs it finished, in order."""
-    out_dirs = [case_dir / "runs" / str(index) for index in indices]
-    for out_dir in out_dirs:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    command = launcher_command(case, case_dir / "case.json", out_dirs)
-    rank_command = command[command.index("--") + 1:]
-    forked = case.device == "cpu"  # imports are most of a CPU run: its ranks are forked from a process that did them
-    what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
-    how = f"{processes(case)} ranks forked by kit.workloads.forkserver, each {' '.join(rank_command)}" if forked else ' '.join(command)
-    log.write(f"\n=== {what}: {how}\n")
-    log.flush()
-    started = time.monotonic()
-    if forked:
-        process = fork_server().start(processes(case), rank_command, process_environment(case), Path(log.name),
-                                      memory_cap_bytes(case))  # fmt: skip
-    else:
-        process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
-    timed_out = _wait(process, case, case.params.timeout_s * len(indices))
-    wall_s = time.monotonic() - started
-    log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
-    log.flush()
-    return launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=process.returncode,
-                          wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+    def run_launch(self, case: Case, case_dir: Path, indices: list[int], log: TextIO) -> list[RunSample]:
+        """One launch of the case's processes doing the runs `indices` one after another (one run
+        unless the case shares a launch between its runs); the runs it finished, in order."""
+        out_dirs = [case_dir / "runs" / str(index) for index in indices]
+        for out_dir in out_dirs:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        command = launcher_command(case, case_dir / "case.json", out_dirs)
+        rank_command = command[command.index("--") + 1:]
+        forked = case.device == "cpu"  # imports are most of a CPU run: its ranks are forked from a process that did them
+        what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
+        how = f"{processes(case)} ranks forked by kit.workloads.forkserver, each {' '.join(rank_command)}" if forked else ' '.join(command)
+        log.write(f"\n=== {what}: {how}\n")
+        log.flush()
+        started = time.monotonic()
+        if forked:
+            process = fork_server().start(processes(case), rank_command, process_environment(case), Path(log.name),
+                                          memory_cap_bytes(case))  # fmt: skip
+        else:
+            process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
+        timed_out = _wait(process, case, case.params.timeout_s * len(indices))
+        wall_s = time.monotonic() - started
+        log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
+        log.flush()
+        return launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=process.returncode,
+                              wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
 
 
 _fork_server: ForkServer | None = None

@@ -14,42 +14,14 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel
-
+from kit.execute.base import Executor
 from kit.host.fingerprint import Calibration
 from kit.plan.protocol import Case, CommParams, load_protocol, unavailable_by_design
-from kit.rundir.schema import RunSample
+from kit.rundir.schema import Preflight, PreflightLine, RunSample
 
 MINIATURE_MODEL = "tiny-llama"
 MINIATURE_TIMEOUT_S = 600
-
-
-class PreflightLine(BaseModel):
-    """One check of one image: what was tried, how it went, and what to do if it failed."""
-
-    image: str
-    check: str
-    status: Literal["ok", "fail"]
-    detail: str
-    hint: str | None = None
-    seconds: float
-
-
-class Preflight(BaseModel):
-    lines: list[PreflightLine]
-    seconds: float
-    # What the host achieved (kit.measure.calibration); `kit run` moves it into the run's fingerprint.
-    calibration: Calibration | None = None
-
-    def failed_images(self) -> dict[str, str]:
-        """Image -> the first failed check's reason, for the cases that would run in it."""
-        failed: dict[str, str] = {}
-        for line in self.lines:
-            if line.status == "fail" and line.image != "host" and line.image not in failed:
-                failed[line.image] = f"preflight: {line.check} failed: {line.detail}"
-        return failed
 
 
 def miniature(case: Case) -> Case:
@@ -129,7 +101,7 @@ def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     )]  # fmt: skip
 
 
-def run_check(case: Case, executor, work: Path) -> tuple[RunSample | None, str | None, Path]:
+def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | None, str | None, Path]:
     """One run of `case` for real, through the executor the plan will use, in work/<case id>/:
     its sample, or why the executor gave none, and the folder."""
     folder = work / case.id
@@ -144,18 +116,18 @@ def run_check(case: Case, executor, work: Path) -> tuple[RunSample | None, str |
             return None, f"{type(exc).__name__}: {exc}", folder
 
 
-def _case_line(case: Case, executor, work: Path, host_gpu_names: list[str]) -> PreflightLine:
+def _case_line(case: Case, executor: Executor, work: Path, host_gpu_names: list[str]) -> PreflightLine:
     """Run the miniature for real, through the executor the plan will use; on a GPU, the GPUs its
     processes saw must be the host's."""
     started = time.monotonic()
     what = {"train": "one training step", "profile": "one profiled step", "serve": "one streamed request",
-            "comm": f"one collective of 1 KiB by {getattr(case.params, 'backend', '')}"}[case.params.kind]  # fmt: skip
+            "comm": f"one collective of 1 KiB by {case.params.backend if isinstance(case.params, CommParams) else ''}"}[case.params.kind]  # fmt: skip
     check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
     sample, failure, folder = run_check(miniature(case), executor, work)
     if sample is None:
         status, detail = "fail", failure
     else:
-        status, detail = ("ok", f"{executor.NAME}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
+        status, detail = ("ok", f"{executor.name}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
             ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
         # A serving sample names the host's GPUs itself; the others report what they saw inside.
         differ = gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
@@ -167,7 +139,7 @@ def _case_line(case: Case, executor, work: Path, host_gpu_names: list[str]) -> P
                          seconds=time.monotonic() - started)  # fmt: skip
 
 
-def calibrate(case: Case, executor, work: Path) -> tuple[PreflightLine, Calibration | None]:
+def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine, Calibration | None]:
     """What the host achieves (kit.measure.calibration), measured through the executor the plan will use;
     the line and the figures, or the line saying why there are none. The host's line: a failed
     calibration leaves the figures unmeasured and every case to run."""
@@ -182,7 +154,7 @@ def calibrate(case: Case, executor, work: Path) -> tuple[PreflightLine, Calibrat
     else:
         status, detail = "fail", failure or f"{sample.status}: {sample.reason}"
     return PreflightLine(
-        image="host", check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.NAME}, "
+        image="host", check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.name}, "
         f"g{case.gpus})", status=status, detail=detail[:600], hint=None if calibration else f"see {folder / 'log.txt'}",
         seconds=time.monotonic() - started,
     ), calibration  # fmt: skip
@@ -196,7 +168,7 @@ def gate_line(checks) -> PreflightLine:
                          detail=detail, hint=failed[0].remedy if failed else None, seconds=0.0)  # fmt: skip
 
 
-def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Path | None = None, say=print,
+def run_preflight(cases: list[Case], requested: Executor | None, checks, out_dir: Path | None = None, say=print,
                   host_gpu_names: list[str] = ()) -> Preflight:  # fmt: skip
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
@@ -218,16 +190,16 @@ def run_preflight(cases: list[Case], requested: str | None, checks, out_dir: Pat
         executor = choose(case, requested)
         if case.image not in checked_images:
             checked_images.add(case.image)
-            lines += _image_lines(case.image, executor.NAME)
+            lines += _image_lines(case.image, executor.name)
         if any(line.image == case.image and line.status == "fail" for line in lines):
             continue  # no use starting what is not there
-        say(f"preflight: {case.image}, {case.stage} ({executor.NAME})")
+        say(f"preflight: {case.image}, {case.stage} ({executor.name})")
         lines.append(_case_line(case, executor, work, list(host_gpu_names)))
     calibration = None
     measuring = calibration_case(cases, len(host_gpu_names))
     if measuring is not None and not any(line.image == measuring.image and line.status == "fail" for line in lines):
         executor = choose(measuring, requested)
-        say(f"preflight: calibration, what this host achieves ({executor.NAME})")
+        say(f"preflight: calibration, what this host achieves ({executor.name})")
         line, calibration = calibrate(measuring, executor, work)
         lines.append(line)
     return Preflight(lines=lines, seconds=time.monotonic() - started, calibration=calibration)

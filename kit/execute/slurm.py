@@ -12,7 +12,6 @@ outright are cancelled by the next kit start.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -40,7 +39,6 @@ from kit.execute.slurm_jobs import (
     parse_submitted,
 )
 from kit.execute.slurm_script import (
-    SlurmOptions,
     batch_script,
     check_script,
     layout,
@@ -51,7 +49,7 @@ from kit.host.hostlist import expand_hostlist
 from kit.plan.protocol import Case
 from kit.rundir.directory import CHECK_MARKS, atomic_write_model
 from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
-from kit.rundir.schema import RankSample, RunSample, SlurmJob, utc_now
+from kit.rundir.schema import RankSample, RunSample, SlurmJob, SlurmOptions, utc_now
 
 NAME = "slurm"
 # srun's MPI plugin for nccl-tests across nodes: the binaries built with MPI=1 (NVIDIA/nccl-tests
@@ -237,14 +235,12 @@ def not_run(case: Case, index: int, status: str, reason: str) -> RunSample:
 class SlurmExecutor:
     """The executor with its options (partition, nodes, container mode...), as run.json keeps them."""
 
-    NAME = NAME
+    name = NAME
+    on_cluster = True
 
     def __init__(self, options: SlurmOptions | None = None, redact: bool = False):
         self.options = options or SlurmOptions()
         self.redact = redact  # the scripts a redacted run keeps name no node (kept_copy)
-
-    def __str__(self) -> str:
-        return NAME
 
     @property
     def uses_this_python(self) -> bool:
@@ -339,11 +335,11 @@ class SlurmExecutor:
                 return fingerprinted(run_dir)
 
 
-def configured(options: dict | None, redact: bool = False) -> SlurmExecutor:
-    """The executor with the options run.json keeps (SlurmOptions, as a dict). A redacted run's
+def configured(options: SlurmOptions | None, redact: bool = False) -> SlurmExecutor:
+    """The executor with the options run.json keeps. A redacted run's
     options name its nodes by token (--nodelist, an sbatch argument): each token of a node of this
     cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
-    text = json.dumps(options or {})
+    text = (options or SlurmOptions()).model_dump_json()
     if "redacted-" in text:
         named = nodes_by_token()
         text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)

@@ -14,29 +14,16 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from kit.plan.protocol import Case
+from kit.rundir.schema import SlurmOptions
 
 CONTAINER_MODES = ("none", "pyxis")
 KIT_SOURCE_IN_CONTAINER = "/opt/kit/src/kit"  # where the images find the kit (as the docker executor mounts it)
 MASTER_PORT_BASE = 20000  # the job's rendezvous port: base + job id modulo the span, unique per running job
 MASTER_PORT_SPAN = 20000
-
-
-class SlurmOptions(BaseModel):
-    """`kit run --executor slurm`'s options, kept in run.json so that a resume submits alike."""
-
-    partition: str | None = None
-    account: str | None = None
-    nodes: int | None = Field(default=None, ge=1, description="nodes per job (default: as many as the ranks need)")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs of a node; a GPU case's ranks fill nodes of this size")
-    time_limit: str | None = Field(default=None, description="Slurm's --time (default: the case's timeout)")
-    sbatch_args: list[str] = []
-    container_mode: Literal["none", "pyxis"] = "none"
-    nodelist: str | None = Field(default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node")
 
 
 class Layout(BaseModel):

@@ -131,7 +131,7 @@ def load_expectations(path: Path | str | None = None) -> Expectations:
 # ---------------------------------------------------------------------------------------------
 
 
-class Verdict(NamedTuple):
+class CheckAnswer(NamedTuple):
     """A check's answer: passed True/False, or None when it could not be evaluated here."""
 
     passed: bool | None
@@ -164,60 +164,60 @@ def _per_gpu(
     describe: Callable[[Gpu, T], str],
     fine: str,
     expected: str,
-) -> Verdict:
+) -> CheckAnswer:
     """Apply one per-GPU test; GPUs that do not report the value are named, not guessed."""
     gpus = fingerprint.gpus.gpus
     if not gpus:
-        return Verdict(None, _no_gpu_reason(fingerprint), expected)
+        return CheckAnswer(None, _no_gpu_reason(fingerprint), expected)
     values = [(gpu, read(gpu)) for gpu in gpus]
     known = [(gpu, value) for gpu, value in values if value is not None]
     if not known:
         reasons = {gpu.unreadable.get(unreadable_field, "not reported") for gpu in gpus}
-        return Verdict(None, f"not reported by any GPU ({'; '.join(sorted(reasons))})", expected)
+        return CheckAnswer(None, f"not reported by any GPU ({'; '.join(sorted(reasons))})", expected)
     wrong = [describe(gpu, value) for gpu, value in known if is_wrong(value)]
     silent = len(gpus) - len(known)
     note = f"; {silent} GPUs did not report it" if silent else ""
     if wrong:
-        return Verdict(False, "; ".join(wrong) + note, expected)
-    return Verdict(True, f"{fine} on {len(known)} of {len(gpus)} GPUs{note}", expected)
+        return CheckAnswer(False, "; ".join(wrong) + note, expected)
+    return CheckAnswer(True, f"{fine} on {len(known)} of {len(gpus)} GPUs{note}", expected)
 
 
-def _gpus_same_model(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _gpus_same_model(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     expected = "every GPU the same model"
     if not fp.gpus.gpus:
-        return Verdict(None, _no_gpu_reason(fp), expected)
+        return CheckAnswer(None, _no_gpu_reason(fp), expected)
     models = Counter(gpu.name or "unknown model" for gpu in fp.gpus.gpus)
     observed = ", ".join(f"{count} x {name}" for name, count in models.most_common())
-    return Verdict(len(models) == 1, observed, expected)
+    return CheckAnswer(len(models) == 1, observed, expected)
 
 
 def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation,
-                               expected_gpus: int | None) -> Verdict:
+                               expected_gpus: int | None) -> CheckAnswer:
     if expected_gpus is None:
-        return Verdict(None, "the profile names no GPU count", "the profile's GPU count")
+        return CheckAnswer(None, "the profile names no GPU count", "the profile's GPU count")
     count = len(fp.gpus.gpus)
     observed = f"{count} GPUs" + (f" ({fp.gpus.unavailable})" if fp.gpus.unavailable else "")
     expected = f"{expected_gpus} GPUs, as the profile's largest case is written for"
     if 0 < count < expected_gpus:  # the plan is fitted to the host's GPUs, each such case saying so
-        return Verdict(False, f"{observed}: the plan is fitted to them (cases marked 'fitted', never compared with "
+        return CheckAnswer(False, f"{observed}: the plan is fitted to them (cases marked 'fitted', never compared with "
                               "the paper's figures)", expected, severity="warn")  # fmt: skip
-    return Verdict(count >= expected_gpus, observed, expected)
+    return CheckAnswer(count >= expected_gpus, observed, expected)
 
 
-def _persistence_mode_on(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _persistence_mode_on(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(fp, lambda gpu: gpu.persistence_mode, "persistence_mode",
                     lambda on: not on, lambda gpu, _: f"{_label(gpu)}: persistence mode off",
                     "persistence mode on", "persistence mode on for every GPU")
 
 
-def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     # A GPU without MIG support refuses the query: for this check that is "off".
     return _per_gpu(fp, lambda gpu: bool(gpu.mig_enabled), "mig_enabled",
                     lambda on: on, lambda gpu, _: f"{_label(gpu)}: MIG enabled",
                     "MIG off or unsupported", "MIG off on every GPU (whole GPUs only)")
 
 
-def _no_uncorrectable_ecc_errors(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _no_uncorrectable_ecc_errors(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(fp, lambda gpu: gpu.ecc_uncorrected_aggregate, "ecc_uncorrected_aggregate",
                     lambda count: count > 0,
                     lambda gpu, count: (
@@ -225,7 +225,7 @@ def _no_uncorrectable_ecc_errors(fp: Fingerprint, _: Expectation, __: int | None
                     "no uncorrectable ECC errors", "0 uncorrectable ECC errors (aggregate count)")
 
 
-def _ecc_enabled(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _ecc_enabled(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(fp, lambda gpu: gpu.ecc_enabled, "ecc_enabled",
                     lambda on: not on, lambda gpu, _: f"{_label(gpu)}: ECC off",
                     "ECC on", "ECC on for every GPU that supports it")
@@ -236,13 +236,13 @@ def _describe_processes(processes: list[GpuProcess]) -> str:
                      for p in processes)
 
 
-def _no_foreign_processes(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _no_foreign_processes(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(fp, lambda gpu: gpu.processes, "processes", bool,
                     lambda gpu, processes: f"{_label(gpu)}: {_describe_processes(processes)}",
                     "no processes", "no process on any GPU before the run")
 
 
-def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     def widths(gpu: Gpu) -> tuple[int, int] | None:
         if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
             return None
@@ -254,7 +254,7 @@ def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) ->
                     "every PCIe link at its maximum width (the generation may drop at idle)")
 
 
-def _nvlink_links_all_active(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _nvlink_links_all_active(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     def links(gpu: Gpu):
         return gpu.nvlink if gpu.nvlink and gpu.nvlink.links else None
 
@@ -309,7 +309,7 @@ def driver_shortfall(need: CudaNeed, host_cuda: str | None, driver: str | None,
     return f"{need.what} was built with CUDA {need.cuda} ({need.source}); driver {driver} is below {minimum}: {fix}"
 
 
-def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | None) -> Verdict:
+def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | None) -> CheckAnswer:
     needs = _cuda_needs(fp)
     if not needs:
         major = expectation.assumed_cuda_major
@@ -318,16 +318,16 @@ def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | 
     driver, host_cuda = fp.gpus.driver_version, fp.gpus.cuda_driver_version
     if driver is None and host_cuda is None:
         reason = fp.gpus.unavailable or fp.gpus.unreadable.get("driver_version", "not reported")
-        return Verdict(None, f"driver version unknown ({reason})", expected)
+        return CheckAnswer(None, f"driver version unknown ({reason})", expected)
     problems = [problem for need in needs
                 if (problem := driver_shortfall(need, host_cuda, driver, expectation.minimum_driver_by_cuda_major))]
     observed = f"driver {driver or 'unknown'}, CUDA {host_cuda or 'unknown'}"
     if problems:
-        return Verdict(False, "; ".join(problems), expected)
-    return Verdict(True, observed, expected)
+        return CheckAnswer(False, "; ".join(problems), expected)
+    return CheckAnswer(True, observed, expected)
 
 
-def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(
         fp, lambda gpu: gpu.clock_event_reasons, "clock_event_reasons",
         lambda reasons: bool(PERFORMANCE_LIMITING_REASONS & set(reasons)),
@@ -337,28 +337,28 @@ def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) ->
         "no power, thermal or hardware clock limit active at idle")
 
 
-def _cpu_governor_performance(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _cpu_governor_performance(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     governor = fp.host.cpu.frequency_governor
     expected = "CPU frequency governor 'performance'"
     if governor is None:
-        return Verdict(None, fp.host.unreadable.get("cpu.frequency_governor", "not reported"),
+        return CheckAnswer(None, fp.host.unreadable.get("cpu.frequency_governor", "not reported"),
                        expected)
-    return Verdict(governor == "performance", f"governor {governor}", expected)
+    return CheckAnswer(governor == "performance", f"governor {governor}", expected)
 
 
-def _nvidia_container_toolkit_present(fp: Fingerprint, _: Expectation, __: int | None) -> Verdict:
+def _nvidia_container_toolkit_present(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     runtime = fp.container_runtime
     expected = "NVIDIA container toolkit installed, so containers can be given the GPUs"
     if not fp.gpus.gpus:
-        return Verdict(None, _no_gpu_reason(fp), expected)
+        return CheckAnswer(None, _no_gpu_reason(fp), expected)
     if runtime.nvidia_container_toolkit or "nvidia" in runtime.runtimes:
         found = runtime.nvidia_container_toolkit or "version unknown"
-        return Verdict(True, f"toolkit {found}; runtimes: {', '.join(runtime.runtimes) or 'none'}",
+        return CheckAnswer(True, f"toolkit {found}; runtimes: {', '.join(runtime.runtimes) or 'none'}",
                        expected)
-    return Verdict(False, runtime.unreadable.get("nvidia_container_toolkit", "not found"), expected)
+    return CheckAnswer(False, runtime.unreadable.get("nvidia_container_toolkit", "not found"), expected)
 
 
-CHECKS: dict[str, Callable[[Fingerprint, Expectation, int | None], Verdict]] = {
+CHECKS: dict[str, Callable[[Fingerprint, Expectation, int | None], CheckAnswer]] = {
     "gpus_same_model": _gpus_same_model,
     "gpu_count_matches_profile": _gpu_count_matches_profile,
     "persistence_mode_on": _persistence_mode_on,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from kit.comm.collectives import bus_bandwidth_gbps
 from kit.host.fingerprint import Calibration, MeasuredFigure
 from kit.plan.protocol import CalibrateParams, Case
-from kit.rundir.schema import RankSample, RunSample
+from kit.rundir.schema import CalibrationDetails, MatmulTiming, RankSample, RunSample, Timed
 from kit.theory.analytic import LlamaShape, mfu
 from kit.theory.hardware import Figure, GpuSpec
 from kit.units import format_value
@@ -49,10 +49,9 @@ def plan_shapes(cases: Sequence[Case]) -> list[tuple[int, int, int]]:
     (micro-batch x sequence), in plan order, each once."""
     tokens: dict[str, tuple[LlamaShape, int]] = {}
     for case in cases:
-        params = case.params
-        if params.kind in CALIBRATED_KINDS and case.shape is not None and getattr(params, "max_batch_search", None) is None:
+        if case.params.kind in CALIBRATED_KINDS and case.step and case.shape is not None and case.max_batch_search is None:
             _, most = tokens.get(case.model, (case.shape, 0))
-            tokens[case.model] = (case.shape, max(most, params.micro_batch * params.seq_len))
+            tokens[case.model] = (case.shape, max(most, case.step.tokens_per_step))
     return list(dict.fromkeys(s for shape, count in tokens.values() for s in linear_shapes(shape, count)))
 
 
@@ -75,30 +74,31 @@ def calibration_case(cases: Sequence[Case], host_gpus: int) -> Case | None:
                 method="calibrate", gpus=gpus, device=trained.device, params=params, unpublished=(), interpretation={})  # fmt: skip
 
 
-def _best(entry: dict) -> float:
+def _best(entry: Timed) -> float:
     """The best repeat's seconds per call."""
-    return min(entry["repeat_s"])
+    return min(entry.repeat_s)
 
 
 def _lowest(values: list[float], unit: str, how: str) -> MeasuredFigure:
     return MeasuredFigure(value=min(values), unit=unit, per_device=values, how=how)
 
 
-def _each(ranks: Sequence[RankSample], measurement: str) -> list[dict]:
-    return [rank.details[measurement] for rank in ranks]
+def _details(ranks: Sequence[RankSample]) -> list[CalibrationDetails]:
+    found = [rank.details_as(CalibrationDetails) for rank in ranks]
+    return [details for details in found if details is not None]
 
 
-def _per_shape(entries: list[dict]) -> dict[str, float]:
+def _per_shape(entries: list[MatmulTiming]) -> dict[str, float]:
     """One device's TFLOPS of each matmul shape: the best repeat of its best thread count."""
     found: dict[str, float] = {}
     for entry in entries:
-        key = f"{entry['m']}x{entry['k']}x{entry['n']}"
-        found[key] = max(found.get(key, 0.0), 2 * entry["m"] * entry["k"] * entry["n"] / _best(entry) / TERA)
+        key = f"{entry.m}x{entry.k}x{entry.n}"
+        found[key] = max(found.get(key, 0.0), 2 * entry.m * entry.k * entry.n / _best(entry) / TERA)
     return found
 
 
-def _threads(ranks: Sequence[RankSample]) -> list[str]:
-    return [str(count) for count in dict.fromkeys(entry["threads"] for rank in ranks for entry in rank.details["matmul"])]
+def _threads(details: Sequence[CalibrationDetails]) -> list[str]:
+    return [str(count) for count in dict.fromkeys(entry.threads for each in details for entry in each.matmul)]
 
 
 def _size(n_bytes: int) -> str:
@@ -108,33 +108,34 @@ def _size(n_bytes: int) -> str:
 def calibration_of(case: Case, run: RunSample, raw_samples: str) -> Calibration:
     """The figures of a calibration run from its ranks' raw times: each the best repeat, and of
     several GPUs the lowest (a synchronous step waits for the slowest)."""
-    params: CalibrateParams = case.params
+    params = case.params_as(CalibrateParams)
     ranks = sorted(run.ranks, key=lambda rank: rank.rank)
+    details = _details(ranks)
     devices = f"; the lowest of {len(ranks)} GPUs, measured at once" if len(ranks) > 1 else ""
     repeats = f"best of {params.repeats} repeats of {1000 * params.seconds_per_repeat:g} ms"
-    threads = f", with {' and with '.join(_threads(ranks))} threads" if case.device == "cpu" else ""
-    per_rank = [_per_shape(rank.details["matmul"]) for rank in ranks]
+    threads = f", with {' and with '.join(_threads(details))} threads" if case.device == "cpu" else ""
+    per_rank = [_per_shape(each.matmul) for each in details]
     lowest = {key: min(found[key] for found in per_rank) for key in per_rank[0]}
     best_shape = max(lowest, key=lowest.get)
     matmul = _lowest([max(found.values()) for found in per_rank], "TFLOPS",
                      f"{params.dtype} torch.matmul, the best of {len(lowest)} shapes of the plan's linear layers (M×K×N; best "
                      f"{best_shape.replace('x', '×')}), each the {repeats}{threads}{devices}")  # fmt: skip
-    copies = _each(ranks, "copy")
-    memory = _lowest([max(2 * entry["bytes"] / _best(entry) / GIGA for entry in entries) for entries in copies], "GB/s",
-                     f"a copy of {_size(copies[0][0]['bytes'])} within {'device' if case.device == 'cuda' else 'host'} memory, "
+    copies = [each.copies for each in details]
+    memory = _lowest([max(2 * entry.bytes / _best(entry) / GIGA for entry in entries) for entries in copies], "GB/s",
+                     f"a copy of {_size(copies[0][0].bytes)} within {'device' if case.device == 'cuda' else 'host'} memory, "
                      f"counted as read plus written (2 × its bytes, as STREAM's Copy counts), {repeats}{threads}{devices}")  # fmt: skip
     transfers = {}
     for name, words in (("host_to_device", "pinned host memory to the GPU"), ("device_to_host", "the GPU to pinned host memory")):
-        if all(name in rank.details for rank in ranks):
-            entries = _each(ranks, name)
-            transfers[name] = _lowest([entry["bytes"] / _best(entry) / GIGA for entry in entries], "GB/s",
-                                      f"copies of {_size(entries[0]['bytes'])} from {words}, {repeats}{devices}")  # fmt: skip
-    reduced = ranks[0].details.get("all_reduce")
+        entries = [entry for each in details if (entry := getattr(each, name)) is not None]
+        if entries and len(entries) == len(ranks):
+            transfers[name] = _lowest([entry.bytes / _best(entry) / GIGA for entry in entries], "GB/s",
+                                      f"copies of {_size(entries[0].bytes)} from {words}, {repeats}{devices}")  # fmt: skip
+    reduced = details[0].all_reduce
     all_reduce = None
     if reduced is not None:
-        busbw = bus_bandwidth_gbps("all_reduce", reduced["bytes"], _best(reduced), reduced["ranks"])
+        busbw = bus_bandwidth_gbps("all_reduce", reduced.bytes, _best(reduced), reduced.ranks)
         all_reduce = MeasuredFigure(value=busbw, unit="GB/s", how=(
-            f"one all-reduce of {_size(reduced['bytes'])} {reduced['dtype']} across {reduced['ranks']} GPUs by torch.distributed "
+            f"one all-reduce of {_size(reduced.bytes)} {reduced.dtype} across {reduced.ranks} GPUs by torch.distributed "
             f"(NCCL), bus bandwidth as nccl-tests computes it, {repeats}, each as long as its slowest rank"))  # fmt: skip
     return Calibration(
         device=case.device, device_names=[rank.device_name for rank in ranks], matmul_dtype=params.dtype, matmul=matmul,

@@ -25,7 +25,10 @@ def sweep_of(run: RunSample) -> CommSweep:
     ranks = sorted(run.ranks, key=lambda rank: rank.rank)
     if not ranks:
         raise ValueError(f"run {run.index} has no rank sample")
-    return CommSweep.model_validate(ranks[0].details)
+    sweep = ranks[0].details_as(CommSweep)
+    if sweep is None:
+        raise ValueError(f"run {run.index}'s rank 0 recorded no sweep")
+    return sweep
 
 
 def sweep_figures(sweep: CommSweep) -> dict[str, float]:

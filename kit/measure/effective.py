@@ -14,7 +14,7 @@ Pure: no framework imported. Each judge takes what was read and returns an Effec
 from __future__ import annotations
 
 from kit.plan.protocol import Case, TrainParams
-from kit.rundir.schema import EffectiveOption, RunSample
+from kit.rundir.schema import EffectiveOption, RunSample, TrainDetails
 from kit.theory.analytic import DECODER_LINEARS, lora_parameter_count
 
 # Option -> how a reason names it ("recomputation requested but not active: ...").
@@ -134,7 +134,7 @@ def lora(predicted: int, counted: int, rank: int) -> EffectiveOption:
 
 
 def expected_lora_parameters(case: Case) -> int:
-    params: TrainParams = case.params
+    params = case.params_as(TrainParams)
     return lora_parameter_count(case.shape, params.lora_rank, params.lora_targets or DECODER_LINEARS)
 
 
@@ -156,8 +156,8 @@ def merge(case: Case, runs: list[RunSample]) -> tuple[dict[str, EffectiveOption]
         for rank in run.ranks:
             if rank.status != "ok":
                 continue
-            reported = {name: EffectiveOption.model_validate(value)
-                        for name, value in (rank.details.get("effective") or {}).items()}  # fmt: skip
+            details = rank.details_as(TrainDetails)
+            reported = details.effective if details is not None else {}
             missing = [LABELS.get(name, name) for name in options_of(case.params) if name not in reported]
             if missing:
                 return merged, f"run {run.index}, rank {rank.rank} did not report its {', '.join(missing)}"

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import ValidationError
 
-from kit.measure.marked_breakdown import recorded_breakdown
 from kit.plan.protocol import Case
+from kit.rundir.breakdown import Breakdown, MarkedBreakdown
 from kit.rundir.schema import Metric, RankSample, RunSample
 from kit.rundir.serving import ServeDetails
 
@@ -51,7 +50,8 @@ def train_interval_tokens(rank: RankSample) -> int:
 
 def serve_interval_tokens(rank: RankSample) -> int:
     """The output tokens of the burst's completed requests (the driver's aggregates)."""
-    aggregates = ServeDetails.model_validate(rank.details).aggregates
+    details = rank.details_as(ServeDetails)
+    aggregates = details.aggregates if details is not None else None
     if aggregates is None:
         raise NoReading("the burst's aggregates are not recorded")
     return aggregates.output_tokens
@@ -59,10 +59,9 @@ def serve_interval_tokens(rank: RankSample) -> int:
 
 def profile_interval_tokens(rank: RankSample) -> int:
     """The tokens of a breakdown's plain measured steps (kit/workloads/step_timeline.py samples those)."""
-    try:
-        breakdown = recorded_breakdown(rank.details)
-    except ValidationError:
-        raise NoReading("the breakdown's batch and steps are not recorded") from None
+    breakdown = rank.details
+    if not isinstance(breakdown, (Breakdown, MarkedBreakdown)):
+        raise NoReading("the breakdown's batch and steps are not recorded")
     return breakdown.micro_batch * breakdown.seq_len * len(breakdown.step_ms_per_step)
 
 
@@ -95,7 +94,7 @@ def per_run_energy(case: Case, runs: Sequence[RunSample]) -> list[tuple[float, f
     tokens_of = INTERVAL_TOKENS.get(case.workload)
     if tokens_of is None:
         raise NoReading(f"a {case.workload} case produces no tokens to divide its energy by")
-    if getattr(case.params, "max_batch_search", None) is not None:
+    if case.max_batch_search is not None:
         raise NoReading("a max-batch search's trials differ in micro-batch")
     return [run_energy(run.ranks, tokens_of) for run in runs]
 

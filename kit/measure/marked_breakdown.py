@@ -11,18 +11,7 @@ same as the kit that measured it, and shows them as they were measured.
 from __future__ import annotations
 
 from kit.measure.breakdown import part_figures
-from kit.rundir.breakdown import Breakdown, MarkedBreakdown
-
-
-def is_marked(details: dict) -> bool:
-    """Whether rank details hold a breakdown of the marks (they have instrumented steps)."""
-    return "instrumented_step_ms" in details
-
-
-def recorded_breakdown(details: dict) -> Breakdown | MarkedBreakdown:
-    """A profile rank's details, read as the kit that recorded them wrote them (pydantic's
-    ValidationError where they are neither)."""
-    return MarkedBreakdown.model_validate(details) if is_marked(details) else Breakdown.model_validate(details)
+from kit.rundir.breakdown import MarkedBreakdown
 
 
 def marked_figures(breakdown: MarkedBreakdown) -> dict[str, float]:

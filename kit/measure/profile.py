@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kit.measure.breakdown import part_figures
-from kit.measure.marked_breakdown import is_marked, marked_figures, marked_notes
+from kit.measure.marked_breakdown import marked_figures, marked_notes
 from kit.measure.metrics import peak_memory_gib, summarize
 from kit.measure.unit import StageUnit
 from kit.plan.predictions import device_spec, model_notes
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, StepParams
 from kit.rundir.breakdown import (
     ACCOUNTED_TOLERANCE,
     PROFILER_OVERHEAD_LIMIT,
@@ -95,13 +95,15 @@ def profile_case_metrics(
     TFLOPS and MFU, peak memory; notes with the analytical model and every impossible value.
     A run recorded by a kit of the marks (kit.measure.marked_breakdown) keeps that kit's figures."""
     details = [run.ranks[0].details for run in runs]
-    if all(is_marked(d) for d in details):
-        marked = [MarkedBreakdown.model_validate(d) for d in details]
+    marked = [d for d in details if isinstance(d, MarkedBreakdown)]
+    if marked and len(marked) == len(details):
         per_run = [marked_figures(b) for b in marked]
         notes = marked_notes(marked)
         cpu_note = f"GPU idle share: {marked[0].activity_method}"
     else:
-        breakdowns = [Breakdown.model_validate(d) for d in details]
+        breakdowns = [run.ranks[0].details_as(Breakdown) for run in runs]
+        if None in breakdowns:
+            raise ValueError("a profile run recorded no breakdown")
         per_run = [breakdown_figures(b) for b in breakdowns]
         notes = [note for b in breakdowns for note in breakdown_notes(b)]
         cpu_note = CPU_IDLE
@@ -110,7 +112,7 @@ def profile_case_metrics(
         name: summarize([figures[name] for figures in per_run], "s" if name.endswith("_s") else "fraction")
         for name in names
     }
-    tokens = case.params.micro_batch * case.params.seq_len
+    tokens = case.params_as(StepParams).tokens_per_step
     found["tokens_per_s"] = summarize([tokens / figures["step_s"] for figures in per_run], "tokens/s")
     peaks = [max(peak_memory_gib(rank) for rank in run.ranks) for run in runs]
     found["peak_memory_gib"] = summarize(peaks, "GiB")

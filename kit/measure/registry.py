@@ -36,7 +36,7 @@ def unit_of(case: Case) -> StageUnit | None:
     """The unit that judges and measures `case`: the max-batch unit for a case whose runs are a
     search's trials, else its stage's, else its workload's; None for a workload no unit measures
     (its cases record samples and no metrics)."""
-    if getattr(case.params, "max_batch_search", None) is not None:
+    if case.max_batch_search is not None:
         return MAXBATCH
     unit = BY_NAME.get(case.stage)
     return unit if unit is not None and unit is not MAXBATCH else BY_WORKLOAD.get(case.workload)

@@ -50,7 +50,7 @@ def scaling_rows(results: Iterable[Result], stage: str = "scaling") -> list[Scal
         if result.stage != stage:
             continue
         case = result.case
-        key = (case.model, case.method, getattr(case.params, "micro_batch", None))
+        key = (case.model, case.method, case.micro_batch)
         series.setdefault(key, []).append(result)
     rows: list[ScalingRow] = []
     for (model, method, micro_batch), members in series.items():

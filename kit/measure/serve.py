@@ -48,6 +48,14 @@ SERVE_FIGURES = {
 }
 
 
+def driver_details(run: RunSample) -> ServeDetails:
+    """What run's driver (rank 0) recorded; ValueError where it recorded nothing."""
+    details = next(rank for rank in run.ranks if rank.rank == 0).details_as(ServeDetails)
+    if details is None:
+        raise ValueError(f"run {run.index}'s driver recorded no details")
+    return details
+
+
 def serve_case_metrics(
     case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
 ) -> tuple[dict[str, Metric | None], list[str]]:
@@ -55,7 +63,7 @@ def serve_case_metrics(
     limited it, short outputs, the roofline bound, a token count the engine disagrees with, and
     the sweep's points (whose figures the report computes from their rows, under the objectives
     it is given: kit.serve.slo)."""
-    driver = [ServeDetails.model_validate(next(rank for rank in run.ranks if rank.rank == 0).details) for run in runs]
+    driver = [driver_details(run) for run in runs]
     found, notes = {}, []
     for name, (unit, pick) in SERVE_FIGURES.items():
         values = []

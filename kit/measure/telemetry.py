@@ -45,7 +45,7 @@ def nvml_uuid(torch_uuid: str) -> str:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
-class Reading(NamedTuple):
+class GpuSample(NamedTuple):
     """One sample of one GPU; a field NVML refused is None (a missed used-memory reading is no sample)."""
 
     used_bytes: int
@@ -94,7 +94,7 @@ def summarize(
     )
 
 
-def summarize_readings(gpu_index: int | None, elapsed_s: float, readings: Sequence[Reading], energy_start_mj: int | None,
+def summarize_readings(gpu_index: int | None, elapsed_s: float, readings: Sequence[GpuSample], energy_start_mj: int | None,
                        energy_end_mj: int | None) -> DeviceTelemetry:  # fmt: skip
     def present(field: str) -> list[int]:
         return [value for value in (getattr(reading, field) for reading in readings) if value is not None]
@@ -132,7 +132,7 @@ class NvmlSampler:
         self._nvml, self._handle, self._index = nvml, None, None
         self._initialised_here = False
         self._problem: str | None = None
-        self._readings: list[Reading] = []
+        self._readings: list[GpuSample] = []
         self._energy_start: int | None = None
         self._lap: tuple[int, int | None, float] = (0, None, 0.0)  # (first reading, energy, time) of the lap
         self._stop = threading.Event()
@@ -194,7 +194,7 @@ class NvmlSampler:
             used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
         except Exception:  # a missed sample is a smaller count, never a made-up value
             return
-        self._readings.append(Reading(
+        self._readings.append(GpuSample(
             used_bytes=used,
             power_mw=self._read(lambda: nvml.nvmlDeviceGetPowerUsage(handle)),
             sm_clock_mhz=self._read(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),

@@ -76,7 +76,8 @@ def tokens_disagree(result: Result) -> str | None:
         return None
     for index, sample in enumerate(result.samples, start=1):
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-        tokens = ServeDetails.model_validate(driver.details).tokens if driver else None
+        details = driver.details_as(ServeDetails) if driver else None
+        tokens = details.tokens if details else None
         counted = tokens.server_counters.generated_tokens if tokens else None
         if counted is not None and not tokens.equal:
             return (f"self-check failed in run {index}: the client counted {tokens.client_counted} tokens, "

@@ -65,7 +65,7 @@ def _training(case: Case, spec, capacity_bytes: int | None) -> Estimate | None:
     from kit.plan.predictions import predicted_oom, predicted_training_memory, training_step_bound
 
     params = case.params
-    runs = params.max_batch_search.max_trials if getattr(params, "max_batch_search", None) else params.runs
+    runs = case.max_batch_search.max_trials if case.max_batch_search else params.runs
     if predicted_oom(case, spec, capacity_bytes):
         return Estimate(seconds=runs * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run")
     bound = training_step_bound(case, spec)
@@ -112,7 +112,7 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
 
 def estimate(case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None) -> Estimate:
     """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known."""
-    soak = getattr(case.params, "soak", None)
+    soak = case.soak
     if soak is not None:  # as long as it was asked to last, whatever an earlier soak lasted
         start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
         return Estimate(seconds=soak.seconds + start, basis=f"the soak's {soak.seconds:g} s and a start of {start:.0f} s")

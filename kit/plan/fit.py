@@ -22,7 +22,7 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False, cluste
         return f"no '{case.workload}' workload in kit {kit.__version__} yet"
     if case.device == "cuda" and case.gpus > host.gpu_count and not cluster:
         return f"needs {case.gpus} GPUs, host has {host.gpu_count}"
-    if getattr(case, "does_not_fit", None) and not cluster:
+    if case.does_not_fit and not cluster:
         return case.does_not_fit
     if skip_predicted_oom and case.device == "cuda":
         from kit.plan.predictions import host_gpu_spec, predicted_oom

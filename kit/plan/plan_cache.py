@@ -101,6 +101,10 @@ def _reads_as_case(case: object) -> bool:
 
 
 def case_view(data: dict) -> SimpleNamespace:
-    """A case of `plan_data` read as kit.plan.protocol.Case reads (case.gpus, case.params.runs), for
-    what only shows or sorts cases (kit.plan.view, kit.host.this_host.skip_reason)."""
-    return SimpleNamespace(**{**data, "params": SimpleNamespace(**data["params"])})
+    """A case of `plan_data` read as kit.plan.protocol.Case reads (case.gpus, case.params.runs, the
+    step parameters and soak of a case), for what only shows or sorts cases (kit.plan.view,
+    kit.plan.fit.skip_reason, kit.plan.estimate)."""
+    params = SimpleNamespace(**data["params"])
+    step = params if data["params"].get("kind") in ("train", "profile") else None
+    soak = data["params"].get("soak")
+    return SimpleNamespace(**{**data, "params": params, "step": step, "soak": SimpleNamespace(**soak) if soak else None})

@@ -33,7 +33,7 @@ from kit.theory.analytic import (
     weight_bytes_read_per_forward,
 )
 from kit.theory.hardware import GpuSpec, HardwareTable, peak_tflops
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, StepParams
 
 GIB = 1024**3
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -227,7 +227,7 @@ def training_step_bound(case: Case, spec: GpuSpec | None) -> LatencyBound | None
     passes = 4 if params.recompute else 3
     per_token = hardware_flops_per_token(case.shape, params.seq_len, params.recompute, frozen_linears=frozen)
     per_token -= passes * attention_matmul_flops_per_token(case.shape, params.seq_len) / 2
-    flops = per_token * params.micro_batch * params.seq_len
+    flops = per_token * params.tokens_per_step
     bandwidth = _bandwidth_gb_s(spec)
     if bandwidth is None:
         return LatencyBound(compute_s=flops / (peak * 1e12), memory_s=0.0)
@@ -244,12 +244,12 @@ def training_throughput_bound(case: Case, spec: GpuSpec | None) -> float | None:
     """Most tokens/s a full-training case can reach on `spec`: every data-parallel GPU runs its
     micro-batch in training_step_bound's least time. None where that bound is None, or with
     tensor parallelism, whose split layers the bound does not model."""
-    if getattr(case.params, "tensor_parallel", 1) > 1:
+    if case.train is not None and case.train.tensor_parallel > 1:
         return None
     bound = training_step_bound(case, spec)
     if bound is None:
         return None
-    return case.params.micro_batch * case.params.seq_len * case.gpus / bound.seconds
+    return case.params_as(StepParams).tokens_per_step * case.gpus / bound.seconds
 
 
 def below_bound(what: str, measured_s: float, bound: LatencyBound | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 import re
-from typing import Annotated, Any, Literal, NamedTuple, Union
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -26,7 +26,8 @@ from kit.files.names import checked_name
 
 
 class Strict(BaseModel):
-    """Manifest models reject unknown keys: a typo must not silently fall back to a default."""
+    """Every manifest's models (the protocol, the reference, the images lock) reject unknown keys:
+    a typo must not silently fall back to a default, nor a misspelt bound vanish."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -88,6 +89,11 @@ class StepParams(CaseParams):
     # "eager" (matmul-softmax-matmul) is "FlashAttention off": on a GPU, SDPA dispatches bf16
     # attention to a flash kernel of its own (see the stages' interpretation).
     attention: Literal["eager", "sdpa", "flash_attention_2"] = "eager"
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one process consumes per step: micro-batch x sequence length."""
+        return self.micro_batch * self.seq_len
 
 
 class Soak(Strict):
@@ -236,6 +242,7 @@ class CalibrateParams(CaseParams):
 Params = Annotated[
     Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
 ]
+P = TypeVar("P", TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams, StepParams)
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,
     "serve": ServeParams,
@@ -368,13 +375,47 @@ class Case(BaseModel):
     fitted_from: int | None = None
     does_not_fit: str | None = None  # why the host's GPUs cannot hold the case's model at all, found when fitting
 
+    def params_as(self, kind: type[P]) -> P:
+        """The case's parameters as the kind its workload takes (TypeError for another kind)."""
+        if not isinstance(self.params, kind):
+            raise TypeError(f"case {self.id} has {type(self.params).__name__}, not {kind.__name__}")
+        return self.params
+
+    @property
+    def step(self) -> StepParams | None:
+        """A training or profile case's step parameters; None for another kind."""
+        return self.params if isinstance(self.params, StepParams) else None
+
+    @property
+    def train(self) -> TrainParams | None:
+        return self.params if isinstance(self.params, TrainParams) else None
+
+    @property
+    def micro_batch(self) -> int | None:
+        return self.step.micro_batch if self.step else None
+
+    @property
+    def max_batch_search(self) -> MaxBatchSearch | None:
+        """Set on a max-batch case: its runs are the search's trials."""
+        return self.train.max_batch_search if self.train else None
+
+    @property
+    def soak(self) -> Soak | None:
+        """Set on a soak case: its one run measures windows for that long."""
+        return self.params.soak if isinstance(self.params, (TrainParams, ServeParams)) else None
+
+    @property
+    def shares_launch(self) -> bool:
+        """Whether one launch does the case's runs one after another (TrainParams.launch)."""
+        return self.train is not None and self.train.launch == "shared"
+
     @property
     def needs_checkpoint(self) -> bool:
         """Whether the case loads a checkpoint: a serve case, or training that quantises or adds
         LoRA to a pre-trained model (otherwise training starts from random initialisation)."""
         if self.workload == "serve":
             return True
-        return self.workload == "train" and (self.params.quantization != "none" or self.params.peft != "none")
+        return self.train is not None and (self.train.quantization != "none" or self.train.peft != "none")
 
     @property
     def fitted(self) -> str | None:
@@ -429,7 +470,7 @@ def serving_fit(shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memor
 def unavailable_by_design(case: Case) -> str | None:
     """Why a case cannot run on its device whatever the host has, or None: such a case is
     `unavailable` with this reason, never run with something else in its place."""
-    if case.device != "cuda" and getattr(case.params, "attention", None) == "flash_attention_2":
+    if case.device != "cuda" and case.step is not None and case.step.attention == "flash_attention_2":
         return "FlashAttention-2 needs a CUDA GPU; this case runs on CPU (SDPA is not substituted)"
     return None
 
@@ -556,7 +597,7 @@ def _stage_cases(
                 first = exc.errors()[0]  # type: ignore[attr-defined]
                 key = ".".join(str(p) for p in first["loc"])
                 raise ManifestError(path, f"{where} ({method}).params.{key}", first["msg"]) from None
-            if profile.device == "cuda" and getattr(params, "memory_cap_gib", None) is not None:
+            if profile.device == "cuda" and isinstance(params, TrainParams) and params.memory_cap_gib is not None:
                 raise ManifestError(path, f"{where} ({method}).params.memory_cap_gib",
                                     "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles")  # fmt: skip
             shape = protocol.models[model] if model else None
@@ -567,7 +608,7 @@ def _stage_cases(
             for gpus, (written, why, does_not_fit) in fitted.items():
                 cases.append(
                     Case(
-                        id=case_id(stage_name, model, method, gpus, getattr(params, "micro_batch", None)),
+                        id=case_id(stage_name, model, method, gpus, params.micro_batch if isinstance(params, StepParams) else None),
                         stage=stage_name,
                         workload=stage.workload,
                         image=_case_image(stage, profile, method, options),

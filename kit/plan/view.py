@@ -36,8 +36,8 @@ def plan_text(title: str, cases: Sequence[Any], finished: set[str] = frozenset()
     header += ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
     rows = []
     for case in cases:
-        steps = getattr(case.params, "measured_steps", None)
-        soak = getattr(case.params, "soak", None)
+        steps = case.step.measured_steps if case.step else None
+        soak = case.soak
         fitted = fitted_label(case.gpus, getattr(case, "fitted_from", None))
         measured = f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"
         row = [case.id, case.model or "-", case.method, f"{case.gpus} ({fitted})" if fitted else str(case.gpus), str(case.params.runs),

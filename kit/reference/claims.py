@@ -449,7 +449,7 @@ def _evaluate_share(context: ClaimContext, relation: ShareRelation) -> RelationO
 
 def quantised(case: Case) -> bool:
     """Whether a case's weights are quantised (QLoRA, the paper's Q)."""
-    return getattr(case.params, "quantization", "none") != "none"
+    return case.train is not None and case.train.quantization != "none"
 
 
 def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelation) -> RelationOutcome:

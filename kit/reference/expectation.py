@@ -103,7 +103,7 @@ class ClaimExpectation(BaseModel):
         return self.verdict != "paper verdict"
 
 
-class Host(BaseModel):
+class ReportedGpu(BaseModel):
     """The reported run's GPU model as hardware.yaml knows it (spec None: not listed)."""
 
     name: str | None
@@ -115,12 +115,12 @@ class Host(BaseModel):
         return self.spec.model if self.spec else (self.name or "no GPU")
 
 
-def host_of(run: MeasuredRun, hardware: HardwareTable) -> Host:
+def host_of(run: MeasuredRun, hardware: HardwareTable) -> ReportedGpu:
     """The run's GPU model with its hardware.yaml entry where it has one. Where a run mixes models,
     the one a synchronous step waits for: one not in hardware.yaml (nothing to scale by, so no
     expectation is made up), else the lowest dense bf16 peak; the basis names it."""
     if not run.gpu_names:
-        return Host(name=None)
+        return ReportedGpu(name=None)
 
     def speed(name: str) -> tuple[bool, float]:
         spec = hardware.lookup(name)
@@ -129,7 +129,7 @@ def host_of(run: MeasuredRun, hardware: HardwareTable) -> Host:
     name = min(dict.fromkeys(run.gpu_names), key=speed)
     spec = hardware.lookup(name)
     key = next((key for key, entry in hardware.gpus.items() if entry is spec), None)
-    return Host(name=name, key=key, spec=spec)
+    return ReportedGpu(name=name, key=key, spec=spec)
 
 
 def _memory_gb(spec: GpuSpec) -> float | None:
@@ -152,7 +152,7 @@ def _platform_gpu(reference: Reference, hardware: HardwareTable, platform: str) 
     return hardware.gpus[reference.platforms[platform].gpus[0]]
 
 
-def most_like(host: Host, platforms: Sequence[str], reference: Reference, hardware: HardwareTable) -> str:
+def most_like(host: ReportedGpu, platforms: Sequence[str], reference: Reference, hardware: HardwareTable) -> str:
     """The platform whose GPU is most like the host's; the first when the host's is not listed."""
     if host.spec is None:
         return platforms[0]
@@ -211,7 +211,7 @@ class GpuRatio(BaseModel):
     basis: str
 
 
-def gpu_ratio(host: Host, platform_gpu: GpuSpec, stage: str, measured: Achievable | None = None) -> GpuRatio | str:
+def gpu_ratio(host: ReportedGpu, platform_gpu: GpuSpec, stage: str, measured: Achievable | None = None) -> GpuRatio | str:
     """The ratio, or why there is none. This host's figure is what the preflight measured where
     that is below its datasheet (`measured`), and the basis says so; the platform's is its
     datasheet's, so such a ratio expects less of this host than the datasheets would."""

@@ -51,7 +51,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
     class (unknown without a fingerprint)."""
     results = list(results)
     ranks = [rank for result in results for run in result.samples for rank in run.ranks]
-    gpus = set(info.host.get("gpus") or [])
+    gpus = set(info.host.gpus)
     gpus |= {name.strip() for rank in ranks if rank.device != "cpu" for name in rank.device_name.split(",")}
     interconnect = None
     if fingerprint is not None:

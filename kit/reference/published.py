@@ -12,12 +12,12 @@ from itertools import product
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from kit.theory.hardware import HardwareTable, load_hardware, normalise_name
 from kit.manifest import load_manifest, manifests_dir
+from kit.plan.protocol import Strict
+from kit.theory.hardware import HardwareTable, load_hardware, normalise_name
 from kit.units import Scale, Unit
-
 
 REFERENCE_FILE = Path("references") / "arxiv-2311.03687.yaml"
 
@@ -28,12 +28,6 @@ CaseId = Annotated[str, Field(pattern=CASE_ID_PATTERN)]
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 SCALING_METRIC = "tokens_per_s"  # a scaling efficiency divides throughputs (paper, Figure 4)
 MAX_EXPANDED = 1000  # relations one claim's for_each may expand into (the largest claim has 9)
-
-
-class Strict(BaseModel):
-    """Reference data rejects unknown keys: a misspelt bound must not silently vanish."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PlatformSpec(Strict):

@@ -79,7 +79,7 @@ def cover_of(
                 label="CPU",
                 value=(fingerprint.host.cpu.model or "not in the fingerprint") if fingerprint else run.before.missing,
             ),
-            Fact(label="Operating system", value=str(info.host.get("os") or "not recorded")),
+            Fact(label="Operating system", value=info.host.os or "not recorded"),
             Fact(label="Date (UTC)", value=f"{info.started_at} to {info.finished_at or 'not recorded'}"),
             Fact(label="Kit", value=f"{info.kit.version} (report by kit {__version__})"),
             Fact(

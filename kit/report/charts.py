@@ -60,7 +60,7 @@ class ScalingSeries(BaseModel):
     points: list[ScalingPoint]
 
 
-class SweepPoint(BaseModel):
+class SizePoint(BaseModel):
     size_bytes: int
     bus_bandwidth_gb_s: float
     time_us: float
@@ -70,7 +70,7 @@ class Sweep(BaseModel):
     """One collective over message sizes (the mean over its runs at each size)."""
 
     label: str
-    points: list[SweepPoint]
+    points: list[SizePoint]
 
 
 class RatioBar(BaseModel):

@@ -164,7 +164,7 @@ def node_facts(run: LoadedRun) -> dict[str, str]:
     kit = run.info.kit
     images = image_section(run)
     facts.update({
-        "Python (host)": str(run.info.host.get("python") or "not recorded"),
+        "Python (host)": run.info.host.python or "not recorded",
         "Executor": run.info.executor,
         "Kit version, commit": f"{kit.version}, {kit.git_commit or 'not recorded'}"
                                + (", with uncommitted changes" if kit.dirty else ""),

@@ -93,8 +93,8 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
     if recomputed:
         raise EvidenceError(Path(path), [f"stored figures differ from the raw samples: {line}" for line in recomputed])
     before = _read_fingerprint(run_dir.fingerprint_path, redact)
-    hostname = str(info.host.get("hostname") or "not recorded")
-    if redact and info.host.get("hostname"):
+    hostname = info.host.hostname or "not recorded"
+    if redact and info.host.hostname:
         hostname = redaction_token(hostname, redaction_salt())
     nodes = _node_fingerprints(run_dir, info, results.values(), redact)
     evidence = [entry.model_copy(update={"size": (run_dir.root / entry.path).stat().st_size}) for entry in read_sums(run_dir.root)]

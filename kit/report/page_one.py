@@ -197,7 +197,7 @@ def _training_gap(result: Result) -> str:
         return "no peak FLOPS is known for a CPU"
     if params.quantization != "none" or params.peft != "none":
         return "FLOPs model: full training only"
-    if getattr(params, "tensor_parallel", 1) > 1:
+    if case.train is not None and case.train.tensor_parallel > 1:
         return "the bound does not model tensor parallelism"
     return f"no {params.dtype} peak in manifests/hardware.yaml for {', '.join(sorted(set(_devices(result))))}"
 
@@ -321,9 +321,8 @@ def _ttft_bound_s(result: Result) -> float | None:
 
 def _burst_bounds(result: Result) -> list[ServingBounds | None]:
     """The roofline each run's driver recorded of its burst; None for a run without one."""
-    found = [ServeDetails.model_validate(rank.details).bounds for sample in result.samples for rank in sample.ranks
-             if rank.rank == 0]  # fmt: skip
-    return [bound if isinstance(bound, ServingBounds) else None for bound in found]
+    found = [rank.details_as(ServeDetails) for sample in result.samples for rank in sample.ranks if rank.rank == 0]
+    return [details.bounds if details is not None and isinstance(details.bounds, ServingBounds) else None for details in found]
 
 
 def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:

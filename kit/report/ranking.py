@@ -22,10 +22,9 @@ KINDS = {"full": "full-parameter", "quantized": "4-bit base", "adapter": "adapte
 
 def method_kind(case: Case) -> str:
     """The kind of training a case's method does (a key of KINDS)."""
-    params = case.params
-    if getattr(params, "peft", "none") != "none":
+    if case.train is not None and case.train.peft != "none":
         return "adapter"
-    return "quantized" if getattr(params, "quantization", "none") != "none" else "full"
+    return "quantized" if case.train is not None and case.train.quantization != "none" else "full"
 
 
 def overlap(a: Metric, b: Metric) -> bool:

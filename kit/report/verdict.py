@@ -40,7 +40,7 @@ def gpu_count(run: LoadedRun) -> int:
     fingerprint = run.before.fingerprint
     if fingerprint is not None and fingerprint.gpus.gpus:
         return len(fingerprint.gpus.gpus)
-    return len(run.info.host.get("gpus") or [])
+    return len(run.info.host.gpus)
 
 
 def primary(run: LoadedRun) -> list[Result]:

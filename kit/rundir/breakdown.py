@@ -92,6 +92,7 @@ class OperatorTime(BaseModel):
 class Breakdown(BaseModel):
     """The details of a profile case's sample: re-validated by the metrics and the report."""
 
+    kind: Literal["profile"] = "profile"
     format: Literal["timeline"] = "timeline"
     device: Literal["cuda", "cpu"]
     timer: str
@@ -216,6 +217,8 @@ class MarkedPhaseTime(BaseModel):
 
 class MarkedBreakdown(BaseModel):
     """A profile case's rank details as kits before the timeline attribution wrote them."""
+
+    kind: Literal["profile-marks"] = "profile-marks"
 
     device: Literal["cuda", "cpu"]
     timer: str

@@ -103,7 +103,7 @@ def run_statement(run: RunDir, signed_on: str) -> Statement:
     fingerprints = [run.fingerprint_path.name, run.fingerprint_after_path.name,
                     *(Path(path).as_posix() for path in info.node_fingerprints.values())]  # fmt: skip
     kit = info.kit
-    images = (info.model_extra or {}).get("images") or {}
+    images = info.images
     return Statement(
         subject=[ResourceDescriptor(name=SUMS_FILE, digest={"sha256": sha256_file(run.root / SUMS_FILE)})],
         predicate=RunPredicate(

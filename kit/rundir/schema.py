@@ -5,13 +5,17 @@ Where each lies in the run directory: kit.rundir.directory."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag, field_validator, model_validator
 
+from kit.comm.sweep import CommSweep
 from kit.host.environment import Check, Finding
-from kit.host.fingerprint import KitInfo
+from kit.host.fingerprint import Calibration, KitInfo
+from kit.plan.estimate import Estimate
 from kit.plan.protocol import Case, Name, Plan
+from kit.rundir.breakdown import Breakdown, MarkedBreakdown
+from kit.rundir.serving import ServeDetails
 
 Status = Literal["ok", "oom", "error", "unavailable", "skipped", "timeout"]
 
@@ -69,6 +73,98 @@ class EffectiveOption(BaseModel):
     evidence: str  # where `observed` was read (API call / count), one line
 
 
+class TrainDetails(BaseModel):
+    """What a training rank records of its engine: its settings as built (DeepSpeed's config, the
+    ops it loaded, where the weights came from), and each option of the method as the running
+    engine reported it (kit.measure.effective)."""
+
+    kind: Literal["train"] = "train"
+    framework: str | None = None  # Megatron-LM's engine names itself; DeepSpeed's cases leave it out
+    world_size: int | None = None
+    zero_stage: int | None = None
+    deepspeed_ops: dict[str, str] = {}  # op -> where it came from (built, cached, loaded)
+    weights: str | None = None
+    optimizer: str | None = None
+    deepspeed_config: dict[str, JsonValue] = {}  # the configuration DeepSpeed was given, as it takes it
+    local_rank: int | None = None
+    effective: dict[str, EffectiveOption] = {}
+    losses: list[float] = []  # Megatron-LM's loss of each step
+
+
+class Timed(BaseModel):
+    """A calibration measurement's repeats: the calls each ran, and its seconds per call."""
+
+    iterations: int
+    repeat_s: list[float]
+
+
+class MatmulTiming(Timed):
+    m: int
+    k: int
+    n: int
+    dtype: str
+    threads: int | None = None  # on a CPU: the intra-op threads it ran with
+
+
+class CopyTiming(Timed):
+    bytes: int
+    threads: int | None = None
+    pinned: bool = False  # a host-device copy from pinned host memory
+
+
+class AllReduceTiming(Timed):
+    bytes: int
+    dtype: str
+    ranks: int
+
+
+class CalibrationDetails(BaseModel):
+    """The raw times of a calibration rank (kit.workloads.calibrate); its figures: kit.measure.calibration."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True)
+
+    kind: Literal["calibrate"] = "calibrate"
+    matmul: list[MatmulTiming]
+    copies: list[CopyTiming] = Field(alias="copy")
+    host_to_device: CopyTiming | None = None
+    device_to_host: CopyTiming | None = None
+    all_reduce: AllReduceTiming | None = None
+
+
+def details_kind(value: object) -> str:
+    """The record a rank's details are: their `kind`, or, in a run written before the details said
+    it, the kind their keys show."""
+    if isinstance(value, BaseModel):
+        return str(getattr(value, "kind"))
+    if not isinstance(value, dict):
+        return "train"  # pydantic then says what is wrong with it
+    if "kind" in value:
+        return str(value["kind"])
+    if "engine" in value:
+        return "serve"
+    if "collective" in value:
+        return "comm"
+    if "instrumented_step_ms" in value:
+        return "profile-marks"
+    if value.get("format") == "timeline":
+        return "profile"
+    if "matmul" in value:
+        return "calibrate"
+    return "train"
+
+
+RankDetails = Annotated[
+    Annotated[TrainDetails, Tag("train")]
+    | Annotated[Breakdown, Tag("profile")]
+    | Annotated[MarkedBreakdown, Tag("profile-marks")]
+    | Annotated[ServeDetails, Tag("serve")]
+    | Annotated[CommSweep, Tag("comm")]
+    | Annotated[CalibrationDetails, Tag("calibrate")],
+    Discriminator(details_kind),
+]
+D = TypeVar("D", TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails)
+
+
 class RankSample(BaseModel):
     """What one process of one run measured; written by the workload harness."""
 
@@ -87,10 +183,22 @@ class RankSample(BaseModel):
     peak_memory: PeakMemory | None = None
     telemetry: DeviceTelemetry | None = None
     windows: list[SoakWindow] = []  # a soak case's windows, one after another
-    details: dict[str, Any] = {}
+    details: RankDetails | None = None  # what the stage's workload records beside its times
     versions: dict[str, str] = {}
     started_at: str
     finished_at: str
+
+    @field_validator("details", mode="before")
+    @classmethod
+    def _none_for_empty(cls, value: object) -> object:
+        return None if value == {} else value  # a rank that recorded nothing (written as {} before)
+
+    def details_as(self, kind: type[D]) -> D | None:
+        """The rank's details as the record of its stage (None where it recorded none); ValueError
+        where they are another stage's."""
+        if self.details is not None and not isinstance(self.details, kind):
+            raise ValueError(f"rank {self.rank} holds {type(self.details).__name__}, not {kind.__name__}")
+        return self.details
 
 
 class ContainerRun(BaseModel):
@@ -176,10 +284,56 @@ class ImagePreparation(BaseModel):
     error: str | None = None
 
 
+class PreflightLine(BaseModel):
+    """One check of one image: what was tried, how it went, and what to do if it failed."""
+
+    image: str
+    check: str
+    status: Literal["ok", "fail"]
+    detail: str
+    hint: str | None = None
+    seconds: float
+
+
+class Preflight(BaseModel):
+    lines: list[PreflightLine]
+    seconds: float
+    # What the host achieved (kit.measure.calibration); `kit run` moves it into the run's fingerprint.
+    calibration: Calibration | None = None
+
+    def failed_images(self) -> dict[str, str]:
+        """Image -> the first failed check's reason, for the cases that would run in it."""
+        failed: dict[str, str] = {}
+        for line in self.lines:
+            if line.status == "fail" and line.image != "host" and line.image not in failed:
+                failed[line.image] = f"preflight: {line.check} failed: {line.detail}"
+        return failed
+
+
+class SlurmOptions(BaseModel):
+    """`kit run --executor slurm`'s options, kept in run.json so that a resume submits alike."""
+
+    partition: str | None = None
+    account: str | None = None
+    nodes: int | None = Field(default=None, ge=1, description="nodes per job (default: as many as the ranks need)")
+    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs of a node; a GPU case's ranks fill nodes of this size")
+    time_limit: str | None = Field(default=None, description="Slurm's --time (default: the case's timeout)")
+    sbatch_args: list[str] = []
+    container_mode: Literal["none", "pyxis"] = "none"
+    nodelist: str | None = Field(default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node")
+
+
+class HostSummary(BaseModel):
+    """The host a run was started on, as run.json names it (its fingerprint says the rest)."""
+
+    hostname: str | None = None  # a redacted run's is made a token when the run directory is sealed
+    os: str | None = None
+    python: str | None = None
+    gpus: list[str] = []
+
+
 class RunInfo(BaseModel):
     """run.json: enough to resume the run and to know where its numbers came from."""
-
-    model_config = ConfigDict(extra="allow")
 
     run_id: str
     kit: KitInfo
@@ -187,7 +341,7 @@ class RunInfo(BaseModel):
     plan: Plan
     selected: list[Name]
     executor: str
-    host: dict[str, Any]
+    host: HostSummary
     argv: list[str]
     started_at: str
     finished_at: str | None = None
@@ -197,14 +351,19 @@ class RunInfo(BaseModel):
     forced: bool = False  # started with --force despite failing checks
     findings: list[Finding] = []  # drift between fingerprint.json and fingerprint-after.json
     skip_predicted_oom: bool = False  # --skip-predicted-oom: GPU cases the memory model says cannot fit are skipped
-    preflight: dict[str, Any] | None = None  # kit.execute.preflight.Preflight, as checked before the first case
+    preflight: Preflight | None = None  # as checked before the first case (its calibration is in fingerprint.json)
     no_preflight: bool = False  # started with --no-preflight
-    estimates: dict[str, dict[str, Any]] = {}  # case id -> kit.plan.estimate.Estimate made before the run
+    estimates: dict[str, Estimate] = {}  # case id -> how long it was estimated to take before the run
     redacted: bool = False  # kit run --redact: no host or user name, no identifying path in any file of the run
     accepted_changes: list[AcceptedChanges] = []  # resumed with --accept-changes: what differed from SHA256SUMS
-    slurm: dict[str, Any] | None = None  # --executor slurm: its options (kit.execute.slurm_script.SlurmOptions)
+    slurm: SlurmOptions | None = None  # --executor slurm: its options
     # --executor slurm: each node a job ran on -> its fingerprint, taken on it (kit.execute.node_fingerprint)
     node_fingerprints: dict[str, str] = {}
+    # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
+    # images it needed, and whether each was present, built or pulled first, and in how long.
+    image_preparation: list[ImagePreparation] = []
+    images: dict[str, str] = {}  # each image a case ran in (reference) -> its digest, as its containers said
+    synthetic: str | None = None  # why a run's numbers were measured on no machine (a test's run directory)
 
     @model_validator(mode="after")
     def _selected_cases_are_in_the_plan(self) -> "RunInfo":
@@ -212,6 +371,3 @@ class RunInfo(BaseModel):
         if unknown:
             raise ValueError(f"selected case {unknown[0]!r} is not in the run's plan")
         return self
-    # A GPU profile runs in its images (docker) unless the user asked for --executor local; the
-    # images it needed, and whether each was present, built or pulled first, and in how long.
-    image_preparation: list[ImagePreparation] = []

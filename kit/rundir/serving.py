@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from kit.plan.predictions import ConcurrencyBound, ServingBounds
 
@@ -118,10 +119,12 @@ class ClientLoad(BaseModel):
     loop_lag_p99_s: float  # how late a 10 ms timer fired in the client's event loop (p99)
     loop_lag_max_s: float
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def cpu_share(self) -> float:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def cpu_us_per_event(self) -> float:
         return 1e6 * self.cpu_s / self.events if self.events else 0.0
@@ -242,52 +245,146 @@ class ServerCounters(BaseModel):
     unavailable: str | None = None
 
 
-class Recorded(BaseModel):
-    """A part of the details: what is not named here (the engine's launch, the client's load) is
-    kept as it was written."""
-
-    model_config = ConfigDict(extra="allow")
-
-
 class NoBound(BaseModel):
     """Why no roofline was computed (a CPU, a GPU the hardware table lacks)."""
 
     unavailable: str
 
 
-class TokenCheck(Recorded):
+class TokenCheck(BaseModel):
     """The generated tokens the client counted beside the engine's own counters over the same
     interval: equal, or the rows do not hold what the engine did."""
 
     client_counted: int
+    token_events: int | None = None  # events that carried output (TTFT and ITL are timed by them)
+    engine_reported_per_request: int | None = None  # output tokens the engine reported in its responses
     server_counters: ServerCounters
     equal: bool
 
 
-class SweepPointDetails(Recorded):
-    """One point of the sweep: how many requests it planned and sent at its concurrency."""
+class PointFiles(BaseModel):
+    requests: str  # the point's rows, relative to the run's folder
+
+
+class SweepPointDetails(BaseModel):
+    """One point of the sweep: how many requests it planned and sent at its concurrency, and the
+    figures of those it sent."""
 
     concurrency: int
     planned: int
     sent: int
-    cut_short: bool
+    files: PointFiles | None = None
+    aggregates: BurstAggregates
+    client: ClientLoad | None = None
     saturation: Saturation
     bounds: ConcurrencyBound | NoBound
+    cut_short: bool
 
 
-class SweepDetails(Recorded):
-    points: list[SweepPointDetails]
+class SweepDetails(BaseModel):
+    levels: list[int] = []
+    planned: dict[str, int] = {}  # concurrency -> requests planned
     max_point_s: float | None = None
+    points: list[SweepPointDetails]
     not_measured: str | None = None
-    tokens: TokenCheck
+    tokens: TokenCheck | None = None
     server_count_mismatches: list[int] = []
 
 
-class ServeDetails(Recorded):
-    aggregates: BurstAggregates | None = None  # the burst's, absent where no request of it finished
+class CpuSplit(BaseModel):
+    """The CPUs the engine may use and those the client keeps."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: tuple[int, ...]
+    client: tuple[int, ...]
+
+
+class EngineStop(BaseModel):
+    """How the engine ended: by itself, or stopped (SIGTERM, SIGKILL, docker stop), and its exit."""
+
+    stopped_by: str
+    exit_code: int | None = None
+    oom_killed: bool | None = None  # a container's, as docker said
+
+
+class ContainerPort(BaseModel):
+    container: int
+    host: str  # 127.0.0.1:<port>
+
+
+class EngineRecord(BaseModel):
+    """The engine as it ran: which, where (`placement`) and how it was launched (a process of this
+    host: its argv and pid; a container: its image by digest, entrypoint, user, command and
+    confinement), on which CPUs, how long it took to be ready, and how it stopped."""
+
+    name: str
+    label: str
+    placement: str  # local, docker
+    version: str | None = None
+    argv: list[str] | None = None  # local
+    pid: int | None = None  # local
+    port: int | ContainerPort | None = None
+    environment: list[str] | dict[str, str] | None = None  # the variables' names (local), or the container's
+    image: str | None = None  # docker
+    image_digest: str | None = None
+    repo_digests: list[str] = []
+    entrypoint: list[str] | None = None
+    user: str | None = None
+    command: list[str] | None = None
+    container_id: str | None = None
+    confinement: dict[str, list[str] | str | None] = {}
+    cpus: CpuSplit | None = None  # on a host without GPUs: the engine's CPUs and the client's
+    ready_s: float | None = None
+    stop: EngineStop | None = None
+    log_tail: str | None = None  # where the run failed
+
+
+class ModelRecord(BaseModel):
+    """The model folder the engine served: the synthetic checkpoint, the weightless model, or real
+    weights the user gave, with the digest of each of its files."""
+
+    kind: str
+    path: str
+    sha256: str
+    files: dict[str, str] = {}
+
+
+class PromptsRecord(BaseModel):
+    count: int
+    input_tokens: int
+    counted_by: str
+    server_count_mismatches: list[int] = []  # requests whose prompt the engine counted differently
+
+
+class RunFiles(BaseModel):
+    requests: str
+    engine_log: str
+    engine: str
+
+
+class WarmupRecord(BaseModel):
+    requests: int
+    duration_s: float
+    errors: list[str | None] = []
+
+
+class ServeDetails(BaseModel):
+    """A serve run's driver details: the engine and model it served, the prompts, then the burst's
+    figures (absent where no request of it finished), and the sweep's."""
+
+    kind: Literal["serve"] = "serve"
+    engine: EngineRecord
+    model: ModelRecord | None = None
+    prompts: PromptsRecord | None = None
+    ignore_eos: bool | None = None
+    ignore_eos_note: str | None = None  # an engine that cannot be told to ignore EOS says so
+    files: RunFiles | None = None
+    warmup: WarmupRecord | None = None
+    aggregates: BurstAggregates | None = None
+    client: ClientLoad | None = None
     saturation: Saturation | None = None
     tokens: TokenCheck | None = None
     bounds: ServingBounds | NoBound | None = None
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
-    ignore_eos_note: str | None = None  # an engine that cannot be told to ignore EOS says so

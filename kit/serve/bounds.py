@@ -4,8 +4,15 @@ manifests/hardware.yaml does not list or gives no peak for)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+from kit.plan.predictions import ConcurrencyBound, ServingBounds
 from kit.plan.protocol import Case
-from kit.rundir.serving import BurstAggregates
+from kit.rundir.serving import BurstAggregates, NoBound
+from kit.theory.hardware import GpuSpec
+
+B = TypeVar("B", ServingBounds, ConcurrencyBound)
 
 
 def device_names(case: Case) -> list[str]:
@@ -22,28 +29,28 @@ def _generated(totals: BurstAggregates) -> int | None:
     return round(totals.output_tokens / totals.completed) if totals.completed else None
 
 
-def _roofline(case: Case, compute) -> dict:
-    """`compute(spec)` for the hardware entry of the case's GPU, as JSON; or why there is none."""
+def _roofline(case: Case, compute: Callable[[GpuSpec], B | None]) -> B | NoBound:
+    """`compute(spec)` for the hardware entry of the case's GPU; or why there is none."""
     from kit.plan.predictions import device_spec
 
     spec = device_spec(case, device_names(case))
     if spec is None:
         what = "a CPU" if case.device != "cuda" else "a GPU manifests/hardware.yaml does not list"
-        return {"unavailable": f"no peak figures for {what}: no bound computed"}
+        return NoBound(unavailable=f"no peak figures for {what}: no bound computed")
     bound = compute(spec)
     if bound is None:
-        return {"unavailable": f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}"}
-    return bound.model_dump(mode="json")
+        return NoBound(unavailable=f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}")
+    return bound
 
 
-def burst_bound_details(case: Case, totals: BurstAggregates) -> dict:
+def burst_bound_details(case: Case, totals: BurstAggregates) -> ServingBounds | NoBound:
     """The roofline of the burst (kit.plan.predictions.serving_bounds)."""
     from kit.plan.predictions import serving_bounds
 
     return _roofline(case, lambda spec: serving_bounds(case, spec, _generated(totals)))
 
 
-def point_bound_details(case: Case, concurrency: int, totals: BurstAggregates) -> dict:
+def point_bound_details(case: Case, concurrency: int, totals: BurstAggregates) -> ConcurrencyBound | NoBound:
     """The roofline of a point of the sweep at `concurrency` (kit.plan.predictions.concurrency_bound)."""
     from kit.plan.predictions import concurrency_bound
 

@@ -19,15 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kit.files.atomic import atomic_write_text
+from kit.plan.protocol import ServeParams
 from kit.rundir.serving import (
     BurstAggregates,
     ClientLoad,
     RequestRecord,
+    Saturation,
     aggregate,
     percentile,
     saturation,
 )
-from kit.plan.protocol import ServeParams
 from kit.serve.engines import ONE_TOKEN, Engine, StreamEvent
 from kit.serve.sse import EventFramer
 
@@ -41,18 +42,14 @@ class Firing:
     def __init__(self, records: list[RequestRecord], load: ClientLoad, duration: float, cut_short: bool):
         self.records, self.load, self.duration, self.cut_short = records, load, duration, cut_short
 
-    def kept(self, rows_file: Path, all_at_once: bool) -> tuple[BurstAggregates, dict]:
+    def kept(self, rows_file: Path, all_at_once: bool) -> tuple[BurstAggregates, Saturation]:
         """Write the rows to `rows_file` (one line per request: the raw samples every figure is
-        computed from) and give the figures computed from them: the aggregates, and, for the
-        run's sample, the aggregates, the client's load and whether it may have limited them."""
+        computed from) and give the figures computed from them: the aggregates, and whether the
+        client's load (`load`) may have limited them."""
         atomic_write_text(rows_file, "".join(record.model_dump_json() + "\n" for record in self.records))
         totals = aggregate(self.records, self.duration)
         median_tpot = totals.tpot_s.median if totals.tpot_s else None
-        return totals, {
-            "aggregates": totals.model_dump(),
-            "client": {**self.load.model_dump(), "cpu_share": self.load.cpu_share, "cpu_us_per_event": self.load.cpu_us_per_event},
-            "saturation": saturation(self.load, median_tpot, self.duration, all_at_once).model_dump(),
-        }
+        return totals, saturation(self.load, median_tpot, self.duration, all_at_once)
 
 
 async def _one_request(

@@ -139,7 +139,7 @@ class VllmEngine(Engine):
     cpu_kv_cache_gib = 1
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
             model_dir, "--served-model-name", SERVED_NAME,
             "--host", host, "--port", str(port),
@@ -240,7 +240,7 @@ class TgiEngine(Engine):
     ignore_eos_note = "TGI has no parameter to ignore EOS; output lengths are recorded per request"
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
             "--model-id", model_dir,
             "--hostname", host, "--port", str(port),
@@ -303,7 +303,7 @@ class LightllmEngine(Engine):
     finished_requests = Counter("lightllm_request_success_total")
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
             "--model_dir", model_dir,
             "--host", host, "--port", str(port),

@@ -26,7 +26,7 @@ from kit.comm.sweep import CommRow, CommSweep, Timing, spread
 from kit.files.atomic import atomic_write_text
 from kit.plan.protocol import Case
 from kit.rundir.schema import DeviceTelemetry
-from kit.workloads.harness import Device
+from kit.workloads.harness import Device, SelfTimedWorkload
 from kit.workloads.srun_rank import node_name
 
 TORCH_TIME_STATISTIC = "median over the timed iterations of each iteration's slowest rank"
@@ -36,7 +36,7 @@ class CommFailure(RuntimeError):
     """The collective returned wrong data: the measurement is of something broken."""
 
 
-def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[CommSweep, DeviceTelemetry]:
     """The sweep's rows, and NVML's telemetry over the sweep (clocks, temperature, throttling; no
     energy per token: a collective moves bytes, not tokens)."""
     if case.params.collective not in COLLECTIVES:
@@ -202,6 +202,9 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
             atomic_write_text(out_dir / name, sweep.model_dump_json(indent=2) + "\n")
             raise CommFailure(f"{params.collective} returned wrong data: {sweep.failure} (rows in {name})")
         dist.barrier()
-        return sweep.model_dump(mode="json")
+        return sweep
     finally:
         dist.destroy_process_group()
+
+
+WORKLOAD = SelfTimedWorkload(measure)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from kit.plan.protocol import Case, TrainParams
+from kit.rundir.schema import EffectiveOption, TrainDetails
 from kit.workloads.synthetic import random_batches
 
 BATCH_POOL = 8
@@ -23,19 +24,17 @@ class MegatronStep:
     """One optimizer step of megatron-core's DDP model and distributed optimizer on a fixed pool
     of random batches; each step's loss is kept (the TP=1 and TP=2 runs are compared by them)."""
 
-    def __init__(self, case: Case, model, optimizer, batches, details: dict, context, first_of_tensor_group: bool):
+    def __init__(self, case: Case, model, optimizer, batches, details: TrainDetails, context, first_of_tensor_group: bool):
         self.case, self.model, self.optimizer, self.batches = case, model, optimizer, batches
         # The ranks of a tensor-parallel group consume one batch together: its first rank counts it.
-        self.tokens_per_step = case.params.micro_batch * case.params.seq_len if first_of_tensor_group else 0
+        self.tokens_per_step = case.params_as(TrainParams).tokens_per_step if first_of_tensor_group else 0
         self.details = details
         self._context = context  # the CPU adaptations stay in force while the model lives
         self._index = 0
-        details["losses"] = []
 
     def step(self) -> None:
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
         import torch
+        from megatron.core.pipeline_parallel import get_forward_backward_func
 
         tokens = self.batches[self._index % len(self.batches)]
         self._index += 1
@@ -59,7 +58,7 @@ class MegatronStep:
         updated, _, _ = self.optimizer.step()
         if not updated:
             raise RuntimeError("megatron-core's optimizer skipped the step (a non-finite gradient)")
-        self.details["losses"].append(float(outcome[0]["loss"]))
+        self.details.losses.append(float(outcome[0]["loss"]))
 
     def release(self) -> None:
         import gc
@@ -134,11 +133,15 @@ def build(case: Case) -> MegatronStep:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
     from megatron.core.models.gpt import GPTModel
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    params: TrainParams = case.params
+    params = case.params_as(TrainParams)
     context = contextlib.ExitStack()
     seed_options = {}
     if case.device == "cpu":
@@ -176,27 +179,27 @@ def build(case: Case) -> MegatronStep:
     batches = [batch.to(device) for batch in
                random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + data_rank)]  # fmt: skip
     tp = parallel_state.get_tensor_model_parallel_world_size()
-    details = {
-        "framework": f"megatron-core {megatron.core.__version__}",
-        "world_size": world,
-        "weights": "random initialisation",
-        "effective": {
-            "framework": {
-                "requested": f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
-                "observed": f"{type(model).__name__} over {type(model.module).__name__}, tensor parallel {tp}, data "
-                            f"parallel {parallel_state.get_data_parallel_world_size()}, {type(optimizer).__name__} of "
-                            f"{', '.join(sorted({type(o).__name__ for o in getattr(optimizer, 'chained_optimizers', [optimizer])}))}",
-                "in_effect": tp == params.tensor_parallel and type(model).__name__ == "DistributedDataParallel"
-                             and config.finalize_model_grads_func is finalize_model_grads,
-                "evidence": "parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func",
-            },
-            "attention": {
-                "requested": "eager (matmul, softmax, matmul)",
-                "observed": f"{spec_name}: {type(model.module.decoder.layers[0].self_attention.core_attention).__name__}",
-                "in_effect": params.attention == "eager",
-                "evidence": "the decoder's first core_attention module"
-                            + (f"; {', '.join(f'{k}={os.environ.get(k)}' for k in UNFUSED_ATTENTION)}" if case.device == "cuda" else ""),
-            },
+    details = TrainDetails(
+        framework=f"megatron-core {megatron.core.__version__}",
+        world_size=world,
+        weights="random initialisation",
+        effective={
+            "framework": EffectiveOption(
+                requested=f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
+                observed=f"{type(model).__name__} over {type(model.module).__name__}, tensor parallel {tp}, data "
+                         f"parallel {parallel_state.get_data_parallel_world_size()}, {type(optimizer).__name__} of "
+                         f"{', '.join(sorted({type(o).__name__ for o in getattr(optimizer, 'chained_optimizers', [optimizer])}))}",
+                in_effect=tp == params.tensor_parallel and type(model).__name__ == "DistributedDataParallel"
+                          and config.finalize_model_grads_func is finalize_model_grads,
+                evidence="parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func",
+            ),
+            "attention": EffectiveOption(
+                requested="eager (matmul, softmax, matmul)",
+                observed=f"{spec_name}: {type(model.module.decoder.layers[0].self_attention.core_attention).__name__}",
+                in_effect=params.attention == "eager",
+                evidence="the decoder's first core_attention module"
+                         + (f"; {', '.join(f'{k}={os.environ.get(k)}' for k in UNFUSED_ATTENTION)}" if case.device == "cuda" else ""),
+            ),
         },
-    }  # fmt: skip
+    )  # fmt: skip
     return MegatronStep(case, model, optimizer, batches, details, context, parallel_state.get_tensor_model_parallel_rank() == 0)

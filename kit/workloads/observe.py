@@ -120,10 +120,10 @@ def _trainable_parameters(model) -> int:
     return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
 
 
-def effective_options(case: Case, engine, counters: CallCounters, compute_dtype: str) -> dict[str, dict]:
+def effective_options(case: Case, engine, counters: CallCounters, compute_dtype: str) -> dict[str, EffectiveOption]:
     """Each option of the case's method, as the engine reports it after the counted step;
     `compute_dtype` is the torch dtype name the case computes in ("bfloat16")."""
-    params: TrainParams = case.params
+    params = case.params_as(TrainParams)
     model = engine.module
     layers = decoder_layers(model)
     expected_layers = case.shape.num_layers
@@ -144,4 +144,4 @@ def effective_options(case: Case, engine, counters: CallCounters, compute_dtype:
             effective.expected_quantized_modules(case), compute_dtype, _quantized_linears(model))
     if params.peft != "none":
         found["lora"] = effective.lora(effective.expected_lora_parameters(case), _trainable_parameters(model), params.lora_rank)
-    return {name: option.model_dump() for name, option in found.items()}
+    return found

@@ -46,7 +46,9 @@ from kit.measure.breakdown import (
     timeline,
 )
 from kit.plan.protocol import Case, ProfileParams
+from kit.rundir.breakdown import Breakdown
 from kit.rundir.schema import DeviceTelemetry
+from kit.workloads.harness import Device, SelfTimedWorkload
 from kit.workloads.synthetic import llama_config, random_batches
 from kit.workloads.train import BATCH_POOL, DTYPES, _enable_recompute, check_available
 
@@ -304,7 +306,7 @@ def _build_model(case: Case, recompute_ranges: RecomputeRanges):
     import torch
     from transformers import LlamaForCausalLM
 
-    params: ProfileParams = case.params
+    params = case.params_as(ProfileParams)
     placement = f"cuda:{torch.cuda.current_device()}" if case.device == "cuda" else "cpu"
     dtype = getattr(torch, DTYPES[params.dtype])
     with torch.device(placement):
@@ -406,9 +408,9 @@ def _gzip(source: Path, target: Path) -> None:
         shutil.copyfileobj(raw, handle)
 
 
-def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[Breakdown, DeviceTelemetry]:
     """The breakdown, and NVML's telemetry over the plain measured steps (kit.measure.energy)."""
-    params: ProfileParams = case.params
+    params = case.params_as(ProfileParams)
     check_available(case)
     import torch
 
@@ -468,4 +470,7 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
         trace_file=trace_path.name,
         method=method,
     )
-    return breakdown.model_dump(mode="json"), telemetry
+    return breakdown, telemetry
+
+
+WORKLOAD = SelfTimedWorkload(measure)

@@ -16,7 +16,13 @@ import math
 from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry, entry_digest, read_marker
-from kit.plan.model_files import INIT_STD, WEIGHTS_DTYPE, config_json, model_key, write_description
+from kit.plan.model_files import (
+    INIT_STD,
+    WEIGHTS_DTYPE,
+    config_json,
+    model_key,
+    write_description,
+)
 from kit.plan.protocol import ModelSpec
 
 # Weights are written in shards of at most this size, named and indexed as transformers names

@@ -28,14 +28,14 @@ def _p_value(test: WelchTest) -> tuple[Cell, Cell]:
     )
 
 
-class Comparison(BaseModel):
+class AbSection(BaseModel):
     """An A/B section and the sentence the executive summary gives it."""
 
     section: Section
     summary: str
 
 
-def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
+def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
     """Every case both runs have: A and B side by side, B / A, and Welch's test on per-run values."""
     a, b = run, other
     section = Section(
@@ -174,4 +174,4 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> Comparison:
         f"(Welch, α = {SIGNIFICANCE_LEVEL}) in {sum(1 for t in tested if t)} of the {len(tested)} measured in "
         f"both; {environments}."
     )
-    return Comparison(section=section, summary=summary)
+    return AbSection(section=section, summary=summary)

@@ -83,7 +83,7 @@ def image_section(run: LoadedRun) -> Section:
     """The images the cases ran in: run.json's record, and the digest each run's container had."""
     info = run.info
     section = Section(anchor="images", title="Image digests")
-    recorded = dict((info.model_extra or {}).get("images") or {})
+    recorded = dict(info.images)
     seen: dict[str, dict[str, list[str]]] = {}
     for result in run.results.values():
         for sample in result.samples:

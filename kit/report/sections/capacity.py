@@ -39,7 +39,8 @@ def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
     pooled: dict[int, list[tuple[int, SweepPointDetails, list[RequestTimes]]]] = {}
     for sample in result.samples:
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-        sweep = ServeDetails.model_validate(driver.details).sweep if driver else None
+        details = driver.details_as(ServeDetails) if driver else None
+        sweep = details.sweep if details else None
         for point in sweep.points if sweep else []:
             folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(point.concurrency)
             rows = rows_of(folder / "requests.jsonl", RequestTimes)

@@ -37,7 +37,7 @@ def _mean_sweep(result: Result) -> charts.Sweep:
     return charts.Sweep(
         label=_collective_label(result.case.method),
         points=[
-            charts.SweepPoint(
+            charts.SizePoint(
                 size_bytes=size,
                 bus_bandwidth_gb_s=statistics.fmean(b for b, _ in values),
                 time_us=statistics.fmean(t for _, t in values),

@@ -252,8 +252,8 @@ def environment_section(run: LoadedRun) -> Section:
                 "Host and kit",
                 [
                     ("Host name", run.hostname + (" (redacted)" if run.hostname.startswith("redacted-") else "")),
-                    ("Operating system", str(info.host.get("os") or "not recorded")),
-                    ("Python (host)", str(info.host.get("python") or "not recorded")),
+                    ("Operating system", info.host.os or "not recorded"),
+                    ("Python (host)", info.host.python or "not recorded"),
                     ("Devices", run.measured.devices),
                     *([("Peak figures (manifests/hardware.yaml)", peak_figures(run.measured.gpu_names, load_hardware()))]
                       if run.measured.gpu_names else []),  # fmt: skip

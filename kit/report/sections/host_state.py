@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kit.execute.preflight import Preflight
 from kit.host.fingerprint import Calibration, Fingerprint, Gpu
 from kit.measure.calibration import Achievable, summary
 from kit.measure.throttling import throttling
@@ -29,7 +28,7 @@ def calibration_gap(run: LoadedRun) -> str:
     """Why a run has no calibration."""
     if run.info.no_preflight:
         return "the run started with --no-preflight"
-    failed = [line for line in Preflight.model_validate(run.info.preflight).lines
+    failed = [line for line in run.info.preflight.lines
               if line.check.startswith("calibration") and line.status == "fail"] if run.info.preflight else []  # fmt: skip
     if failed:
         return f"the preflight's calibration failed: {failed[0].detail}"

@@ -49,7 +49,7 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
                 "bisecting. The figures are those of the trial at the largest micro-batch that ran; ≥ where the "
                 "search reached its cap before a micro-batch one larger ran out of memory.",
                 *([f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
-                   "standing in for a GPU's memory." for case in cases[:1] if getattr(case.params, "memory_cap_gib", None)]),
+                   "standing in for a GPU's memory." for case in cases[:1] if case.train and case.train.memory_cap_gib]),
             ],  # fmt: skip
         )
     )

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def megatron_case(case: Case) -> bool:
-    return getattr(case.params, "framework", None) == "megatron" and case.variant is None
+    return case.train is not None and case.train.framework == "megatron" and case.variant is None
 
 
 def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol | None = None) -> Section:

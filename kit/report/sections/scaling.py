@@ -28,7 +28,7 @@ def scaling_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None 
     device_word, devices_word = ("GPU", "GPUs") if run.info.plan.device == "cuda" else ("process", "processes")
     series_of: dict[tuple, list[Case]] = {}
     for case in cases:
-        series_of.setdefault((case.model, case.method, getattr(case.params, "micro_batch", None)), []).append(case)
+        series_of.setdefault((case.model, case.method, case.micro_batch), []).append(case)
     lines = []
     for (model, method, batch), members in series_of.items():
         members.sort(key=lambda case: case.gpus)

@@ -41,7 +41,8 @@ def _serving_bound(result: Result) -> Cell:
     if result.metrics.get("output_throughput_bound"):
         return metric_cell(result, "output_throughput_bound")
     driver = result.samples[0].ranks[0] if result.samples and result.samples[0].ranks else None
-    reason = no_bound_reason(ServeDetails.model_validate(driver.details)) if driver else "not computed"
+    details = driver.details_as(ServeDetails) if driver else None
+    reason = no_bound_reason(details) if details else "not computed"
     return Cell(text="none", detail=reason, tone="muted")
 
 

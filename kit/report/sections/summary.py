@@ -13,7 +13,7 @@ from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.sections.ab import Comparison
+from kit.report.sections.ab import AbSection
 from kit.report.sections.environment import machine
 
 
@@ -156,7 +156,7 @@ def summary_section(
     run: LoadedRun,
     outcomes: Sequence[ClaimOutcome] | None,
     stages: Sequence[Section],
-    comparisons: Sequence[Comparison],
+    comparisons: Sequence[AbSection],
     expectations: Sequence[ClaimExpectation] = (),
 ) -> Section:
     """The executive summary in words, every figure taken from the data above it."""

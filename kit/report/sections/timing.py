@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kit.execute.preflight import Preflight
-from kit.plan.estimate import Estimate
 from kit.plan.view import duration_text
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
-from kit.rundir.schema import Result
+from kit.rundir.schema import Preflight, Result
 
 
 def actual_seconds(result: Result) -> float:
@@ -33,7 +31,7 @@ def _preflight_table(preflight: Preflight) -> Table:
 
 def _durations_tables(run: LoadedRun) -> list[Table]:
     """Per stage (printed) and per case (HTML only: 133 rows would add pages no one reads)."""
-    estimates = {case_id: Estimate.model_validate(e) for case_id, e in run.info.estimates.items()}
+    estimates = run.info.estimates
     rows, per_stage = [], {}
     for case_id, result in run.results.items():
         estimate = estimates.get(case_id)
@@ -88,7 +86,7 @@ def timing_section(run: LoadedRun) -> Section:
     section = Section(anchor="preflight-and-time", title="Preflight and time")
     info = run.info
     if info.preflight is not None:
-        section.tables.append(_preflight_table(Preflight.model_validate(info.preflight)))
+        section.tables.append(_preflight_table(info.preflight))
     else:
         section.paragraphs.append(
             "No preflight ran: the run was started with --no-preflight." if info.no_preflight

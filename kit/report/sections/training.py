@@ -41,7 +41,7 @@ def train_matrix(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         groups.setdefault(
-            (case.gpus, getattr(case.params, "micro_batch", None), getattr(case.params, "seq_len", None)), []
+            (case.gpus, case.micro_batch, case.step.seq_len if case.step else None), []
         ).append(case)
     stage_results = [run.results[c.id] for c in cases if c.id in run.results]
     for (_, batch, seq_len), members in groups.items():
