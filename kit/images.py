@@ -756,3 +756,23 @@ def local_summary(lock: ImagesLock | None = None) -> LocalSummary:
         local = local_image(image.reference)
         present[name] = local.id if local is not None else None
     return LocalSummary(engine=None, present=present, current_context_sha256=hashes)
+
+
+def build_all(names: tuple[str, ...], base: str | None = None, force: bool = False, say=print) -> None:
+    """`kit images build`: each image named (default: every image the kit builds itself)."""
+    lock = load_lock()
+    for name in names or tuple(name for name, image in lock.images.items() if image.build is not None):
+        build(name, lock, base=base, force=force, say=say)
+
+
+def pull_all(names: tuple[str, ...], say=print) -> list[str]:
+    """`kit images pull`: each image named (default: every image the kit does not build) by its
+    pinned digest; why each that could not be pulled was not (KeyError for a name the lock lacks)."""
+    lock = load_lock()
+    failures = []
+    for name in names or tuple(name for name, image in lock.images.items() if image.build is None):
+        try:
+            pull(name, lock, say=say)
+        except (EngineUnavailable, PullFailed) as exc:
+            failures.append(str(exc))
+    return failures

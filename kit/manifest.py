@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
+    from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -191,3 +191,9 @@ def validate(path: Path, data: object, model: type[M]) -> M:
 def load_manifest(path: Path, model: type[M]) -> M:
     """Read and validate one manifest file."""
     return validate(path, read_yaml(path), model)
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first thing pydantic found wrong, in one line: the key, and what."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"

@@ -6,7 +6,7 @@ its fingerprint), fingerprint.json and fingerprint-after.json, and for each case
 log.txt, one rank sample per process of each run (runs/<k>/rank-<r>.json, holding the details
 each workload writes: DeepSpeed settings, nccl-tests sweeps, module breakdowns, served bursts),
 the raw files beside them (nccl-tests output, profiler traces, requests.jsonl), and result.json
-from `kit.runner.result_of`, so every metric comes from its stage's unit (kit/measure/) with its real
+from `kit.execute.case_run.result_of`, so every metric comes from its stage's unit (kit/measure/) with its real
 name and unit. Then SHA256SUMS. `write_run` does the same for any plan (the smoke plan on CPU).
 
 THE NUMBERS ARE SYNTHETIC. A seeded generator draws them around a crude performance model so
@@ -31,6 +31,7 @@ from kit.comm.collectives import COLLECTIVES, bus_bandwidth_factor, message_size
 from kit.comm.nccl_tests_output import parse_nccl_tests
 from kit.comm.sweep import TopologyFacts
 from kit.execute import nccl_tests, processes
+from kit.execute.case_run import result_of
 from kit.execute.samples import run_sample
 from kit.files.atomic import atomic_write_text
 from kit.host.environment import evaluate, load_expectations
@@ -57,12 +58,7 @@ from kit.measure.breakdown import (
     summarize_steps,
     timeline,
 )
-from kit.rundir.serving import (
-    ClientLoad,
-    RequestRecord,
-    aggregate,
-    saturation,
-)
+from kit.measure.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.plan.predictions import (
     concurrency_bound,
     device_memory_bytes,
@@ -81,13 +77,17 @@ from kit.rundir.schema import (
     RunInfo,
     RunSample,
 )
-from kit.runner import result_of
+from kit.rundir.serving import (
+    ClientLoad,
+    RequestRecord,
+    aggregate,
+    saturation,
+)
 from kit.serve.engines import ENGINES
 from kit.serve.sweep import point_folder
 from kit.theory.analytic import model_flops_per_token, parameter_count
 from kit.theory.hardware import load_hardware, peak_tflops
 from kit.workloads.step_timeline import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
-from kit.measure.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.workloads.train import DTYPES
 from kit.workloads.zero_config import deepspeed_config
 

@@ -111,7 +111,7 @@ def test_the_eta_counts_the_cases_left_to_run():
     from kit.console import RichProgress
     from kit.plan.estimate import Estimate
 
-    estimates = {case: Estimate(seconds=60, basis="x").model_dump() for case in "abc"}
+    estimates = {case: Estimate(seconds=60, basis="x") for case in "abc"}
     progress = RichProgress(total=5, finished={"a"}, estimates=estimates)  # d and e are skipped: no estimate
     assert progress.pending == {"b", "c"} and progress.eta_text() == "ETA 2 min 00 s"
 

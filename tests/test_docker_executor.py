@@ -292,8 +292,8 @@ def test_a_missing_image_is_a_recorded_error_not_a_crash(tmp_path, manifests_cop
 @pytest.mark.docker
 def test_a_gpu_request_the_daemon_refuses_is_that_cases_error_with_the_daemons_message(tmp_path, smoke_plan):
     """On this engine there is no NVIDIA runtime: dockerd refuses every GPU device request."""
+    from kit.execute.case_run import result_of
     from kit.host.this_host import gpu_names
-    from kit.runner import result_of
 
     smoke_image_or_skip()
     if gpu_names():

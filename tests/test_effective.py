@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import runner
+from kit.execute import case_run
+from kit.execute.choice import named
 from kit.host.this_host import Host
 from kit.measure import effective
 from kit.rundir.directory import RunDir
@@ -116,7 +117,7 @@ def test_a_run_whose_option_is_off_is_an_error_naming_the_option(smoke_plan):
     judged = effective.judged(case, run_of(rank(0, off), rank(1, off)))
     assert judged.status == "error"
     assert judged.reason.startswith("recomputation requested but not active:")
-    result = runner.result_of(case, [judged], "local", "t")
+    result = case_run.result_of(case, [judged], "local", "t")
     assert result.status == "error" and result.metrics == {} and not result.effective["recompute"].in_effect
 
 
@@ -159,7 +160,7 @@ def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
             return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2:]]
 
         monkeypatch.setattr(local, "launcher_command", sabotaged)
-    return runner.execute_case(RunDir(tmp_path), case, Host(gpu_names=[]), runner.Progress(), "local")
+    return case_run.execute_case(RunDir(tmp_path), case, Host(gpu_names=[]), case_run.Progress(), named("local"))
 
 
 

@@ -1,7 +1,7 @@
 """Energy and cost in the report, and its export for spreadsheets (`kit report --format json,csv`).
 
 The run directories are tests/paper_size_run.py's: synthetic numbers in the real layout, every
-result from kit.runner.result_of, so the energy figures come from the rank samples' telemetry
+result from kit.execute.case_run.result_of, so the energy figures come from the rank samples' telemetry
 the way a real GPU run's do, and a CPU run's samples say why they have none.
 """
 

@@ -326,3 +326,13 @@ def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[s
         atomic_write_text(out / f"{case.id}.yaml", text)
         atomic_write_model(out / "cases" / case.id / "case.json", case)
     return left_out
+
+
+def write_profile_manifests(profile: str, stages: tuple[str, ...], case_ids: tuple[str, ...], options: K8sOptions,
+                            out: Path) -> tuple[int, dict[str, str]]:  # fmt: skip
+    """`kit k8s manifests`: the manifests of the profile's cases asked for (ValueError naming an
+    unknown stage or case); how many cases, and why each left out was."""
+    from kit.plan.protocol import build_plan, load_protocol, select
+
+    cases = select(build_plan(load_protocol(), profile, host_gpus=None), stages, case_ids)
+    return len(cases), write_manifests(cases, options, out)

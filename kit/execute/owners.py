@@ -65,3 +65,4 @@ def dead_marks() -> list[Path]:
         if not pid.isdigit() or process_start_ticks(int(pid)) != ticks:
             dead.append(path)
     return dead
+

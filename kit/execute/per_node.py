@@ -85,3 +85,4 @@ def run_on_each_node(arguments: Sequence[str], nodes: Sequence[str], out: Path, 
     if interrupted:
         raise KeyboardInterrupt
     return {node: process.returncode for node, process in processes.items()}
+

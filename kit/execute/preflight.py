@@ -16,9 +16,22 @@ import time
 from pathlib import Path
 
 from kit.execute.base import Executor
-from kit.host.fingerprint import Calibration
-from kit.plan.protocol import Case, CommParams, load_protocol, unavailable_by_design
-from kit.rundir.schema import Preflight, PreflightLine, RunSample
+from kit.host.collection import collect
+from kit.host.environment import Check, evaluate, load_expectations
+from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.probe_cache import probe_this_python
+from kit.plan.protocol import (
+    Case,
+    CommParams,
+    Plan,
+    load_protocol,
+    unavailable_by_design,
+)
+from kit.rundir.schema import (
+    Preflight,
+    PreflightLine,
+    RunSample,
+)
 
 MINIATURE_MODEL = "tiny-llama"
 MINIATURE_TIMEOUT_S = 600
@@ -203,3 +216,46 @@ def run_preflight(cases: list[Case], requested: Executor | None, checks, out_dir
         line, calibration = calibrate(measuring, executor, work)
         lines.append(line)
     return Preflight(lines=lines, seconds=time.monotonic() - started, calibration=calibration)
+
+
+def expected_gpus(plan: Plan) -> int | None:
+    """The GPU count a GPU profile's largest case is written for (before the plan was fitted to
+    this host); None for a CPU profile."""
+    counts = [case.fitted_from or case.gpus for case in plan.cases if case.device == "cuda"]
+    return max(counts) if counts else None
+
+
+def check_host(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
+    plan runs in unless it runs here) and check it for the plan."""
+    from kit.images import images_cuda
+
+    names = [] if executor == "local" else sorted({case.image for case in plan.cases})
+    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
+    return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
+
+
+def failing(checks: list[Check]) -> list[Check]:
+    return [check for check in checks if check.status == "fail"]
+
+
+def preflight_for(profile: str | None, executor_name: str | None, say=print) -> Preflight:
+    """`kit preflight`: the plan of this host checked as it would run, through the executor named
+    (docker with its images where none is named on a GPU host; images.EngineUnavailable where
+    docker is needed and no engine answers)."""
+    from kit.execute.choice import named
+    from kit.execute.leftovers import remove_leftovers
+    from kit.host.this_host import this_host
+    from kit.plan.fit import skip_reason
+    from kit.plan.protocol import plan_for
+
+    host = this_host()
+    plan = plan_for(host, profile)
+    if executor_name == "docker" or (executor_name is None and plan.device == "cuda"):  # each case in its image
+        from kit import images
+
+        images.engine()
+    remove_leftovers(say)
+    _, checks = check_host(plan)
+    cases = [case for case in plan.cases if skip_reason(case, host) is None]
+    return run_preflight(cases, named(executor_name) if executor_name else None, checks, say=say, host_gpu_names=host.gpu_names)

@@ -9,6 +9,7 @@ import contextlib
 import re
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -110,3 +111,28 @@ def gpu_names() -> list[str]:
                 nvml.nvmlShutdown()
     stdout, problem = run_command(["nvidia-smi", "-L"])
     return [] if problem else parse_nvidia_smi_list(stdout)
+
+
+def host_described_by(path: Path) -> Host:
+    """The host a fingerprint file describes, its GPUs and their memory (a run's fingerprint.json,
+    or `kit doctor --json`, which wraps it); ValueError, in one line, for a file that is neither."""
+    import json
+
+    from pydantic import ValidationError
+
+    from kit.files.regular import RUN_FILE_LIMIT, read_regular
+    from kit.host.fingerprint import Fingerprint
+    from kit.manifest import first_problem
+
+    try:
+        data = json.loads(read_regular(path, RUN_FILE_LIMIT))
+        found = Fingerprint.model_validate(data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data)
+    except ValidationError as exc:
+        reason = first_problem(exc)
+    except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+    else:
+        return Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
+                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
+    raise ValueError(f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
+                     "`kit doctor --json`")  # fmt: skip

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import ValidationError
 
 from kit.files.regular import RUN_FILE_LIMIT, read_regular_text
+from kit.manifest import first_problem
 from kit.measure.metrics import summarize
 from kit.measure.unit import StageUnit
 from kit.plan.predictions import ServingBounds
 from kit.plan.protocol import Case
-from kit.rundir.directory import UnreadableRun, first_problem
+from kit.rundir.directory import UnreadableRun
 from kit.rundir.schema import Metric, RunSample
 from kit.rundir.serving import (
     NoBound,

@@ -108,3 +108,15 @@ def case_view(data: dict) -> SimpleNamespace:
     step = params if data["params"].get("kind") in ("train", "profile") else None
     soak = data["params"].get("soak")
     return SimpleNamespace(**{**data, "params": params, "step": step, "soak": SimpleNamespace(**soak) if soak else None})
+
+
+def profile_names() -> list[str]:
+    """The protocol's profiles, read without its models (shell completion); none where it cannot be read."""
+    from kit.manifest import ManifestError, read_yaml
+
+    try:
+        protocol = read_yaml(manifests_dir() / "protocol.yaml")
+    except ManifestError:
+        return []
+    profiles = protocol.get("profiles") if isinstance(protocol, dict) else None
+    return [name for name in profiles or () if isinstance(name, str)]

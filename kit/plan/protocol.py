@@ -21,6 +21,7 @@ from kit.theory.analytic import (
     tensor_parallel_sizes,
 )
 from kit.credentials import looks_like_a_credential
+from kit.host.this_host import Host
 from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
 from kit.files.names import checked_name
 
@@ -656,6 +657,12 @@ def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, 
         fitted_to_gpus=host_gpus if profile.device == "cuda" and host_gpus else None,
         fitted_to_gpu_memory_bytes=gpu_memory_bytes if profile.device == "cuda" and host_gpus else None,
     )
+
+
+def plan_for(host: Host, profile: str | None = None) -> Plan:
+    """The profile's plan (paper with GPUs, else smoke), fitted to the host's GPUs where it has any."""
+    name = profile or ("paper" if host.gpu_names else "smoke")
+    return build_plan(load_protocol(), name, host_gpus=host.gpu_count or None, gpu_memory_bytes=host.smallest_gpu_memory)
 
 
 def select(plan: Plan, stages: tuple[str, ...] = (), case_ids: tuple[str, ...] = ()) -> list[Case]:

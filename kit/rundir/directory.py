@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from kit.files.atomic import atomic_write_text
 from kit.files.names import checked_name
 from kit.files.regular import RUN_FILE_LIMIT, kind_of, read_regular, sha256_file
+from kit.manifest import first_problem
 from kit.plan.protocol import Case
 from kit.rundir.schema import (
     Result,
@@ -74,12 +75,6 @@ def read_model(path: Path, model: type[M]) -> M:
         raise UnreadableRun(f"{path}: {first_problem(exc)}") from None
     except OSError as exc:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
-
-
-def first_problem(exc: ValidationError) -> str:
-    """The first thing pydantic found wrong, in one line: the key, and what."""
-    first = exc.errors()[0]
-    return f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"
 
 
 def not_a_file(path: Path) -> bool:

@@ -16,7 +16,15 @@ from kit.files.regular import (
     read_regular_text,
     sha256_file,
 )
-from kit.rundir.directory import SUMS_FILE, RunDir, not_a_file, printable
+from kit.rundir.directory import (
+    SUMS_FILE,
+    RunDir,
+    not_a_file,
+    printable,
+)
+from kit.rundir.schema import (
+    RunInfo,
+)
 
 SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
@@ -169,3 +177,44 @@ def newest_run(root: Path = Path("runs")) -> Path:
     if not candidates:
         raise FileNotFoundError(f"no run directory (with a readable run.json) under {root}")
     return max(candidates)[2]
+
+
+class EvidenceChanged(ValueError):
+    """Files of a run directory that differ from the evidence the run wrote (SHA256SUMS)."""
+
+
+def listed_in_evidence(run: RunDir) -> set[str] | None:
+    """The paths SHA256SUMS lists; None where the run wrote none; ValueError where it is not a
+    sums file."""
+    if not (run.root / SUMS_FILE).exists():
+        return None
+    return {entry.path for entry in read_sums(run.root)}
+
+
+def unsealed_cases(run: RunDir, info: RunInfo) -> list[str]:
+    """Cases with a result.json that SHA256SUMS does not list: killed between a case's result and
+    the evidence after it, or taken out of SHA256SUMS by hand. Nothing vouches for them, so a
+    resume runs them again instead of keeping them."""
+    try:
+        listed = listed_in_evidence(run)
+    except (ValueError, OSError):
+        return []  # unreadable evidence: a change the resume was told to accept, and keeps
+    if listed is None:
+        return []
+    return [cid for cid in info.selected if run.is_finished(cid) and f"cases/{cid}/result.json" not in listed]
+
+
+def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
+    """What differs from SHA256SUMS, leaving out the folders of cases the evidence does not show
+    finished (a resume discards and redoes those). Without SHA256SUMS a run that has finished
+    cases lost its evidence: that is a change too (only a run killed in its first case, before
+    any evidence, has none to check)."""
+    try:
+        listed = listed_in_evidence(run)
+    except (ValueError, OSError) as exc:  # cut short, binary, not a sums file: nothing can be trusted
+        return [f"unreadable: {SUMS_FILE} ({str(exc)[:200]})"]
+    if listed is None:
+        finished = [cid for cid in info.selected if run.is_finished(cid)]
+        return [f"missing: {SUMS_FILE} ({len(finished)} finished cases without evidence)"] if finished else []
+    redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
+    return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
