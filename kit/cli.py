@@ -24,8 +24,11 @@ FORMATS_HELP = "comma-separated: html, pdf, json (report.json), csv (report-clai
 PRICE_HELP = "price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it"
 
 
-PROFILE_OPTION = click.option("--profile", shell_complete=lambda *a: complete_profile(*a), help="paper, quick or smoke "
-                              "(default: paper with GPUs, else smoke)")  # fmt: skip
+PROFILE_OPTION = click.option(
+    "--profile",
+    shell_complete=lambda *a: complete_profile(*a),
+    help="paper, quick or smoke (default: paper with GPUs, else smoke)",
+)
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="as JSON")
 REDACT_OPTION = click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
 
@@ -130,7 +133,12 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
     plan = plan_for(this_host(), profile)
     fingerprint, checks = check_host(plan, redact=redact)
     if as_json:
-        click.echo(json.dumps({"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]}, indent=2))
+        click.echo(
+            json.dumps(
+                {"fingerprint": fingerprint.model_dump(mode="json"), "checks": [c.model_dump() for c in checks]},
+                indent=2,
+            )
+        )
     else:
         from kit.console import show_doctor
 
@@ -160,7 +168,9 @@ def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
 @cli.command("list")
 @PROFILE_OPTION
 @JSON_OPTION
-@click.option("--fingerprint", "fingerprint_file", type=FILE, callback=regular_file, help="plan for the host it describes")
+@click.option(
+    "--fingerprint", "fingerprint_file", type=FILE, callback=regular_file, help="plan for the host it describes"
+)
 def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None) -> None:
     """Show the plan: every case of a profile, fitted to this host's GPUs (or the fingerprint's)."""
     from kit.host.this_host import host_described_by, this_host
@@ -203,7 +213,9 @@ def _stop_on_sigterm() -> None:
 @click.option("--gpus-per-node", type=click.IntRange(min=1), help="slurm: a node's GPUs; a GPU case's ranks fill nodes")
 @click.option("--time-limit", help="slurm: each job's --time (default: the case's timeout)")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="slurm: one more sbatch argument, e.g. --qos=high")
-@click.option("--container-mode", type=click.Choice(["none", "pyxis"]), help="slurm: ranks in this Python or their image")
+@click.option(
+    "--container-mode", type=click.Choice(["none", "pyxis"]), help="slurm: ranks in this Python or their image"
+)
 @click.option("--nodelist", help="slurm: every job on these nodes (sbatch --nodelist)")
 @click.option("--per-node", is_flag=True, help="slurm: the run on each node at once, into OUT/<node>/")
 @click.option("--skip-predicted-oom", is_flag=True, help="skip GPU cases predicted not to fit (recorded in run.json)")
@@ -269,8 +281,10 @@ def _run_per_node(request) -> None:
 
 def no_engine(exc: Exception) -> UsageFailure:
     """The line for cases to run in their images without a docker engine to run them in."""
-    return UsageFailure(f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
-                        "the NVIDIA container toolkit); --executor local runs them in this Python")  # fmt: skip
+    return UsageFailure(
+        f"{exc}: with docker each case runs in its pinned image (install docker and, on a GPU host, "
+        "the NVIDIA container toolkit); --executor local runs them in this Python"
+    )
 
 
 @cli.group("images")
@@ -348,14 +362,18 @@ def k8s_group() -> None:
 
 
 @k8s_group.command("manifests")
-@click.option("--profile", default="paper", show_default=True, shell_complete=complete_profile, help="paper, quick or smoke")
+@click.option(
+    "--profile", default="paper", show_default=True, shell_complete=complete_profile, help="paper, quick or smoke"
+)
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable; default: every case)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
 @click.option("--pvc", required=True, help="the PersistentVolumeClaim holding the run directory and the kit's source")
 @click.option("--namespace", help="the namespace the jobs go to (default: kubectl's)")
 @click.option("--image-pull-secret", help="a Secret the pods pull the images with")
 @click.option("--hf-token-secret", "token_secret", help="a Secret whose key HF_TOKEN holds a token (named, never read)")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), help="GPUs of a node; a case with more becomes a PyTorchJob")
+@click.option(
+    "--gpus-per-node", type=click.IntRange(min=1), help="GPUs of a node; a case with more becomes a PyTorchJob"
+)
 @click.option("--out", required=True, type=FOLDER, callback=writable_folder, help="folder for the manifests")
 def k8s_manifests(profile, stages, case_ids, out, **options) -> None:
     """One manifest per case into OUT (a Job, or a PyTorchJob across nodes), and each case's case.json."""
@@ -365,14 +383,24 @@ def k8s_manifests(profile, stages, case_ids, out, **options) -> None:
     click.echo(f"{cases - len(left_out)} of {cases} manifests written to {out}")
     for reason in sorted(set(left_out.values())):
         ids = [case_id for case_id, why in left_out.items() if why == reason]
-        click.echo(f"not written: {', '.join(ids[:3])}{f' and {len(ids) - 3} more' if len(ids) > 3 else ''}: {reason}", err=True)
+        click.echo(
+            f"not written: {', '.join(ids[:3])}{f' and {len(ids) - 3} more' if len(ids) > 3 else ''}: {reason}",
+            err=True,
+        )
     sys.exit(1 if left_out else 0)
 
 
 @cli.command("sign")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--key", "key", required=True, metavar="KEY", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=regular_file,
-              help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too")
+@click.option(
+    "--key",
+    "key",
+    required=True,
+    metavar="KEY",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    callback=regular_file,
+    help="an SSH private key, or its .pub where an agent holds the key; any key `ssh-keygen -Y sign` takes, a hardware key too",
+)
 def sign(run_dir: Path, key: Path) -> None:
     """Sign a finished run: SHA256SUMS.sig, and the provenance statement provenance.intoto.json with
     its signature, written into the run directory (exit 1 if the run does not match its SHA256SUMS)."""
@@ -390,26 +418,46 @@ def _sign(run, key: Path) -> None:
     from kit.rundir.directory import SIGNATURE_FILES
     from kit.rundir.signing import sign_run
 
-    output.say(f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
-               "if the key needs one)")  # fmt: skip
+    output.say(
+        f"signing {run.root} with {key} (ssh-keygen -Y sign: it asks for a passphrase, or a hardware key's touch, "
+        "if the key needs one)"
+    )
     click.echo(f"signed by {sign_run(run, key)}: {', '.join(SIGNATURE_FILES)}")
 
 
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=FOLDER)
-@click.option("--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the unlike nodes")
+@click.option(
+    "--fleet", is_flag=True, help="compare the runs given, one per node of a fleet, and flag the unlike nodes"
+)
 @click.option("--tolerance", type=float, help="with --fleet: flag a node more than this % below the fleet median (10)")
-@click.option("--compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable")
-@click.option("--format", "formats", default="html,pdf", show_default=True, shell_complete=complete_formats, help=FORMATS_HELP)
+@click.option(
+    "--compare", multiple=True, help="'reference' (the paper's findings) or another run directory; repeatable"
+)
+@click.option(
+    "--format", "formats", default="html,pdf", show_default=True, shell_complete=complete_formats, help=FORMATS_HELP
+)
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", callback=positive_number, help=PRICE_HELP)
 @click.option("--currency", help="the currency of --gpu-hour-price, named in the report (default USD)")
-@click.option("--slo-ttft-ms", type=float, callback=positive_number, help="serving objective: p99 time to first token (ms)")
-@click.option("--slo-tpot-ms", type=float, callback=positive_number, help="serving objective: p99 time per output token (ms)")
-@click.option("--out", type=FOLDER, callback=writable_folder, help="folder for the report files (default: the run directory)")
+@click.option(
+    "--slo-ttft-ms", type=float, callback=positive_number, help="serving objective: p99 time to first token (ms)"
+)
+@click.option(
+    "--slo-tpot-ms", type=float, callback=positive_number, help="serving objective: p99 time per output token (ms)"
+)
+@click.option(
+    "--out", type=FOLDER, callback=writable_folder, help="folder for the report files (default: the run directory)"
+)
 @REDACT_OPTION
-@click.option("--verify", "verify_only", is_flag=True, help="only re-hash the run against its SHA256SUMS, check its signature")
-@click.option("--expect-digest", help="with --verify: the evidence digest a report printed (16 or more of its characters)")
-@click.option("--allowed-signers", type=FILE, callback=regular_file, help="the keys trusted to sign runs (ssh-keygen's format)")
+@click.option(
+    "--verify", "verify_only", is_flag=True, help="only re-hash the run against its SHA256SUMS, check its signature"
+)
+@click.option(
+    "--expect-digest", help="with --verify: the evidence digest a report printed (16 or more of its characters)"
+)
+@click.option(
+    "--allowed-signers", type=FILE, callback=regular_file, help="the keys trusted to sign runs (ssh-keygen's format)"
+)
 def report(**options) -> None:
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1.
@@ -417,7 +465,9 @@ def report(**options) -> None:
     from kit.console import show_report
     from kit.report.request import ReportRequest, make_report
 
-    outcome = make_report(ReportRequest(**options), say=lambda line: output.log().print(line, markup=False, soft_wrap=True))
+    outcome = make_report(
+        ReportRequest(**options), say=lambda line: output.log().print(line, markup=False, soft_wrap=True)
+    )
     show_report(outcome)
     sys.exit(1 if outcome.failed else 0)
 
@@ -460,15 +510,27 @@ def _said(exc: Exception) -> int | None:
 
         traceback.print_exc()
     if isinstance(exc, OSError) and exc.errno in NO_ROOM:
-        click.echo(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system (df -h) "
-                   "or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on.", err=True)  # fmt: skip
+        click.echo(
+            f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system (df -h) "
+            "or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on.",
+            err=True,
+        )
         return 1
     if isinstance(exc, (RefusedToStart, EvidenceError, RunInterrupted)):
-        output.alerts().print(str(exc), style="yellow" if isinstance(exc, RunInterrupted) else "red", markup=False, soft_wrap=True)
+        output.alerts().print(
+            str(exc), style="yellow" if isinstance(exc, RunInterrupted) else "red", markup=False, soft_wrap=True
+        )
         return 130 if isinstance(exc, RunInterrupted) else 1
     if isinstance(exc, (RequestError, SigningFailed, EngineUnavailable, ValidationError)):
-        said = no_engine(exc) if isinstance(exc, EngineUnavailable) else UsageFailure(
-            f"a run holds {exc.title} data this kit cannot read: {first_problem(exc)}" if isinstance(exc, ValidationError) else str(exc))  # fmt: skip
+        said = (
+            no_engine(exc)
+            if isinstance(exc, EngineUnavailable)
+            else UsageFailure(
+                f"a run holds {exc.title} data this kit cannot read: {first_problem(exc)}"
+                if isinstance(exc, ValidationError)
+                else str(exc)
+            )
+        )
         said.show()
         return 2
     if isinstance(exc, (ManifestError, UnreadableRun, RunInUse)):  # a manifest or a run directory that cannot be used

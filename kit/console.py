@@ -18,8 +18,20 @@ from kit.plan.protocol import Case
 from kit.rundir.schema import Preflight, Result
 
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
-STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
-SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.rundir.signing.SignatureCheck
+STATUS_STYLE = {
+    "ok": "green",
+    "oom": "yellow",
+    "unavailable": "cyan",
+    "skipped": "dim",
+    "error": "red",
+    "timeout": "red",
+}
+SIGNATURE_STYLE = {
+    "verified": "green",
+    "intact": "yellow",
+    "unsigned": "dim",
+    "failed": "red",
+}  # kit.rundir.signing.SignatureCheck
 
 
 def checks_table(checks: list[Check]) -> Table:
@@ -194,7 +206,10 @@ def verify_table(states) -> Table:
     for state in states:
         lines = [f"{d.field}: {d.lock} -> {d.local}" for d in state.differences] + state.notes
         if state.image_id and state.status in ("ok", "unpinned"):
-            lines.insert(0, f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""))
+            lines.insert(
+                0,
+                f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""),
+            )
         style = VERIFY_STYLE[state.status]
         table.add_row(state.name, f"[{style}]{state.status}[/]", "\n".join(lines) or "")
     return table
@@ -232,8 +247,11 @@ def show_report(outcome) -> None:
         folder, problems, digest = outcome.verified
         for problem in problems:
             shown.print(problem, style="red", markup=False, soft_wrap=True)
-        said = "does not match its evidence" if problems else "every file matches SHA256SUMS" + (
-            f", whose digest is the one expected ({digest})" if digest else "")  # fmt: skip
+        said = (
+            "does not match its evidence"
+            if problems
+            else "every file matches SHA256SUMS" + (f", whose digest is the one expected ({digest})" if digest else "")
+        )
         shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
         shown.print(said, style="red" if problems else "green", markup=False, soft_wrap=True)
     for path in outcome.written:

@@ -33,8 +33,10 @@ from kit.rundir.schema import ImagePreparation
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # repo:tag as docker reads a reference: an optional registry (host[:port]/), lowercase path
 # components, a tag of word characters, '.' and '-'; nothing that could be read as an option.
-REFERENCE = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-                       r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+)
 PINNED_REFERENCE = re.compile(REFERENCE.pattern.removesuffix("$") + r"@sha256:[0-9a-f]{64}$")
 LABEL_PREFIX = "kit."
 CONTEXT_LABEL = "kit.context-sha256"
@@ -56,7 +58,7 @@ class BuildSpec(Strict):
     constraints: str | None = Field(default=None, description="constraints file that pins host_wheels")
 
     @model_validator(mode="after")
-    def _pinned(self) -> "BuildSpec":
+    def _pinned(self) -> BuildSpec:
         if not PINNED_REFERENCE.match(self.base):
             raise ValueError(f"base {self.base!r} is not pinned as repo:tag@sha256:<64 hex>")
         if self.host_wheels and not self.constraints:
@@ -77,7 +79,7 @@ class LockedImage(Strict):
     context_sha256: str | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "LockedImage":
+    def _consistent(self) -> LockedImage:
         if not REFERENCE.match(self.reference):
             raise ValueError(f"reference {self.reference[:80]!r} must be repo:tag (the digest goes under digest)")
         if self.reference.endswith(":latest"):
@@ -112,11 +114,13 @@ class LockedEnvironment(Strict):
     source: str = Field(description="where the distribution comes from, and what it is")
     remove: tuple[str, ...] = Field(default=(), description="distributions uninstalled after the install")
     remove_reason: str | None = None
-    provides: str | None = Field(default=None, description="name==version of dist-info the engine's command looks itself up by")
+    provides: str | None = Field(
+        default=None, description="name==version of dist-info the engine's command looks itself up by"
+    )
     entrypoint: tuple[str, ...] = Field(description="the command in the environment's bin/ that starts the engine")
 
     @model_validator(mode="after")
-    def _pinned(self) -> "LockedEnvironment":
+    def _pinned(self) -> LockedEnvironment:
         if "==" not in self.requirement:
             raise ValueError(f"requirement {self.requirement!r} is not pinned as name==version")
         if self.remove and not self.remove_reason:
@@ -170,7 +174,9 @@ def context_files(spec: BuildSpec, root: Path | None = None) -> dict[str, Path]:
     root = root or repo_root()
     folder = root / spec.context
     if not has_build_context(spec, root):
-        raise NoBuildContext(f"{folder / 'Dockerfile'} not found: the kit builds its images from a source checkout (git clone)")
+        raise NoBuildContext(
+            f"{folder / 'Dockerfile'} not found: the kit builds its images from a source checkout (git clone)"
+        )
     ignored = _dockerignore(folder)
     files = {}
     for path in sorted(folder.rglob("*")):
@@ -300,7 +306,11 @@ def build_context(name: str, image: LockedImage, root: Path | None = None) -> It
             for distribution in spec.host_wheels:
                 version = pins.get(normalise(distribution))
                 if version is None:
-                    raise ManifestError(lock_path(), f"images.{name}.build.host_wheels", f"{distribution} is not pinned in {spec.constraints}")
+                    raise ManifestError(
+                        lock_path(),
+                        f"images.{name}.build.host_wheels",
+                        f"{distribution} is not pinned in {spec.constraints}",
+                    )
                 if not has_wheel(wheels, distribution, version):
                     fetch_host_wheel(f"{distribution}=={version}", wheels, image.versions.get("python"))
         (context / "build-ca.pem").write_bytes(host_ca_bundle().read_bytes())
@@ -454,8 +464,14 @@ def build(
         labels = (existing.labels or {}) if existing is not None else {}
         if not force and labels.get(CONTEXT_LABEL) == context_hash and labels.get(BASE_LABEL) == base:
             say(f"{name}: {image.reference} is up to date ({existing.id[:19]}); --force rebuilds")
-            return BuildOutcome(name=name, reference=image.reference, image_id=existing.id, built=False,
-                                seconds=time.monotonic() - started, base=base)  # fmt: skip
+            return BuildOutcome(
+                name=name,
+                reference=image.reference,
+                image_id=existing.id,
+                built=False,
+                seconds=time.monotonic() - started,
+                base=base,
+            )
         client = engine()
         with build_context(name, image, root) as context:
             say(f"{name}: building {image.reference} on {base}")
@@ -467,8 +483,14 @@ def build(
                 tail = "".join(chunk.get("stream", "") for chunk in exc.build_log if isinstance(chunk, dict))[-3000:]
                 raise RuntimeError(f"building {name} failed: {exc.msg}\n{tail}") from None
     say(f"{name}: built {image.reference} ({built.id[:19]}) in {time.monotonic() - started:.0f} s")
-    return BuildOutcome(name=name, reference=image.reference, image_id=built.id, built=True,
-                        seconds=time.monotonic() - started, base=base)  # fmt: skip
+    return BuildOutcome(
+        name=name,
+        reference=image.reference,
+        image_id=built.id,
+        built=True,
+        seconds=time.monotonic() - started,
+        base=base,
+    )
 
 
 def _build_streamed(client, context: Path, tag: str, buildargs: dict, say, target: str | None = None):
@@ -478,9 +500,15 @@ def _build_streamed(client, context: Path, tag: str, buildargs: dict, say, targe
     log = []
     image_id = None
     stream = client.api.build(
-        path=str(context), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True,
-        target=target, pull=False,
-    )  # fmt: skip
+        path=str(context),
+        tag=tag,
+        buildargs=buildargs,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        target=target,
+        pull=False,
+    )
     for chunk in stream:
         log.append(chunk)
         if "stream" in chunk:
@@ -566,7 +594,9 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
     pulled.tag(image.repository, image.reference.rsplit(":", 1)[1])
     if image.digest is None:
         digests = ", ".join(pulled.attrs.get("RepoDigests") or []) or "none"
-        say(f"{name}: UNPINNED - the lock has no digest; this pull got {digests}. Review it and record it in {lock_path()}.")
+        say(
+            f"{name}: UNPINNED - the lock has no digest; this pull got {digests}. Review it and record it in {lock_path()}."
+        )
     return pulled.id
 
 
@@ -575,7 +605,9 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print) -> list[ImagePreparation]:
+def prepare(
+    names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print
+) -> list[ImagePreparation]:
     """Each named image present locally, else built (the kit's own) or pulled (an engine's, by its
     pinned digest). A failure is recorded and the others go on: the cases of that image then end
     `error` saying the image is missing. Needs a reachable engine (EngineUnavailable otherwise)."""
@@ -588,22 +620,32 @@ def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str
         present = local_image(image.reference)
         if present is not None:
             say(f"[{position}/{len(names)}] {name}: {image.reference} is present")
-            done.append(ImagePreparation(name=name, reference=image.reference, action="present", seconds=0.0,
-                                         image_id=present.id))  # fmt: skip
+            done.append(
+                ImagePreparation(
+                    name=name, reference=image.reference, action="present", seconds=0.0, image_id=present.id
+                )
+            )
             continue
         action = "built" if image.build is not None else "pulled"
-        say(f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it")
+        say(
+            f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it"
+        )
         try:
             image_id = build(name, lock, say=say).image_id if image.build is not None else pull(name, lock, say=say)
         except (RuntimeError, PullFailed, ValueError) as exc:
             seconds = time.monotonic() - started
             say(f"[{position}/{len(names)}] {name}: failed after {seconds:.0f} s: {exc}")
-            done.append(ImagePreparation(name=name, reference=image.reference, action="failed", seconds=seconds,
-                                         error=str(exc)[:2000]))  # fmt: skip
+            done.append(
+                ImagePreparation(
+                    name=name, reference=image.reference, action="failed", seconds=seconds, error=str(exc)[:2000]
+                )
+            )
             continue
         seconds = time.monotonic() - started
         say(f"[{position}/{len(names)}] {name}: {action} in {seconds:.0f} s")
-        done.append(ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id))
+        done.append(
+            ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id)
+        )
     return done
 
 
@@ -664,9 +706,13 @@ def probe_versions(reference: str, names: list[str]) -> dict[str, str | None]:
         for python in ("python3", "python"):
             try:
                 output = client.containers.run(
-                    reference, [python, "-c", VERSION_PROBE, *wanted], entrypoint=[], remove=True,
-                    network_disabled=True, labels={f"{LABEL_PREFIX}purpose": "version-probe"},
-                )  # fmt: skip
+                    reference,
+                    [python, "-c", VERSION_PROBE, *wanted],
+                    entrypoint=[],
+                    remove=True,
+                    network_disabled=True,
+                    labels={f"{LABEL_PREFIX}purpose": "version-probe"},
+                )
             except Exception:
                 continue
             lines = [line for line in output.decode(errors="replace").splitlines() if line.strip()]
@@ -686,12 +732,18 @@ def version_matches(locked: str, local: str | None) -> bool:
 def verify_one(name: str, image: LockedImage, probe: bool = True, root: Path | None = None) -> ImageState:
     state = ImageState(name=name, reference=image.reference, pinned_reference=image.pinned_reference, status="ok")
     if image.build is not None and not has_build_context(image.build, root):
-        state.notes.append(f"{image.build.context} is not here: a source checkout builds the image and checks its context")
+        state.notes.append(
+            f"{image.build.context} is not here: a source checkout builds the image and checks its context"
+        )
     elif image.build is not None:
         current = context_sha256(image.build, root)
         if current != image.context_sha256:
-            state.differences.append(Difference(field="lock.context_sha256 (vs the working tree)", lock=image.context_sha256, local=current))
-            state.notes.append(f"{image.build.context} changed since the lock was written: rebuild, then update context_sha256")
+            state.differences.append(
+                Difference(field="lock.context_sha256 (vs the working tree)", lock=image.context_sha256, local=current)
+            )
+            state.notes.append(
+                f"{image.build.context} changed since the lock was written: rebuild, then update context_sha256"
+            )
     local = local_image(image.reference)
     if local is None and image.digest:
         local = local_image(f"{image.repository}@{image.digest}")
@@ -706,10 +758,18 @@ def verify_one(name: str, image: LockedImage, probe: bool = True, root: Path | N
     labels = local.labels or {}
     if image.digest:
         if f"{image.repository}@{image.digest}" not in state.repo_digests:
-            state.differences.append(Difference(field="digest", lock=image.digest, local=", ".join(state.repo_digests) or f"none (image id {local.id})"))
+            state.differences.append(
+                Difference(
+                    field="digest",
+                    lock=image.digest,
+                    local=", ".join(state.repo_digests) or f"none (image id {local.id})",
+                )
+            )
     if image.build is not None:
         if labels.get(CONTEXT_LABEL) != image.context_sha256:
-            state.differences.append(Difference(field="context_sha256", lock=image.context_sha256, local=labels.get(CONTEXT_LABEL)))
+            state.differences.append(
+                Difference(field="context_sha256", lock=image.context_sha256, local=labels.get(CONTEXT_LABEL))
+            )
         if labels.get(BASE_LABEL) != image.build.base:
             state.differences.append(Difference(field="base", lock=image.build.base, local=labels.get(BASE_LABEL)))
     if probe and image.versions:
@@ -745,8 +805,11 @@ class LocalSummary(BaseModel):
 
 def local_summary(lock: ImagesLock | None = None) -> LocalSummary:
     lock = lock or load_lock()
-    hashes = {name: context_sha256(image.build) for name, image in lock.images.items()
-              if image.build and has_build_context(image.build)}  # fmt: skip
+    hashes = {
+        name: context_sha256(image.build)
+        for name, image in lock.images.items()
+        if image.build and has_build_context(image.build)
+    }
     try:
         engine()
     except EngineUnavailable as exc:

@@ -75,7 +75,9 @@ def unique_key_loader():
                 if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
                     continue
                 if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                    )
                 seen.add(key_node.value)
             return super().construct_mapping(node, deep)
 
@@ -147,9 +149,13 @@ def _as_written(path: Path, data: object) -> object:
         value, location, depth = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ManifestError(path, _key_path(location), f"more than {MAX_VALUES} values once its aliases are expanded")
+            raise ManifestError(
+                path, _key_path(location), f"more than {MAX_VALUES} values once its aliases are expanded"
+            )
         if depth > MAX_DEPTH:
-            raise ManifestError(path, _key_path(location), f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded")
+            raise ManifestError(
+                path, _key_path(location), f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise ManifestError(path, _key_path(location), f"{value} is not a finite number")
         if isinstance(value, dict):

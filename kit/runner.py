@@ -56,7 +56,17 @@ from kit.rundir.schema import (
 )
 
 # `kit run`'s options for the Slurm executor (SlurmOptions), and --per-node.
-SLURM_OPTIONS = ("partition", "account", "nodes", "gpus_per_node", "time_limit", "sbatch_args", "container_mode", "nodelist", "per_node")
+SLURM_OPTIONS = (
+    "partition",
+    "account",
+    "nodes",
+    "gpus_per_node",
+    "time_limit",
+    "sbatch_args",
+    "container_mode",
+    "nodelist",
+    "per_node",
+)
 SMOKE_NOTICE = "No GPU found: running the smoke profile (tiny Llama on CPU; not comparable to the reference)."
 
 
@@ -66,8 +76,9 @@ def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
 
 
 def host_summary(host: Host) -> HostSummary:
-    return HostSummary(hostname=platform.node(), os=platform.platform(), python=platform.python_version(),
-                       gpus=host.gpu_names)  # fmt: skip
+    return HostSummary(
+        hostname=platform.node(), os=platform.platform(), python=platform.python_version(), gpus=host.gpu_names
+    )
 
 
 def start_run(
@@ -187,8 +198,9 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     from kit.execute.slurm import SlurmExecutor
 
     if isinstance(requested, SlurmExecutor):  # where the numbers were measured: every node a job ran on
-        info.node_fingerprints = requested.fingerprint_nodes(run.root, [s for r in run.results() for s in r.samples],
-                                                             info.redacted)  # fmt: skip
+        info.node_fingerprints = requested.fingerprint_nodes(
+            run.root, [s for r in run.results() for s in r.samples], info.redacted
+        )
     after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
     try:
@@ -242,8 +254,10 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise EvidenceChanged(f"{path} differs from its {SUMS_FILE} ({shown}); inspect it, or resume with "
-                              "--accept-changes (recorded in run.json)")  # fmt: skip
+        raise EvidenceChanged(
+            f"{path} differs from its {SUMS_FILE} ({shown}); inspect it, or resume with "
+            "--accept-changes (recorded in run.json)"
+        )
     if changed:
         info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
     for case_id in unsealed_cases(run, info):
@@ -313,18 +327,26 @@ class RunRequest(BaseModel):
         """The request `kit run`'s options make; RequestError for Slurm's options without its executor."""
         slurm = {name: options.pop(name) for name in SLURM_OPTIONS}
         if any(slurm.values()) and options.get("executor") != "slurm":
-            raise RequestError("--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
-                               "--nodelist and --per-node go with --executor slurm")  # fmt: skip
+            raise RequestError(
+                "--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
+                "--nodelist and --per-node go with --executor slurm"
+            )
         per_node = slurm.pop("per_node")
-        slurm = {**slurm, "sbatch_args": list(slurm["sbatch_args"]), "container_mode": slurm["container_mode"] or "none"}
+        slurm = {
+            **slurm,
+            "sbatch_args": list(slurm["sbatch_args"]),
+            "container_mode": slurm["container_mode"] or "none",
+        }
         given = options["executor"] == "slurm" and not options.get("resume")
         return cls(**options, per_node=per_node, slurm=SlurmOptions(**slurm) if given else None)
 
     def refused(self) -> str | None:
         """Why these options cannot go together, or None."""
         if self.per_node and (self.resume or self.slurm and (self.slurm.nodes or self.slurm.nodelist)):
-            return ("--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each node's run is "
-                    "resumed alone (kit run --resume OUT/<node>)")  # fmt: skip
+            return (
+                "--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each node's run is "
+                "resumed alone (kit run --resume OUT/<node>)"
+            )
         if self.accept_changes and not self.resume:
             return "--accept-changes goes with --resume RUN_DIR"
         if self.sign_key and shutil.which("ssh-keygen") is None:  # said before the run, not after it
@@ -332,10 +354,24 @@ class RunRequest(BaseModel):
 
             return f"--sign signs with ssh-keygen, which is not on PATH: {INSTALL_HINT}"
         if self.resume:
-            new_run = (self.run_all, self.stages, self.case_ids, self.profile, self.out, self.force, self.skip_predicted_oom,
-                       self.soak_minutes, self.no_preflight, self.redact)  # fmt: skip
+            new_run = (
+                self.run_all,
+                self.stages,
+                self.case_ids,
+                self.profile,
+                self.out,
+                self.force,
+                self.skip_predicted_oom,
+                self.soak_minutes,
+                self.no_preflight,
+                self.redact,
+            )
             return "--resume takes the run directory alone: the run keeps its own plan" if any(new_run) else None
-        if self.run_all and (self.stages or self.case_ids) or not (self.run_all or self.stages or self.case_ids or self.soak_minutes):
+        if (
+            self.run_all
+            and (self.stages or self.case_ids)
+            or not (self.run_all or self.stages or self.case_ids or self.soak_minutes)
+        ):
             return "say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)"
         return None
 
@@ -355,7 +391,9 @@ class RunUi(Protocol):
     def show_preflight(self, checked: Preflight) -> None:
         """The preflight's lines, once it ran."""
 
-    def progress(self, total: int, finished: set[str], estimates: dict[str, Estimate]) -> AbstractContextManager[Progress]:
+    def progress(
+        self, total: int, finished: set[str], estimates: dict[str, Estimate]
+    ) -> AbstractContextManager[Progress]:
         """What watches the cases as they run."""
 
 
@@ -431,19 +469,35 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
         failed = failing(checks)
         if failed and not request.force:
             ui.show_checks(checks)
-            raise RefusedToStart(f"refusing to start: {len(failed)} environment check(s) fail "
-                                 f"({', '.join(check.name for check in failed)}); fix them, or run with --force")  # fmt: skip
+            raise RefusedToStart(
+                f"refusing to start: {len(failed)} environment check(s) fail "
+                f"({', '.join(check.name for check in failed)}); fix them, or run with --force"
+            )
         prepared: list[ImagePreparation] = []
         if planned.plan.device == "cuda" and executor not in ("local", "slurm"):
             prepared, executor = prepare_images(pending, ui), "docker"
         chosen = _executor_named(executor, planned.slurm, planned.redact)
         _require_frameworks(pending, chosen)
         ui.say(describe_choice(pending, chosen))
-        run_dir = start_run(planned.plan, planned.cases, out, host, current_argv(), executor=executor, fingerprint=fingerprint,
-                            checks=checks, forced=bool(failed), skip_predicted_oom=request.skip_predicted_oom,
-                            image_preparation=prepared, redact=planned.redact, slurm=planned.slurm)  # fmt: skip
+        run_dir = start_run(
+            planned.plan,
+            planned.cases,
+            out,
+            host,
+            current_argv(),
+            executor=executor,
+            fingerprint=fingerprint,
+            checks=checks,
+            forced=bool(failed),
+            skip_predicted_oom=request.skip_predicted_oom,
+            image_preparation=prepared,
+            redact=planned.redact,
+            slurm=planned.slurm,
+        )
         if failed:
-            ui.warn(f"--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json")
+            ui.warn(
+                f"--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json"
+            )
         if isinstance(chosen, SlurmExecutor):
             check_shared_run_dir(run_dir, pending, chosen, ui)
         before_the_cases(run_dir, planned.cases, host, chosen, checks, request, ui)
@@ -475,8 +529,15 @@ def _planned(request: RunRequest, host: Host, ui: RunUi) -> Planned:
         raise RequestError(str(exc)) from None
     alone = any(case in chosen for case in soaking) and not request.run_all  # --case soak.<...>: that soak alone
     cases = chosen if alone else [*chosen, *(case for case in soaking if case not in chosen)]
-    return Planned(plan, cases, set(), f"profile {plan.profile}: {len(cases)} cases", request.executor, request.slurm,
-                   request.redact)  # fmt: skip
+    return Planned(
+        plan,
+        cases,
+        set(),
+        f"profile {plan.profile}: {len(cases)} cases",
+        request.executor,
+        request.slurm,
+        request.redact,
+    )
 
 
 def _resumed(request: RunRequest, ui: RunUi) -> Planned | RunOutcome:
@@ -488,8 +549,10 @@ def _resumed(request: RunRequest, ui: RunUi) -> Planned | RunOutcome:
         raise RequestError(f"{request.resume} is not a run directory (no run.json)")
     info = run_dir.read_info()
     if request.executor is not None and request.executor != info.executor:
-        raise RequestError(f"{request.resume} runs its cases with the executor its run.json records ({info.executor}); "
-                           f"a resume goes on the same way: leave out --executor {request.executor}")  # fmt: skip
+        raise RequestError(
+            f"{request.resume} runs its cases with the executor its run.json records ({info.executor}); "
+            f"a resume goes on the same way: leave out --executor {request.executor}"
+        )
     cases = [c for c in info.plan.cases if c.id in set(info.selected)]
     for case in cases:  # a finished case that cannot be read is refused here, never run again over it
         if run_dir.is_finished(case.id):
@@ -506,15 +569,27 @@ def _resumed(request: RunRequest, ui: RunUi) -> Planned | RunOutcome:
 
             unsigned = remove_signature(run_dir)
             if unsigned and not request.sign_key:
-                ui.warn(f"removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the run again "
-                        f"with `kit sign {request.resume} --key KEY`")  # fmt: skip
+                ui.warn(
+                    f"removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the run again "
+                    f"with `kit sign {request.resume} --key KEY`"
+                )
         if complete:
-            return RunOutcome(run_dir, finished_before=f"{request.resume}: every case is finished; nothing to resume "
-                                                       f"(kit report {request.resume})")  # fmt: skip
+            return RunOutcome(
+                run_dir,
+                finished_before=f"{request.resume}: every case is finished; nothing to resume "
+                f"(kit report {request.resume})",
+            )
     ui.say(f"executor: {info.executor}, as {request.resume / 'run.json'} records")
     finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
-    return Planned(info.plan, cases, finished, f"resume {request.resume}: {len(finished)} of {len(cases)} cases done",
-                   None if info.executor == "auto" else info.executor, info.slurm, info.redacted)  # fmt: skip
+    return Planned(
+        info.plan,
+        cases,
+        finished,
+        f"resume {request.resume}: {len(finished)} of {len(cases)} cases done",
+        None if info.executor == "auto" else info.executor,
+        info.slurm,
+        info.redacted,
+    )
 
 
 def _executor_named(name: str | None, slurm: SlurmOptions | None, redact: bool) -> Executor | None:
@@ -528,8 +603,15 @@ def _require_frameworks(cases: list[Case], executor: Executor | None) -> None:
         raise RequestError("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
 
 
-def before_the_cases(run_dir: RunDir, cases: list[Case], host: Host, executor: Executor | None, checks: list[Check],
-                     request: RunRequest, ui: RunUi) -> None:  # fmt: skip
+def before_the_cases(
+    run_dir: RunDir,
+    cases: list[Case],
+    host: Host,
+    executor: Executor | None,
+    checks: list[Check],
+    request: RunRequest,
+    ui: RunUi,
+) -> None:
     """What a new run records before its first case: each case's estimate, and the preflight (its
     lines in run.json, what it measured of the host in the fingerprint)."""
     info = run_dir.read_info()  # with the node fingerprints a Slurm check recorded
@@ -542,7 +624,9 @@ def before_the_cases(run_dir: RunDir, cases: list[Case], host: Host, executor: E
     else:
         ui.say("preflight: each image checked with a miniature of its stages (kit preflight)")
         try:
-            checked = run_preflight(runnable, executor, checks, run_dir.root / "preflight", say=ui.say, host_gpu_names=host.gpu_names)
+            checked = run_preflight(
+                runnable, executor, checks, run_dir.root / "preflight", say=ui.say, host_gpu_names=host.gpu_names
+            )
         except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
             info.status = "interrupted"
             run_dir.write_info(info)
@@ -565,7 +649,10 @@ def prepare_images(cases: list[Case], ui: RunUi) -> list[ImagePreparation]:
     prepared = images.prepare(names, say=lambda line: ui.say(f"  {line}"))
     total = sum(step.seconds for step in prepared)
     failed = [step.name for step in prepared if step.action == "failed"]
-    ui.say(f"images ready in {total:.0f} s" + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else ""))
+    ui.say(
+        f"images ready in {total:.0f} s"
+        + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else "")
+    )
     return prepared
 
 
@@ -579,16 +666,19 @@ def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExec
     ui.say(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
     info = run_dir.read_info()
     try:
-        seen = slurm.check_shared_run_dir(run_dir.root, nodes, executor.options, say=lambda line: ui.say(f"  {line}"),
-                                          redact=info.redacted)  # fmt: skip
+        seen = slurm.check_shared_run_dir(
+            run_dir.root, nodes, executor.options, say=lambda line: ui.say(f"  {line}"), redact=info.redacted
+        )
     except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
         info.status = "interrupted"
         run_dir.write_info(info)
         raise RefusedToStart(str(exc)) from None
     info.node_fingerprints = fingerprinted(run_dir.root)
     run_dir.write_info(info)
-    ui.say(f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
-           f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}")  # fmt: skip
+    ui.say(
+        f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
+        f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}"
+    )
 
 
 def run_per_node(arguments: list[str], request: RunRequest, say: Callable[[str], None]) -> dict[str, tuple[Path, int]]:
@@ -610,7 +700,9 @@ def run_per_node(arguments: list[str], request: RunRequest, say: Callable[[str],
         folder_of = node_token
     nodes = fleet_nodes(partition)
     if not nodes:
-        raise RequestError("--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else ""))
+        raise RequestError(
+            "--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else "")
+        )
     say(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/")
     codes = run_on_each_node(arguments, nodes, out, say=say, folder_of=folder_of)
     return {node: (out / folder_of(node), code) for node, code in codes.items()}

@@ -44,11 +44,15 @@ def real_smoke_run(tmp_path_factory) -> Path:
     given = os.environ.get("KIT_SMOKE_RUN")
     run = Path(given) if given else tmp_path_factory.mktemp("smoke") / "run"
     if not given:
-        done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--all", "--out", str(run)], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "kit.cli", "run", "--all", "--out", str(run)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     info = RunDir(run).read_info()
     assert (info.profile, info.status) == ("smoke", "finished"), f"{run}: not a finished smoke run"
-    assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], f"{run}: not every smoke case"
+    assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], (
+        f"{run}: not every smoke case"
+    )
     return run
 
 

@@ -44,7 +44,9 @@ def containers_of_run(run_dir) -> list:
     """Every container, running or not, that the kit started for this run directory; one removed
     between the engine's listing and its inspection is gone, not an error."""
     client = images.engine()
-    return client.containers.list(all=True, filters={"label": f"kit.run-dir={Path(run_dir).resolve()}"}, ignore_removed=True)
+    return client.containers.list(
+        all=True, filters={"label": f"kit.run-dir={Path(run_dir).resolve()}"}, ignore_removed=True
+    )
 
 
 ENGINE_IMAGES = Path(__file__).parent / "engine_images"
@@ -69,9 +71,22 @@ def engine_stand_ins_or_skip(work: Path) -> dict[str, str]:
 
         version = importlib.metadata.version("tokenizers")
         done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
-             "-d", str(wheels), f"tokenizers=={version}"], capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                "-d",
+                str(wheels),
+                f"tokenizers=={version}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             unavailable(f"no tokenizers wheel for the stand-in images: {done.stderr.strip()[-300:]}")
     built = {}

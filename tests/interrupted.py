@@ -25,8 +25,23 @@ def in_evidence(run: Path, result: Path) -> bool:
 def killed_after_first_case(run: Path) -> list[Path]:
     """Start the smoke comm stage into `run`, kill it once SHA256SUMS exists; the result.json
     files the evidence lists."""
-    started = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--stage", "comm", "--executor", "local", "--no-preflight",
-                                "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    started = subprocess.Popen(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            "--stage",
+            "comm",
+            "--executor",
+            "local",
+            "--no-preflight",
+            "--out",
+            str(run),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not (run / "SHA256SUMS").is_file():
         assert started.poll() is None and time.monotonic() < deadline, "no case finished"
@@ -75,7 +90,9 @@ def unreadable(path: Path) -> bool:
 
 def killed_and_resumed(run: Path, selection: list[str]) -> KilledRun:
     """`kit run SELECTION` into `run`, killed once two cases finished, then `kit run --resume`."""
-    first = subprocess.Popen([*KIT, "run", *selection, "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        [*KIT, "run", *selection, "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 600
     while len(finished(run)) < 2:
         if first.poll() is not None:

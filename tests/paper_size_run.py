@@ -96,8 +96,12 @@ CPU_DEVICE = "x86_64"
 GIB = 2**30
 HOSTNAME = "synthetic-a800-node"  # says on every report's cover that no real host measured it
 # as a kit installed from an archive records itself: no git beside it, so no commit
-KIT = KitInfo(version="0.1.0", workload_sources_sha256="5e" * 32, source_sha256="5f" * 32,
-              unreadable={"git_commit": "not a source checkout (no .git in /opt/kit)"})
+KIT = KitInfo(
+    version="0.1.0",
+    workload_sources_sha256="5e" * 32,
+    source_sha256="5f" * 32,
+    unreadable={"git_commit": "not a source checkout (no .git in /opt/kit)"},
+)
 STARTED = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
 
 # Cases that fail, and how. Every kind of failure a real paper run records: a collective that
@@ -205,8 +209,12 @@ class Host:
         case's sample says why it has none."""
         if not self.cuda:
             return NoDevice().stop()
-        return DeviceTelemetry(source="nvml", energy_j=gpus * SYNTHETIC_POWER_W * seconds, mean_power_w=SYNTHETIC_POWER_W,
-                               samples=max(1, int(seconds / SAMPLE_INTERVAL_S)))  # fmt: skip
+        return DeviceTelemetry(
+            source="nvml",
+            energy_j=gpus * SYNTHETIC_POWER_W * seconds,
+            mean_power_w=SYNTHETIC_POWER_W,
+            samples=max(1, int(seconds / SAMPLE_INTERVAL_S)),
+        )
 
     def rank(self, case: Case, rank: int, **fields) -> RankSample:
         started = self.clock.stamp()
@@ -215,8 +223,13 @@ class Host:
             device=case.device,
             started_at=started,
             finished_at=self.clock.stamp(),
-            **{"world_size": case.gpus, "device_name": self.device_name, "status": "ok",
-               "versions": self.versions(case), **fields},  # fmt: skip
+            **{
+                "world_size": case.gpus,
+                "device_name": self.device_name,
+                "status": "ok",
+                "versions": self.versions(case),
+                **fields,
+            },
         )
 
 
@@ -314,20 +327,34 @@ def options_in_effect(case: Case) -> dict:
     params, layers = case.params, case.shape.num_layers
     judged = {
         "zero_stage": effective.zero_stage(params.zero_stage, params.zero_stage),
-        "attention": effective.attention(params.attention, params.attention, layers, layers * (2 if params.recompute else 1)),
-        "offload": effective.offload(params.zero_stage == 3, True, ["cpu"] * 2, params.zero_stage == 3,
-                                     ["cpu"] * layers if params.zero_stage == 3 else [],
-                                     "DeepSpeedZeroOptimizer_Stage3" if params.zero_stage == 3 else "DeepSpeedZeroOptimizer"),
+        "attention": effective.attention(
+            params.attention, params.attention, layers, layers * (2 if params.recompute else 1)
+        ),
+        "offload": effective.offload(
+            params.zero_stage == 3,
+            True,
+            ["cpu"] * 2,
+            params.zero_stage == 3,
+            ["cpu"] * layers if params.zero_stage == 3 else [],
+            "DeepSpeedZeroOptimizer_Stage3" if params.zero_stage == 3 else "DeepSpeedZeroOptimizer",
+        ),
         "recompute": effective.recompute(layers, layers, layers, layers),
-        "quantization": effective.quantization(effective.expected_quantized_modules(case), DTYPES[params.dtype],
-                                               [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case)),
-        "lora": effective.lora(effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank),
+        "quantization": effective.quantization(
+            effective.expected_quantized_modules(case),
+            DTYPES[params.dtype],
+            [("nf4", True, DTYPES[params.dtype])] * effective.expected_quantized_modules(case),
+        ),
+        "lora": effective.lora(
+            effective.expected_lora_parameters(case), effective.expected_lora_parameters(case), params.lora_rank
+        ),
         "framework": EffectiveOption(  # as kit/workloads/megatron_train.py reports megatron-core's engine
             requested=f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
             observed=f"DistributedDataParallel over GPTModel, tensor parallel {params.tensor_parallel}, data parallel "
-                     f"{case.gpus // params.tensor_parallel}, ChainedOptimizer of DistributedOptimizer",
-            in_effect=True, evidence="parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func"),
-    }  # fmt: skip
+            f"{case.gpus // params.tensor_parallel}, ChainedOptimizer of DistributedOptimizer",
+            in_effect=True,
+            evidence="parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func",
+        ),
+    }
     return {name: judged[name].model_dump() for name in effective.options_of(params)}
 
 
@@ -484,8 +511,13 @@ def comm_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[
     if params.backend != "nccl-tests":
         raise NotImplementedError(f"{case.id}: only nccl-tests sweeps are written here, not {params.backend} ones")
     command = nccl_tests.command(case, nccl_tests.binary_name(case))
-    topology = TopologyFacts(interconnect="nvlink-all-pairs", gpu_count=8, label="8 GPUs, all pairs NVLink (NV8)",
-                             pcie_generation=4, pcie_lanes=16)  # fmt: skip
+    topology = TopologyFacts(
+        interconnect="nvlink-all-pairs",
+        gpu_count=8,
+        label="8 GPUs, all pairs NVLink (NV8)",
+        pcie_generation=4,
+        pcie_lanes=16,
+    )
     runs = []
     for index in range(1, params.runs + 1):
         out = folder / "runs" / str(index)
@@ -495,7 +527,9 @@ def comm_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[
         exit_code = 1 if parse_nccl_tests(text).failure else 0
         raw_name = nccl_tests.keep_output(out, command[0], text, "")
         started = host.clock.stamp()
-        lead = nccl_tests.rank_sample(case, command, text, "", exit_code, raw_name, started, host.clock.stamp(), topology)
+        lead = nccl_tests.rank_sample(
+            case, command, text, "", exit_code, raw_name, started, host.clock.stamp(), topology
+        )
         lead = lead.model_copy(update={"versions": host.versions(case)})
         write_ranks(folder, index, [lead])
         runs.append(finish_run(host, case, index, [lead], rng.uniform(70, 110), exit_code=exit_code))
@@ -523,9 +557,18 @@ PART_SHARE = {
 }
 OUTSIDE_LAYERS = ("Embedding", "LM head", "Loss")
 OTHER_SHARE = 0.03  # device time in no part (residual adds, the SwiGLU product)
-BLOCK_OF = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "RoPE": "self_attn",
-            "Attention": "self_attn", "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp",
-            "SiLU": "mlp", "down_proj": "mlp"}  # fmt: skip
+BLOCK_OF = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "RoPE": "self_attn",
+    "Attention": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "SiLU": "mlp",
+    "down_proj": "mlp",
+}
 
 
 class SyntheticTrace:
@@ -545,8 +588,9 @@ class SyntheticTrace:
         self.made: dict[str, int] = {}  # part -> the sequence number of its forward call in this step
 
     def span(self, cat: str, name: str, start: float, end: float, tid, **args) -> None:
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start,
-                            "args": args})  # fmt: skip
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start, "args": args}
+        )
 
     def kernel(self, name: str, us: float, tid="main") -> None:
         self.correlation += 1
@@ -582,8 +626,14 @@ class SyntheticTrace:
         self.kernel(f"{part}_recompute", us, tid="autograd")
         self.close(_part_range(part), inner, "autograd")
         self.close("kit::recompute", outer, "autograd")
-        self.span("cpu_op", "MulBackward0", node, self.host, "autograd",
-                  **{"Sequence number": self.made[part], "Fwd thread id": 1})  # fmt: skip
+        self.span(
+            "cpu_op",
+            "MulBackward0",
+            node,
+            self.host,
+            "autograd",
+            **{"Sequence number": self.made[part], "Fwd thread id": 1},
+        )
         self.host += 1
 
     def node(self, name: str, sequence: int, us: float) -> None:
@@ -596,12 +646,19 @@ class SyntheticTrace:
 def _part_range(part: str) -> str:
     if part in ("RoPE", "Attention", "Loss"):
         return CALL_PREFIX + part
-    module = {"Embedding": "model.embed_tokens", "RMSNorm": "model.norm", "LM head": "lm_head", "SiLU": "model.layers.0.mlp.act_fn"}
+    module = {
+        "Embedding": "model.embed_tokens",
+        "RMSNorm": "model.norm",
+        "LM head": "lm_head",
+        "SiLU": "model.layers.0.mlp.act_fn",
+    }
     name = module.get(part) or f"model.layers.0.{BLOCK_OF[part]}.{part}"
     return MODULE_PREFIX + name
 
 
-def chrome_trace(walls: dict[str, float], recompute_ms: float, busy_share: float, steps: int, rng: random.Random) -> dict:
+def chrome_trace(
+    walls: dict[str, float], recompute_ms: float, busy_share: float, steps: int, rng: random.Random
+) -> dict:
     """`steps` steps of the given phase times (ms): parts in their ranges in proportion to
     PART_SHARE, a little device time in no part, backward as nodes of the forward's calls."""
     trace = SyntheticTrace(busy_share)
@@ -610,7 +667,9 @@ def chrome_trace(walls: dict[str, float], recompute_ms: float, busy_share: float
     plain_backward = device["backward"] - 1e3 * recompute_ms * busy_share
     for _ in range(steps):
         jitter = rng.uniform(0.99, 1.02)
-        forward_us = {part: device["forward"] * (1 - OTHER_SHARE) * share / scale * jitter for part, share in PART_SHARE.items()}
+        forward_us = {
+            part: device["forward"] * (1 - OTHER_SHARE) * share / scale * jitter for part, share in PART_SHARE.items()
+        }
         phase = trace.open()
         trace.part_forward("Embedding", forward_us["Embedding"])
         layer = trace.open()
@@ -630,7 +689,9 @@ def chrome_trace(walls: dict[str, float], recompute_ms: float, busy_share: float
         for part, share in reversed(PART_SHARE.items()):
             if recompute_ms and part not in OUTSIDE_LAYERS:
                 trace.recompute(part, 1e3 * recompute_ms * busy_share * share / scale * jitter)
-            trace.node(f"{part}Backward0", trace.made[part], plain_backward * (1 - OTHER_SHARE) * share / scale * jitter)
+            trace.node(
+                f"{part}Backward0", trace.made[part], plain_backward * (1 - OTHER_SHARE) * share / scale * jitter
+            )
         trace.kernel("accumulate_grad", plain_backward * OTHER_SHARE * jitter, tid="autograd")
         trace.close(PHASE_RANGES["backward"], phase)
 
@@ -654,8 +715,10 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
     runs = []
     for index in range(1, params.runs + 1):
         walls = {"forward": forward_ms, "backward": backward_ms + recompute_ms, "optimizer": optimizer_ms}
-        plain = [{name: value * rng.uniform(0.99, 1.02) for name, value in walls.items()}
-                 for _ in range(params.measured_steps)]  # fmt: skip
+        plain = [
+            {name: value * rng.uniform(0.99, 1.02) for name, value in walls.items()}
+            for _ in range(params.measured_steps)
+        ]
         out = folder / "runs" / str(index)
         out.mkdir(parents=True, exist_ok=True)
         trace = chrome_trace(walls, recompute_ms, 0.93 if host.cuda else 0.88, params.measured_steps, rng)
@@ -663,15 +726,26 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
         with (out / trace_name).open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
             handle.write(json.dumps(trace).encode())
         breakdown = summarize_steps(
-            timeline(trace, case.device), plain, device=case.device, timer=TIMERS[case.device],
-            profiler=PROFILERS["scoped" if host.cuda else "full"], micro_batch=params.micro_batch,
-            seq_len=params.seq_len, attention=params.attention, recompute=params.recompute,
+            timeline(trace, case.device),
+            plain,
+            device=case.device,
+            timer=TIMERS[case.device],
+            profiler=PROFILERS["scoped" if host.cuda else "full"],
+            micro_batch=params.micro_batch,
+            seq_len=params.seq_len,
+            attention=params.attention,
+            recompute=params.recompute,
             optimizer="torch.optim.AdamW (fused, lr 1e-05, weight decay 0, bf16 states, no master copy), "
-            "gradient clipping 1.0", measured_steps=params.measured_steps, trace_file=trace_name,
-            method=list(METHOD) + ([RECOMPUTE_METHOD] if params.recompute else []) + [
+            "gradient clipping 1.0",
+            measured_steps=params.measured_steps,
+            trace_file=trace_name,
+            method=list(METHOD)
+            + ([RECOMPUTE_METHOD] if params.recompute else [])
+            + [
                 f"model: random initialisation, {parameter_count(case.shape)} parameters, {params.dtype}, "
-                f"attention {params.attention}"],
-        )  # fmt: skip
+                f"attention {params.attention}"
+            ],
+        )
         step_per_step = breakdown.step_ms_per_step
         prediction = predicted_training_memory(case).memory
         memory = (
@@ -683,8 +757,15 @@ def profile_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> li
             if host.cuda and prediction
             else PeakMemory(host_rss_bytes=int(0.6 * GIB))
         )
-        ranks = [host.rank(case, 0, details=breakdown.model_dump(mode="json"), peak_memory=memory,
-                           telemetry=host.telemetry(1, sum(step_per_step) / 1e3))]  # fmt: skip
+        ranks = [
+            host.rank(
+                case,
+                0,
+                details=breakdown.model_dump(mode="json"),
+                peak_memory=memory,
+                telemetry=host.telemetry(1, sum(step_per_step) / 1e3),
+            )
+        ]
         write_ranks(folder, index, ranks)
         runs.append(finish_run(host, case, index, ranks, rng.uniform(120, 300), exit_code=0))
     return runs
@@ -746,7 +827,9 @@ SWEEP_CHUNK_TOKENS = 8  # a busy engine's stream runs ahead of its reader: eight
 SWEEP_FAILED_SHARE = 0.012  # the overloaded engine's share of 503s, at concurrency 256 and above
 
 
-def sweep_point_records(case: Case, host: Host, rng: random.Random, concurrency: int, failing: bool) -> list[RequestRecord]:
+def sweep_point_records(
+    case: Case, host: Host, rng: random.Random, concurrency: int, failing: bool
+) -> list[RequestRecord]:
     """A point of the sweep: each of its slots sends its requests back to back (the next one
     when the last ended) until the planned count, none after max_point_s. A decode step grows
     with the batch, a first token waits for the prefills queued ahead of it."""
@@ -765,17 +848,37 @@ def sweep_point_records(case: Case, host: Host, rng: random.Random, concurrency:
         ttft = prefill * (1 + concurrency / 16) * rng.uniform(1.0, 1.5)
         if failing and rng.random() < SWEEP_FAILED_SHARE:
             free_at[slot] = sent + ttft
-            records.append(RequestRecord(index=index, input_tokens=params.input_tokens, sent_at=sent, ended_at=free_at[slot],
-                                         status=503, error="HTTP 503: Model is overloaded"))  # fmt: skip
+            records.append(
+                RequestRecord(
+                    index=index,
+                    input_tokens=params.input_tokens,
+                    sent_at=sent,
+                    ended_at=free_at[slot],
+                    status=503,
+                    error="HTTP 503: Model is overloaded",
+                )
+            )
             continue
         itl = [SWEEP_CHUNK_TOKENS * step * rng.uniform(0.9, 1.2) for _ in range(events - 1)]
         latency = ttft + sum(itl)
         free_at[slot] = sent + latency
-        records.append(RequestRecord(
-            index=index, input_tokens=params.input_tokens, server_prompt_tokens=params.input_tokens if params.engine == "vllm" else None,
-            sent_at=sent, ended_at=sent + latency, ttft=ttft, itl=itl, latency=latency, output_tokens=tokens,
-            output_tokens_source="server", token_events=events, streamed_tokens=tokens, status=200,
-        ))  # fmt: skip
+        records.append(
+            RequestRecord(
+                index=index,
+                input_tokens=params.input_tokens,
+                server_prompt_tokens=params.input_tokens if params.engine == "vllm" else None,
+                sent_at=sent,
+                ended_at=sent + latency,
+                ttft=ttft,
+                itl=itl,
+                latency=latency,
+                output_tokens=tokens,
+                output_tokens_source="server",
+                token_events=events,
+                streamed_tokens=tokens,
+                status=200,
+            )
+        )
     return records
 
 
@@ -792,29 +895,50 @@ def sweep_details(case: Case, out: Path, host: Host, rng: random.Random) -> dict
         atomic_write_text(folder / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
         duration = max(r.ended_at for r in records)
         totals = aggregate(records, duration)
-        load = ClientLoad(cpu_s=0.12 * duration, wall_s=duration, events=sum(r.token_events for r in records),
-                          dispatch_s=duration * 0.9, loop_lag_p99_s=0.0012, loop_lag_max_s=0.006)  # fmt: skip
+        load = ClientLoad(
+            cpu_s=0.12 * duration,
+            wall_s=duration,
+            events=sum(r.token_events for r in records),
+            dispatch_s=duration * 0.9,
+            loop_lag_p99_s=0.0012,
+            loop_lag_max_s=0.006,
+        )
         bound = concurrency_bound(case, host.spec, concurrency, params.max_output_tokens)
-        points.append({
-            "concurrency": concurrency, "planned": params.sweep.requests_at(concurrency), "sent": len(records),
-            "files": {"requests": f"{point_folder(concurrency)}/requests.jsonl"}, "aggregates": totals.model_dump(),
-            "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
-            "saturation": saturation(load, totals.tpot_s.median, duration, all_at_once=False).model_dump(),
-            "bounds": bound.model_dump(mode="json"), "cut_short": False,
-        })  # fmt: skip
+        points.append(
+            {
+                "concurrency": concurrency,
+                "planned": params.sweep.requests_at(concurrency),
+                "sent": len(records),
+                "files": {"requests": f"{point_folder(concurrency)}/requests.jsonl"},
+                "aggregates": totals.model_dump(),
+                "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
+                "saturation": saturation(load, totals.tpot_s.median, duration, all_at_once=False).model_dump(),
+                "bounds": bound.model_dump(mode="json"),
+                "cut_short": False,
+            }
+        )
         everything += records
     tokens = sum(r.streamed_tokens for r in everything)
     return {
-        "levels": levels, "planned": {str(n): params.sweep.requests_at(n) for n in levels},
-        "max_point_s": params.sweep.max_point_s, "points": points, "not_measured": None,
-        "tokens": {"client_counted": tokens, "token_events": sum(r.token_events for r in everything),
-                   "engine_reported_per_request": tokens,
-                   "server_counters": {"generated_tokens": tokens, "finished_requests": sum(r.ok for r in everything),
-                                       "source": "vllm:generation_tokens_total, vllm:request_success_total",
-                                       "unavailable": None},
-                   "equal": True},
+        "levels": levels,
+        "planned": {str(n): params.sweep.requests_at(n) for n in levels},
+        "max_point_s": params.sweep.max_point_s,
+        "points": points,
+        "not_measured": None,
+        "tokens": {
+            "client_counted": tokens,
+            "token_events": sum(r.token_events for r in everything),
+            "engine_reported_per_request": tokens,
+            "server_counters": {
+                "generated_tokens": tokens,
+                "finished_requests": sum(r.ok for r in everything),
+                "source": "vllm:generation_tokens_total, vllm:request_success_total",
+                "unavailable": None,
+            },
+            "equal": True,
+        },
         "server_count_mismatches": [],
-    }  # fmt: skip
+    }
 
 
 def engine_launch(case: Case, host: Host, index: int) -> dict:
@@ -825,15 +949,21 @@ def engine_launch(case: Case, host: Host, index: int) -> dict:
     inside = f"/models/{case.model}-seed{case.params.seed}"
     environment = {**engine.environment(case), **case.params.env}
     return {
-        "name": engine.name, "label": engine.label, "placement": "docker",
-        "image": container.image, "image_digest": container.image_digest, "repo_digests": container.repo_digests,
-        "entrypoint": list(engine.entrypoint), "user": "root (the image sets none)",
+        "name": engine.name,
+        "label": engine.label,
+        "placement": "docker",
+        "image": container.image,
+        "image_digest": container.image_digest,
+        "repo_digests": container.repo_digests,
+        "entrypoint": list(engine.entrypoint),
+        "user": "root (the image sets none)",
         "command": [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)],
-        "environment": environment, "container_id": container.container_id,
+        "environment": environment,
+        "container_id": container.container_id,
         "port": {"container": engine.container_port, "host": f"127.0.0.1:{40000 + index}"},
         "version": host.versions(case).get(engine.name),
         "confinement": {"CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"], "NetworkMode": "bridge"},
-    }  # fmt: skip
+    }
 
 
 def serving_gpus(case: Case, host: Host) -> str:
@@ -849,7 +979,9 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
         locked = host.lock.images[case.image]
         hint = "pull" if locked.build is None else "build"
         reason = f"image {locked.reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
-        ranks = [host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), status="unavailable", reason=reason)]
+        ranks = [
+            host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), status="unavailable", reason=reason)
+        ]
         write_ranks(folder, 1, ranks)
         return [finish_run(host, case, 1, ranks, 0.2, exit_code=1).model_copy(update={"container": None})]
     runs = []
@@ -869,8 +1001,11 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             loop_lag_p99_s=0.0016,
             loop_lag_max_s=0.0094,
         )
-        engine = {**engine_launch(case, host, index), "ready_s": rng.uniform(60, 240),
-                  "stop": {"stopped_by": "SIGTERM", "exit_code": 0}}  # fmt: skip
+        engine = {
+            **engine_launch(case, host, index),
+            "ready_s": rng.uniform(60, 240),
+            "stop": {"stopped_by": "SIGTERM", "exit_code": 0},
+        }
         atomic_write_text(out / "engine.json", json.dumps(engine, indent=2) + "\n")
         atomic_write_text(out / "engine.log", f"INFO: serving {case.model} on {case.gpus} GPUs\nINFO: ready\n")
         checkpoint = hashlib.sha256(f"{case.model}:{params.seed}".encode()).hexdigest()
@@ -904,8 +1039,11 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
                 "client_counted": client_tokens,
                 "token_events": load.events,
                 "engine_reported_per_request": sum(r.output_tokens for r in records if r.ok),
-                "server_counters": {"generated_tokens": client_tokens, "finished_requests": totals.completed,
-                                    "source": "vllm:generation_tokens_total, vllm:request_success_total"},  # fmt: skip
+                "server_counters": {
+                    "generated_tokens": client_tokens,
+                    "finished_requests": totals.completed,
+                    "source": "vllm:generation_tokens_total, vllm:request_success_total",
+                },
                 "equal": True,
             },
             "bounds": serving_bounds(case, host.spec, params.max_output_tokens).model_dump(mode="json"),
@@ -923,6 +1061,7 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
 def maxbatch_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list[RunSample]:
     """The search's trials as kit.measure.maxbatch runs them (each a training run at one micro-batch in
     its own run folder), a trial running out of memory where the memory model says it would."""
+
     def run_trial(trial: Case, index: int) -> RunSample:
         scratch = folder / "trial"
         [sample] = train_runs(trial, scratch, host, rng)
@@ -942,13 +1081,18 @@ WORKLOAD_RUNS = {"train": train_runs, "comm": comm_runs, "profile": profile_runs
 
 
 TOPOLOGIES = {
-    "nvlink-all-pairs": TopologyClass(gpu_count=8, interconnect="nvlink-all-pairs", nvlink_bonds=[8],
-                                      label="8 GPUs, all pairs NVLink (NV8)"),
+    "nvlink-all-pairs": TopologyClass(
+        gpu_count=8, interconnect="nvlink-all-pairs", nvlink_bonds=[8], label="8 GPUs, all pairs NVLink (NV8)"
+    ),
     # GeForce cards joined two by two with NVLink bridges (RTX 3090: NV4); other pairs over PCIe.
-    "nvlink-partial": TopologyClass(gpu_count=8, interconnect="nvlink-partial", nvlink_bonds=[4],
-                                    label="8 GPUs, NVLink between 4 pairs (NV4), the rest PCIe"),
+    "nvlink-partial": TopologyClass(
+        gpu_count=8,
+        interconnect="nvlink-partial",
+        nvlink_bonds=[4],
+        label="8 GPUs, NVLink between 4 pairs (NV4), the rest PCIe",
+    ),
     "pcie-only": TopologyClass(gpu_count=8, interconnect="pcie-only", label="8 GPUs, PCIe only"),
-}  # fmt: skip
+}
 # A variant's throughput against its twin's, per workload: peer-to-peer off sends GPU-to-GPU
 # traffic through host memory, which costs training about the 10 % the paper reports (C8).
 VARIANT_SPEED = {"p2p-off": {"train": 0.9, "comm": 0.45}}
@@ -976,13 +1120,7 @@ def synthetic_fingerprint(
         if plan.device == "cuda"
         else []
     )
-    topology = (
-        Topology(
-            topology_class=TOPOLOGIES[interconnect]
-        )
-        if gpus
-        else Topology(unavailable="no NVIDIA GPU")
-    )
+    topology = Topology(topology_class=TOPOLOGIES[interconnect]) if gpus else Topology(unavailable="no NVIDIA GPU")
     return Fingerprint(
         collected_at=collected,
         host=HostInfo(

@@ -24,9 +24,19 @@ PLANTED = {
 def files_holding_a_token(run: Path, *outputs: str) -> list[tuple[str, str]]:
     """(file, variable) for each file of the run, and each of `outputs` (the command's own
     stdout and stderr), that holds a planted value."""
-    texts = {str(path.relative_to(run)): gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-             for path in run.rglob("*") if path.is_file()}  # fmt: skip
+    texts = {
+        str(path.relative_to(run)): gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        for path in run.rglob("*")
+        if path.is_file()
+    }
     if (run / "report.pdf").exists():
-        texts["report.pdf (text)"] = subprocess.run(["pdftotext", str(run / "report.pdf"), "-"], capture_output=True, check=True).stdout
+        texts["report.pdf (text)"] = subprocess.run(
+            ["pdftotext", str(run / "report.pdf"), "-"], capture_output=True, check=True
+        ).stdout
     texts.update({f"output {i}": output.encode() for i, output in enumerate(outputs)})
-    return [(name, variable) for name, content in texts.items() for variable, value in PLANTED.items() if value.encode() in content]
+    return [
+        (name, variable)
+        for name, content in texts.items()
+        for variable, value in PLANTED.items()
+        if value.encode() in content
+    ]

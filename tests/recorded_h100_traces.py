@@ -41,9 +41,18 @@ def recorded(case_id: str) -> RecordedCase:
     plain = [{p.name: p.wall_ms_per_step[k] for p in phases} for k in range(len(phases[0].wall_ms_per_step))]
     # recorded with every operator (SOURCE), hence its profiler
     breakdown = summarize_steps(
-        timeline(trace, "cuda"), plain, device="cuda", timer=TIMERS["cuda"], profiler=PROFILERS["full"],
-        micro_batch=marked.micro_batch, seq_len=marked.seq_len, attention=marked.attention, recompute=marked.recompute,
-        optimizer=marked.optimizer, measured_steps=marked.measured_steps, trace_file=marked.trace_file,
+        timeline(trace, "cuda"),
+        plain,
+        device="cuda",
+        timer=TIMERS["cuda"],
+        profiler=PROFILERS["full"],
+        micro_batch=marked.micro_batch,
+        seq_len=marked.seq_len,
+        attention=marked.attention,
+        recompute=marked.recompute,
+        optimizer=marked.optimizer,
+        measured_steps=marked.measured_steps,
+        trace_file=marked.trace_file,
         method=list(METHOD),
-    )  # fmt: skip
+    )
     return RecordedCase(trace, rank, marked, result, breakdown)

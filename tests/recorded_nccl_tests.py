@@ -41,10 +41,23 @@ def case_for(plan_cases: list[Case], name: str) -> Case:
     """The plan's case of the recording's collective, asking what the recorded run was asked."""
     recording = RECORDINGS[name]
     case = next(c for c in plan_cases if c.workload == "comm" and c.params.collective == recording.collective)
-    params = case.params.model_copy(update={"min_bytes": recording.min_bytes, "max_bytes": recording.max_bytes,
-                                            "step_factor": 2, "warmup_iters": 5, "iters": 20, "dtype": "float32"})  # fmt: skip
-    return case.model_copy(update={"gpus": recording.gpus, "params": params,
-                                   "id": case.id.replace(f".g{case.gpus}", f".g{recording.gpus}")})  # fmt: skip
+    params = case.params.model_copy(
+        update={
+            "min_bytes": recording.min_bytes,
+            "max_bytes": recording.max_bytes,
+            "step_factor": 2,
+            "warmup_iters": 5,
+            "iters": 20,
+            "dtype": "float32",
+        }
+    )
+    return case.model_copy(
+        update={
+            "gpus": recording.gpus,
+            "params": params,
+            "id": case.id.replace(f".g{case.gpus}", f".g{recording.gpus}"),
+        }
+    )
 
 
 def stand_in(folder: Path, name: str, output_at: str | None = None) -> Path:
@@ -52,8 +65,7 @@ def stand_in(folder: Path, name: str, output_at: str | None = None) -> Path:
     fixture itself) for the recorded command, and exits 64 naming both commands for any other."""
     recording = RECORDINGS[name]
     binary_name = f"{recording.collective}_perf"
-    expected = (f"-b {recording.min_bytes} -e {recording.max_bytes} -f 2 -g {recording.gpus} "
-                "-w 5 -n 20 -d float -c 1")  # fmt: skip
+    expected = f"-b {recording.min_bytes} -e {recording.max_bytes} -f 2 -g {recording.gpus} -w 5 -n 20 -d float -c 1"
     binary = folder / binary_name
     binary.write_text(
         "#!/bin/sh\n"

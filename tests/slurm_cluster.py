@@ -15,7 +15,9 @@ START = Path(__file__).parent / "slurm" / "start.sh"
 
 
 def nodes_up() -> list[str]:
-    done = subprocess.run(["sinfo", "-h", "-N", "-t", "idle,mixed,allocated", "-o", "%N"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["sinfo", "-h", "-N", "-t", "idle,mixed,allocated", "-o", "%N"], capture_output=True, text=True, timeout=30
+    )
     return sorted(set(done.stdout.split())) if done.returncode == 0 else []
 
 

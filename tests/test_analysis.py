@@ -10,16 +10,28 @@ from kit.theory import analytic as analysis
 from kit.theory.analytic import LlamaShape
 
 LLAMA2_7B = LlamaShape(
-    hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
-    intermediate_size=11008, vocab_size=32000,
+    hidden_size=4096,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=32,
+    intermediate_size=11008,
+    vocab_size=32000,
 )
 LLAMA2_13B = LlamaShape(
-    hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
-    intermediate_size=13824, vocab_size=32000,
+    hidden_size=5120,
+    num_layers=40,
+    num_heads=40,
+    num_kv_heads=40,
+    intermediate_size=13824,
+    vocab_size=32000,
 )
 LLAMA2_70B = LlamaShape(
-    hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
-    intermediate_size=28672, vocab_size=32000,
+    hidden_size=8192,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    intermediate_size=28672,
+    vocab_size=32000,
 )
 
 # NVIDIA A100 SXM 80GB datasheet: 312 TFLOPS dense BF16, 2,039 GB/s HBM2e (the inference device
@@ -36,8 +48,12 @@ PROMPT_LEN = 512  # the protocol's serving prompt length (PROTOCOL.md, stage 3)
 
 def test_shape_reads_a_hugging_face_config():
     config = {
-        "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
-        "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 32000,
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 32000,
         "tie_word_embeddings": False,
     }
     assert LlamaShape.from_hf_config(config) == LLAMA2_70B
@@ -45,16 +61,20 @@ def test_shape_reads_a_hugging_face_config():
 
 def test_shape_without_kv_heads_in_config_has_one_kv_head_per_attention_head():
     config = {
-        "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "intermediate_size": 11008, "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
     }
     assert LlamaShape.from_hf_config(config).num_kv_heads == 32
 
 
 def test_shape_rejects_attention_heads_not_divisible_by_kv_heads():
     with pytest.raises(ValueError, match="num_kv_heads"):
-        LlamaShape(hidden_size=4096, num_layers=1, num_heads=32, num_kv_heads=5,
-                   intermediate_size=11008, vocab_size=32000)
+        LlamaShape(
+            hidden_size=4096, num_layers=1, num_heads=32, num_kv_heads=5, intermediate_size=11008, vocab_size=32000
+        )
 
 
 # --- Parameters ---------------------------------------------------------------------------------
@@ -159,9 +179,7 @@ def test_decode_step_reads_the_weights_once_for_the_whole_batch():
 
 
 def test_serving_memory_is_weights_plus_the_kv_cache_of_every_sequence():
-    memory = analysis.serving_memory(
-        LLAMA2_7B, batch=8, context_len=1024, weight_bytes=2, kv_bytes=2
-    )
+    memory = analysis.serving_memory(LLAMA2_7B, batch=8, context_len=1024, weight_bytes=2, kv_bytes=2)
     assert memory.weights == 2 * 6_738_415_616
     assert memory.kv_cache == 8 * 1024 * 512 * 1024
     assert memory.total == memory.weights + memory.kv_cache
@@ -173,7 +191,7 @@ PSI_7B = 6_738_415_616
 
 
 def _memory(**overrides):
-    options = dict(world_size=8, zero_stage=0, micro_batch=1, seq_len=SEQ_LEN)
+    options = {"world_size": 8, "zero_stage": 0, "micro_batch": 1, "seq_len": SEQ_LEN}
     options.update(overrides)
     return analysis.training_memory_per_gpu(LLAMA2_7B, **options)
 
@@ -181,14 +199,18 @@ def _memory(**overrides):
 def test_data_parallel_without_zero_holds_2_2_4_and_12_bytes_per_parameter():
     memory = _memory(zero_stage=0)  # bf16 weights and gradients, fp32 gradients, fp32 master + Adam
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B, (2 + 4) * PSI_7B, 12 * PSI_7B,
+        2 * PSI_7B,
+        (2 + 4) * PSI_7B,
+        12 * PSI_7B,
     )
 
 
 def test_zero2_divides_gradients_and_optimizer_states_by_world_size():
     memory = _memory(zero_stage=2)
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B, (2 + 4) * PSI_7B / 8, 12 * PSI_7B / 8,
+        2 * PSI_7B,
+        (2 + 4) * PSI_7B / 8,
+        12 * PSI_7B / 8,
     )
     assert memory.gathered_parameters == 0
 
@@ -196,7 +218,9 @@ def test_zero2_divides_gradients_and_optimizer_states_by_world_size():
 def test_zero3_also_divides_the_weights_and_gathers_the_largest_layer():
     memory = _memory(zero_stage=3)
     assert (memory.weights, memory.gradients, memory.optimizer_states) == (
-        2 * PSI_7B / 8, 4 * PSI_7B / 8, 12 * PSI_7B / 8,
+        2 * PSI_7B / 8,
+        4 * PSI_7B / 8,
+        12 * PSI_7B / 8,
     )
     assert memory.gathered_parameters == 4 * 32000 * 4096  # the embedding (or LM head), 4 bytes each
 
@@ -246,21 +270,28 @@ def deepspeed_estimate(shape, world_size, stage, offload_optimizer, offload_para
     largest = largest or analysis.largest_layer_parameter_count(shape)
     if stage == 2:
         return estimate_zero2_model_states_mem_needs(total_params, world_size, 1, cpu_offload=offload_optimizer)[1]
-    return estimate_zero3_model_states_mem_needs(total_params, largest, world_size, 1, cpu_offload=offload_optimizer,
-                                                 cpu_offload_params=offload_params)[1]  # fmt: skip
+    return estimate_zero3_model_states_mem_needs(
+        total_params, largest, world_size, 1, cpu_offload=offload_optimizer, cpu_offload_params=offload_params
+    )[1]
 
 
 @pytest.mark.parametrize("model", ["llama2-7b", "llama2-13b", "llama2-70b"])
 @pytest.mark.parametrize("world_size", [1, 2, 8])
 @pytest.mark.parametrize("stage, offload_optimizer, offload_params", ZERO_SETUPS)
-def test_model_states_are_within_5_percent_of_deepspeeds_estimators(protocol, model, world_size, stage,
-                                                                     offload_optimizer, offload_params):
+def test_model_states_are_within_5_percent_of_deepspeeds_estimators(
+    protocol, model, world_size, stage, offload_optimizer, offload_params
+):
     pytest.importorskip("deepspeed")
     shape = protocol.models[model]
     memory = analysis.training_memory_per_gpu(
-        shape, world_size=world_size, zero_stage=stage, micro_batch=1, seq_len=SEQ_LEN,
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
-    )  # fmt: skip
+        shape,
+        world_size=world_size,
+        zero_stage=stage,
+        micro_batch=1,
+        seq_len=SEQ_LEN,
+        offload_optimizer=offload_optimizer,
+        offload_params=offload_params,
+    )
     estimate = deepspeed_estimate(shape, world_size, stage, offload_optimizer, offload_params)
     assert memory.model_states == pytest.approx(estimate, rel=0.05)
 

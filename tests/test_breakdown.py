@@ -93,9 +93,14 @@ def test_hugging_face_module_names_map_to_the_papers_parts(module, part):
 
 @pytest.mark.parametrize(
     "module, block",
-    [("model.layers.0", "Decoder layers"), ("model.layers.0.self_attn", "Self-attention"),
-     ("model.layers.0.mlp", "MLP"), ("model.layers", None), ("model.layers.0.mlp.up_proj", None)],
-)  # fmt: skip
+    [
+        ("model.layers.0", "Decoder layers"),
+        ("model.layers.0.self_attn", "Self-attention"),
+        ("model.layers.0.mlp", "MLP"),
+        ("model.layers", None),
+        ("model.layers.0.mlp.up_proj", None),
+    ],
+)
 def test_blocks_are_named_apart_from_parts(module, block):
     assert paper_block(module) == block
 
@@ -117,8 +122,9 @@ class Trace:
         self.correlation = 0
 
     def host(self, name, start, end, tid="main", cat="user_annotation", **args):
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start,
-                            "args": args})  # fmt: skip
+        self.events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": start, "dur": end - start, "args": args}
+        )
 
     def node(self, name, start, end, sequence, forward_thread=1, tid="autograd"):
         self.host(name, start, end, tid, "cpu_op", **{"Sequence number": sequence, "Fwd thread id": forward_thread})
@@ -126,9 +132,21 @@ class Trace:
     def kernel(self, launched_at, start, end, tid="main", name="kernel", stream=7, launched=True):
         self.correlation += 1
         if launched:
-            self.host("cudaLaunchKernel", launched_at, launched_at + 1, tid, "cuda_runtime", correlation=self.correlation)
-        self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": start,
-                            "dur": end - start, "args": {"correlation": self.correlation, "stream": stream}})  # fmt: skip
+            self.host(
+                "cudaLaunchKernel", launched_at, launched_at + 1, tid, "cuda_runtime", correlation=self.correlation
+            )
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": stream,
+                "ts": start,
+                "dur": end - start,
+                "args": {"correlation": self.correlation, "stream": stream},
+            }
+        )
 
     def phases(self, forward, backward, optimizer):
         for phase, (start, end) in zip(PHASES, (forward, backward, optimizer)):
@@ -172,8 +190,12 @@ def test_each_kernel_goes_to_the_module_and_phase_that_launched_it():
     assert step.blocks["Self-attention"] == pytest.approx({"forward": 0.020, "backward": 0.040, "recompute": 0.0})
     assert step.other_ms == {"forward": pytest.approx(0.010), "backward": 0.0, "optimizer": pytest.approx(0.030)}
     assert step.calls == {"q_proj": 1, "Decoder layers": 1, "Self-attention": 1}
-    assert step.operators == {"forward|kernel": pytest.approx(0.02), "forward|add": pytest.approx(0.01),
-                              "backward|MmBackward0": pytest.approx(0.04), "optimizer|adamw": pytest.approx(0.03)}  # fmt: skip
+    assert step.operators == {
+        "forward|kernel": pytest.approx(0.02),
+        "forward|add": pytest.approx(0.01),
+        "backward|MmBackward0": pytest.approx(0.04),
+        "optimizer|adamw": pytest.approx(0.03),
+    }
 
 
 def test_the_parts_other_optimizer_and_idle_add_up_to_the_traced_step():
@@ -188,8 +210,18 @@ def test_the_parts_other_optimizer_and_idle_add_up_to_the_traced_step():
     assert again.accounted_ms == breakdown.accounted_ms
 
 
-FIELDS = {"device": "cuda", "timer": "t", "profiler": "p", "micro_batch": 1, "seq_len": 8, "attention": "eager",
-          "recompute": False, "optimizer": "o", "measured_steps": 1, "method": []}  # fmt: skip
+FIELDS = {
+    "device": "cuda",
+    "timer": "t",
+    "profiler": "p",
+    "micro_batch": 1,
+    "seq_len": 8,
+    "attention": "eager",
+    "recompute": False,
+    "optimizer": "o",
+    "measured_steps": 1,
+    "method": [],
+}
 
 
 def test_a_phase_lasts_until_its_last_kernel_ends_so_the_host_running_ahead_is_not_idle():
@@ -216,7 +248,9 @@ def test_a_launch_bound_phase_is_said_to_be_so():
     forward = breakdown.phase("forward")
     assert forward.idle_share == pytest.approx(0.8) and forward.host_ms == pytest.approx(0.091)
     assert forward.launch_bound and not breakdown.phase("optimizer").launch_bound
-    assert any(note.startswith("launch-bound (the device waited for the host): forward") for note in breakdown_notes(breakdown))
+    assert any(
+        note.startswith("launch-bound (the device waited for the host): forward") for note in breakdown_notes(breakdown)
+    )
 
 
 def test_kernels_on_two_streams_at_once_count_once_and_a_kernel_without_launch_by_its_time():
@@ -250,8 +284,7 @@ def test_a_recomputation_is_its_parts_recompute_time_and_the_decoder_layers():
 
 
 def test_module_calls_name_a_node_by_its_sequence_number_innermost_first():
-    calls = ModuleCalls([[LAYER, "main", 10, 20], [ATTN, "main", 10, 15], [Q, "main", 11, 12],
-                         [Q, "worker", 0, 2]])  # fmt: skip
+    calls = ModuleCalls([[LAYER, "main", 10, 20], [ATTN, "main", 10, 15], [Q, "main", 11, 12], [Q, "worker", 0, 2]])
     assert calls.chain("main", 11) == [Q, ATTN, LAYER]
     assert calls.chain("main", 14) == [ATTN, LAYER] and calls.chain("main", 19) == [LAYER]
     assert calls.chain("worker", 1) == [Q] and calls.chain("main", 20) == [] and calls.chain("main", 1) == []
@@ -293,7 +326,8 @@ def test_on_the_real_h100_traces_every_device_event_joins_its_launch_and_the_tim
     assert breakdown.accounted_ms == pytest.approx(breakdown.traced_step_ms, rel=1e-9)
     # each phase's busy time is what the recording kit made of the same trace, and the operators share it out
     assert [p.busy_ms for p in breakdown.phases] == pytest.approx(
-        [p.activity.device_busy_ms for p in found.marked.phases], rel=1e-9)  # fmt: skip
+        [p.activity.device_busy_ms for p in found.marked.phases], rel=1e-9
+    )
     assert sum(step.operators.values()) == pytest.approx(breakdown.busy_ms, rel=1e-9)
     # recorded without module ranges nor the calls' sequence numbers (SOURCE): no part can be named
     assert breakdown.modules == [] and breakdown.parts_ms == 0
@@ -381,8 +415,21 @@ def test_the_workloads_trace_names_every_backward_node_by_the_module_that_made_i
         assert step.calls["RoPE"] == layers + 1 and step.calls["Decoder layers"] == layers
         backward = {part for part, kinds in step.parts.items() if kinds["backward"] > 0}
         # every part with weights or a node of its own is named in the backward pass
-        assert {"Embedding", "RMSNorm", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                "down_proj", "SiLU", "LM head", "Loss", "Attention"} <= backward  # fmt: skip
+        assert {
+            "Embedding",
+            "RMSNorm",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+            "SiLU",
+            "LM head",
+            "Loss",
+            "Attention",
+        } <= backward
         assert step.other_ms["backward"] < 0.2 * step.busy_ms["backward"]
         assert step.recompute_ms > 0 and step.blocks["Decoder layers"]["recompute"] == pytest.approx(step.recompute_ms)
     calls = trace[CALLS_KEY]
@@ -402,14 +449,21 @@ def test_on_a_cpu_each_part_gets_its_operators_time_and_parts_other_optimizer_an
     phases = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") in PHASE_RANGES.values()]
     inside = sum(overlap(operators, start, end) for start, end in phases) / 1e3
     assert sum(sum(step.busy_ms.values()) for step in steps) == pytest.approx(inside, rel=1e-6)
-    assert all(m.forward_ms > 0 and m.backward_ms > 0 for m in breakdown.modules) and len(breakdown.modules) == len(PARTS)
+    assert all(m.forward_ms > 0 and m.backward_ms > 0 for m in breakdown.modules) and len(breakdown.modules) == len(
+        PARTS
+    )
     recompute = breakdown.phase("backward").recompute_ms
     assert recompute > 0 and breakdown.module("Decoder layers").recompute_ms == pytest.approx(recompute)
     assert breakdown.other_share < 0.1 and breakdown.parts_ms > breakdown.other_ms
     assert sum(o.device_ms for o in breakdown.operators) <= breakdown.busy_ms
     # every profile metric a claim reads but a GPU's idle shares
-    read = {metric for claim in load_reference().claims for relation in claim.relations
-            for stage, metric in relation_metrics(relation) if stage == "profile"}  # fmt: skip
+    read = {
+        metric
+        for claim in load_reference().claims
+        for relation in claim.relations
+        for stage, metric in relation_metrics(relation)
+        if stage == "profile"
+    }
     gpu_only = {"forward_idle_share", "backward_idle_share", "optimizer_idle_share"}
     assert sorted(read - set(breakdown_figures(breakdown)) - gpu_only) == []
 
@@ -421,15 +475,26 @@ def test_the_real_h100_step_gives_a_gpus_figures_and_says_where_it_is_launch_bou
     """The recorded H100 step's timeline as its case's metrics (its parts: none, SOURCE)."""
     found_case = recorded("profile.llama2-7b.base.g1")
     rank = found_case.rank.model_copy(update={"details": found_case.breakdown})
-    found, notes = profile_case_metrics(found_case.result.case, [RunSample(index=1, status="ok", exit_code=0,
-                                                                           wall_s=1.0, ranks=[rank])])  # fmt: skip
-    assert found["step_s"].mean == pytest.approx(0.21088, abs=1e-5) and found["tokens_per_s"].mean == pytest.approx(350 / 0.21088, rel=1e-4)
-    assert found["forward_idle_share"].mean == pytest.approx(0.7655, abs=1e-4) and found["forward_idle_share"].unit == "fraction"
+    found, notes = profile_case_metrics(
+        found_case.result.case, [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[rank])]
+    )
+    assert found["step_s"].mean == pytest.approx(0.21088, abs=1e-5) and found["tokens_per_s"].mean == pytest.approx(
+        350 / 0.21088, rel=1e-4
+    )
+    assert (
+        found["forward_idle_share"].mean == pytest.approx(0.7655, abs=1e-4)
+        and found["forward_idle_share"].unit == "fraction"
+    )
     assert found["forward_host_s"].mean == pytest.approx(0.06751, abs=1e-5) and found["forward_host_s"].unit == "s"
     assert found["device_busy_s"].mean == pytest.approx(0.10506, abs=1e-5)  # C15's whole
     assert found["profiler_overhead"].mean == pytest.approx(0.1729, abs=1e-4) and "mfu" in found
-    assert any(note.startswith("launch-bound (the device waited for the host): forward: the host issued work for 67.51 of "
-                               "its 67.65 ms, the device idle 77%; backward") for note in notes)  # fmt: skip
+    assert any(
+        note.startswith(
+            "launch-bound (the device waited for the host): forward: the host issued work for 67.51 of "
+            "its 67.65 ms, the device idle 77%; backward"
+        )
+        for note in notes
+    )
     assert any(note.startswith("parts 0 ms + other ") and "outside the 5% goal" in note for note in notes)
 
 
@@ -456,7 +521,9 @@ def test_a_7b_step_without_zero_is_predicted_not_to_fit_in_80_gb(paper_plan, har
     case = case_of(paper_plan, "pretrain.llama2-7b.naive.g8")
     reason = predicted_oom(case, hardware.gpus["a800-sxm4-80gb"])
     # 20 bytes per parameter (DeepSpeed's bf16 model states) x 6.74e9 parameters alone exceed 80 GB
-    assert reason.startswith("predicted OOM (needs 1") and reason.endswith("device has 80 GB (datasheet, hardware.yaml))")
+    assert reason.startswith("predicted OOM (needs 1") and reason.endswith(
+        "device has 80 GB (datasheet, hardware.yaml))"
+    )
 
 
 # An H100 80GB HBM3 as nvidia-smi reports it ("0MiB /  81559MiB" in a public H100 server's
@@ -527,10 +594,27 @@ def test_mixed_gpus_have_no_single_spec(hardware):
 
 
 def train_run(step_s, allocated, name=H100, ranks=8):
-    return RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[
-        RankSample(rank=r, world_size=ranks, status="ok", device="cuda", device_name=name, step_s=[step_s],
-                   tokens_per_step=350, peak_memory=PeakMemory(host_rss_bytes=1, device_allocated_bytes=allocated),
-                   started_at="t", finished_at="t") for r in range(ranks)])  # fmt: skip
+    return RunSample(
+        index=1,
+        status="ok",
+        exit_code=0,
+        wall_s=1.0,
+        ranks=[
+            RankSample(
+                rank=r,
+                world_size=ranks,
+                status="ok",
+                device="cuda",
+                device_name=name,
+                step_s=[step_s],
+                tokens_per_step=350,
+                peak_memory=PeakMemory(host_rss_bytes=1, device_allocated_bytes=allocated),
+                started_at="t",
+                finished_at="t",
+            )
+            for r in range(ranks)
+        ],
+    )
 
 
 def test_training_results_get_the_predicted_memory_beside_the_measured(paper_plan):
@@ -558,7 +642,9 @@ def test_serving_bounds_put_decode_on_the_memory_roof(paper_plan, hardware):
     small = serving_bounds(case_of(paper_plan, "serve.llama2-7b.vllm.g8"), h100)
     large = serving_bounds(case_of(paper_plan, "serve.llama2-70b.vllm.g8"), h100)
     # one decode step of one sequence reads every weight: ~13.5 GB over 8 x 3.35 TB/s
-    assert small.decode_step_one.limited_by == "memory" and small.decode_step_one.seconds == pytest.approx(5.0e-4, rel=0.05)
+    assert small.decode_step_one.limited_by == "memory" and small.decode_step_one.seconds == pytest.approx(
+        5.0e-4, rel=0.05
+    )
     assert small.request_latency_s > small.prefill_one.seconds + 254 * small.decode_step_one.seconds * 0.99
     # compute grows with the parameters (x 10); memory does not: 70B's GQA keeps a smaller KV cache
     assert large.burst.compute_s / small.burst.compute_s == pytest.approx(10, rel=0.15)
@@ -600,18 +686,32 @@ def test_kit_run_profile_stage_writes_phase_and_module_breakdowns(real_smoke_run
         assert calls["q_proj"] == calls["Attention"] == calls["SiLU"] == layers
         assert calls["RMSNorm"] == 2 * layers + 1 and calls["RoPE"] == layers + 1 and calls["Embedding"] == 1
         assert all(m.forward_ms > 0 and m.backward_ms > 0 for m in breakdown.modules)
-        assert {b.name: b.calls for b in breakdown.blocks} == {"Decoder layers": layers, "Self-attention": layers, "MLP": layers}
+        assert {b.name: b.calls for b in breakdown.blocks} == {
+            "Decoder layers": layers,
+            "Self-attention": layers,
+            "MLP": layers,
+        }
         # the acceptance rule on a CPU: the parts, other, the optimizer and the idle time (Python between
         # operators) add up to the profiled step within 5 %, and little of it is in no part
         assert abs(breakdown.accounted_ms - breakdown.traced_step_ms) <= 0.05 * breakdown.traced_step_ms
         assert breakdown.other_share < 0.1 and breakdown.parts_ms > breakdown.other_ms
         assert any(note.startswith(f"parts {breakdown.parts_ms:.4g} ms") for note in result.notes)
         assert all(p.host_ms is None and p.launch_bound is None for p in breakdown.phases)
-        for metric in ("step_s", "optimizer_s", "attention_forward_s", "attention_backward_s", "decoder_layers_s",
-                       "device_busy_s", "traced_step_s", "forward_idle_s"):
+        for metric in (
+            "step_s",
+            "optimizer_s",
+            "attention_forward_s",
+            "attention_backward_s",
+            "decoder_layers_s",
+            "device_busy_s",
+            "traced_step_s",
+            "forward_idle_s",
+        ):
             assert result.metrics[metric].mean > 0, metric
         assert result.metrics["decoder_layers_s"].mean <= result.metrics["device_busy_s"].mean
         assert "forward_idle_share" not in result.metrics  # a GPU's idle share: not measurable on a CPU
         if case.params.recompute:
             assert breakdown.phase("backward").recompute_ms > 0 and result.metrics["recompute_s"].mean > 0
-            assert breakdown.module("Decoder layers").recompute_ms == pytest.approx(breakdown.phase("backward").recompute_ms)
+            assert breakdown.module("Decoder layers").recompute_ms == pytest.approx(
+                breakdown.phase("backward").recompute_ms
+            )

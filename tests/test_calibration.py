@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kit.measure.calibration import Achievable, achievable_mfu, calibration_case, calibration_of, summary
 from kit.host.fingerprint import Calibration, MeasuredFigure
-from kit.theory.hardware import load_hardware
+from kit.measure.calibration import Achievable, achievable_mfu, calibration_case, calibration_of, summary
 from kit.plan.predictions import training_throughput_bound
 from kit.plan.protocol import Case, build_plan, load_protocol
 from kit.rundir.schema import RankSample, RunSample
+from kit.theory.hardware import load_hardware
 
 FIXTURES = Path(__file__).parent / "fixtures" / "calibration"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -24,9 +24,15 @@ def test_the_matmuls_are_each_trained_models_linears_at_its_largest_step(paper_p
     case = calibration_case(build_plan(load_protocol(), "paper", host_gpus=8, gpu_memory_bytes=80 * 2**30).cases, 8)
     models = load_protocol().models
     tokens = {"llama2-7b": 16 * 350, "llama2-13b": 350, "llama2-70b": 350}  # the 7B breakdown's micro-batch 16; else 1
-    expected = [(count, *pair) for name, count in tokens.items() for pair in (
-        (models[name].hidden_size, models[name].hidden_size), (models[name].hidden_size, models[name].intermediate_size),
-        (models[name].intermediate_size, models[name].hidden_size))]  # fmt: skip
+    expected = [
+        (count, *pair)
+        for name, count in tokens.items()
+        for pair in (
+            (models[name].hidden_size, models[name].hidden_size),
+            (models[name].hidden_size, models[name].intermediate_size),
+            (models[name].intermediate_size, models[name].hidden_size),
+        )
+    ]
     assert list(case.params.matmul_shapes) == expected
     assert (case.id, case.image, case.device, case.params.dtype) == ("calibrate.g8", "train", "cuda", "bf16")
     assert case.params.all_reduce_bytes and case.params.transfer_bytes
@@ -65,15 +71,27 @@ def test_several_gpus_are_held_to_the_slowest_and_the_all_reduce_to_nccl_tests_b
 
     def rank(index: int, seconds: float) -> RankSample:
         timed = {"iterations": 10, "repeat_s": [seconds, seconds / 2]}
-        details = {"matmul": [{"m": m, "k": k, "n": n, "dtype": "bf16", "threads": 1, **timed}],
-                   "copy": [{"bytes": 2**30, "threads": 1, **timed}],
-                   "host_to_device": {"bytes": 2**28, "pinned": True, **timed}, "device_to_host": {"bytes": 2**28, "pinned": True, **timed},
-                   "all_reduce": {"bytes": 2**29, "dtype": "float32", "ranks": 2, **timed}}  # fmt: skip
-        return RankSample(rank=index, world_size=2, status="ok", device="cuda", device_name=H100, details=details,
-                          started_at="t0", finished_at="t1")  # fmt: skip
+        details = {
+            "matmul": [{"m": m, "k": k, "n": n, "dtype": "bf16", "threads": 1, **timed}],
+            "copy": [{"bytes": 2**30, "threads": 1, **timed}],
+            "host_to_device": {"bytes": 2**28, "pinned": True, **timed},
+            "device_to_host": {"bytes": 2**28, "pinned": True, **timed},
+            "all_reduce": {"bytes": 2**29, "dtype": "float32", "ranks": 2, **timed},
+        }
+        return RankSample(
+            rank=index,
+            world_size=2,
+            status="ok",
+            device="cuda",
+            device_name=H100,
+            details=details,
+            started_at="t0",
+            finished_at="t1",
+        )
 
-    calibration = calibration_of(case, RunSample(index=1, status="ok", exit_code=0, wall_s=9.0,
-                                                 ranks=[rank(1, 0.004), rank(0, 0.002)]), "raw")  # fmt: skip
+    calibration = calibration_of(
+        case, RunSample(index=1, status="ok", exit_code=0, wall_s=9.0, ranks=[rank(1, 0.004), rank(0, 0.002)]), "raw"
+    )
     assert calibration.matmul.per_device == pytest.approx([2 * m * k * n / 0.001 / 1e12, 2 * m * k * n / 0.002 / 1e12])
     assert calibration.matmul.value == min(calibration.matmul.per_device)
     assert calibration.memory_copy.value == pytest.approx(2 * 2**30 / 0.002 / 1e9)
@@ -84,25 +102,39 @@ def test_several_gpus_are_held_to_the_slowest_and_the_all_reduce_to_nccl_tests_b
 
 def h100_calibration(matmul_tflops: float, copy_gb_s: float) -> Calibration:
     """A calibration of one H100 with the figures given (inputs of the arithmetic under test)."""
+
     def figure(value: float, unit: str) -> MeasuredFigure:
         return MeasuredFigure(value=value, unit=unit, per_device=[value], how="as given")
 
-    return Calibration(device="cuda", device_names=[H100], matmul_dtype="bf16", matmul=figure(matmul_tflops, "TFLOPS"),
-                       memory_copy=figure(copy_gb_s, "GB/s"), raw_samples="raw", seconds=9.0)  # fmt: skip
+    return Calibration(
+        device="cuda",
+        device_names=[H100],
+        matmul_dtype="bf16",
+        matmul=figure(matmul_tflops, "TFLOPS"),
+        memory_copy=figure(copy_gb_s, "GB/s"),
+        raw_samples="raw",
+        seconds=9.0,
+    )
 
 
 def test_a_figure_measured_below_the_datasheet_stands_in_for_it_and_says_so(paper_plan):
     spec = load_hardware().lookup(H100)
-    lower = Achievable(spec, h100_calibration(0.8 * spec.bf16_dense_tflops.value, 0.9 * 1000 * spec.memory_bandwidth_tb_per_s.value))
+    lower = Achievable(
+        spec, h100_calibration(0.8 * spec.bf16_dense_tflops.value, 0.9 * 1000 * spec.memory_bandwidth_tb_per_s.value)
+    )
     assert lower.spec.bf16_dense_tflops.value == pytest.approx(0.8 * spec.bf16_dense_tflops.value)
     assert lower.spec.memory_bandwidth_tb_per_s.value == pytest.approx(0.9 * spec.memory_bandwidth_tb_per_s.value)
     assert lower.spec.bf16_dense_tflops.source.startswith("measured in preflight")
     assert lower.spec.fp16_dense_tflops == spec.fp16_dense_tflops  # not measured: the datasheet's
-    assert lower.which == f"bf16 matmul {0.8 * spec.bf16_dense_tflops.value:.0f} TFLOPS and memory copy " \
-                          f"{0.9 * spec.memory_bandwidth_tb_per_s.value:.3g} TB/s"
+    assert (
+        lower.which == f"bf16 matmul {0.8 * spec.bf16_dense_tflops.value:.0f} TFLOPS and memory copy "
+        f"{0.9 * spec.memory_bandwidth_tb_per_s.value:.3g} TB/s"
+    )
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
     assert training_throughput_bound(case, lower.spec) < training_throughput_bound(case, spec)
-    above = Achievable(spec, h100_calibration(2 * spec.bf16_dense_tflops.value, 2000 * spec.memory_bandwidth_tb_per_s.value))
+    above = Achievable(
+        spec, h100_calibration(2 * spec.bf16_dense_tflops.value, 2000 * spec.memory_bandwidth_tb_per_s.value)
+    )
     assert above.replaced == {} and above.spec == spec
 
 

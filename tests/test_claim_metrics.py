@@ -52,8 +52,11 @@ def produces(result: Result, metric: str) -> bool:
     if metric in result.metrics:
         return True
     phase = metric.removesuffix(GPU_ONLY_SUFFIX)
-    return (metric.endswith(GPU_ONLY_SUFFIX) and f"{phase}_s" in result.metrics
-            and any(note.startswith(GPU_ONLY_NOTE) for note in result.notes))  # fmt: skip
+    return (
+        metric.endswith(GPU_ONLY_SUFFIX)
+        and f"{phase}_s" in result.metrics
+        and any(note.startswith(GPU_ONLY_NOTE) for note in result.notes)
+    )
 
 
 def unproduced(reference: Reference, results: dict[str, Result]) -> list[str]:
@@ -77,9 +80,12 @@ def test_every_metric_a_claim_reads_is_produced_by_its_stage(smoke_results):
 def test_a_claim_naming_a_metric_no_stage_produces_fails_the_contract(smoke_results, manifests_copy):
     path = manifests_copy / "references" / "arxiv-2311.03687.yaml"
     text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace("metric: duration_s", "metric: generated_tokens_per_s")
-                    .replace("part: optimizer_s", "part: optimiser_s")
-                    .replace('"{phase}_idle_share"', '"{phase}_idle_shares"'), encoding="utf-8")  # fmt: skip
+    path.write_text(
+        text.replace("metric: duration_s", "metric: generated_tokens_per_s")
+        .replace("part: optimizer_s", "part: optimiser_s")
+        .replace('"{phase}_idle_share"', '"{phase}_idle_shares"'),
+        encoding="utf-8",
+    )
     missing = unproduced(load_reference(path), smoke_results)
     assert "C25: serve does not produce generated_tokens_per_s" in missing
     assert "C10: profile does not produce optimiser_s" in missing
@@ -91,8 +97,10 @@ def test_on_this_cpu_the_energy_figures_are_absent_and_the_reason_is_given(smoke
     for stage in ("pretrain", "serve"):
         result = smoke_results[stage]
         assert JOULES_PER_TOKEN not in result.metrics and MEAN_POWER_PER_GPU not in result.metrics
-        assert any(note.startswith("joules per token and mean power per GPU: not measured") and "CPU" in note
-                   for note in result.notes), result.notes  # fmt: skip
+        assert any(
+            note.startswith("joules per token and mean power per GPU: not measured") and "CPU" in note
+            for note in result.notes
+        ), result.notes
 
 
 def gpu_result(case_id: str) -> Result:
@@ -104,8 +112,13 @@ def test_every_profile_metric_a_claim_reads_is_in_a_real_gpu_result():
     the claims read but C15's whole, the device's busy time, which the recorded H100 trace's
     timeline gives (tests/recorded_h100_traces.py)."""
     profile = gpu_result("profile.llama2-7b.base.g1")
-    read = {metric for claim in load_reference().claims for relation in claim.relations
-            for stage, metric in relation_metrics(relation) if stage == "profile"}  # fmt: skip
+    read = {
+        metric
+        for claim in load_reference().claims
+        for relation in claim.relations
+        for stage, metric in relation_metrics(relation)
+        if stage == "profile"
+    }
     assert {metric for metric in read if metric.endswith(GPU_ONLY_SUFFIX)}  # the idle shares are among them
     assert sorted(read - set(profile.metrics)) == ["device_busy_s"]
     figures = breakdown_figures(recorded("profile.llama2-7b.base.g1").breakdown)

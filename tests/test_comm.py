@@ -7,17 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
+from recorded_nccl_tests import case_for, stand_in
 
 from kit.comm.collectives import buffer_layout, bus_bandwidth_factor, bus_bandwidth_gbps, message_sizes
-from kit.comm.sweep import CommSweep, TopologyFacts
-from kit.theory.hardware import load_hardware
 from kit.comm.link_bounds import busbw_bound
 from kit.comm.nccl_tests_output import parse_nccl_tests, parse_nccl_tests_runs
-from kit.rundir.schema import Metric, RankSample, Result, RunSample
+from kit.comm.sweep import CommSweep, TopologyFacts
 from kit.measure.comm import comm_case_metrics
 from kit.measure.scaling import scaling_rows
-
-from recorded_nccl_tests import case_for, stand_in
+from kit.rundir.schema import Metric, RankSample, Result, RunSample
+from kit.theory.hardware import load_hardware
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
 
@@ -177,12 +176,14 @@ def test_a_row_interrupted_by_debug_lines_is_joined():
     # The 1 MiB row of the prepend-rank run, split where NCCL's tuning log split the 8 KiB row
     # of the same run (fixture h100x24-three-nodes-debug-inside-rows).
     header = fixture("h100-p5-openmpi-tag-output").splitlines()[1]
-    text = "\n".join([
-        header,
-        "[0]      1048576        262144     float     sum      -1[0] h100clust-worker-1:497888:497888 [0] NCCL INFO 1048576 Bytes -> Algo 0 proto 0 time 26.549810",
-        "[0] h100clust-worker-1:497888:497888 [0] NCCL INFO 1048576 Bytes -> Algo 0 proto 0 time 26.549810",
-        "[0]    1626.5    0.64    1.24      0[0]    2302.3    0.46    0.87      0",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            header,
+            "[0]      1048576        262144     float     sum      -1[0] h100clust-worker-1:497888:497888 [0] NCCL INFO 1048576 Bytes -> Algo 0 proto 0 time 26.549810",
+            "[0] h100clust-worker-1:497888:497888 [0] NCCL INFO 1048576 Bytes -> Algo 0 proto 0 time 26.549810",
+            "[0]    1626.5    0.64    1.24      0[0]    2302.3    0.46    0.87      0",
+        ]
+    )
     out = parse_nccl_tests(text)
     assert len(out.rows) == 1 and not out.unparsed
     assert out.rows[0].out_of_place.time_us == 1626.5 and out.rows[0].in_place.busbw_gbps == 0.87
@@ -194,13 +195,37 @@ def test_the_newest_header_with_per_iteration_columns_and_timestamps():
     # so header and row are printed here with its format strings and made-up values.
     group = "  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s"
     header = ("# %10s  %12s  %8s  %6s  %6s" + group + group + " %*s") % (
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
-        "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", 19, "timestamp")
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "i_min",
+        "i_max",
+        "i_p99",
+        "i_cv%",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "i_min",
+        "i_max",
+        "i_p99",
+        "i_cv%",
+        19,
+        "timestamp",
+    )
     body = "  %7s  %6s  %6s  %6g  %7s  %7s  %7s  %7s"
-    row = ("%12li  %12li  %8s  %6s  %6s" % (1048576, 262144, "float", "sum", "-1")
-           + body % ("52.10", "20.13", "35.22", 0, "50.01", "60.20", "59.90", "3.10")
-           + body % ("51.90", "20.20", "35.35", 0, "49.80", "61.00", "60.50", "3.40")
-           + "%21s" % "2026-07-01 15:41:38")  # fmt: skip
+    row = (  # printf formats, as nccl-tests' own C source prints its rows
+        "%12li  %12li  %8s  %6s  %6s" % (1048576, 262144, "float", "sum", "-1")  # noqa: UP031
+        + body % ("52.10", "20.13", "35.22", 0, "50.01", "60.20", "59.90", "3.10")
+        + body % ("51.90", "20.20", "35.35", 0, "49.80", "61.00", "60.50", "3.40")
+        + "%21s" % "2026-07-01 15:41:38"  # noqa: UP031
+    )
     [parsed] = parse_nccl_tests(header + "\n" + row).rows
     assert (parsed.out_of_place.time_us, parsed.out_of_place.busbw_gbps) == (52.10, 35.22)
     assert (parsed.in_place.time_us, parsed.in_place.wrong) == (51.90, 0)
@@ -248,7 +273,8 @@ def test_an_out_of_bounds_failed_summary_makes_a_run_failed():
     # "# %-20s : %d %s" with "Out of bounds values" and FAILED when the count is not 0),
     # after the rows of a real run.
     text = fixture("h100x16-two-nodes-all_reduce").replace(
-        "# Out of bounds values : 0 OK", "# Out of bounds values : 248 FAILED")
+        "# Out of bounds values : 0 OK", "# Out of bounds values : 248 FAILED"
+    )
     out = parse_nccl_tests(text)
     assert out.out_of_bounds == 248 and out.out_of_bounds_failed
     assert out.failure == "Out of bounds values: 248 FAILED"
@@ -288,7 +314,9 @@ def test_pcie_bound_prefers_the_link_measured_on_the_host(hardware):
         (8, "nvlink-all-pairs", 8, None, "not in manifests/hardware.yaml"),
     ],
 )
-def test_without_the_facts_there_is_no_bound_and_it_says_why(hardware, ranks, interconnect, host_gpus, spec_name, reason):
+def test_without_the_facts_there_is_no_bound_and_it_says_why(
+    hardware, ranks, interconnect, host_gpus, spec_name, reason
+):
     spec = hardware.lookup(spec_name) if spec_name else None
     bound = busbw_bound("all_reduce", ranks, interconnect, host_gpus, spec)
     assert bound.gbps is None and reason in bound.reason
@@ -300,11 +328,28 @@ def test_without_the_facts_there_is_no_bound_and_it_says_why(hardware, ranks, in
 def comm_run(case, fixture_name: str, device_name: str, topology: TopologyFacts):
     """A run whose rank 0 recorded the rows of a real nccl-tests output, on the host described."""
     out = parse_nccl_tests(fixture(fixture_name))
-    sweep = CommSweep(collective=case.params.collective, backend="nccl-tests", ranks=case.gpus, dtype="float32",
-                      warmup_iters=5, iters=20, time_statistic="mean", rows=out.rows, device_names=[device_name],
-                      topology=topology)  # fmt: skip
-    rank = RankSample(rank=0, world_size=case.gpus, status="ok", device="cuda", device_name=device_name,
-                      details=sweep.model_dump(mode="json"), started_at="t", finished_at="t")  # fmt: skip
+    sweep = CommSweep(
+        collective=case.params.collective,
+        backend="nccl-tests",
+        ranks=case.gpus,
+        dtype="float32",
+        warmup_iters=5,
+        iters=20,
+        time_statistic="mean",
+        rows=out.rows,
+        device_names=[device_name],
+        topology=topology,
+    )
+    rank = RankSample(
+        rank=0,
+        world_size=case.gpus,
+        status="ok",
+        device="cuda",
+        device_name=device_name,
+        details=sweep.model_dump(mode="json"),
+        started_at="t",
+        finished_at="t",
+    )
     return [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[rank])]
 
 
@@ -326,15 +371,20 @@ def test_comm_metrics_are_the_peak_and_largest_size_busbw(paper_plan, hardware):
 # is not in manifests/hardware.yaml (no vendor document checked); its bridge's rate as the press
 # printed it at launch: two x8 NVLink 2 links, 100 GB/s both directions (Tom's Hardware, "Nvidia's
 # Turing Architecture Explored", NVLink page; TechPowerUp's Turing architecture review, p. 14).
-RTX_2080_TI = {"vendor": "NVIDIA", "model": "GeForce RTX 2080 Ti", "nvml_name": "GeForce RTX 2080 Ti",
-               "bf16_dense_tflops": {"value": None, "note": "not needed here"},
-               "fp16_dense_tflops": {"value": None, "note": "not needed here"},
-               "memory": {"value": None, "unit": "GB", "note": "not needed here"},
-               "memory_bandwidth_tb_per_s": {"value": None, "note": "not needed here"},
-               "interconnect": "NVLink", "interconnect_generation": {"value": 2, "source": "press, see above"},
-               "interconnect_bidirectional_gb_per_s": {"value": 100, "source": "press, see above"},
-               "pcie_generation": {"value": 3, "source": "press, see above"},
-               "pcie_lanes": {"value": None, "note": "not needed here"}}  # fmt: skip
+RTX_2080_TI = {
+    "vendor": "NVIDIA",
+    "model": "GeForce RTX 2080 Ti",
+    "nvml_name": "GeForce RTX 2080 Ti",
+    "bf16_dense_tflops": {"value": None, "note": "not needed here"},
+    "fp16_dense_tflops": {"value": None, "note": "not needed here"},
+    "memory": {"value": None, "unit": "GB", "note": "not needed here"},
+    "memory_bandwidth_tb_per_s": {"value": None, "note": "not needed here"},
+    "interconnect": "NVLink",
+    "interconnect_generation": {"value": 2, "source": "press, see above"},
+    "interconnect_bidirectional_gb_per_s": {"value": 100, "source": "press, see above"},
+    "pcie_generation": {"value": 3, "source": "press, see above"},
+    "pcie_lanes": {"value": None, "note": "not needed here"},
+}
 
 
 @pytest.fixture
@@ -374,13 +424,23 @@ def scaling_result(plan, case_id: str, status: str = "ok", tokens_per_s: float |
     metrics = {}
     if tokens_per_s is not None:
         metrics["tokens_per_s"] = Metric(mean=tokens_per_s, std=None, n=1, unit="tokens/s", per_run=[tokens_per_s])
-    return Result(case_id=case.id, stage=case.stage, status=status, case=case, metrics=metrics,
-                  executor="local", started_at="t", finished_at="t")  # fmt: skip
+    return Result(
+        case_id=case.id,
+        stage=case.stage,
+        status=status,
+        case=case,
+        metrics=metrics,
+        executor="local",
+        started_at="t",
+        finished_at="t",
+    )
 
 
 def test_scaling_efficiency_is_throughput_n_over_n_times_throughput_1(paper_plan):
-    results = [scaling_result(paper_plan, f"scaling.llama2-7b.q.g{n}.b2", tokens_per_s=t)
-               for n, t in ((1, 1000.0), (2, 1900.0), (4, 3600.0))]  # fmt: skip
+    results = [
+        scaling_result(paper_plan, f"scaling.llama2-7b.q.g{n}.b2", tokens_per_s=t)
+        for n, t in ((1, 1000.0), (2, 1900.0), (4, 3600.0))
+    ]
     results.append(scaling_result(paper_plan, "scaling.llama2-7b.q.g8.b2", status="oom"))
     rows = scaling_rows(results)
     assert [(row.devices, row.efficiency) for row in rows[:3]] == [(1, 1.0), (2, 0.95), (4, 0.9)]
@@ -407,13 +467,29 @@ def with_gpus(case, gpus: int):
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
 def test_one_process_drives_all_the_cases_gpus_with_no_python(nccl_tests_case, gpus):
-    from kit.execute import nccl_tests
-    from kit.execute import docker, processes
+    from kit.execute import docker, nccl_tests, processes
 
     case = with_gpus(nccl_tests_case, gpus)
     command = nccl_tests.command(case, "all_reduce_perf")
-    assert command == ["all_reduce_perf", "-b", "8", "-e", "1073741824", "-f", "2", "-g", str(gpus), "-w", "5",
-                       "-n", "20", "-d", "float", "-c", "1"]  # fmt: skip
+    assert command == [
+        "all_reduce_perf",
+        "-b",
+        "8",
+        "-e",
+        "1073741824",
+        "-f",
+        "2",
+        "-g",
+        str(gpus),
+        "-w",
+        "5",
+        "-n",
+        "20",
+        "-d",
+        "float",
+        "-c",
+        "1",
+    ]
     assert docker.container_command(case, [1]) == command  # on the comm image's PATH, no launcher
     assert processes(case) == 1
 

@@ -23,8 +23,12 @@ CASE = "comm.all_reduce.g2"  # the smoke profile's quickest case: a real run dir
 def real_run(tmp_path_factory):
     """A run directory as `kit run` writes it, of one smoke case."""
     run = tmp_path_factory.mktemp("base") / "run"
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--case", CASE, "--executor", "local", "--no-preflight",
-                           "--out", str(run)], capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [*KIT, "run", "--profile", "smoke", "--case", CASE, "--executor", "local", "--no-preflight", "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return run
 
@@ -43,7 +47,9 @@ DAMAGE = {
     "case id absolute": lambda run: edit_info(run, lambda info: hostile_id(info, "/tmp/kit-escape")),
     "case id with a NUL": lambda run: edit_info(run, lambda info: hostile_id(info, "comm\u0000x")),
     "model name climbs out": lambda run: edit_info(run, lambda info: info["plan"]["cases"][0].update(model="../m")),
-    "selected case not in the plan": lambda run: edit_info(run, lambda info: info["selected"].append("comm.nothing.g2")),
+    "selected case not in the plan": lambda run: edit_info(
+        run, lambda info: info["selected"].append("comm.nothing.g2")
+    ),
     "SHA256SUMS not a sums file": lambda run: (run / "SHA256SUMS").write_bytes(b"\x00garbage\n" * 10),
     "SHA256SUMS a folder": lambda run: ((run / "SHA256SUMS").unlink(), (run / "SHA256SUMS").mkdir()),
     "kit.lock a folder": lambda run: ((run / "kit.lock").unlink(missing_ok=True), (run / "kit.lock").mkdir()),
@@ -93,8 +99,16 @@ def test_a_second_kit_on_a_run_in_use_is_refused_naming_the_holder_and_a_crash_f
     killed, without a chance to clean up, the run directory is free again."""
     run = tmp_path / "run"
     shutil.copytree(real_run, run)
-    holder = subprocess.Popen([sys.executable, "-c", f"from kit.rundir.directory import RunDir; RunDir({str(run)!r}).lock(); "
-                               "print('held', flush=True); import time; time.sleep(600)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from kit.rundir.directory import RunDir; RunDir({str(run)!r}).lock(); "
+            "print('held', flush=True); import time; time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         done = subprocess.run([*KIT, "run", "--resume", str(run)], capture_output=True, text=True, timeout=600)
@@ -120,10 +134,14 @@ def test_a_tampered_run_is_not_resumed_unless_the_changes_are_accepted_and_then_
     assert f"changed: cases/{CASE}/result.json" in done.stderr and f"added: cases/{CASE}/extra.txt" in done.stderr
     assert json.loads(result.read_text()) == bent and not json.loads((run / "run.json").read_text())["resumed_at"]
 
-    done = subprocess.run([*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     accepted = json.loads((run / "run.json").read_text())["accepted_changes"]
-    assert [sorted(a["files"]) for a in accepted] == [[f"added: cases/{CASE}/extra.txt", f"changed: cases/{CASE}/result.json"]]
+    assert [sorted(a["files"]) for a in accepted] == [
+        [f"added: cases/{CASE}/extra.txt", f"changed: cases/{CASE}/result.json"]
+    ]
 
 
 def test_an_interrupted_run_leaves_evidence_of_its_finished_cases_for_the_resume(tmp_path):
@@ -213,7 +231,9 @@ def test_a_run_whose_evidence_was_deleted_is_not_resumed_unless_that_is_accepted
     assert "missing: SHA256SUMS (1 finished cases without evidence)" in done.stderr
     assert not (run / "SHA256SUMS").exists()
 
-    done = subprocess.run([*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*KIT, "run", "--resume", str(run), "--accept-changes"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     accepted = json.loads((run / "run.json").read_text())["accepted_changes"]
     assert [a["files"] for a in accepted] == [["missing: SHA256SUMS (1 finished cases without evidence)"]]
@@ -225,7 +245,9 @@ def test_a_finished_case_the_evidence_does_not_list_is_run_again(real_run, tmp_p
     run = tmp_path / "run"
     shutil.copytree(real_run, run)
     sums = run / "SHA256SUMS"
-    sums.write_text("".join(line for line in sums.read_text().splitlines(keepends=True) if f"cases/{CASE}/" not in line))
+    sums.write_text(
+        "".join(line for line in sums.read_text().splitlines(keepends=True) if f"cases/{CASE}/" not in line)
+    )
     result = run / "cases" / CASE / "result.json"
     bent = json.loads(result.read_text())
     bent["metrics"]["bus_bandwidth_gb_s"]["mean"] *= 10
@@ -331,21 +353,35 @@ GENERATED_DAMAGE = {
     "a FIFO named as a temporary file": lambda run, _: fifo(case_dir(run) / ".result.json.x1y2.tmp"),
     "a FIFO at the top": lambda run, _: fifo(run / "notes"),
     "a FIFO among the preflight's files": lambda run, _: fifo(run / "preflight" / "notes"),
-    "a FIFO in place of a serve run's requests": lambda run, _: fifo(case_dir(run, SERVE_CASE) / "runs" / "1" / "requests.jsonl"),
+    "a FIFO in place of a serve run's requests": lambda run, _: fifo(
+        case_dir(run, SERVE_CASE) / "runs" / "1" / "requests.jsonl"
+    ),
     "a FIFO in place of kit.lock": lambda run, _: fifo(run / "kit.lock"),
     "a socket in a case folder": lambda run, _: unix_socket(case_dir(run) / "s"),
-    "runs/ linked outside, sealed as before": lambda run, out: (shutil.copytree(case_dir(run) / "runs", out / "runs"),
-                                                                  link(case_dir(run) / "runs", out / "runs"), sealed_as_before(run)),
-    "a rank file linked to /etc/passwd": lambda run, _: link(case_dir(run) / "runs" / "1" / "rank-0.json", "/etc/passwd"),
-    "result.json linked to another case's": lambda run, _: link(case_dir(run) / "result.json",
-                                                                 case_dir(run, "comm.all_gather.g2") / "result.json"),
+    "runs/ linked outside, sealed as before": lambda run, out: (
+        shutil.copytree(case_dir(run) / "runs", out / "runs"),
+        link(case_dir(run) / "runs", out / "runs"),
+        sealed_as_before(run),
+    ),
+    "a rank file linked to /etc/passwd": lambda run, _: link(
+        case_dir(run) / "runs" / "1" / "rank-0.json", "/etc/passwd"
+    ),
+    "result.json linked to another case's": lambda run, _: link(
+        case_dir(run) / "result.json", case_dir(run, "comm.all_gather.g2") / "result.json"
+    ),
     "run.json linked to /dev/zero": lambda run, _: link(run / "run.json", "/dev/zero"),
     "fingerprint.json linked to /dev/zero": lambda run, _: link(run / "fingerprint.json", "/dev/zero"),
     "SHA256SUMS linked to /dev/zero": lambda run, _: link(run / "SHA256SUMS", "/dev/zero"),
     "a dangling link": lambda run, _: link(case_dir(run) / "gone", "/nonexistent/kit"),
     "a link to a folder outside, in the preflight's": lambda run, out: link(run / "preflight" / "elsewhere", out),
-    "cases/ linked outside": lambda run, out: (shutil.copytree(run / "cases", out / "cases"), link(run / "cases", out / "cases")),
-    "a case folder linked outside": lambda run, out: (shutil.copytree(case_dir(run), out / "c"), link(case_dir(run), out / "c")),
+    "cases/ linked outside": lambda run, out: (
+        shutil.copytree(run / "cases", out / "cases"),
+        link(run / "cases", out / "cases"),
+    ),
+    "a case folder linked outside": lambda run, out: (
+        shutil.copytree(case_dir(run), out / "c"),
+        link(case_dir(run), out / "c"),
+    ),
     "a name with a line break": lambda run, _: named(run, "evil\nname.txt"),
     "a name with a carriage return": lambda run, _: named(run, "evil\rname.txt"),
     "a name with an escape sequence": lambda run, _: named(run, "\x1b[31mred\x1b[0m"),
@@ -356,16 +392,26 @@ GENERATED_DAMAGE = {
     "a name with a line separator": lambda run, _: named(run, "a\u2028b"),
     "a folder with a line break in its name": lambda run, _: named(run, "runs\n2", folder=True),
     "a name that is rich markup": lambda run, _: named(run, "[bold red]x[blink]"),
-    "another case's result moved in, sealed again": lambda run, _: (moved_result(run, "comm.all_gather.g2", SMOKE_CASE), sealed_again(run)),
+    "another case's result moved in, sealed again": lambda run, _: (
+        moved_result(run, "comm.all_gather.g2", SMOKE_CASE),
+        sealed_again(run),
+    ),
     "two cases' results swapped, sealed again": lambda run, _: (swapped_results(run), sealed_again(run)),
     "a result whose case id is a list, sealed again": lambda run, _: (result_of_a_list(run), sealed_again(run)),
     "a folder of no case holding a result, sealed again": lambda run, _: (a_folder_of_no_case(run), sealed_again(run)),
     "SHA256SUMS cut in a line": lambda run, _: cut(run / "SHA256SUMS"),
-    "SHA256SUMS listing a name with an escape sequence": lambda run, _: listed(run, "0" * 64 + "  cases/\x1b[2J\x1b[31mx"),
+    "SHA256SUMS listing a name with an escape sequence": lambda run, _: listed(
+        run, "0" * 64 + "  cases/\x1b[2J\x1b[31mx"
+    ),
     "SHA256SUMS listing a path out of the run": lambda run, _: listed(run, "0" * 64 + "  ../../etc/passwd"),
-    "SHA256SUMS not UTF-8": lambda run, _: (run / "SHA256SUMS").write_bytes(b"\xff\xfe" + (run / "SHA256SUMS").read_bytes()),
+    "SHA256SUMS not UTF-8": lambda run, _: (run / "SHA256SUMS").write_bytes(
+        b"\xff\xfe" + (run / "SHA256SUMS").read_bytes()
+    ),
     "SHA256SUMS in sha256sum's escaped form": lambda run, _: listed(run, "\\" + "0" * 64 + "  cases/a\\nb"),
-    "result.json a folder": lambda run, _: ((case_dir(run) / "result.json").unlink(), (case_dir(run) / "result.json").mkdir()),
+    "result.json a folder": lambda run, _: (
+        (case_dir(run) / "result.json").unlink(),
+        (case_dir(run) / "result.json").mkdir(),
+    ),
     "run.json a folder": lambda run, _: ((run / "run.json").unlink(), (run / "run.json").mkdir()),
     "a rank file emptied": lambda run, _: (case_dir(run) / "runs" / "1" / "rank-0.json").write_bytes(b""),
 }
@@ -392,7 +438,9 @@ def shown_raw(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("damage", sorted(GENERATED_DAMAGE))
-def test_a_damaged_run_fails_verification_and_is_not_resumed_and_nothing_changes(real_smoke_run, tmp_path, kit_in_process, damage):
+def test_a_damaged_run_fails_verification_and_is_not_resumed_and_nothing_changes(
+    real_smoke_run, tmp_path, kit_in_process, damage
+):
     run, outside = tmp_path / "run", tmp_path / "outside"
     shutil.copytree(real_smoke_run, run, symlinks=True)
     outside.mkdir()
@@ -409,9 +457,18 @@ def test_a_damaged_run_fails_verification_and_is_not_resumed_and_nothing_changes
     assert entries(run) == before and entries(outside) == around, "a refused resume changed the run or what it links to"
 
 
-@pytest.mark.parametrize("damage", ["a FIFO as a new rank file", "runs/ linked outside, sealed as before",
-                                    "another case's result moved in, sealed again", "a name with a line break"])
-def test_a_report_of_a_damaged_run_is_refused_in_seconds_naming_what_is_wrong(real_smoke_run, tmp_path, kit_in_process, damage):
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "a FIFO as a new rank file",
+        "runs/ linked outside, sealed as before",
+        "another case's result moved in, sealed again",
+        "a name with a line break",
+    ],
+)
+def test_a_report_of_a_damaged_run_is_refused_in_seconds_naming_what_is_wrong(
+    real_smoke_run, tmp_path, kit_in_process, damage
+):
     run, outside = tmp_path / "run", tmp_path / "outside"
     shutil.copytree(real_smoke_run, run, symlinks=True)
     outside.mkdir()
@@ -422,7 +479,9 @@ def test_a_report_of_a_damaged_run_is_refused_in_seconds_naming_what_is_wrong(re
     assert not (tmp_path / "report" / "report.json").exists()
 
 
-def test_a_resume_with_accept_changes_refuses_what_no_run_holds_and_seals_nothing(real_smoke_run, tmp_path, kit_in_process):
+def test_a_resume_with_accept_changes_refuses_what_no_run_holds_and_seals_nothing(
+    real_smoke_run, tmp_path, kit_in_process
+):
     """A name with a line break, accepted, made SHA256SUMS unreadable for good."""
     run = tmp_path / "run"
     shutil.copytree(real_smoke_run, run)
@@ -453,7 +512,9 @@ def a_bad_estimate(run) -> None:
 
 
 @pytest.mark.parametrize("damage", [a_bad_request_row, a_bad_estimate], ids=lambda damage: damage.__name__)
-def test_a_run_sealed_again_over_data_the_kit_cannot_read_is_refused_in_one_line(real_smoke_run, tmp_path, kit_in_process, damage):
+def test_a_run_sealed_again_over_data_the_kit_cannot_read_is_refused_in_one_line(
+    real_smoke_run, tmp_path, kit_in_process, damage
+):
     run = tmp_path / "run"
     shutil.copytree(real_smoke_run, run)
     damage(run)

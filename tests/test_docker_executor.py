@@ -48,7 +48,7 @@ def case_of(plan, case_id):
 def test_the_container_runs_the_same_launcher_with_paths_inside(smoke_plan):
     command = docker.container_command(case_of(smoke_plan, PRETRAIN), [2])
     assert command[:5] == ["python", "-m", "kit.workloads.launch", "--nproc", "2"]
-    assert command[command.index("--") + 1:command.index("--") + 4] == ["python", "-m", "kit.workloads"]
+    assert command[command.index("--") + 1 : command.index("--") + 4] == ["python", "-m", "kit.workloads"]
     assert command[-4:] == ["--case", "/kit/case/case.json", "--out", "/kit/case/runs/2"]
 
 
@@ -70,8 +70,11 @@ def test_gpus_are_requested_by_count_or_all(paper_plan, smoke_plan):
 def test_a_container_whose_owner_process_is_gone_is_a_leftover():
     dead = subprocess.Popen(["true"])
     dead.wait()
-    mine = {docker.LABEL_OWNER_PID: str(os.getpid()), docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid()),
-            docker.LABEL_OWNER_HOST: platform.node()}
+    mine = {
+        docker.LABEL_OWNER_PID: str(os.getpid()),
+        docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid()),
+        docker.LABEL_OWNER_HOST: platform.node(),
+    }
     assert docker.owner_alive(mine)
     assert not docker.owner_alive({**mine, docker.LABEL_OWNER_PID: str(dead.pid)})
     assert not docker.owner_alive({**mine, docker.LABEL_OWNER_START: "1"})  # the pid was reused
@@ -121,7 +124,20 @@ def docker_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("docker-run")
     run = folder / "run"
     env = {**os.environ, **PLANTED, "KIT_CACHE": str(folder / "cache")}
-    done = kit("run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--case", FINETUNE, "--out", str(run), env=env)
+    done = kit(
+        "run",
+        "--executor",
+        "docker",
+        "--profile",
+        "smoke",
+        "--case",
+        PRETRAIN,
+        "--case",
+        FINETUNE,
+        "--out",
+        str(run),
+        env=env,
+    )
     return run, done
 
 
@@ -153,7 +169,9 @@ def test_a_smoke_case_runs_in_the_smoke_container(docker_run, case_id):
     assert "rank 0, run 1: ok" in log  # the workload's own output, streamed from the container
     if case_id == FINETUNE:  # LoRA loads a checkpoint: made first by the kit's image, then mounted read-only
         assert "making the synthetic checkpoint of tiny-llama" in log
-        assert all(rank.details.weights.startswith("synthetic checkpoint tiny-llama-") for rank in result.samples[0].ranks)
+        assert all(
+            rank.details.weights.startswith("synthetic checkpoint tiny-llama-") for rank in result.samples[0].ranks
+        )
 
 
 @pytest.mark.docker
@@ -188,9 +206,12 @@ def test_a_case_over_its_timeout_is_killed_and_recorded_as_timeout(tmp_path, man
 
 def start_kit_and_wait_for_its_container(run: Path) -> subprocess.Popen:
     # SIGINT back to its default: a shell's background job (a CI runner's, say) starts with it ignored.
-    process = subprocess.Popen([*KIT, "run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    process = subprocess.Popen(
+        [*KIT, "run", "--executor", "docker", "--profile", "smoke", "--case", PRETRAIN, "--out", str(run)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 300
     while not [c for c in containers_of_run(run) if c.status == "running"]:
         assert process.poll() is None, process.stderr.read().decode()[-3000:]
@@ -207,7 +228,9 @@ def test_a_training_container_has_no_network_no_capabilities_no_root_and_its_own
     try:
         container = next(c for c in containers_of_run(run) if c.status == "running")
         host = container.attrs["HostConfig"]
-        assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        assert (
+            host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        )
         assert host["IpcMode"] != "host" and host["ShmSize"] == 16 * 2**30
         user = container.attrs["Config"]["User"]  # the kit's user, or nobody under a root kit: never root
         assert user == "{}:{}".format(*docker.container_user()) and not user.startswith("0:")
@@ -251,12 +274,27 @@ def test_the_next_start_removes_leftovers_of_dead_owners_and_keeps_live_ones(tmp
     dead = subprocess.Popen(["true"])
     dead.wait()
     run = tmp_path / "leftover-test"
-    common = {docker.LABEL_RUN: run.name, docker.LABEL_RUN_DIR: str(run.resolve()), docker.LABEL_CASE: PRETRAIN,
-              docker.LABEL_INDEX: "1", docker.LABEL_OWNER_HOST: platform.node()}  # fmt: skip
-    orphan = client.containers.create(smoke.id, ["sleep", "300"], labels={
-        **common, docker.LABEL_OWNER_PID: str(dead.pid), docker.LABEL_OWNER_START: "1"})
-    alive = client.containers.create(smoke.id, ["sleep", "300"], labels={
-        **common, docker.LABEL_OWNER_PID: str(os.getpid()), docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid())})
+    common = {
+        docker.LABEL_RUN: run.name,
+        docker.LABEL_RUN_DIR: str(run.resolve()),
+        docker.LABEL_CASE: PRETRAIN,
+        docker.LABEL_INDEX: "1",
+        docker.LABEL_OWNER_HOST: platform.node(),
+    }
+    orphan = client.containers.create(
+        smoke.id,
+        ["sleep", "300"],
+        labels={**common, docker.LABEL_OWNER_PID: str(dead.pid), docker.LABEL_OWNER_START: "1"},
+    )
+    alive = client.containers.create(
+        smoke.id,
+        ["sleep", "300"],
+        labels={
+            **common,
+            docker.LABEL_OWNER_PID: str(os.getpid()),
+            docker.LABEL_OWNER_START: docker.process_start_ticks(os.getpid()),
+        },
+    )
     mark = owners.mark_path(dead.pid, "1")  # what the dead kit left in the cache before its container
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.touch()

@@ -31,7 +31,9 @@ def test_a_killed_run_resumes_keeping_its_finished_cases(tmp_path):
     info = run.read_info()
     assert info.status == "finished" and info.resumed_at
     assert all(run.read_result(case).status == "ok" for case in info.selected), info.selected
-    check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=killed.path, capture_output=True, text=True)
+    check = subprocess.run(
+        ["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=killed.path, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout
 
 
@@ -54,7 +56,9 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
             # cap made a real out-of-memory above it (tests/test_maxbatch.py checks the rest).
             trials = {sample.micro_batch: sample.status for sample in result.samples}
             best = int(result.metrics["max_micro_batch"].mean)
-            assert trials[best] == "ok" and "oom" in {status for batch, status in trials.items() if batch > best}, trials
+            assert trials[best] == "ok" and "oom" in {status for batch, status in trials.items() if batch > best}, (
+                trials
+            )
             assert all(status != "ok" for batch, status in trials.items() if batch > best), trials
             continue
         # Each kind's headline figure over its runs; the details of comm, profile and serve
@@ -93,16 +97,22 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
         result = RunDir(run).read_result(case.id)
         if result.status != "ok" or case.stage not in ("pretrain", "finetune", "serve"):
             continue
-        section = html[html.index(f'<section id="{case.stage}"'):]
+        section = html[html.index(f'<section id="{case.stage}"') :]
         if case.stage == "serve":
-            figures = [mean_std(result.metrics[name]) for name in ("output_throughput", "request_throughput", "ttft_median_s")]
-            row = (f'<td colspan="1" class="tone-plain">{figures[0]}</td><td colspan="1" class="tone-muted">none'
-                   f'<span class="detail">no peak figures for a CPU: no bound computed</span></td>'
-                   f'<td colspan="1" class="tone-plain">{figures[1]}</td><td colspan="1" class="tone-plain">{figures[2]}</td>')  # fmt: skip
+            figures = [
+                mean_std(result.metrics[name]) for name in ("output_throughput", "request_throughput", "ttft_median_s")
+            ]
+            row = (
+                f'<td colspan="1" class="tone-plain">{figures[0]}</td><td colspan="1" class="tone-muted">none'
+                f'<span class="detail">no peak figures for a CPU: no bound computed</span></td>'
+                f'<td colspan="1" class="tone-plain">{figures[1]}</td><td colspan="1" class="tone-plain">{figures[2]}</td>'
+            )
         else:
-            row = (f'<td colspan="1" class="tone-strong">{method_label(case.method)}</td>'
-                   f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["tokens_per_s"], "10^3 tokens/s")}</td>'
-                   f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["peak_memory_gib"])}</td>')  # fmt: skip
+            row = (
+                f'<td colspan="1" class="tone-strong">{method_label(case.method)}</td>'
+                f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["tokens_per_s"], "10^3 tokens/s")}</td>'
+                f'<td colspan="1" class="tone-plain">{mean_std(result.metrics["peak_memory_gib"])}</td>'
+            )
         assert row in section, case.id
     # The verdicts: the smoke profile is not comparable, so every published finding is not applicable.
     from kit.reference.published import load_reference

@@ -75,10 +75,19 @@ def test_the_flash_attention_function_is_counted_while_a_step_runs_and_restored_
     from kit.workloads.observe import CallCounters
 
     calls = []
-    monkeypatch.setitem(type(ALL_ATTENTION_FUNCTIONS)._global_mapping, "flash_attention_2",
-                        lambda *args, **kwargs: calls.append(args))  # fmt: skip
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128))  # fmt: skip
+    monkeypatch.setitem(
+        type(ALL_ATTENTION_FUNCTIONS)._global_mapping, "flash_attention_2", lambda *args, **kwargs: calls.append(args)
+    )
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+        )
+    )
     model.config._attn_implementation = "flash_attention_2"
     stand_in = ALL_ATTENTION_FUNCTIONS.get_interface("flash_attention_2", None)
     with CallCounters(model) as counters:
@@ -95,8 +104,16 @@ def test_the_flash_attention_function_is_counted_while_a_step_runs_and_restored_
 
 
 def rank(index: int, options: dict[str, EffectiveOption]) -> RankSample:
-    return RankSample(rank=index, world_size=2, status="ok", device="cpu", device_name="cpu", started_at="t",
-                      finished_at="t", details={"effective": {k: v.model_dump() for k, v in options.items()}})  # fmt: skip
+    return RankSample(
+        rank=index,
+        world_size=2,
+        status="ok",
+        device="cpu",
+        device_name="cpu",
+        started_at="t",
+        finished_at="t",
+        details={"effective": {k: v.model_dump() for k, v in options.items()}},
+    )
 
 
 def run_of(*ranks: RankSample) -> RunSample:
@@ -150,18 +167,19 @@ def run_case(case, tmp_path, monkeypatch, option_off: str | None = None):
     """One run of the case through the runner and the local executor (the kit's launcher, 2 processes)."""
     from kit.execute import local
 
-    case = case.model_copy(update={"params": case.params.model_copy(update={"runs": 1, "warmup_steps": 1, "measured_steps": 2})})
+    case = case.model_copy(
+        update={"params": case.params.model_copy(update={"runs": 1, "warmup_steps": 1, "measured_steps": 2})}
+    )
     if option_off is not None:
         launch = local.launcher_command
 
         def sabotaged(case, case_file, out_dirs, **kwargs):
             command = launch(case, case_file, out_dirs, **kwargs)
             at = command.index("-m", command.index("--"))
-            return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2:]]
+            return [*command[:at], str(OPTION_OFF), option_off, *command[at + 2 :]]
 
         monkeypatch.setattr(local, "launcher_command", sabotaged)
     return case_run.execute_case(RunDir(tmp_path), case, Host(gpu_names=[]), case_run.Progress(), named("local"))
-
 
 
 @pytest.mark.e2e

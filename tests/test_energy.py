@@ -11,18 +11,27 @@ from kit.measure.energy import (
     cost_per_million_tokens,
     energy_case_metrics,
 )
+from kit.measure.telemetry import NoDevice, summarize
 from kit.rundir.schema import DeviceTelemetry, RankSample, RunSample
 from kit.rundir.serving import BurstAggregates
-from kit.measure.telemetry import NoDevice, summarize
 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def gpu_rank(r: int, telemetry: DeviceTelemetry, steps=(0.5, 0.5, 0.5, 0.5), tokens=4096, **extra) -> RankSample:
     return RankSample(
-        rank=r, world_size=2, status="ok", device="cuda", device_name=H100, step_s=list(steps), tokens_per_step=tokens,
-        telemetry=telemetry, started_at="t", finished_at="t", **extra,
-    )  # fmt: skip
+        rank=r,
+        world_size=2,
+        status="ok",
+        device="cuda",
+        device_name=H100,
+        step_s=list(steps),
+        tokens_per_step=tokens,
+        telemetry=telemetry,
+        started_at="t",
+        finished_at="t",
+        **extra,
+    )
 
 
 def run(index: int, *ranks: RankSample) -> RunSample:
@@ -44,7 +53,9 @@ def test_mean_power_per_gpu_is_the_mean_over_gpus_and_each_run_is_kept(paper_pla
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
     hot = DeviceTelemetry(source="nvml", energy_j=900.0, mean_power_w=450.0, samples=20)
     cool = DeviceTelemetry(source="nvml", energy_j=700.0, mean_power_w=350.0, samples=20)
-    found, _ = energy_case_metrics(case, [run(1, gpu_rank(0, hot), gpu_rank(1, cool)), run(2, gpu_rank(0, hot), gpu_rank(1, hot))])
+    found, _ = energy_case_metrics(
+        case, [run(1, gpu_rank(0, hot), gpu_rank(1, cool)), run(2, gpu_rank(0, hot), gpu_rank(1, hot))]
+    )
     assert found[MEAN_POWER_PER_GPU].per_run == pytest.approx([400.0, 450.0])
     assert found[JOULES_PER_TOKEN].per_run == pytest.approx([1600 / 32768, 1800 / 32768])
     assert found[JOULES_PER_TOKEN].n == 2
@@ -54,11 +65,28 @@ def test_a_serving_burst_divides_its_energy_by_the_output_tokens_of_its_complete
     case = next(c for c in paper_plan.cases if c.stage == "serve" and c.gpus == 8)
     burst = DeviceTelemetry(source="nvml", energy_j=8 * 3000.0, mean_power_w=300.0, samples=100)
     # 1000 requests of 120 output tokens over 100 s, as kit.rundir.serving writes a burst's figures
-    totals = BurstAggregates(requests=1000, completed=1000, errors=0, duration_s=100.0, request_throughput=10.0,
-                             output_throughput=1200.0, output_tokens=120_000, ttft_s=None, tpot_s=None, latency_s=None,
-                             total_token_throughput=2480.0, input_tokens=128_000, itl_s=None)  # fmt: skip
-    driver = gpu_rank(0, burst, steps=(), tokens=0,
-                      details={"engine": {"name": "vllm", "label": "vLLM", "placement": "docker"}, "aggregates": totals.model_dump()})
+    totals = BurstAggregates(
+        requests=1000,
+        completed=1000,
+        errors=0,
+        duration_s=100.0,
+        request_throughput=10.0,
+        output_throughput=1200.0,
+        output_tokens=120_000,
+        ttft_s=None,
+        tpot_s=None,
+        latency_s=None,
+        total_token_throughput=2480.0,
+        input_tokens=128_000,
+        itl_s=None,
+    )
+    driver = gpu_rank(
+        0,
+        burst,
+        steps=(),
+        tokens=0,
+        details={"engine": {"name": "vllm", "label": "vLLM", "placement": "docker"}, "aggregates": totals.model_dump()},
+    )
     found, notes = energy_case_metrics(case, [run(1, driver)])
     assert notes == []
     assert found[JOULES_PER_TOKEN].mean == pytest.approx(0.2)
@@ -69,7 +97,10 @@ def test_a_serving_burst_divides_its_energy_by_the_output_tokens_of_its_complete
     "telemetry, reason",
     [
         (NoDevice().stop(), "the case runs on the CPU"),
-        (DeviceTelemetry(source="nvml", unavailable="no NVML: the nvidia-ml-py package is not installed here"), "no NVML"),
+        (
+            DeviceTelemetry(source="nvml", unavailable="no NVML: the nvidia-ml-py package is not installed here"),
+            "no NVML",
+        ),
         (DeviceTelemetry(source="nvml", mean_power_w=250.0, samples=3), "no energy counter"),
         (None, "recorded no telemetry"),
     ],
@@ -94,4 +125,3 @@ def test_a_million_tokens_cost_the_gpu_hours_they_take():
         cost_per_million_tokens(0, 8, 2.50)
     with pytest.raises(ValueError):
         cost_per_million_tokens(10_000, 0, 2.50)
-

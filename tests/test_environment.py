@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.host import environment
 from kit.host import collection as fingerprint_collection
-from kit.host import redaction_tokens
+from kit.host import environment, redaction_tokens
 from kit.host.environment import comparable, drift, evaluate, load_expectations
 from kit.host.fingerprint import (
     ContainerRuntime,
@@ -32,8 +31,8 @@ from kit.host.fingerprint import (
     RdmaPort,
     Topology,
 )
-from kit.manifest import ManifestError
 from kit.host.nvidia_topology import classify_topology, parse_topology_matrix
+from kit.manifest import ManifestError
 
 ROOT = Path(__file__).parent.parent
 TOPO = Path(__file__).parent / "fixtures" / "topo"
@@ -46,33 +45,66 @@ def topology(name: str) -> Topology:
 
 def healthy_gpu(index: int, name: str = "NVIDIA H20-3e") -> Gpu:
     return Gpu(
-        index=index, name=name, uuid=f"GPU-h20-{index}", memory_bytes=141 * 2**30,
-        pcie_gen_current=5, pcie_gen_max=5, pcie_width_current=16, pcie_width_max=16,
+        index=index,
+        name=name,
+        uuid=f"GPU-h20-{index}",
+        memory_bytes=141 * 2**30,
+        pcie_gen_current=5,
+        pcie_gen_max=5,
+        pcie_width_current=16,
+        pcie_width_max=16,
         nvlink=NvLinkState(links=18, active_links=18, version_code=6),
-        persistence_mode=True, ecc_enabled=True, ecc_uncorrected_aggregate=0, mig_enabled=False,
-        power_limit_w=500.0, clock_event_reasons=["gpu_idle"], processes=[],
+        persistence_mode=True,
+        ecc_enabled=True,
+        ecc_uncorrected_aggregate=0,
+        mig_enabled=False,
+        power_limit_w=500.0,
+        clock_event_reasons=["gpu_idle"],
+        processes=[],
     )
 
 
 def h20_host(**image_changes) -> Fingerprint:
     image = {
-        "python": "3.10.12", "torch": "2.11.0+cu130", "cuda_runtime": "13.0",
-        "packages": {"deepspeed": None, "transformers": "5.8.1", "peft": None,
-                     "bitsandbytes": None, "flash-attn": None, "vllm": None},
+        "python": "3.10.12",
+        "torch": "2.11.0+cu130",
+        "cuda_runtime": "13.0",
+        "packages": {
+            "deepspeed": None,
+            "transformers": "5.8.1",
+            "peft": None,
+            "bitsandbytes": None,
+            "flash-attn": None,
+            "vllm": None,
+        },
     } | image_changes
     return Fingerprint(
         collected_at=datetime(2026, 6, 29, tzinfo=timezone.utc),
-        host=HostInfo(hostname="node-a", cpu=CpuInfo(model="the test host's CPU", sockets=2,
-                                                     frequency_governor="performance")),
-        gpus=GpuInventory(driver_version="580.126.09", cuda_driver_version="13.0",
-                          gpus=[healthy_gpu(i) for i in range(8)]),
+        host=HostInfo(
+            hostname="node-a", cpu=CpuInfo(model="the test host's CPU", sockets=2, frequency_governor="performance")
+        ),
+        gpus=GpuInventory(
+            driver_version="580.126.09", cuda_driver_version="13.0", gpus=[healthy_gpu(i) for i in range(8)]
+        ),
         topology=topology("h20x8-nvswitch-mlx5.txt"),
-        network=NetworkInfo(rdma_ports=[
-            RdmaPort(device=f"mlx5_{i}", port=1, state="ACTIVE", rate="400 Gb/sec (4X NDR)",
-                     rate_gbps=400.0, link_layer="InfiniBand") for i in range(8)]),
-        container_runtime=ContainerRuntime(docker_server_version="28.2.2",
-                                           runtimes=["io.containerd.runc.v2", "nvidia", "runc"],
-                                           nvidia_container_toolkit="1.17.8"),
+        network=NetworkInfo(
+            rdma_ports=[
+                RdmaPort(
+                    device=f"mlx5_{i}",
+                    port=1,
+                    state="ACTIVE",
+                    rate="400 Gb/sec (4X NDR)",
+                    rate_gbps=400.0,
+                    link_layer="InfiniBand",
+                )
+                for i in range(8)
+            ]
+        ),
+        container_runtime=ContainerRuntime(
+            docker_server_version="28.2.2",
+            runtimes=["io.containerd.runc.v2", "nvidia", "runc"],
+            nvidia_container_toolkit="1.17.8",
+        ),
         image=ImageProbe.model_validate(image),
         kit=KitInfo(version="0.1.0", workload_sources_sha256="a" * 64),
     )
@@ -85,12 +117,18 @@ def with_gpu(fp: Fingerprint, index: int, **changes) -> Fingerprint:
 
 def with_driver(fp: Fingerprint, driver: str, cuda: str | None) -> Fingerprint:
     """Another driver, with the CUDA version nvidia-smi reports for it (None: not reported)."""
-    return fp.model_copy(update={"gpus": fp.gpus.model_copy(update={"driver_version": driver, "cuda_driver_version": cuda})})
+    return fp.model_copy(
+        update={"gpus": fp.gpus.model_copy(update={"driver_version": driver, "cuda_driver_version": cuda})}
+    )
 
 
 def with_images(fp: Fingerprint, **cuda_by_image: str) -> Fingerprint:
-    images = [ImageCuda(name=name, reference=f"kit/{name}:0.1.0", cuda_version=version,
-                        source="env CUDA_VERSION of the image") for name, version in cuda_by_image.items()]
+    images = [
+        ImageCuda(
+            name=name, reference=f"kit/{name}:0.1.0", cuda_version=version, source="env CUDA_VERSION of the image"
+        )
+        for name, version in cuda_by_image.items()
+    ]
     return fp.model_copy(update={"images_cuda": images, "image": None})
 
 
@@ -117,8 +155,11 @@ def test_manifest_has_comparability_rules_for_every_protocol_stage(expectations)
 
 def write_manifest(tmp_path, expectations_yaml: str) -> Path:
     path = tmp_path / "environment.yaml"
-    path.write_text("version: 1\nexpectations:\n" + expectations_yaml
-                    + "comparability: {always: [gpu_model], stages: {comm: [nccl]}}\n")
+    path.write_text(
+        "version: 1\nexpectations:\n"
+        + expectations_yaml
+        + "comparability: {always: [gpu_model], stages: {comm: [nccl]}}\n"
+    )
     return path
 
 
@@ -179,16 +220,32 @@ def test_gpu_count_is_held_to_the_profile(expectations):
     ("changes", "check", "status", "observed"),
     [
         ({"mig_enabled": True}, "mig_off", "fail", "GPU2: MIG enabled"),
-        ({"ecc_uncorrected_aggregate": 2}, "no_uncorrectable_ecc_errors", "fail",
-         "GPU2: 2 uncorrectable ECC errors (aggregate)"),
+        (
+            {"ecc_uncorrected_aggregate": 2},
+            "no_uncorrectable_ecc_errors",
+            "fail",
+            "GPU2: 2 uncorrectable ECC errors (aggregate)",
+        ),
         ({"ecc_enabled": False}, "ecc_enabled", "warn", "GPU2: ECC off"),
-        ({"processes": [GpuProcess(pid=4242, name="python3", used_memory_bytes=3 * 2**30)]},
-         "no_foreign_processes", "fail", "GPU2: pid 4242 (python3, 3.0 GiB)"),
+        (
+            {"processes": [GpuProcess(pid=4242, name="python3", used_memory_bytes=3 * 2**30)]},
+            "no_foreign_processes",
+            "fail",
+            "GPU2: pid 4242 (python3, 3.0 GiB)",
+        ),
         ({"pcie_width_current": 8}, "pcie_links_at_max_width", "warn", "GPU2: x8 of x16"),
-        ({"nvlink": NvLinkState(links=18, active_links=16)}, "nvlink_links_all_active", "warn",
-         "GPU2: 16 of 18 links active"),
-        ({"clock_event_reasons": ["gpu_idle", "hw_thermal_slowdown"]}, "no_clock_limits_at_idle",
-         "warn", "GPU2: hw_thermal_slowdown"),
+        (
+            {"nvlink": NvLinkState(links=18, active_links=16)},
+            "nvlink_links_all_active",
+            "warn",
+            "GPU2: 16 of 18 links active",
+        ),
+        (
+            {"clock_event_reasons": ["gpu_idle", "hw_thermal_slowdown"]},
+            "no_clock_limits_at_idle",
+            "warn",
+            "GPU2: hw_thermal_slowdown",
+        ),
     ],
 )
 def test_one_unhealthy_gpu_is_named(expectations, changes, check, status, observed):
@@ -207,16 +264,19 @@ def test_pcie_generation_drop_at_idle_is_not_a_narrow_link(expectations):
 
 
 def test_gpus_without_mig_support_count_as_mig_off(expectations):
-    fp = with_gpu(h20_host(), 0, mig_enabled=None,
-                  unreadable={"mig_enabled": "NVMLError_NotSupported: Not Supported"})
+    fp = with_gpu(h20_host(), 0, mig_enabled=None, unreadable={"mig_enabled": "NVMLError_NotSupported: Not Supported"})
     assert by_name(evaluate(fp, expectations, 8))["mig_off"].status == "pass"
 
 
 def test_pcie_boards_skip_the_nvlink_check_with_nvmls_reason(expectations):
     fp = h20_host()
     for index in range(8):
-        fp = with_gpu(fp, index, nvlink=NvLinkState(links=0, active_links=0),
-                      unreadable={"nvlink": "NVMLError_NotSupported: Not Supported"})
+        fp = with_gpu(
+            fp,
+            index,
+            nvlink=NvLinkState(links=0, active_links=0),
+            unreadable={"nvlink": "NVMLError_NotSupported: Not Supported"},
+        )
     check = by_name(evaluate(fp, expectations, 8))["nvlink_links_all_active"]
     assert check.status == "skip" and "Not Supported" in check.observed
 
@@ -225,8 +285,13 @@ def test_driver_minimum_follows_the_probed_images_cuda(expectations):
     old_driver = with_driver(h20_host(), "575.57.08", "12.9")
     cuda13 = by_name(evaluate(old_driver, expectations, 8))["driver_supports_images"]
     assert cuda13.status == "fail" and ">= 580" in cuda13.observed
-    cuda12 = by_name(evaluate(old_driver.model_copy(update={
-        "image": old_driver.image.model_copy(update={"cuda_runtime": "12.8"})}), expectations, 8))
+    cuda12 = by_name(
+        evaluate(
+            old_driver.model_copy(update={"image": old_driver.image.model_copy(update={"cuda_runtime": "12.8"})}),
+            expectations,
+            8,
+        )
+    )
     assert cuda12["driver_supports_images"].status == "pass"
 
 
@@ -255,8 +320,12 @@ def test_a_driver_that_supports_every_images_cuda_passes(expectations):
 def test_the_cuda_version_is_read_from_the_images_configuration():
     from kit.images import cuda_version_of
 
-    env = ["PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin", "NVARCH=x86_64",
-           "NVIDIA_REQUIRE_CUDA=cuda>=12.8 brand=unknown,driver>=470,driver<471", "CUDA_VERSION=12.8.1"]
+    env = [
+        "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin",
+        "NVARCH=x86_64",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.8 brand=unknown,driver>=470,driver<471",
+        "CUDA_VERSION=12.8.1",
+    ]
     assert cuda_version_of(env, {}) == ("12.8.1", "env CUDA_VERSION of the image")
     assert cuda_version_of(["PATH=/usr/bin"], {"kit.version.cuda": "13.0"})[0] == "13.0"
     version, why = cuda_version_of(["PATH=/usr/bin"], {})
@@ -265,8 +334,7 @@ def test_the_cuda_version_is_read_from_the_images_configuration():
 
 def test_cpu_governor_other_than_performance_warns(expectations):
     fp = h20_host()
-    fp = fp.model_copy(update={"host": fp.host.model_copy(update={
-        "cpu": CpuInfo(frequency_governor="powersave")})})
+    fp = fp.model_copy(update={"host": fp.host.model_copy(update={"cpu": CpuInfo(frequency_governor="powersave")})})
     assert by_name(evaluate(fp, expectations, 8))["cpu_governor_performance"].status == "warn"
 
 
@@ -314,8 +382,7 @@ def test_a_process_that_appeared_is_drift():
 
 def test_a_gpu_that_vanished_is_drift():
     before = h20_host()
-    after = before.model_copy(update={"gpus": before.gpus.model_copy(update={
-        "gpus": before.gpus.gpus[:7]})})
+    after = before.model_copy(update={"gpus": before.gpus.model_copy(update={"gpus": before.gpus.gpus[:7]})})
     [finding] = drift(before, after)
     assert finding.kind == "gpu_missing" and finding.gpu.startswith("GPU7")
 
@@ -347,8 +414,9 @@ def test_different_gpu_model_is_not_comparable():
 def test_different_topology_class_is_not_comparable():
     pcie = h20_host().model_copy(update={"topology": topology("rtx4090x8-pcie-sys-nics.txt")})
     [reason] = comparable(h20_host(), pcie, "comm").reasons
-    assert reason == ("topology class differs: 8 GPUs, all pairs NVLink (NV18) vs "
-                      "8 GPUs, PCIe only, cross-socket pairs")
+    assert reason == (
+        "topology class differs: 8 GPUs, all pairs NVLink (NV18) vs 8 GPUs, PCIe only, cross-socket pairs"
+    )
 
 
 def test_framework_versions_matter_for_the_stages_that_use_them():
@@ -365,9 +433,16 @@ def test_torch_version_matters_for_every_stage():
 
 def test_rdma_network_matters_for_the_communication_stage():
     slower = h20_host()
-    slower = slower.model_copy(update={"network": NetworkInfo(rdma_ports=[
-        port.model_copy(update={"rate": "200 Gb/sec (4X HDR)", "rate_gbps": 200.0})
-        for port in slower.network.rdma_ports])})
+    slower = slower.model_copy(
+        update={
+            "network": NetworkInfo(
+                rdma_ports=[
+                    port.model_copy(update={"rate": "200 Gb/sec (4X HDR)", "rate_gbps": 200.0})
+                    for port in slower.network.rdma_ports
+                ]
+            )
+        }
+    )
     assert comparable(h20_host(), slower, "pretrain").comparable
     [reason] = comparable(h20_host(), slower, "comm").reasons
     assert reason.startswith("RDMA network differs")
@@ -382,8 +457,7 @@ def test_without_an_image_probe_versions_are_unknown_not_equal():
 
 def test_changed_workload_code_is_not_comparable():
     edited = h20_host()
-    edited = edited.model_copy(update={"kit": edited.kit.model_copy(update={
-        "workload_sources_sha256": "b" * 64})})
+    edited = edited.model_copy(update={"kit": edited.kit.model_copy(update={"workload_sources_sha256": "b" * 64})})
     [reason] = comparable(h20_host(), edited, "profile").reasons
     assert reason.startswith("workload sources (SHA-256) differs")
 

@@ -26,7 +26,9 @@ def test_a_4bit_case_is_estimated_and_one_that_cannot_fit_costs_its_start(tmp_pa
     quantised = estimate(cases["scaling.llama2-7b.q.g1.b2"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
     assert quantised.seconds > 3 * ASSUMED_START_S and "roofline" in quantised.basis
     naive = estimate(cases["pretrain.llama2-7b.naive.g1"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
-    assert naive == Estimate(seconds=3 * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run")
+    assert naive == Estimate(
+        seconds=3 * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run"
+    )
 
 
 def test_without_history_or_a_known_gpu_the_estimate_is_unknown(smoke_plan, paper_plan):
@@ -44,8 +46,12 @@ def test_the_eta_is_corrected_by_how_finished_cases_compared():
 
 
 def test_kit_list_estimates_a_case_from_an_earlier_run_of_it(tmp_path):
-    done = subprocess.run([*KIT, "run", "--case", "comm.all_reduce.g2", "--no-preflight", "--skip-predicted-oom"], cwd=tmp_path,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [*KIT, "run", "--case", "comm.all_reduce.g2", "--no-preflight", "--skip-predicted-oom"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     listed = subprocess.run([*KIT, "list", "--json"], cwd=tmp_path, capture_output=True, text=True)
     estimates = json.loads(listed.stdout)["host"]["estimates"]

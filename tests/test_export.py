@@ -16,12 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from paper_size_run import write_run
+
 from kit.report.build import build_report
 
-GPU_CASES = ["pretrain.llama2-7b.z3.g8", "serve.llama2-7b.vllm.g8", "comm.all_reduce.g8",
-             "profile.llama2-7b.f.g1", "profile.llama2-7b.base.g1"]  # fmt: skip
+GPU_CASES = [
+    "pretrain.llama2-7b.z3.g8",
+    "serve.llama2-7b.vllm.g8",
+    "comm.all_reduce.g8",
+    "profile.llama2-7b.f.g1",
+    "profile.llama2-7b.base.g1",
+]
 CPU_CASES = ["pretrain.tiny-llama.naive.g2"]
 
 
@@ -36,8 +41,12 @@ def cpu_run(tmp_path_factory, smoke_plan) -> Path:
 
 
 def kit_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kit.cli", "report", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kit.cli", "report", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 def energy_table(run: Path, caption: str = "Energy and cost per case", **options):
@@ -46,8 +55,10 @@ def energy_table(run: Path, caption: str = "Energy and cost per case", **options
 
 
 def energy_rows(run: Path, **options) -> dict[str, list[str]]:
-    return {row.cells[0].text: [f"{c.text} | {c.detail}" if c.detail else c.text for c in row.cells[1:]]
-            for row in energy_table(run, **options).rows}  # fmt: skip
+    return {
+        row.cells[0].text: [f"{c.text} | {c.detail}" if c.detail else c.text for c in row.cells[1:]]
+        for row in energy_table(run, **options).rows
+    }
 
 
 def test_the_energy_section_prices_a_million_tokens_at_the_price_given(gpu_run):
@@ -55,7 +66,10 @@ def test_the_energy_section_prices_a_million_tokens_at_the_price_given(gpu_run):
     # Training: 330 W per GPU (the generator's draw) over the tokens of the measured steps.
     training = rows["pretrain.llama2-7b.z3.g8"]
     assert training[2].startswith("330 ") and float(training[3].split(" ± ")[0]) > 0
-    assert energy_table(gpu_run, compare=(), gpu_hour_price=2.5).header[-1] == "Cost per 1M tokens (USD, at 2.5 USD per GPU-hour)"
+    assert (
+        energy_table(gpu_run, compare=(), gpu_hour_price=2.5).header[-1]
+        == "Cost per 1M tokens (USD, at 2.5 USD per GPU-hour)"
+    )
     assert "serve.llama2-7b.vllm.g8" in rows
     assert "comm.all_reduce.g8" not in rows  # no tokens to price
     assert rows["profile.llama2-7b.base.g1"][2].startswith("330 ")  # over the breakdown's plain measured steps
@@ -72,13 +86,16 @@ def test_on_a_cpu_run_the_energy_is_absent_with_the_reason_and_nothing_is_priced
     row = energy_rows(cpu_run, compare=(), gpu_hour_price=2.5)["pretrain.tiny-llama.naive.g2"]
     assert row[1:] == ["none: a CPU", "-", "none: a CPU"]
     section = next(s for s in build_report(cpu_run, compare=()).sections if s.anchor == "energy")
-    assert "No case measured energy (the case runs on the CPU; NVML measures NVIDIA GPUs only)" in section.paragraphs[-1]
+    assert (
+        "No case measured energy (the case runs on the CPU; NVML measures NVIDIA GPUs only)" in section.paragraphs[-1]
+    )
     assert energy_table(cpu_run, compare=()).media == "screen"  # a table of "none" is not printed
 
 
 def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp_path):
-    done = kit_report(str(gpu_run), "--compare", "reference", "--format", "json", "--gpu-hour-price", "2.5",
-                      "--out", str(tmp_path))  # fmt: skip
+    done = kit_report(
+        str(gpu_run), "--compare", "reference", "--format", "json", "--gpu-hour-price", "2.5", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
     document = json.loads((tmp_path / "report.json").read_text())
@@ -98,7 +115,9 @@ def test_json_export_has_every_claim_and_every_metric_with_its_unit(gpu_run, tmp
     assert all(metric["unit"] for case in cases.values() for metric in case["metrics"].values())
 
 
-def test_json_export_holds_each_sweep_point_under_the_objectives_and_a_p99_that_is_a_failed_request_as_null(paper_plan, tmp_path):
+def test_json_export_holds_each_sweep_point_under_the_objectives_and_a_p99_that_is_a_failed_request_as_null(
+    paper_plan, tmp_path
+):
     """The synthetic TGI 70B case: from concurrency 256 on, 1.2 % of its requests are answered 503,
     more than its p99 allows: that p99 is a request never answered, null in strict JSON."""
     run = write_run(tmp_path / "a800", paper_plan, cases=["serve.llama2-70b.tgi.g8"])
@@ -109,8 +128,12 @@ def test_json_export_holds_each_sweep_point_under_the_objectives_and_a_p99_that_
         raise ValueError(f"{constant} is not JSON")
 
     document = json.loads((tmp_path / "out" / "report.json").read_text(), parse_constant=refuse)
-    assert document["slo"] == {"ttft_s": 3.0, "tpot_s": 0.2, "percentile": 99,
-                               "described": "p99 TTFT ≤ 3000 ms, TPOT ≤ 200 ms (given to kit report)"}  # fmt: skip
+    assert document["slo"] == {
+        "ttft_s": 3.0,
+        "tpot_s": 0.2,
+        "percentile": 99,
+        "described": "p99 TTFT ≤ 3000 ms, TPOT ≤ 200 ms (given to kit report)",
+    }
     sweep = document["sweeps"]["serve.llama2-70b.tgi.g8"]
     failing = [point for point in sweep["points"] if point["figures"]["errors"]]
     assert failing and all(point["judged"]["ttft_p99_s"] is None and not point["judged"]["meets"] for point in failing)
@@ -130,24 +153,47 @@ def test_csv_export_is_a_table_of_relations_and_a_table_of_metrics(gpu_run, cpu_
     c10 = next(row for row in claims if row["claim"] == "C10")  # a claim of any GPU: the paper's verdict stands
     assert (c10["expected_on_this_host"], c10["verdict_vs_expectation"]) == ("37 % ± 5 points", "paper verdict")
     metrics = list(csv.DictReader(io.StringIO((tmp_path / "report-metrics.csv").read_text())))
-    power = next(row for row in metrics if row["case"] == "serve.llama2-7b.vllm.g8" and row["metric"] == "mean_power_per_gpu_w")
+    power = next(
+        row for row in metrics if row["case"] == "serve.llama2-7b.vllm.g8" and row["metric"] == "mean_power_per_gpu_w"
+    )
     assert (float(power["mean"]), power["unit"], power["n"]) == (330.0, "W", "1")  # the paper plan serves once
     assert not any(row["metric"] == "cost_per_million_tokens" for row in metrics)  # no price given
     cpu = kit_report(str(cpu_run), "--format", "csv", "--out", str(tmp_path / "cpu"))
     assert cpu.returncode == 0, cpu.stderr
     assert (tmp_path / "cpu" / "report-claims.csv").read_text().strip() == ",".join(
-        ["claim", "statement", "claim_verdict", "claim_reason", "relation", "verdict", "judged", "published", "measured",
-         "finding", "readings", "caveats", "expected_on_this_host", "expected_basis", "verdict_vs_expectation",
-         "finding_vs_expectation"])  # fmt: skip  # the reference was not compared: no rows
+        [
+            "claim",
+            "statement",
+            "claim_verdict",
+            "claim_reason",
+            "relation",
+            "verdict",
+            "judged",
+            "published",
+            "measured",
+            "finding",
+            "readings",
+            "caveats",
+            "expected_on_this_host",
+            "expected_basis",
+            "verdict_vs_expectation",
+            "finding_vs_expectation",
+        ]
+    )  # the reference was not compared: no rows
 
 
 def test_the_currency_given_is_recorded_and_names_every_cost(gpu_run, tmp_path):
-    done = kit_report(str(gpu_run), "--format", "json", "--gpu-hour-price", "2.5", "--currency", "EUR", "--out", str(tmp_path))
+    done = kit_report(
+        str(gpu_run), "--format", "json", "--gpu-hour-price", "2.5", "--currency", "EUR", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads((tmp_path / "report.json").read_text())
     assert (document["gpu_hour_price"], document["currency"]) == (2.5, "EUR")
-    assert {case["metrics"]["cost_per_million_tokens"]["unit"] for case in document["cases"]
-            if "cost_per_million_tokens" in case["metrics"]} == {"EUR/1M tokens"}  # fmt: skip
+    assert {
+        case["metrics"]["cost_per_million_tokens"]["unit"]
+        for case in document["cases"]
+        if "cost_per_million_tokens" in case["metrics"]
+    } == {"EUR/1M tokens"}
     refused = kit_report(str(gpu_run), "--format", "json", "--currency", "US$", "--out", str(tmp_path))
     assert refused.returncode == 2 and "a currency is a short name of letters" in refused.stderr
 

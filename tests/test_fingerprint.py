@@ -15,12 +15,10 @@ from pathlib import Path
 import pytest
 
 import kit
-from kit.host import clock_events
+from kit.host import clock_events, kit_source, redaction_tokens
 from kit.host import collection as fingerprint_collection
-from kit.host import this_host as host
 from kit.host import facts as host_facts
-from kit.host import kit_source
-from kit.host import redaction_tokens
+from kit.host import this_host as host
 from kit.host.fingerprint import Fingerprint, Gpu
 from kit.host.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.workloads import probe
@@ -88,8 +86,7 @@ def test_an_empty_cpu_affinity_cell_does_not_shift_the_numa_affinity():
         ("h20x8-nvswitch-mlx5.txt", "8 GPUs, all pairs NVLink (NV18)"),
         ("rtx4090x8-pcie-sys-nics.txt", "8 GPUs, PCIe only, cross-socket pairs"),
         ("pcie6-pix-node-sys.txt", "6 GPUs, PCIe only, cross-socket pairs"),
-        ("nv4-pairs-pxb-sys-nics.txt",
-         "6 GPUs, NVLink (NV4) on 3 of 15 pairs, others PCIe, cross-socket pairs"),
+        ("nv4-pairs-pxb-sys-nics.txt", "6 GPUs, NVLink (NV4) on 3 of 15 pairs, others PCIe, cross-socket pairs"),
         ("rtx5090x2-phb.txt", "2 GPUs, PCIe only, pairs through a CPU host bridge"),
     ],
 )
@@ -146,8 +143,7 @@ def test_legacy_soc_path_counts_as_cross_socket():
 
 def test_output_without_a_matrix_is_a_parse_error():
     with pytest.raises(TopologyParseError, match="GPU0"):
-        parse_topology_matrix("NVIDIA-SMI has failed because it couldn't communicate with the "
-                              "NVIDIA driver.\n")
+        parse_topology_matrix("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
 
 
 def test_truncated_matrix_is_a_parse_error():
@@ -165,8 +161,7 @@ def test_clock_event_reason_mask_is_named_bit_by_bit():
 
 
 def test_unknown_clock_event_bits_stay_visible():
-    assert clock_events.decode_clock_event_reasons(0x4 | 0x400) == ["sw_power_cap",
-                                                                  "unknown_bits_0x400"]
+    assert clock_events.decode_clock_event_reasons(0x4 | 0x400) == ["sw_power_cap", "unknown_bits_0x400"]
 
 
 def test_cuda_driver_version_is_decoded():
@@ -212,8 +207,7 @@ def test_hyperthreads_of_one_core_count_once():
 
 
 def test_meminfo_total_is_in_bytes():
-    assert host_facts.parse_meminfo_total("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == (
-        24684084 * 1024)
+    assert host_facts.parse_meminfo_total("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == (24684084 * 1024)
 
 
 def test_os_release_pretty_name():
@@ -221,9 +215,9 @@ def test_os_release_pretty_name():
     assert host_facts.parse_os_release(text) == "Debian GNU/Linux 12 (bookworm)"
 
 
-@pytest.mark.parametrize(("rate", "gbps"), [("400 Gb/sec (4X NDR)", 400.0),
-                                            ("100 Gb/sec (4X EDR)", 100.0),
-                                            ("2.5 Gb/sec (1X SDR)", 2.5)])
+@pytest.mark.parametrize(
+    ("rate", "gbps"), [("400 Gb/sec (4X NDR)", 400.0), ("100 Gb/sec (4X EDR)", 100.0), ("2.5 Gb/sec (1X SDR)", 2.5)]
+)
 def test_infiniband_rate_in_gbps(rate, gbps):
     assert host_facts.parse_ib_rate(rate) == gbps
 
@@ -232,14 +226,24 @@ def test_rdma_ports_are_read_from_sysfs(tmp_path):
     # The attribute values of a RoCE port as sysfs shows them.
     port = tmp_path / "mlx5_0" / "ports" / "1"
     port.mkdir(parents=True)
-    for name, value in {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
-                        "rate": "100 Gb/sec (4X EDR)", "link_layer": "Ethernet"}.items():
+    for name, value in {
+        "state": "4: ACTIVE",
+        "phys_state": "5: LinkUp",
+        "rate": "100 Gb/sec (4X EDR)",
+        "link_layer": "Ethernet",
+    }.items():
         (port / name).write_text(value + "\n")
     network = fingerprint_collection.read_rdma_ports(tmp_path)
     assert network.unavailable is None
     [rdma] = network.rdma_ports
-    assert (rdma.device, rdma.port, rdma.state, rdma.physical_state, rdma.rate_gbps,
-            rdma.link_layer) == ("mlx5_0", 1, "ACTIVE", "LinkUp", 100.0, "Ethernet")
+    assert (rdma.device, rdma.port, rdma.state, rdma.physical_state, rdma.rate_gbps, rdma.link_layer) == (
+        "mlx5_0",
+        1,
+        "ACTIVE",
+        "LinkUp",
+        100.0,
+        "Ethernet",
+    )
 
 
 def test_host_without_rdma_devices_says_so(tmp_path):
@@ -259,9 +263,11 @@ def test_a_docker_engine_that_does_not_answer_is_recorded_with_the_sdks_reason(m
 
 def test_docker_info_lists_the_nvidia_runtime():
     # The runtime keys of the engine's /info answer (Docker 28.2.2), as the SDK's info() returns it.
-    info = json.loads('{"ServerVersion":"28.2.2","Runtimes":{"io.containerd.runc.v2":{"path":"runc"},'
-                      '"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},'
-                      '"DefaultRuntime":"runc"}')
+    info = json.loads(
+        '{"ServerVersion":"28.2.2","Runtimes":{"io.containerd.runc.v2":{"path":"runc"},'
+        '"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}},'
+        '"DefaultRuntime":"runc"}'
+    )
     assert host_facts.docker_runtimes(info) == (["io.containerd.runc.v2", "nvidia", "runc"], "runc")
 
 
@@ -300,11 +306,28 @@ def hashed(directory: Path) -> str:
 
 def test_the_measuring_code_is_the_workloads_and_every_module_the_metrics_are_computed_with():
     names = {path.relative_to(kit_source.PACKAGE_DIR).as_posix() for path in kit_source.measuring_sources()}
-    assert {"workloads/train.py", "workloads/harness.py", "measure/metrics.py", "comm/collectives.py", "rundir/serving.py",
-            "theory/analytic.py", "measure/training.py", "measure/maxbatch.py", "measure/comm.py", "measure/serve.py",
-            "measure/profile.py"} <= names  # fmt: skip
-    assert not names & {"cli.py", "report/render.py", "report/sections/common.py", "reference/published.py", "reference/claims.py",
-                        "units.py", "console.py"}  # fmt: skip
+    assert {
+        "workloads/train.py",
+        "workloads/harness.py",
+        "measure/metrics.py",
+        "comm/collectives.py",
+        "rundir/serving.py",
+        "theory/analytic.py",
+        "measure/training.py",
+        "measure/maxbatch.py",
+        "measure/comm.py",
+        "measure/serve.py",
+        "measure/profile.py",
+    } <= names
+    assert not names & {
+        "cli.py",
+        "report/render.py",
+        "report/sections/common.py",
+        "reference/published.py",
+        "reference/claims.py",
+        "units.py",
+        "console.py",
+    }
 
 
 def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_clean():
@@ -319,12 +342,13 @@ def test_the_kit_records_its_source_its_manifests_and_whether_its_checkout_was_c
 def fingerprint_with_gpus() -> Fingerprint:
     # Identifiers as `nvidia-smi -q` prints them for an H800 (UUID, serial number).
     fp = fingerprint_collection.collect()
-    gpus = [Gpu(index=0, name="NVIDIA H800", uuid="GPU-34bf77d1-c686-6821-79a8-32d326c5039c",
-                serial="1651323018291")]
-    return fp.model_copy(update={
-        "host": fp.host.model_copy(update={"hostname": "gpu21005"}),
-        "gpus": fp.gpus.model_copy(update={"gpus": gpus}),
-    })
+    gpus = [Gpu(index=0, name="NVIDIA H800", uuid="GPU-34bf77d1-c686-6821-79a8-32d326c5039c", serial="1651323018291")]
+    return fp.model_copy(
+        update={
+            "host": fp.host.model_copy(update={"hostname": "gpu21005"}),
+            "gpus": fp.gpus.model_copy(update={"gpus": gpus}),
+        }
+    )
 
 
 def test_redaction_removes_hostname_uuid_and_serial():
@@ -393,8 +417,13 @@ def test_collect_takes_the_image_probe():
     import torch
     import transformers
 
-    done = subprocess.run([sys.executable, "-m", "kit.workloads.probe"], capture_output=True,
-                          text=True, cwd=Path(__file__).parent.parent, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.workloads.probe"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        check=True,
+    )
     fp = fingerprint_collection.collect(image_probe=fingerprint_collection.read_probe_output(done.stdout))
     assert fp.image.torch == torch.__version__ and fp.image.python == platform.python_version()
     assert fp.image.packages["transformers"] == transformers.__version__ and fp.image.packages["flash-attn"] is None
@@ -405,13 +434,16 @@ def test_gpu_names_is_empty_without_nvml_or_nvidia_smi():
 
 
 def test_fingerprint_imports_and_collects_without_torch_or_pynvml():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
-            "from kit.host.collection import collect\n"
-            "fp = collect()\n"
-            "assert fp.gpus.unavailable.startswith('NVML not available'), fp.gpus.unavailable\n"
-            "assert sys.modules['torch'] is None\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).parent.parent, check=False)
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['pynvml'] = None\n"
+        "from kit.host.collection import collect\n"
+        "fp = collect()\n"
+        "assert fp.gpus.unavailable.startswith('NVML not available'), fp.gpus.unavailable\n"
+        "assert sys.modules['torch'] is None\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent, check=False
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -424,8 +456,13 @@ def test_cudnn_version_is_decoded_across_the_9_x_encoding_change():
 
 
 def test_probe_prints_one_json_object_of_versions():
-    done = subprocess.run([sys.executable, "-m", "kit.workloads.probe"], capture_output=True,
-                          text=True, cwd=Path(__file__).parent.parent, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.workloads.probe"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        check=True,
+    )
     assert len(done.stdout.strip().splitlines()) == 1
     probed = fingerprint_collection.read_probe_output(done.stdout)
     assert probed.python == platform.python_version()

@@ -65,7 +65,9 @@ def test_a_consistent_difference_within_the_tolerance_is_named_as_apart_and_not_
 
 
 def test_a_node_beyond_the_tolerance_is_flagged_even_when_its_runs_overlap():
-    judged = judge_fleet([figure("a", 100, 140, 60), figure("b", 100, 100, 100), figure("c", 120, 40, 70)], tolerance=0.10)
+    judged = judge_fleet(
+        [figure("a", 100, 140, 60), figure("b", 100, 100, 100), figure("c", 120, 40, 70)], tolerance=0.10
+    )
     assert flagged(judged) == {"c": (True, False)}
 
 
@@ -75,8 +77,14 @@ def test_single_runs_have_no_spread_to_set_apart():
     assert flagged(judge_fleet([figure("a", 100), figure("b", 80)])) == {"b": (True, False)}
 
 
-@pytest.mark.parametrize("figures, tolerance", [([figure("a", 1.0)], 0.1), ([figure("a", 1.0), figure("b", 1.0)], 0.0),
-                                                ([figure("a", 1.0), figure("b", 1.0)], 1.5)])  # fmt: skip
+@pytest.mark.parametrize(
+    "figures, tolerance",
+    [
+        ([figure("a", 1.0)], 0.1),
+        ([figure("a", 1.0), figure("b", 1.0)], 0.0),
+        ([figure("a", 1.0), figure("b", 1.0)], 1.5),
+    ],
+)
 def test_the_rule_refuses_a_fleet_of_one_and_a_tolerance_out_of_range(figures, tolerance):
     with pytest.raises(ValueError):
         judge_fleet(figures, tolerance)
@@ -84,8 +92,9 @@ def test_the_rule_refuses_a_fleet_of_one_and_a_tolerance_out_of_range(figures, t
 
 def kit(*args: str, env: dict | None = None, cwd: Path | None = None, **options) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=environment,
-                          cwd=cwd, **options)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=environment, cwd=cwd, **options
+    )
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
@@ -103,8 +112,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def smoke_run(out: Path, env: dict | None = None, preexec_fn=None) -> None:
-    done = kit("run", "--profile", "smoke", "--case", CASE, "--executor", "local", "--no-preflight", "--out", str(out),
-               env=env, preexec_fn=preexec_fn, timeout=900)  # fmt: skip
+    done = kit(
+        "run",
+        "--profile",
+        "smoke",
+        "--case",
+        CASE,
+        "--executor",
+        "local",
+        "--no-preflight",
+        "--out",
+        str(out),
+        env=env,
+        preexec_fn=preexec_fn,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -113,8 +135,14 @@ def slowed_smoke_run(out: Path, env: dict) -> None:
     the same cores; each in a session of its own, as the kit starts its ranks in one, so that a
     scheduler that shares the CPU between sessions (autogroup) cannot shield the ranks from them."""
     cores = sorted(os.sched_getaffinity(0))[:2]
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
-                             preexec_fn=lambda: os.sched_setaffinity(0, cores)) for _ in range(len(cores) + 1)]  # fmt: skip
+    busy = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        )
+        for _ in range(len(cores) + 1)
+    ]
     try:
         smoke_run(out, env, preexec_fn=lambda: os.sched_setaffinity(0, cores))
     finally:
@@ -139,7 +167,9 @@ def tokens_per_s(run_dir: Path) -> float:
 
 @pytest.mark.e2e
 def test_the_fleet_report_flags_the_slowed_node_and_not_the_other(fleet, tmp_path):
-    print(f"tokens/s: node-a {tokens_per_s(fleet / 'node-a'):.1f}, node-b (slowed) {tokens_per_s(fleet / 'node-b'):.1f}")
+    print(
+        f"tokens/s: node-a {tokens_per_s(fleet / 'node-a'):.1f}, node-b (slowed) {tokens_per_s(fleet / 'node-b'):.1f}"
+    )
     nodes = [Node(name, load_run(fleet / name, redact=False)) for name in ("node-a", "node-b")]
     report = fleet_report(nodes)
     verdict = next(fact for fact in report.page_one.host if fact.label == "Flagged")
@@ -148,7 +178,9 @@ def test_the_fleet_report_flags_the_slowed_node_and_not_the_other(fleet, tmp_pat
     assert rows == {"node-a": "not flagged", "node-b": "flagged"}
     differing = report.sections[1].tables[0].rows
     assert [(row.cells[1].text, row.cells[2].text) for row in differing[:2]] == [
-        ("none (a variant's own are in its case)", "node-a"), ("NCCL_DEBUG=WARN", "node-b")]  # fmt: skip
+        ("none (a variant's own are in its case)", "node-a"),
+        ("NCCL_DEBUG=WARN", "node-b"),
+    ]
     assert differing[0].cells[0].text == "NCCL variables of the kit"
 
     done = kit("report", "--fleet", "node-a", "node-b", "--out", str(tmp_path), cwd=fleet)

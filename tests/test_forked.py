@@ -21,7 +21,9 @@ from kit.rundir.evidence import EvidenceError
         EvidenceError(Path("/runs/a"), ["changed: cases/pretrain.tiny-llama.naive.g2/result.json"]),
         UnreadableRun("/runs/a/run.json: plan: Field required"),
         ValueError("--compare takes 'reference' or a run directory; /runs/b has no run.json"),
-        ManifestError(Path("/m/hardware.yaml"), "gpus.a100.memory.value", "Input should be a valid number"),  # __init__ takes 3
+        ManifestError(
+            Path("/m/hardware.yaml"), "gpus.a100.memory.value", "Input should be a valid number"
+        ),  # __init__ takes 3
     ],
     ids=type,
 )
@@ -40,7 +42,11 @@ def test_a_piece_that_raises_in_a_forked_child_raises_here_with_its_type_and_mes
     with pytest.raises(type(error)) as raised:
         forked.in_parallel([failing, lambda: child_started.wait(timeout=60)])
     assert raised_by.value not in (0, os.getpid()), "the piece ran here, not in a forked child"
-    assert type(raised.value) is type(error) and str(raised.value) == str(error) and vars(raised.value).keys() >= vars(error).keys()
+    assert (
+        type(raised.value) is type(error)
+        and str(raised.value) == str(error)
+        and vars(raised.value).keys() >= vars(error).keys()
+    )
     assert "raised in a forked process" in "".join(raised.value.__notes__)
 
 
@@ -57,4 +63,3 @@ def test_results_come_back_in_the_pieces_order_and_one_cpu_forks_nothing(monkeyp
     with pytest.raises(ValueError, match="second"):
         forked.in_parallel([lambda: ran.append(os.getpid()), second, lambda: ran.append("third")])
     assert ran == [os.getpid(), os.getpid()]
-

@@ -25,20 +25,26 @@ def test_the_ranks_are_forked_with_the_cases_thread_count_not_the_servers(smoke_
     server = ForkServer({**os.environ, "OMP_NUM_THREADS": "3"}, tmp_path / "server.log")
     try:
         command = local.launcher_command(case, tmp_path / "case.json", [tmp_path / "runs" / "1"])
-        launch = server.start(2, command[command.index("--") + 1:], local.process_environment(case), tmp_path / "log.txt", None)
+        launch = server.start(
+            2, command[command.index("--") + 1 :], local.process_environment(case), tmp_path / "log.txt", None
+        )
         assert launch.wait(timeout=300) == 0, (tmp_path / "log.txt").read_text()[-3000:]
     finally:
         server.close()
     log = (tmp_path / "log.txt").read_text()
     assert sorted(line for line in log.splitlines() if "forked by the fork server" in line) == [
-        "rank 0: forked by the fork server, 1 torch threads", "rank 1: forked by the fork server, 1 torch threads"]
+        "rank 0: forked by the fork server, 1 torch threads",
+        "rank 1: forked by the fork server, 1 torch threads",
+    ]
     assert "rank 0, run 1: ok" in log and "rank 1, run 1: ok" in log
     assert not (tmp_path / "server.log").exists()  # closed with kit, its log with it
 
 
 def test_a_launch_over_its_time_limit_is_stopped_with_its_ranks(smoke_plan, tmp_path):
     training = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
-    case = training.model_copy(update={"params": training.params.model_copy(update={"timeout_s": 2, "measured_steps": 10_000})})
+    case = training.model_copy(
+        update={"params": training.params.model_copy(update={"timeout_s": 2, "measured_steps": 10_000})}
+    )
     case_dir = tmp_path / case.id
     case_dir.mkdir()
     (case_dir / "case.json").write_text(case.model_dump_json())

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kit.theory.hardware import Figure, GpuSpec, HardwareTable, load_hardware, peak_tflops
 from kit.manifest import MANIFESTS_ENV, ManifestError
+from kit.theory.hardware import Figure, GpuSpec, HardwareTable, load_hardware, peak_tflops
 
 
 @pytest.fixture(scope="module")

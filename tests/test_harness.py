@@ -80,9 +80,13 @@ def test_failures_become_statuses_with_their_reason(monkeypatch, smoke_plan, err
 
 def test_a_self_timing_workload_returns_its_details_and_telemetry_as_the_sample(monkeypatch, smoke_plan, tmp_path):
     module = types.ModuleType("kit_test_measure")
-    timed = CalibrationDetails(matmul=[MatmulTiming(m=2, k=2, n=2, dtype="fp32", iterations=1, repeat_s=[1e-6])],
-                               copies=[CopyTiming(bytes=8, iterations=1, repeat_s=[1.5e-6])])  # fmt: skip
-    module.WORKLOAD = harness.SelfTimedWorkload(lambda case, device, out_dir: (timed, device.telemetry_sampler().stop()))
+    timed = CalibrationDetails(
+        matmul=[MatmulTiming(m=2, k=2, n=2, dtype="fp32", iterations=1, repeat_s=[1e-6])],
+        copies=[CopyTiming(bytes=8, iterations=1, repeat_s=[1.5e-6])],
+    )
+    module.WORKLOAD = harness.SelfTimedWorkload(
+        lambda case, device, out_dir: (timed, device.telemetry_sampler().stop())
+    )
     monkeypatch.setitem(sys.modules, "kit_test_measure", module)
     monkeypatch.setitem(harness.WORKLOADS, "train", "kit_test_measure")
     sample, workload = harness.run_process(case_of(smoke_plan), tmp_path)
@@ -107,18 +111,36 @@ def test_a_real_out_of_memory_on_cpu_is_recorded_as_oom(smoke_plan, tmp_path):
     from kit.rundir.directory import atomic_write_model
 
     case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
-    big = case.model_copy(update={"id": "pretrain.llama2-7b.naive.g1", "gpus": 1, "model": "llama2-7b",
-                                  "shape": load_protocol().models["llama2-7b"]})  # fmt: skip
+    big = case.model_copy(
+        update={
+            "id": "pretrain.llama2-7b.naive.g1",
+            "gpus": 1,
+            "model": "llama2-7b",
+            "shape": load_protocol().models["llama2-7b"],
+        }
+    )
     atomic_write_model(tmp_path / "case.json", big)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     limit = 3 * 2**30
-    done = subprocess.run([sys.executable, "-m", "kit.workloads", "--case", str(tmp_path / "case.json"), "--out", str(tmp_path / "out")],
-                          env=env, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.workloads", "--case", str(tmp_path / "case.json"), "--out", str(tmp_path / "out")],
+        env=env,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     sample = json.loads((tmp_path / "out" / "rank-0.json").read_text())
     assert sample["status"] == "oom", done.stderr[-2000:]
     assert "can't allocate memory" in sample["reason"] and done.returncode != 0

@@ -135,8 +135,14 @@ def test_imports_inside_functions_and_type_checking_ones_count():
         "def f():\n    from kit.measure.metrics import summarize\n"
     )
     found = imported_names(tree, "kit.x", False)
-    assert found == {"typing", "typing.TYPE_CHECKING", "kit.report.loaded_run", "kit.report.loaded_run.LoadedRun",
-                     "kit.measure.metrics", "kit.measure.metrics.summarize"}
+    assert found == {
+        "typing",
+        "typing.TYPE_CHECKING",
+        "kit.report.loaded_run",
+        "kit.report.loaded_run.LoadedRun",
+        "kit.measure.metrics",
+        "kit.measure.metrics.summarize",
+    }
 
 
 def test_a_module_depends_on_the_packages_around_what_it_imports():
@@ -153,9 +159,15 @@ LAYERS = ("kit.workloads", "kit.serve", "kit.execute", "kit.runner", "kit.cli")
 
 def test_no_layer_imports_one_above_it():
     graph = import_graph()
-    upward = sorted(f"{module} -> {needed}" for module, needs in graph.items() for needed in needs
-                    for low, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")
-                    for high in LAYERS[low + 1:] if needed == high or needed.startswith(high + "."))  # fmt: skip
+    upward = sorted(
+        f"{module} -> {needed}"
+        for module, needs in graph.items()
+        for needed in needs
+        for low, layer in enumerate(LAYERS)
+        if module == layer or module.startswith(layer + ".")
+        for high in LAYERS[low + 1 :]
+        if needed == high or needed.startswith(high + ".")
+    )
     assert not upward, "imports of a layer above:\n" + "\n".join(upward)
 
 

@@ -48,12 +48,22 @@ def claim(reference, claim_id):
         (2.4, Spread((), 0.1), "deviates", "outside ± 0.3"),  # outside the tolerance, which is wider
         (2.4, Spread((), 0.5), "inconclusive", "but within its runs' spread (± 0.500"),  # the spread is wider
         (2.1, Spread((), 0.5), "consistent", "within the published bound"),
-        (3.0, Spread(("1 run of finetune.llama2-7b.l.g8",), None), "inconclusive", "1 run of finetune.llama2-7b.l.g8; 3 needed"),
-        (2.0, Spread(("1 run of finetune.llama2-7b.l.g8",), None), "inconclusive", "within the published bound; 1 run of"),
+        (
+            3.0,
+            Spread(("1 run of finetune.llama2-7b.l.g8",), None),
+            "inconclusive",
+            "1 run of finetune.llama2-7b.l.g8; 3 needed",
+        ),
+        (
+            2.0,
+            Spread(("1 run of finetune.llama2-7b.l.g8",), None),
+            "inconclusive",
+            "within the published bound; 1 run of",
+        ),
         (2.0, Spread(("2 runs of finetune.llama2-7b.l.g8",), 0.1), "consistent", "by more than its runs' spread"),
         (2.25, Spread(("2 runs of finetune.llama2-7b.l.g8",), 0.1), "inconclusive", "by less than its runs' spread"),
     ],
-)  # fmt: skip
+)
 def test_a_value_is_judged_as_its_runs_allow(value, spread, verdict, says):
     found, finding = judge(TOLERANCE, value, spread, TIMES)
     assert found == verdict and says in finding
@@ -82,8 +92,13 @@ def synthetic(tmp_path_factory, paper_plan) -> MeasuredRun:
 def with_runs(run: MeasuredRun, case_id: str, metric: str, values: list[float]) -> MeasuredRun:
     """The run with one case's metric replaced by these per-run values."""
     result = run.results[case_id]
-    found = Metric(mean=statistics.fmean(values), std=statistics.stdev(values) if len(values) > 1 else None,
-                   n=len(values), unit=result.metrics[metric].unit, per_run=values)  # fmt: skip
+    found = Metric(
+        mean=statistics.fmean(values),
+        std=statistics.stdev(values) if len(values) > 1 else None,
+        n=len(values),
+        unit=result.metrics[metric].unit,
+        per_run=values,
+    )
     changed = result.model_copy(update={"metrics": {**result.metrics, metric: found}})
     return run.model_copy(update={"results": {**run.results, case_id: changed}})
 
@@ -105,7 +120,9 @@ def test_in_a_paper_size_run_three_runs_judge_and_one_run_is_inconclusive(refere
 def test_three_runs_deviate_beyond_their_spread_and_are_inconclusive_within_it(reference, synthetic):
     qlora = synthetic.results["finetune.llama2-7b.ql.g8"].metrics["tokens_per_s"].mean
     # LoRA at 3.0 × QLoRA, runs tight: outside 2 ± 0.3 by far more than the spread
-    tight = with_runs(synthetic, "finetune.llama2-7b.l.g8", "tokens_per_s", [3.0 * qlora * f for f in (0.99, 1.0, 1.01)])
+    tight = with_runs(
+        synthetic, "finetune.llama2-7b.l.g8", "tokens_per_s", [3.0 * qlora * f for f in (0.99, 1.0, 1.01)]
+    )
     relation = evaluate_claim(claim(reference, "C16"), reference, [tight]).relations[0]
     assert relation.verdict == "deviates" and relation.finding.startswith("1.00 above the published 2")
     # the same mean from runs that scatter widely: the margin (2 standard errors, ~1.2 ×) covers it
@@ -142,7 +159,9 @@ def test_in_the_real_smoke_run_the_claims_of_one_run_read_inconclusive(reference
     one_run = measured.results["profile.tiny-llama.base.g1"].metrics["step_s"].n
     assert one_run == 1
     judged = [r for r in outcomes["C10"].relations + outcomes["C15"].relations if r.judged]
-    assert len(judged) == 3  # the optimizer's share, the decoder layers' share, the parts' order (C11's idle shares: a GPU's)
+    assert (
+        len(judged) == 3
+    )  # the optimizer's share, the decoder layers' share, the parts' order (C11's idle shares: a GPU's)
     for relation in judged:
         assert relation.judged == "inconclusive"
         assert relation.finding.startswith("inconclusive: ")

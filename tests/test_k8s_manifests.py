@@ -9,11 +9,10 @@ pkg/apis/kubeflow.org/v1/pytorch_types.go and common_types.go of kubeflow/traini
 
 from __future__ import annotations
 
-
 import pytest
-from golden_files import assert_golden
 import yaml
 from click.testing import CliRunner
+from golden_files import assert_golden
 
 from kit import images
 from kit.cli import cli
@@ -25,13 +24,41 @@ TRAIN_DIGEST = "sha256:" + "ab" * 32
 FIELDS = {
     "Job": {"apiVersion", "kind", "metadata", "spec"},
     "ObjectMeta": {"name", "namespace", "labels", "annotations"},
-    "JobSpec": {"activeDeadlineSeconds", "backoffLimit", "completions", "parallelism", "template", "ttlSecondsAfterFinished",
-                "podFailurePolicy", "suspend"},
+    "JobSpec": {
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "completions",
+        "parallelism",
+        "template",
+        "ttlSecondsAfterFinished",
+        "podFailurePolicy",
+        "suspend",
+    },
     "PodTemplateSpec": {"metadata", "spec"},
-    "PodSpec": {"restartPolicy", "containers", "initContainers", "volumes", "imagePullSecrets", "securityContext", "nodeSelector",
-                "tolerations"},
-    "Container": {"name", "image", "command", "args", "env", "ports", "resources", "securityContext", "volumeMounts", "workingDir",
-                  "readinessProbe", "startupProbe"},
+    "PodSpec": {
+        "restartPolicy",
+        "containers",
+        "initContainers",
+        "volumes",
+        "imagePullSecrets",
+        "securityContext",
+        "nodeSelector",
+        "tolerations",
+    },
+    "Container": {
+        "name",
+        "image",
+        "command",
+        "args",
+        "env",
+        "ports",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+        "workingDir",
+        "readinessProbe",
+        "startupProbe",
+    },
     "EnvVar": {"name", "value", "valueFrom"},
     "EnvVarSource": {"secretKeyRef"},
     "SecretKeySelector": {"name", "key", "optional"},
@@ -48,22 +75,43 @@ FIELDS = {
     "LocalObjectReference": {"name"},
     "PyTorchJob": {"apiVersion", "kind", "metadata", "spec"},
     "PyTorchJobSpec": {"runPolicy", "elasticPolicy", "pytorchReplicaSpecs", "nprocPerNode"},
-    "RunPolicy": {"cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit", "schedulingPolicy", "suspend"},
+    "RunPolicy": {
+        "cleanPodPolicy",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "schedulingPolicy",
+        "suspend",
+    },
     "ReplicaSpec": {"replicas", "template", "restartPolicy"},
 }
 # What the value of a field is, where it is an object (or a list of objects).
 TYPES = {
-    ("Job", "metadata"): "ObjectMeta", ("Job", "spec"): "JobSpec", ("JobSpec", "template"): "PodTemplateSpec",
-    ("PodTemplateSpec", "metadata"): "ObjectMeta", ("PodTemplateSpec", "spec"): "PodSpec",
-    ("PodSpec", "containers"): "Container", ("PodSpec", "volumes"): "Volume", ("PodSpec", "imagePullSecrets"): "LocalObjectReference",
-    ("Container", "env"): "EnvVar", ("EnvVar", "valueFrom"): "EnvVarSource", ("EnvVarSource", "secretKeyRef"): "SecretKeySelector",
-    ("Container", "ports"): "ContainerPort", ("Container", "readinessProbe"): "Probe", ("Probe", "httpGet"): "HTTPGetAction",
-    ("Container", "resources"): "ResourceRequirements", ("Container", "securityContext"): "SecurityContext",
-    ("SecurityContext", "capabilities"): "Capabilities", ("Container", "volumeMounts"): "VolumeMount",
-    ("Volume", "persistentVolumeClaim"): "PersistentVolumeClaimVolumeSource", ("Volume", "emptyDir"): "EmptyDirVolumeSource",
-    ("PyTorchJob", "metadata"): "ObjectMeta", ("PyTorchJob", "spec"): "PyTorchJobSpec", ("PyTorchJobSpec", "runPolicy"): "RunPolicy",
+    ("Job", "metadata"): "ObjectMeta",
+    ("Job", "spec"): "JobSpec",
+    ("JobSpec", "template"): "PodTemplateSpec",
+    ("PodTemplateSpec", "metadata"): "ObjectMeta",
+    ("PodTemplateSpec", "spec"): "PodSpec",
+    ("PodSpec", "containers"): "Container",
+    ("PodSpec", "volumes"): "Volume",
+    ("PodSpec", "imagePullSecrets"): "LocalObjectReference",
+    ("Container", "env"): "EnvVar",
+    ("EnvVar", "valueFrom"): "EnvVarSource",
+    ("EnvVarSource", "secretKeyRef"): "SecretKeySelector",
+    ("Container", "ports"): "ContainerPort",
+    ("Container", "readinessProbe"): "Probe",
+    ("Probe", "httpGet"): "HTTPGetAction",
+    ("Container", "resources"): "ResourceRequirements",
+    ("Container", "securityContext"): "SecurityContext",
+    ("SecurityContext", "capabilities"): "Capabilities",
+    ("Container", "volumeMounts"): "VolumeMount",
+    ("Volume", "persistentVolumeClaim"): "PersistentVolumeClaimVolumeSource",
+    ("Volume", "emptyDir"): "EmptyDirVolumeSource",
+    ("PyTorchJob", "metadata"): "ObjectMeta",
+    ("PyTorchJob", "spec"): "PyTorchJobSpec",
+    ("PyTorchJobSpec", "runPolicy"): "RunPolicy",
     ("ReplicaSpec", "template"): "PodTemplateSpec",
-}  # fmt: skip
+}
 
 
 def check_fields(value, kind: str, where: str = "") -> None:
@@ -123,18 +171,43 @@ def test_paper_cases_as_golden_manifests(paper_plan, train_pinned, case_id, gpus
 def test_a_case_across_nodes_is_a_master_and_workers_each_with_its_node_s_gpus(paper_plan, train_pinned):
     written = manifest(_case(paper_plan, "pretrain.llama2-7b.z3.g8"), OPTIONS.model_copy(update={"gpus_per_node": 2}))
     replicas = written["spec"]["pytorchReplicaSpecs"]
-    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"], written["spec"]["nprocPerNode"]) == (1, 3, "2")
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"], written["spec"]["nprocPerNode"]) == (
+        1,
+        3,
+        "2",
+    )
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch" and container["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert "torchrun --nnodes=4 --nproc-per-node=2 '--node-rank=$(RANK)'" in container["command"][2]
 
 
 @pytest.mark.parametrize("node, kinds", [([], {"Job"}), (["--gpus-per-node", "4"], {"Job", "PyTorchJob"})])
-def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(train_pinned, tmp_path, monkeypatch, node, kinds):
+def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(
+    train_pinned, tmp_path, monkeypatch, node, kinds
+):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_never_written")
-    done = CliRunner().invoke(cli, ["k8s", "manifests", "--profile", "paper", "--stage", "pretrain", "--stage", "serve",
-                                    "--stage", "profile", "--pvc", "kit-runs", "--hf-token-secret", "hf-token", *node,
-                                    "--out", str(tmp_path)])  # fmt: skip
+    done = CliRunner().invoke(
+        cli,
+        [
+            "k8s",
+            "manifests",
+            "--profile",
+            "paper",
+            "--stage",
+            "pretrain",
+            "--stage",
+            "serve",
+            "--stage",
+            "profile",
+            "--pvc",
+            "kit-runs",
+            "--hf-token-secret",
+            "hf-token",
+            *node,
+            "--out",
+            str(tmp_path),
+        ],
+    )
     # The tgi, lightllm and megatron images have no digest in the lock: those cases are named, not written.
     assert done.exit_code == 1 and "has no registry digest in the lock" in done.output
     lock = images.load_lock()
@@ -150,7 +223,9 @@ def test_every_manifest_written_parses_and_names_its_image_by_the_lock_s_digest(
         case_id = document["metadata"]["annotations"]["kit/case"]
         assert path.name == f"{case_id}.yaml" and (tmp_path / "cases" / case_id / "case.json").is_file()
         image = lock.images[document["metadata"]["annotations"]["kit/image"]]
-        pods = [spec["template"] for spec in document["spec"].get("pytorchReplicaSpecs", {}).values()] or [document["spec"]["template"]]
+        pods = [spec["template"] for spec in document["spec"].get("pytorchReplicaSpecs", {}).values()] or [
+            document["spec"]["template"]
+        ]
         for pod in pods:
             assert [c["image"] for c in pod["spec"]["containers"]] == [f"{image.reference}@{image.digest}"]
     assert written_kinds == kinds
@@ -215,11 +290,11 @@ def test_an_image_is_not_asked_to_run_on_a_device_it_does_not_support(smoke_plan
         manifest(_case(smoke_plan, "serve.tiny-llama.vllm.g1"), OPTIONS)
 
 
-
 def test_a_case_naming_an_engine_the_kit_does_not_know_is_named_not_written(manifests_copy, tmp_path):
     protocol = manifests_copy / "protocol.yaml"
     protocol.write_text(protocol.read_text().replace("params: {engine: vllm}", "params: {engine: vlm}", 1))
-    done = CliRunner().invoke(cli, ["k8s", "manifests", "--profile", "paper", "--stage", "serve", "--pvc", "kit-runs",
-                                    "--out", str(tmp_path)])  # fmt: skip
+    done = CliRunner().invoke(
+        cli, ["k8s", "manifests", "--profile", "paper", "--stage", "serve", "--pvc", "kit-runs", "--out", str(tmp_path)]
+    )
     assert done.exit_code == 1 and "no engine 'vlm' (known: vllm, tgi, lightllm)" in done.output, done.output
     assert not list(tmp_path.glob("serve.*vllm*.yaml"))

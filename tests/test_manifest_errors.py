@@ -34,21 +34,61 @@ def kit(*args, env_manifests):
         ("paper: arXiv:2311.03687", "paper: [unclosed", "line", "invalid YAML"),
         ("paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\npaper: other\n", "line", "duplicate key 'paper'"),
         ("    num_layers: 80\n", "    num_layers: 80\n    num_layers: 2\n", "line", "duplicate key 'num_layers'"),
-        pytest.param("paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\nx: " + "[" * 50000 + "]" * 50000 + "\n", "",
-                     "nested more than 64 levels deep", id="nested 50000 deep"),  # libyaml alone crashes on it
+        pytest.param(
+            "paper: arXiv:2311.03687\n",
+            "paper: arXiv:2311.03687\nx: " + "[" * 50000 + "]" * 50000 + "\n",
+            "",
+            "nested more than 64 levels deep",
+            id="nested 50000 deep",
+        ),  # libyaml alone crashes on it
         ("      gpus: [1, 2, 4, 8]\n", "      gpus: [0, 2]\n", "stages.scaling.matrix.gpus.0", "greater than 0"),
         ("      gpus: [1, 2, 4, 8]\n", "      gpus: [true]\n", "stages.scaling.matrix.gpus.0", "valid integer"),
-        ("      models: [llama2-7b]\n      methods: [q]\n", "      models: true\n      methods: [q]\n", "stages.scaling.matrix.models", "tuple"),
-        ("    device: cpu\n    comparable_to_reference: false\n", "    device: cpu\n    comparable_to_reference: true\n",
-         "profiles.smoke", "CPU profile cannot be comparable_to_reference"),
-        ("params: &smoke_train {runs: 3,", "params: &smoke_train {zero_stage: 3, runs: 3,",
-         "profiles.smoke.stages.pretrain.params.zero_stage", "method 'z2' sets it to 2; a profile cannot change it"),
-        pytest.param("  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"),
+        (
+            "      models: [llama2-7b]\n      methods: [q]\n",
+            "      models: true\n      methods: [q]\n",
+            "stages.scaling.matrix.models",
+            "tuple",
+        ),
+        (
+            "    device: cpu\n    comparable_to_reference: false\n",
+            "    device: cpu\n    comparable_to_reference: true\n",
+            "profiles.smoke",
+            "CPU profile cannot be comparable_to_reference",
+        ),
+        (
+            "params: &smoke_train {runs: 3,",
+            "params: &smoke_train {zero_stage: 3, runs: 3,",
+            "profiles.smoke.stages.pretrain.params.zero_stage",
+            "method 'z2' sets it to 2; a profile cannot change it",
+        ),
+        pytest.param(
+            "  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"
+        ),
         # Read as written, not coerced: `true` is not 1 run, "5" not 5 steps, "yes" not on.
-        ("&smoke_train {runs: 3,", "&smoke_train {runs: true,", "profiles.smoke.stages.pretrain (naive).params.runs", "valid integer"),
-        ("measured_steps: 5, optimizer_impl", 'measured_steps: "5", optimizer_impl', "(naive).params.measured_steps", "valid integer"),
-        ("params: {recompute: true, micro_batch: 16}", 'params: {recompute: "yes", micro_batch: 16}', "(r).params.recompute", "valid boolean"),
-        ("      min_bytes: 8\n", "      min_bytes: 2147483648\n", "params", "min_bytes (2147483648) is above max_bytes (1073741824)"),
+        (
+            "&smoke_train {runs: 3,",
+            "&smoke_train {runs: true,",
+            "profiles.smoke.stages.pretrain (naive).params.runs",
+            "valid integer",
+        ),
+        (
+            "measured_steps: 5, optimizer_impl",
+            'measured_steps: "5", optimizer_impl',
+            "(naive).params.measured_steps",
+            "valid integer",
+        ),
+        (
+            "params: {recompute: true, micro_batch: 16}",
+            'params: {recompute: "yes", micro_batch: 16}',
+            "(r).params.recompute",
+            "valid boolean",
+        ),
+        (
+            "      min_bytes: 8\n",
+            "      min_bytes: 2147483648\n",
+            "params",
+            "min_bytes (2147483648) is above max_bytes (1073741824)",
+        ),
     ],
 )
 def test_malformed_protocol_gives_one_line_and_exit_2(manifests_copy, old, new, key, reason):
@@ -92,7 +132,13 @@ LOADERS = {
     "environment.yaml": ("kit.host.environment", "load_expectations"),
     "images.lock.yaml": ("kit.images", "load_lock"),
 }
-SAMPLED = {"protocol.yaml": 40, "hardware.yaml": 40, "references/arxiv-2311.03687.yaml": 40, "environment.yaml": 20, "images.lock.yaml": 20}
+SAMPLED = {
+    "protocol.yaml": 40,
+    "hardware.yaml": 40,
+    "references/arxiv-2311.03687.yaml": 40,
+    "environment.yaml": 20,
+    "images.lock.yaml": 20,
+}
 
 
 def load(name: str, folder: Path):
@@ -170,7 +216,9 @@ def no_manifest(kind: str, path: Path) -> None:
         path.write_bytes({"empty": b"", "binary": bytes(range(256)) * 4, "not UTF-8": b"paper: \xff\xfe\n"}[kind])
 
 
-@pytest.mark.parametrize("kind", ["a FIFO", "a link to /dev/zero", "a folder", "17 MiB", "empty", "binary", "not UTF-8"])
+@pytest.mark.parametrize(
+    "kind", ["a FIFO", "a link to /dev/zero", "a folder", "17 MiB", "empty", "binary", "not UTF-8"]
+)
 @pytest.mark.parametrize("name", sorted(LOADERS))
 def test_a_file_that_is_no_manifest_is_refused_at_once(manifests_copy, name, kind):
     no_manifest(kind, manifests_copy / name)
@@ -196,26 +244,43 @@ def test_an_images_lock_cut_short_is_refused(manifests_copy, offset):
 LAUGHS = "".join(f"_l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 9))
 
 
-@pytest.mark.parametrize("name, old, new, reason", [
-    ("protocol.yaml", "paper: arXiv:2311.03687\n", "paper: arXiv:2311.03687\n_l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n" + LAUGHS
-     + "laughs: *l8\n", "values once its aliases are expanded"),
-    ("protocol.yaml", "    comparable_to_reference: false\n", '    comparable_to_reference: "no"\n', "valid boolean"),
-    ("protocol.yaml", "    comparable_to_reference: false\n", "    comparable_to_reference: 0\n", "valid boolean"),
-    ("protocol.yaml", "    hidden_size: 4096\n", '    hidden_size: "4096"\n', "valid integer"),
-    ("protocol.yaml", "    image: train\n", '    image: " "\n', "is not a usable name"),
-    ("protocol.yaml", "learning_rate: 1.0e-5", "learning_rate: .inf", "not a finite number"),
-    ("protocol.yaml", "memory_cap_gib: 1.5", "memory_cap_gib: .inf", "not a finite number"),
-    ("references/arxiv-2311.03687.yaml", "tolerance: 0.05", "tolerance: .inf", "not a finite number"),
-    ("references/arxiv-2311.03687.yaml", '        metric: tokens_per_s\n        quantised: false\n        published: {value: 50, tolerance: 10}\n'
-     "    for_each: {rtx: [RTX4090, RTX3090]}\n",
-     '        metric: "tokens_per_s{x0}{x1}{x2}{x3}{x4}"\n        quantised: false\n        published: {value: 50, tolerance: 10}\n'
-     "    for_each: {rtx: [RTX4090, RTX3090], " + ", ".join(f"x{i}: [{', '.join(f'v{j}' for j in range(30))}]" for i in range(5)) + "}\n",
-     "more than 1000 relations"),  # 2 x 30^5
-    ("images.lock.yaml", "reference: kit/train:0.1.0", 'reference: "--help:0.1.0"', "must be repo:tag"),
-    ("hardware.yaml", "value: 989.4", "value: .nan", "not a finite number"),
-    ("hardware.yaml", "value: 989.4", 'value: "989.4"', "valid number"),
-    ("hardware.yaml", "value: 989.4", "value: true", "valid number"),
-])
+@pytest.mark.parametrize(
+    "name, old, new, reason",
+    [
+        (
+            "protocol.yaml",
+            "paper: arXiv:2311.03687\n",
+            "paper: arXiv:2311.03687\n_l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n" + LAUGHS + "laughs: *l8\n",
+            "values once its aliases are expanded",
+        ),
+        (
+            "protocol.yaml",
+            "    comparable_to_reference: false\n",
+            '    comparable_to_reference: "no"\n',
+            "valid boolean",
+        ),
+        ("protocol.yaml", "    comparable_to_reference: false\n", "    comparable_to_reference: 0\n", "valid boolean"),
+        ("protocol.yaml", "    hidden_size: 4096\n", '    hidden_size: "4096"\n', "valid integer"),
+        ("protocol.yaml", "    image: train\n", '    image: " "\n', "is not a usable name"),
+        ("protocol.yaml", "learning_rate: 1.0e-5", "learning_rate: .inf", "not a finite number"),
+        ("protocol.yaml", "memory_cap_gib: 1.5", "memory_cap_gib: .inf", "not a finite number"),
+        ("references/arxiv-2311.03687.yaml", "tolerance: 0.05", "tolerance: .inf", "not a finite number"),
+        (
+            "references/arxiv-2311.03687.yaml",
+            "        metric: tokens_per_s\n        quantised: false\n        published: {value: 50, tolerance: 10}\n"
+            "    for_each: {rtx: [RTX4090, RTX3090]}\n",
+            '        metric: "tokens_per_s{x0}{x1}{x2}{x3}{x4}"\n        quantised: false\n        published: {value: 50, tolerance: 10}\n'
+            "    for_each: {rtx: [RTX4090, RTX3090], "
+            + ", ".join(f"x{i}: [{', '.join(f'v{j}' for j in range(30))}]" for i in range(5))
+            + "}\n",
+            "more than 1000 relations",
+        ),  # 2 x 30^5
+        ("images.lock.yaml", "reference: kit/train:0.1.0", 'reference: "--help:0.1.0"', "must be repo:tag"),
+        ("hardware.yaml", "value: 989.4", "value: .nan", "not a finite number"),
+        ("hardware.yaml", "value: 989.4", 'value: "989.4"', "valid number"),
+        ("hardware.yaml", "value: 989.4", "value: true", "valid number"),
+    ],
+)
 def test_a_value_read_otherwise_than_written_is_refused(manifests_copy, name, old, new, reason):
     path = manifests_copy / name
     text = path.read_text()
@@ -225,13 +290,20 @@ def test_a_value_read_otherwise_than_written_is_refused(manifests_copy, name, ol
         load(name, manifests_copy)
 
 
-def test_a_bad_manifest_read_by_a_forked_piece_of_the_report_is_one_line(manifests_copy, real_smoke_run, tmp_path, kit_in_process):
+def test_a_bad_manifest_read_by_a_forked_piece_of_the_report_is_one_line(
+    manifests_copy, real_smoke_run, tmp_path, kit_in_process
+):
     """The report reads the hardware table on the machine's cores at once (kit.report.forked):
     the error comes back of its own type, and the command says it in one line."""
     (manifests_copy / "hardware.yaml").write_text("x: [\n")
-    code, out, err = kit_in_process("report", real_smoke_run, "--compare", "reference", "--format", "json", "--out", tmp_path / "out")
+    code, out, err = kit_in_process(
+        "report", real_smoke_run, "--compare", "reference", "--format", "json", "--out", tmp_path / "out"
+    )
     assert code == 2 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == f"error: {manifests_copy / 'hardware.yaml'}: line 2, column 1: invalid YAML: did not find expected node content"
+    assert (
+        err.strip().splitlines()[-1]
+        == f"error: {manifests_copy / 'hardware.yaml'}: line 2, column 1: invalid YAML: did not find expected node content"
+    )
 
 
 def test_an_odd_yaml_beside_the_protocol_neither_hangs_nor_fills_the_memory(manifests_copy, kit_in_process):

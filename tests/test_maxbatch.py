@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from kit.measure.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 from kit.plan.predictions import predicted_training_memory
 from kit.rundir.schema import RunSample
-from kit.measure.maxbatch import next_trial, outcome, predicted_start, search_cap, trial_case
 
 SMOKE_CASE = "maxbatch.tiny-llama.naive.g1"
 
@@ -41,8 +41,18 @@ def test_the_search_stops_at_its_largest_and_at_a_trial_that_says_nothing_about_
 
 
 def trials(case, *pairs) -> list[RunSample]:
-    return [RunSample(index=i, status=status, reason=None if status == "ok" else f"{status} here", exit_code=0,
-                      wall_s=1.0, ranks=[], micro_batch=batch) for i, (batch, status) in enumerate(pairs, 1)]  # fmt: skip
+    return [
+        RunSample(
+            index=i,
+            status=status,
+            reason=None if status == "ok" else f"{status} here",
+            exit_code=0,
+            wall_s=1.0,
+            ranks=[],
+            micro_batch=batch,
+        )
+        for i, (batch, status) in enumerate(pairs, 1)
+    ]
 
 
 def test_the_case_is_ok_once_a_micro_batch_ran_and_a_capped_search_is_a_lower_bound(smoke_plan):
@@ -83,9 +93,27 @@ def test_a_memory_cap_on_a_gpu_profile_is_refused(tmp_path):
 
 
 def run_smoke_case(run, executor: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", SMOKE_CASE,
-                           "--executor", executor, "--no-preflight", "--out", str(run)],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "run",
+            "--profile",
+            "smoke",
+            "--case",
+            SMOKE_CASE,
+            "--executor",
+            executor,
+            "--no-preflight",
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads((run / "cases" / SMOKE_CASE / "result.json").read_text())
 
@@ -105,8 +133,11 @@ def assert_found_its_boundary(run, result: dict, out) -> int:
         asked = json.loads((case_dir / "runs" / str(sample["index"]) / "case.json").read_text())
         assert asked["params"]["micro_batch"] == sample["micro_batch"] and asked["params"]["max_batch_search"] is None
     assert json.loads((case_dir / "case.json").read_text())["params"]["max_batch_search"] is not None
-    report = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html", "--out", str(out)],
-                            capture_output=True, text=True)  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert report.returncode == 0, report.stderr[-2000:]  # the report recomputes the figures from the rank files
     html = (out / "report.html").read_text()
     assert "Table IV: the largest micro-batch per method" in html and f"{best} ok" in html

@@ -26,9 +26,27 @@ def losses_of(case, gpus: int, folder) -> list[list[float]]:
     """Each rank's per-step losses of one launch of the real workload in `gpus` processes."""
     case = case.model_copy(update={"gpus": gpus})
     atomic_write_model(folder / "case.json", case)
-    done = subprocess.run([sys.executable, "-m", "kit.workloads.launch", "--nproc", str(gpus), "--", sys.executable,
-                           "-m", "kit.workloads", "--case", str(folder / "case.json"), "--out", str(folder / "out")],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit.workloads.launch",
+            "--nproc",
+            str(gpus),
+            "--",
+            sys.executable,
+            "-m",
+            "kit.workloads",
+            "--case",
+            str(folder / "case.json"),
+            "--out",
+            str(folder / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     samples = [json.loads((folder / "out" / f"rank-{r}.json").read_text()) for r in range(gpus)]
     assert all(s["status"] == "ok" for s in samples), [s["reason"] for s in samples]
@@ -69,17 +87,28 @@ def test_claim_c9_reads_megatron_beside_deepspeed_at_batch_1_and_at_each_largest
     from kit.reference.published import load_reference
     from kit.rundir.directory import RunDir
 
-    cases = ["pretrain.llama2-7b.megatron.g8", "pretrain.llama2-7b.naive.g8", "maxbatch.llama2-7b.megatron.g8",
-             "maxbatch.llama2-7b.naive.g8"]  # fmt: skip
+    cases = [
+        "pretrain.llama2-7b.megatron.g8",
+        "pretrain.llama2-7b.naive.g8",
+        "maxbatch.llama2-7b.megatron.g8",
+        "maxbatch.llama2-7b.naive.g8",
+    ]
     path = write_run(tmp_path / "a800", build_plan(load_protocol(), "paper"), cases=cases)
     run = RunDir(path)
     results = {r.case_id: r for r in run.results()}
-    assert results["pretrain.llama2-7b.megatron.g8"].status == "ok" and results["pretrain.llama2-7b.naive.g8"].status == "oom"
+    assert (
+        results["pretrain.llama2-7b.megatron.g8"].status == "ok"
+        and results["pretrain.llama2-7b.naive.g8"].status == "oom"
+    )
     largest = results["maxbatch.llama2-7b.megatron.g8"]
     assert largest.status == "ok" and largest.metrics["max_micro_batch"].mean > 1
-    measured = measured_run(run.read_info(), run.results(), Fingerprint.model_validate_json(run.fingerprint_path.read_text()))
+    measured = measured_run(
+        run.read_info(), run.results(), Fingerprint.model_validate_json(run.fingerprint_path.read_text())
+    )
     reference = load_reference()
     c9 = evaluate_claim(next(c for c in reference.claims if c.id == "C9"), reference, [measured])
     assert c9.verdict == "not measured" and len(c9.relations) == 3
-    assert all("pretrain.llama2-7b.naive.g8 (oom)" in r.finding or "maxbatch.llama2-7b.naive.g8 (oom)" in r.finding
-               for r in c9.relations), [r.finding for r in c9.relations]  # fmt: skip
+    assert all(
+        "pretrain.llama2-7b.naive.g8 (oom)" in r.finding or "maxbatch.llama2-7b.naive.g8 (oom)" in r.finding
+        for r in c9.relations
+    ), [r.finding for r in c9.relations]

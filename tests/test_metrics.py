@@ -7,18 +7,25 @@ import math
 import pytest
 
 from kit.measure.metrics import step_times, summarize, tokens_per_second
-from kit.rundir.schema import PeakMemory, RankSample, RunSample
 from kit.measure.training import train_case_metrics
+from kit.rundir.schema import PeakMemory, RankSample, RunSample
 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def rank(r, steps, device="cpu", name="x86_64", tokens=350, allocated=None):
     return RankSample(
-        rank=r, world_size=2, status="ok", device=device, device_name=name, step_s=steps, tokens_per_step=tokens,
+        rank=r,
+        world_size=2,
+        status="ok",
+        device=device,
+        device_name=name,
+        step_s=steps,
+        tokens_per_step=tokens,
         peak_memory=PeakMemory(host_rss_bytes=2**30, device_allocated_bytes=allocated),
-        started_at="t", finished_at="t",
-    )  # fmt: skip
+        started_at="t",
+        finished_at="t",
+    )
 
 
 def run(index, *ranks):

@@ -44,8 +44,9 @@ def other_node(taken: fingerprint.Fingerprint) -> fingerprint.Fingerprint:
     edited.gpus.driver_version = "570.86.15"
     edited.gpus.gpus = [Gpu(index=i, name="NVIDIA H100 80GB HBM3") for i in range(8)]
     edited.host.kernel = "5.15.0-1000-edited"
-    edited.network = NetworkInfo(rdma_ports=[RdmaPort(device="mlx5_0", port=1, state="ACTIVE", rate="400 Gb/sec (4X NDR)",
-                                                      rate_gbps=400.0)])  # fmt: skip
+    edited.network = NetworkInfo(
+        rdma_ports=[RdmaPort(device="mlx5_0", port=1, state="ACTIVE", rate="400 Gb/sec (4X NDR)", rate_gbps=400.0)]
+    )
     return edited
 
 
@@ -75,20 +76,32 @@ def test_each_fact_that_differs_is_named_with_each_nodes_value(two_fingerprints)
     assert found["GPUs"]["n1"] == found["GPUs"]["n3"] != found["GPUs"]["n2"]
 
 
-@pytest.mark.parametrize("hostlist, names", [
-    ("n[1-2]", ["n1", "n2"]),
-    ("n1", ["n1"]),
-    ("gpu[01-03,07],cpu1", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]),
-    ("rack[1-2]-node[8-9]", ["rack1-node8", "rack1-node9", "rack2-node8", "rack2-node9"]),
-    ("", []),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "hostlist, names",
+    [
+        ("n[1-2]", ["n1", "n2"]),
+        ("n1", ["n1"]),
+        ("gpu[01-03,07],cpu1", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]),
+        ("rack[1-2]-node[8-9]", ["rack1-node8", "rack1-node9", "rack2-node8", "rack2-node9"]),
+        ("", []),
+    ],
+)
 def test_slurm_s_compact_node_lists_read_as_scontrol_show_hostnames_writes_them(hostlist, names):
     assert expand_hostlist(hostlist) == names
 
 
 def sweep(rank_nodes: list[str]) -> CommSweep:
-    return CommSweep(collective="all_reduce", backend="torch-gloo", ranks=len(rank_nodes) or 2, dtype="float32",
-                     warmup_iters=1, iters=1, time_statistic="median", rows=[], rank_nodes=rank_nodes)  # fmt: skip
+    return CommSweep(
+        collective="all_reduce",
+        backend="torch-gloo",
+        ranks=len(rank_nodes) or 2,
+        dtype="float32",
+        warmup_iters=1,
+        iters=1,
+        time_statistic="median",
+        rows=[],
+        rank_nodes=rank_nodes,
+    )
 
 
 def test_a_sweep_is_inter_node_when_its_ranks_said_they_ran_on_different_nodes():
@@ -108,7 +121,9 @@ def test_the_network_bound_is_the_slowest_nodes_active_rdma_ports_and_never_inve
     assert not internode_bound("cpu", {"n1": fast, "n2": fast}).known
     missing = internode_bound("cuda", {"n1": fast, "n2": None})
     assert not missing.known and "n2 has no fingerprint" in missing.reason
-    no_ports = internode_bound("cuda", {"n1": fast, "n2": here.network if not here.network.rdma_ports else NetworkInfo()})
+    no_ports = internode_bound(
+        "cuda", {"n1": fast, "n2": here.network if not here.network.rdma_ports else NetworkInfo()}
+    )
     assert not no_ports.known and "no active RDMA port in n2's fingerprint" in no_ports.reason
 
 
@@ -118,7 +133,9 @@ def test_the_check_job_fingerprints_its_nodes_and_a_late_node_gets_a_job_pinned_
     check = check_script(Path("/shared/run/slurm/marks"), 2, SlurmOptions(), Path("/shared/run/slurm/job-%j.out"), step)
     assert check.endswith(step + "\n") and "#SBATCH --nodes=2\n" in check
     late = node_fingerprint_script(["n2", "n3"], SlurmOptions(partition="gpu"), Path("/shared/out-%j"), step)
-    assert "#SBATCH --nodes=2\n" in late and "#SBATCH --nodelist=n2,n3\n" in late and "#SBATCH --partition=gpu\n" in late
+    assert (
+        "#SBATCH --nodes=2\n" in late and "#SBATCH --nodelist=n2,n3\n" in late and "#SBATCH --partition=gpu\n" in late
+    )
 
 
 def test_a_redacted_run_names_its_nodes_by_one_token_each_in_every_file_and_file_name(tmp_path, monkeypatch):
@@ -133,8 +150,14 @@ def test_a_redacted_run_names_its_nodes_by_one_token_each_in_every_file_and_file
     marks = run / "slurm" / "shared-run-dir-check" / "nodes"
     marks.mkdir(parents=True)
     (marks / "n2").write_text("n2\n")
-    (run / "run.json").write_text(json.dumps({"node_fingerprints": {"n1": "fingerprints/n1.json"},
-                                              "notes": ["inter-node: ranks on n1, n2", "not a node: gpu[01-03], n10"]}))
+    (run / "run.json").write_text(
+        json.dumps(
+            {
+                "node_fingerprints": {"n1": "fingerprints/n1.json"},
+                "notes": ["inter-node: ranks on n1, n2", "not a node: gpu[01-03], n10"],
+            }
+        )
+    )
     assert {name for _, name in places_naming(run, ["n1", "n2"])} == {"n1", "n2"}
     Redactor(run, ["n1", "n2"]).tree(run)
     assert places_naming(run, ["n1", "n2"]) == []
@@ -147,4 +170,7 @@ def test_a_redacted_run_names_its_nodes_by_one_token_each_in_every_file_and_file
     assert f"5|COMPLETED|0:0|15|{n1},{n2}\n" in (job_files / "sacct-c.txt").read_text()  # n[1-2], node by node
     assert f" NodeList={n1},{n2} " in (job_files / "scontrol-completed.txt").read_text()
     failed = (job_files / "srun-rank-failed.out").read_text()
-    assert f"srun: error: {n2}: task 1: Exited" in failed and f"slurmstepd-{n1}: error: *** STEP 3.0 ON {n1} CANCELLED" in failed
+    assert (
+        f"srun: error: {n2}: task 1: Exited" in failed
+        and f"slurmstepd-{n1}: error: *** STEP 3.0 ON {n1} CANCELLED" in failed
+    )

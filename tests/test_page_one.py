@@ -68,7 +68,10 @@ def report(gpu_run):
     return build_report(gpu_run, ["reference"], gpu_hour_price=PRICE)
 
 
-A800_MATMUL_TFLOPS, A800_COPY_GB_S = 250.0, 1700.0  # what the preflight measured: inputs of the run, like its own figures
+A800_MATMUL_TFLOPS, A800_COPY_GB_S = (
+    250.0,
+    1700.0,
+)  # what the preflight measured: inputs of the run, like its own figures
 THROTTLED = "pretrain.llama2-7b.z2+f.g8"
 
 
@@ -81,28 +84,56 @@ def calibrated_run(gpu_run, tmp_path_factory) -> Path:
     from test_calibration import h100_calibration
 
     from kit.host.fingerprint import Fingerprint, GpuClocks
+    from kit.measure.telemetry import summarize
     from kit.rundir.directory import RunDir, atomic_write_model
     from kit.rundir.schema import Result
-    from kit.measure.telemetry import summarize
 
     run = tmp_path_factory.mktemp("runs") / "a800-calibrated"
     shutil.copytree(gpu_run, run)
     fingerprint = Fingerprint.model_validate_json((run / "fingerprint.json").read_text())
     calibration = h100_calibration(A800_MATMUL_TFLOPS, A800_COPY_GB_S).model_copy(update={"device_names": [A800] * 8})
-    transfer = calibration.memory_copy.model_copy(update={"value": 24.0})  # an 8-GPU host's every figure: the longest fact
-    calibration = calibration.model_copy(update={"host_to_device": transfer, "device_to_host": transfer,
-                                                 "all_reduce_busbw": transfer.model_copy(update={"value": 180.0})})  # fmt: skip
-    clocks = GpuClocks(applications_graphics_mhz=1410, applications_memory_mhz=1593, max_graphics_mhz=1410, max_memory_mhz=1593)
+    transfer = calibration.memory_copy.model_copy(
+        update={"value": 24.0}
+    )  # an 8-GPU host's every figure: the longest fact
+    calibration = calibration.model_copy(
+        update={
+            "host_to_device": transfer,
+            "device_to_host": transfer,
+            "all_reduce_busbw": transfer.model_copy(update={"value": 180.0}),
+        }
+    )
+    clocks = GpuClocks(
+        applications_graphics_mhz=1410, applications_memory_mhz=1593, max_graphics_mhz=1410, max_memory_mhz=1593
+    )
     gpus = [gpu.model_copy(update={"power_limit_w": 400.0, "clocks": clocks}) for gpu in fingerprint.gpus.gpus]
-    atomic_write_model(run / "fingerprint.json", fingerprint.model_copy(update={
-        "calibration": calibration, "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus})}))  # fmt: skip
+    atomic_write_model(
+        run / "fingerprint.json",
+        fingerprint.model_copy(
+            update={"calibration": calibration, "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus})}
+        ),
+    )
     result = Result.model_validate_json((run / "cases" / THROTTLED / "result.json").read_text())
     rank = result.samples[0].ranks[0]
     masks = [0, 0, pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonSwPowerCap]
-    slowed = summarize(0, 10.0, [2**30] * 4, [400_000] * 4, 0, 4_000_000, [1410, 1410, 1230, 1200], [70, 74, 79, 80], masks)
-    rank = rank.model_copy(update={"telemetry": rank.telemetry.model_copy(update=slowed.model_dump(include={
-        "sm_clock_mhz_mean", "sm_clock_mhz_min", "temperature_c_mean", "temperature_c_max", "clock_event_samples",
-        "clock_event_reasons"}))})  # fmt: skip
+    slowed = summarize(
+        0, 10.0, [2**30] * 4, [400_000] * 4, 0, 4_000_000, [1410, 1410, 1230, 1200], [70, 74, 79, 80], masks
+    )
+    rank = rank.model_copy(
+        update={
+            "telemetry": rank.telemetry.model_copy(
+                update=slowed.model_dump(
+                    include={
+                        "sm_clock_mhz_mean",
+                        "sm_clock_mhz_min",
+                        "temperature_c_mean",
+                        "temperature_c_max",
+                        "clock_event_samples",
+                        "clock_event_reasons",
+                    }
+                )
+            )
+        }
+    )
     result.samples[0].ranks[0] = rank
     atomic_write_model(run / "cases" / THROTTLED / "result.json", result)
     atomic_write_model(run / "cases" / THROTTLED / "runs" / "1" / "rank-0.json", rank)
@@ -158,7 +189,10 @@ def test_the_headline_is_the_fastest_case_of_each_model_and_kind_with_its_spread
         measured, standing = rows[case_id][1:3]
         assert measured.text == f"{spread(metrics['tokens_per_s'])} tokens/s"
         assert standing.text == f"the only {kind} measured"
-    assert rows["pretrain.llama2-7b.z2+f.g8"][1].detail == f"MFU {spread(result_json(gpu_run, 'pretrain.llama2-7b.z2+f.g8')['metrics']['mfu'], 100)} %"
+    assert (
+        rows["pretrain.llama2-7b.z2+f.g8"][1].detail
+        == f"MFU {spread(result_json(gpu_run, 'pretrain.llama2-7b.z2+f.g8')['metrics']['mfu'], 100)} %"
+    )
     assert "pretrain.llama2-7b.naive.g8" not in rows
 
 
@@ -183,8 +217,12 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
     said = standing.detail.removeprefix("capacity ")
     assert said.endswith(f" (N={best.concurrency})")  # in the tokens/s of the figure beside it
     assert numbers(said)[0] == pytest.approx(best.figures.output_throughput, rel=5e-3)
-    assert numbers(cost.detail)[0] == pytest.approx(cost_per_million_tokens(best.figures.output_throughput, 8, PRICE), rel=5e-3)
-    heading = next(row.cells[0].text for row in report.page_one.headline.rows if row.heading and row.cells[0].link == "#serve")
+    assert numbers(cost.detail)[0] == pytest.approx(
+        cost_per_million_tokens(best.figures.output_throughput, 8, PRICE), rel=5e-3
+    )
+    heading = next(
+        row.cells[0].text for row in report.page_one.headline.rows if row.heading and row.cells[0].link == "#serve"
+    )
     assert heading.endswith("its capacity, N requests in flight, within p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms")
 
 
@@ -207,7 +245,9 @@ def test_a_sweep_whose_every_point_the_client_may_have_limited_has_no_capacity_a
     atomic_write_model(run / "cases" / case_id / "runs" / "1" / "rank-0.json", rank)
     RunDir(run).write_sums()
     points = sweep_points(load_run(run, redact=False), result, DEFAULT_SLO)
-    assert points and all(p.not_judged == f"the client may have limited it: run 1: {lag[0]}" and not p.counted for p in points)
+    assert points and all(
+        p.not_judged == f"the client may have limited it: run 1: {lag[0]}" and not p.counted for p in points
+    )
     _, _, standing, *_ = rows_by_case(build_report(run, ["reference"], gpu_hour_price=PRICE))[case_id]
     assert standing.detail == "no sweep point judged: each was cut short or client-limited"
 
@@ -250,8 +290,11 @@ def test_the_training_throughput_bound_is_the_step_bound_over_every_gpus_micro_b
     # LoRA's frozen base skips its weight gradients: fewer FLOPs a step, a higher ceiling
     lora = results["finetune.llama2-7b.l+f.g8"].case
     assert training_throughput_bound(lora, spec) > training_throughput_bound(case, spec)
-    megatron = next(c for c in build_plan(load_protocol(), "smoke").cases if c.params.kind == "train"
-                    and getattr(c.params, "tensor_parallel", 1) > 1)  # fmt: skip
+    megatron = next(
+        c
+        for c in build_plan(load_protocol(), "smoke").cases
+        if c.params.kind == "train" and getattr(c.params, "tensor_parallel", 1) > 1
+    )
     assert training_throughput_bound(megatron.model_copy(update={"device": "cuda"}), spec) is None
 
 
@@ -270,7 +313,10 @@ def test_the_papers_value_is_the_reference_files_with_its_claim_and_platform(rep
     assert paper_cell(load_reference(), case_of("pretrain.llama2-7b.z2+f.g8"), ("tokens_per_s",)).text == "none"
     assert paper_cell(None, case_of("pretrain.llama2-7b.z2+f.g8"), ("tokens_per_s",)).text == "not compared"
     fitted = build_plan(load_protocol(), "paper", host_gpus=1).cases[0]
-    assert (paper_cell(load_reference(), fitted, ("tokens_per_s",)).text, fitted.fitted) == ("not compared", "fitted: 1 of 8 GPUs")
+    assert (paper_cell(load_reference(), fitted, ("tokens_per_s",)).text, fitted.fitted) == (
+        "not compared",
+        "fitted: 1 of 8 GPUs",
+    )
 
 
 def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(report, gpu_run):
@@ -282,7 +328,10 @@ def test_cost_per_million_tokens_is_rented_gpu_time_at_the_measured_throughput(r
     assert numbers(cell.text)[0] == pytest.approx(sum(costs) / len(costs), rel=5e-3)
     assert report.page_one.headline.header[6] == "USD/1M tokens"  # the currency, default USD
     in_euros = build_report(gpu_run, ["reference"], gpu_hour_price=PRICE, currency="EUR")
-    assert in_euros.page_one.headline.header[6] == "EUR/1M tokens" and "2.5 EUR per GPU-hour" in in_euros.page_one.headline.notes[-1]
+    assert (
+        in_euros.page_one.headline.header[6] == "EUR/1M tokens"
+        and "2.5 EUR per GPU-hour" in in_euros.page_one.headline.notes[-1]
+    )
     unpriced = build_report(gpu_run, ["reference"])
     assert not any("1M tokens" in label for label in unpriced.page_one.headline.header)  # no column of "no price"
     assert "kit report --gpu-hour-price 2.50 --currency USD" in unpriced.page_one.headline.notes[-1]
@@ -295,7 +344,10 @@ def without_energy(result):
 def test_energy_is_absent_with_its_reason_never_zero(cpu_run, gpu_run):
     result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
     gpu_cell = energy_cell(without_energy(result), "#finetune")
-    assert (gpu_cell.text, gpu_cell.detail) == ("not measured", "not in result.json (written by a kit without energy figures)")
+    assert (gpu_cell.text, gpu_cell.detail) == (
+        "not measured",
+        "not in result.json (written by a kit without energy figures)",
+    )
     smoke = build_report(cpu_run, ["reference"], gpu_hour_price=PRICE)
     rows = rows_by_case(smoke)
     assert rows
@@ -308,8 +360,14 @@ def test_energy_is_joules_per_token_with_its_spread_the_unit_of_its_column(gpu_r
     """joules_per_token is the metric kit/measure/energy.py writes from NVML's energy counter, shown in one
     unit throughout the report."""
     result = load_run(gpu_run, False).results["finetune.llama2-7b.l+f.g8"]
-    measured = result.model_copy(update={"metrics": {**result.metrics, "joules_per_token": Metric(
-        mean=0.5, std=0.01, n=3, unit="J/token", per_run=[0.49, 0.5, 0.51])}})  # fmt: skip
+    measured = result.model_copy(
+        update={
+            "metrics": {
+                **result.metrics,
+                "joules_per_token": Metric(mean=0.5, std=0.01, n=3, unit="J/token", per_run=[0.49, 0.5, 0.51]),
+            }
+        }
+    )
     assert energy_cell(measured, "#finetune").text == "0.500 ± 0.010"
     assert "Energy (J/token)" in report.page_one.headline.header
     energy = next(section for section in report.sections if section.anchor == "energy")
@@ -327,31 +385,48 @@ def test_mfu_is_shown_against_the_datasheet_peak_and_the_matmul_measured_in_pref
     assert "MFU: of the datasheet peak; preflight: of the preflight's matmul." in calibrated.page_one.headline.notes[0]
 
 
-def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_datasheets_beside_it(calibrated, calibrated_run):
+def test_the_expected_bound_is_the_roofline_at_the_measured_figures_with_the_datasheets_beside_it(
+    calibrated, calibrated_run
+):
     from kit.host.fingerprint import Fingerprint
     from kit.measure.calibration import Achievable
 
     result = load_run(calibrated_run, False).results[THROTTLED]
     spec = load_hardware().lookup(A800)
     calibration = Fingerprint.model_validate_json((calibrated_run / "fingerprint.json").read_text()).calibration
-    reachable, bound = training_throughput_bound(result.case, Achievable(spec, calibration).spec), training_throughput_bound(result.case, spec)
+    reachable, bound = (
+        training_throughput_bound(result.case, Achievable(spec, calibration).spec),
+        training_throughput_bound(result.case, spec),
+    )
     expected, measured = rows_by_case(calibrated)[THROTTLED][3], result.metrics["tokens_per_s"].mean
-    assert reachable < bound and expected.text == f"≤ {shown(reachable)} / {shown(bound)}"  # in the unit measured, tokens/s
+    assert (
+        reachable < bound and expected.text == f"≤ {shown(reachable)} / {shown(bound)}"
+    )  # in the unit measured, tokens/s
     assert expected.detail == f"{shown(measured / reachable)} / {shown(measured / bound)} × bound"
-    assert ("two where the preflight measured the GPUs below their datasheet: at its bf16 matmul 250 TFLOPS and memory "
-            "copy 1.70 TB/s / at the datasheet's") in calibrated.page_one.headline.notes[0]  # fmt: skip
+    assert (
+        "two where the preflight measured the GPUs below their datasheet: at its bf16 matmul 250 TFLOPS and memory "
+        "copy 1.70 TB/s / at the datasheet's"
+    ) in calibrated.page_one.headline.notes[0]
 
 
 def test_a_case_measured_while_throttled_says_so_on_page_one_beside_the_power_limit_and_clocks(calibrated):
     measured = rows_by_case(calibrated)[THROTTLED][1]
     assert measured.tone == "warn" and measured.detail.startswith("throttled: sw_power_cap in 2 of ")
     facts = {fact.label: fact for fact in calibrated.page_one.host}
-    assert "; power limit 400 W, application clocks 1410 / 1593 MHz (max 1410 / 1593); peaks " in facts["GPUs, link, power"].value
+    assert (
+        "; power limit 400 W, application clocks 1410 / 1593 MHz (max 1410 / 1593); peaks "
+        in facts["GPUs, link, power"].value
+    )
     state = facts["Calibration"]
-    assert state.tone == "warn" and f"; 1 of 1 cases measured while throttled ({THROTTLED}: sw_power_cap in 2 of " in state.value
-    assert facts["Calibration"].value.startswith("bf16 matmul 250 TFLOPS (80 % of the datasheet's 312 TFLOPS), memory copy "
-                                                    "1700 GB/s (83 % of 2.039 TB/s), host→device 24.0 GB/s, device→host 24.0 GB/s, "
-                                                    "all-reduce busbw 180 GB/s; raw samples raw/;")  # fmt: skip
+    assert (
+        state.tone == "warn"
+        and f"; 1 of 1 cases measured while throttled ({THROTTLED}: sw_power_cap in 2 of " in state.value
+    )
+    assert facts["Calibration"].value.startswith(
+        "bf16 matmul 250 TFLOPS (80 % of the datasheet's 312 TFLOPS), memory copy "
+        "1700 GB/s (83 % of 2.039 TB/s), host→device 24.0 GB/s, device→host 24.0 GB/s, "
+        "all-reduce busbw 180 GB/s; raw samples raw/;"
+    )
 
 
 def test_a_run_without_a_calibration_says_why(report):
@@ -364,7 +439,9 @@ def test_a_run_without_a_calibration_says_why(report):
 
 def test_the_host_is_described_from_its_fingerprint_with_images_by_digest(report, gpu_run):
     facts = {fact.label: fact.value for fact in report.page_one.host}
-    assert facts["GPUs, link"].startswith("8 × NVIDIA A800-SXM4-80GB; 8 GPUs, all pairs NVLink (NV8); driver, CUDA 550.54.15")
+    assert facts["GPUs, link"].startswith(
+        "8 × NVIDIA A800-SXM4-80GB; 8 GPUs, all pairs NVLink (NV8); driver, CUDA 550.54.15"
+    )
     assert "; peaks A800 SXM4 80GB, BF16 312" in facts["GPUs, link"]  # the model named once, at the start
     recorded = json.loads((gpu_run / "run.json").read_text())["images"]
     for image, digest in recorded.items():
@@ -387,8 +464,9 @@ def pdf_page(pdf: Path, number: int) -> str:
     if not shutil.which("pdftotext"):
         pytest.skip("needs pdftotext (poppler-utils)")
     page = str(number)
-    return subprocess.run(["pdftotext", "-f", page, "-l", page, str(pdf), "-"], capture_output=True, text=True,
-                          check=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["pdftotext", "-f", page, "-l", page, str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def in_a_column(layout: str, text: str) -> bool:
@@ -398,8 +476,8 @@ def in_a_column(layout: str, text: str) -> bool:
     for number, line in enumerate(lines):
         for found in re.finditer(re.escape(text.split(".")[0]), line):
             joined = ""
-            for below in lines[number:number + 4]:
-                joined += below[found.start():].split("  ")[0].strip() if len(below) > found.start() else ""
+            for below in lines[number : number + 4]:
+                joined += below[found.start() :].split("  ")[0].strip() if len(below) > found.start() else ""
                 if joined.startswith(text):
                     return True
     return False
@@ -413,8 +491,9 @@ def test_page_one_of_the_pdf_holds_the_headline_figures_of_result_json(calibrate
     write_pdf(print_parts(report), pdf)
     page_one = pdf_page(pdf, 1)
     first = " ".join(page_one.split())
-    layout = subprocess.run(["pdftotext", "-layout", "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True,
-                            text=True, check=True).stdout  # fmt: skip
+    layout = subprocess.run(
+        ["pdftotext", "-layout", "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
     headline = rows_by_case(report)
     assert {"pretrain.llama2-7b.z2+f.g8", "serve.llama2-7b.vllm.g8", "comm.all_reduce.g8"} <= set(headline)
     for case_id in headline:

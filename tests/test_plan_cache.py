@@ -22,8 +22,13 @@ print("MODULES", " ".join(sorted(sys.modules)))
 
 def kit_list(*args, cache):
     env = {**os.environ, "KIT_CACHE": str(cache), "COLUMNS": "400"}
-    done = subprocess.run([sys.executable, "-c", LIST_AND_NAME_MODULES, "list", *args],
-                          capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", LIST_AND_NAME_MODULES, "list", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     output, _, modules = done.stdout.rpartition("MODULES ")
     return output, set(modules.split())
 
@@ -34,7 +39,13 @@ def test_a_listed_plan_reads_the_same_from_the_cache_without_pydantic_or_yaml(tm
         built, modules_built = kit_list(*args, cache=cache)
         cached, modules_cached = kit_list(*args, cache=cache)
         assert cached == built and "pydantic" in modules_built
-        assert not modules_cached & {"pydantic", "yaml", "kit.plan.protocol", "kit.theory.analytic", "kit.rundir.schema"}, args
+        assert not modules_cached & {
+            "pydantic",
+            "yaml",
+            "kit.plan.protocol",
+            "kit.theory.analytic",
+            "kit.rundir.schema",
+        }, args
 
 
 def test_a_cpu_profiles_estimates_need_no_protocol_models(tmp_path):
@@ -59,8 +70,12 @@ def test_an_invalid_protocol_is_refused_after_a_valid_one_was_cached(tmp_path, m
     kit_list("--profile", "paper", cache=tmp_path)  # on a host without GPUs, read from the cache alone
     protocol = manifests_copy / "protocol.yaml"
     protocol.write_text(protocol.read_text().replace("    device: cpu\n", "    device: tpu\n"))
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "list", "--profile", "paper"], capture_output=True, text=True,
-                          env={**os.environ, "KIT_CACHE": str(tmp_path)})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "list", "--profile", "paper"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KIT_CACHE": str(tmp_path)},
+    )
     assert done.returncode == 2 and "profiles.smoke.device" in done.stderr
 
 

@@ -38,8 +38,11 @@ def fingerprint_with(gpus: int, model: tuple[str, int | None], path: Path) -> Pa
 
 
 def kit_list(profile: str, fingerprint: Path) -> dict:
-    done = subprocess.run([*KIT, "list", "--profile", profile, "--json", "--fingerprint", str(fingerprint)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [*KIT, "list", "--profile", profile, "--json", "--fingerprint", str(fingerprint)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -70,7 +73,9 @@ def test_a_host_of_fewer_than_eight_gpus_runs_every_stage_fitted_to_them(tmp_pat
             assert seventy["gpus"] == needed and seventy["id"] not in skipped
         else:
             assert seventy["gpus"] == gpus
-            assert skipped[seventy["id"]].startswith("the weights and one sequence's KV cache (128.7 GiB) need more than 90%")
+            assert skipped[seventy["id"]].startswith(
+                "the weights and one sequence's KV cache (128.7 GiB) need more than 90%"
+            )
 
 
 @pytest.mark.parametrize("gpus", [8, 16])
@@ -80,8 +85,9 @@ def test_a_host_of_eight_or_more_runs_the_papers_cases_as_written(tmp_path, gpus
     assert listed["host"]["skipped"] == {}
     assert all(c["fitted_from"] is None for c in cases.values())
     assert cases["pretrain.llama2-7b.naive.g8"]["gpus"] == cases["serve.llama2-70b.tgi.g8"]["gpus"] == 8
-    assert sorted(c["gpus"] for c in cases.values() if c["stage"] == "scaling" and not c["variant"]) == \
-        [n for n in (1, 2, 4, 8, 16) if n <= gpus]  # fmt: skip
+    assert sorted(c["gpus"] for c in cases.values() if c["stage"] == "scaling" and not c["variant"]) == [
+        n for n in (1, 2, 4, 8, 16) if n <= gpus
+    ]
     assert {c["gpus"] for c in cases.values() if c["stage"] == "comm"} == {gpus}
 
 
@@ -91,9 +97,17 @@ def test_the_quick_profile_on_one_h100_runs_every_stage_in_twenty_minutes():
     skipped, estimates = listed["host"]["skipped"], listed["host"]["estimates"]
     runnable = {c["stage"] for c in listed["cases"] if c["id"] not in skipped}
     assert runnable == {"pretrain", "maxbatch", "finetune", "scaling", "profile", "serve"}  # comm needs 2 GPUs
-    assert {"pretrain.llama2-7b.z3+o.g1", "pretrain.llama2-7b.q.g1", "pretrain.llama2-7b.q+r.g1", "pretrain.llama2-7b.q+f.g1",
-            "finetune.llama2-7b.l.g1", "finetune.llama2-7b.ql.g1", "serve.llama2-7b.vllm.g1",
-            "profile.llama2-7b.base.g1", "maxbatch.llama2-7b.q.g1"} <= set(estimates)  # fmt: skip
+    assert {
+        "pretrain.llama2-7b.z3+o.g1",
+        "pretrain.llama2-7b.q.g1",
+        "pretrain.llama2-7b.q+r.g1",
+        "pretrain.llama2-7b.q+f.g1",
+        "finetune.llama2-7b.l.g1",
+        "finetune.llama2-7b.ql.g1",
+        "serve.llama2-7b.vllm.g1",
+        "profile.llama2-7b.base.g1",
+        "maxbatch.llama2-7b.q.g1",
+    } <= set(estimates)
     assert all(estimate["seconds"] is not None for estimate in estimates.values())
     total = sum(estimate["seconds"] for estimate in estimates.values())
     assert total <= 20 * 60, f"kit list estimates the quick profile on one H100 at {total:.0f} s"
@@ -103,13 +117,22 @@ def test_the_quick_profile_on_one_h100_runs_every_stage_in_twenty_minutes():
     from gpu_check import chosen_cases
 
     chosen = chosen_cases(listed, every=False)
-    assert [case.split(".")[0] for case in chosen] == ["pretrain", "finetune", "scaling", "maxbatch", "profile", "serve"]
+    assert [case.split(".")[0] for case in chosen] == [
+        "pretrain",
+        "finetune",
+        "scaling",
+        "maxbatch",
+        "profile",
+        "serve",
+    ]
     assert not any(estimates[case]["basis"].startswith("analytic: predicted OOM") for case in chosen)
     assert len(chosen_cases(listed, every=True)) == len(estimates)
 
 
 def test_a_fitted_case_is_said_to_be_fitted_in_the_plan(tmp_path):
-    done = subprocess.run([*KIT, "list", "--profile", "quick", "--fingerprint", str(DOCTOR)], capture_output=True, text=True)
+    done = subprocess.run(
+        [*KIT, "list", "--profile", "quick", "--fingerprint", str(DOCTOR)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("pretrain.llama2-7b.q.g1 "))
     assert "1 (fitted: 1 of 8 GPUs)" in line
@@ -137,7 +160,9 @@ def test_a_claim_about_the_papers_eight_gpu_case_says_this_host_ran_it_fitted(tm
     from kit.rundir.directory import RunDir
 
     plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=85520809984)
-    path = write_run(tmp_path / "h100", plan, gpu_name=H100[0], cases=["finetune.llama2-7b.l.g1", "finetune.llama2-7b.ql.g1"])
+    path = write_run(
+        tmp_path / "h100", plan, gpu_name=H100[0], cases=["finetune.llama2-7b.l.g1", "finetune.llama2-7b.ql.g1"]
+    )
     run = RunDir(path)
     assert all(result.status == "ok" for result in run.results())
     measured = measured_run(run.read_info(), run.results())

@@ -23,7 +23,13 @@ KIT = [sys.executable, "-m", "kit.cli"]
 def test_a_miniature_keeps_what_the_case_exercises_and_shrinks_what_takes_time(paper_plan):
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-70b.z3+o+r.g8")
     small = miniature(case)
-    assert (small.stage, small.method, small.image, small.device, small.gpus) == (case.stage, case.method, case.image, "cuda", 8)
+    assert (small.stage, small.method, small.image, small.device, small.gpus) == (
+        case.stage,
+        case.method,
+        case.image,
+        "cuda",
+        8,
+    )
     assert (small.params.zero_stage, small.params.offload, small.params.recompute) == (3, True, True)
     assert small.model == "tiny-llama" and small.shape.num_layers == 2
     assert (small.params.runs, small.params.warmup_steps, small.params.measured_steps) == (1, 0, 1)
@@ -46,7 +52,14 @@ def test_one_representative_per_image_and_workload_never_one_unavailable_by_desi
 def test_a_failed_line_fails_the_cases_of_its_image_only():
     lines = [
         PreflightLine(image="host", check="environment (kit doctor)", status="fail", detail="x", seconds=0),
-        PreflightLine(image="serve-tgi", check="image present", status="fail", detail="absent", hint="kit images pull serve-tgi", seconds=0),
+        PreflightLine(
+            image="serve-tgi",
+            check="image present",
+            status="fail",
+            detail="absent",
+            hint="kit images pull serve-tgi",
+            seconds=0,
+        ),
         PreflightLine(image="smoke", check="pretrain: one training step", status="ok", detail="ran", seconds=1),
     ]
     failed = Preflight(lines=lines, seconds=1).failed_images()
@@ -80,7 +93,12 @@ def test_the_all_gpu_all_reduce_is_a_comm_case_the_real_workload_runs(paper_plan
 
     train = next(c for c in paper_plan.cases if c.stage == "pretrain")
     check = all_gpu_all_reduce(train, 16)
-    assert (check.image, check.gpus, check.params.backend, check.params.collective) == ("train", 16, "torch", "all_reduce")
+    assert (check.image, check.gpus, check.params.backend, check.params.collective) == (
+        "train",
+        16,
+        "torch",
+        "all_reduce",
+    )
     small = miniature(check).model_copy(update={"gpus": 2, "device": "cpu"})
     atomic_write_model(tmp_path / "case.json", small)
     with (tmp_path / "log.txt").open("w") as log:
@@ -91,14 +109,20 @@ def test_the_all_gpu_all_reduce_is_a_comm_case_the_real_workload_runs(paper_plan
 
 @pytest.mark.e2e
 def test_kit_preflight_passes_on_this_cpu_host_and_prints_its_table():
-    done = subprocess.run([*KIT, "preflight", "--executor", "local", "--json"], capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [*KIT, "preflight", "--executor", "local", "--json"], capture_output=True, text=True, timeout=1200
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     checks = {line["check"].split(":")[0] for line in result["lines"]}
     assert {"environment (kit doctor)", "pretrain", "profile", "comm", "serve", "calibration"} <= checks
     assert all(line["status"] == "ok" for line in result["lines"]) and result["seconds"] < 300
     calibration = result["calibration"]  # what this CPU achieved, measured after the training image passed
-    assert calibration["matmul"]["value"] > 0 and calibration["memory_copy"]["value"] > 0 and calibration["device"] == "cpu"
+    assert (
+        calibration["matmul"]["value"] > 0
+        and calibration["memory_copy"]["value"] > 0
+        and calibration["device"] == "cpu"
+    )
 
 
 @pytest.mark.docker
@@ -113,8 +137,12 @@ def test_a_broken_and_a_missing_image_fail_their_lines_and_the_other_stages_run(
     client.images.build(path=str(context), tag="kit-test/broken-engine:1", rm=True)
     lock_file = manifests_copy / "images.lock.yaml"
     lock = yaml.safe_load(lock_file.read_text())
-    lock["images"]["serve-vllm"].update(reference="kit-test/broken-engine:1", digest=None, devices=["cpu"], note="broken on purpose")
-    lock["images"]["serve-tgi"].update(reference="kit-test/absent-engine:1", digest=None, devices=["cpu"], note="absent on purpose")
+    lock["images"]["serve-vllm"].update(
+        reference="kit-test/broken-engine:1", digest=None, devices=["cpu"], note="broken on purpose"
+    )
+    lock["images"]["serve-tgi"].update(
+        reference="kit-test/absent-engine:1", digest=None, devices=["cpu"], note="absent on purpose"
+    )
     lock_file.write_text(yaml.safe_dump(lock, sort_keys=False))
     protocol_file = manifests_copy / "protocol.yaml"
     protocol = yaml.safe_load(protocol_file.read_text())
@@ -125,8 +153,25 @@ def test_a_broken_and_a_missing_image_fail_their_lines_and_the_other_stages_run(
     protocol_file.write_text(yaml.safe_dump(protocol, sort_keys=False))
 
     run = tmp_path / "run"
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--stage", "serve", "--stage", "comm", "--executor", "docker",
-                           "--out", str(run)], capture_output=True, text=True, timeout=1200)  # fmt: skip
+    done = subprocess.run(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            "--stage",
+            "serve",
+            "--stage",
+            "comm",
+            "--executor",
+            "docker",
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 1, done.stderr[-3000:]  # the serve cases end `error`
     lines = json.loads((run / "run.json").read_text())["preflight"]["lines"]
     by_image = {}

@@ -35,7 +35,9 @@ def test_the_printer_prints_in_a_process_of_its_own_and_is_gone_after(tmp_path):
 
 def test_parts_are_bound_in_order_and_numbered_as_one_document(tmp_path):
     with Printer() as printer:
-        printer.submit([part("the first part"), part("the second part"), part("the third part")], tmp_path / "report.pdf")
+        printer.submit(
+            [part("the first part"), part("the second part"), part("the third part")], tmp_path / "report.pdf"
+        )
         printer.wait()
     import pypdfium2
 
@@ -44,7 +46,9 @@ def test_parts_are_bound_in_order_and_numbered_as_one_document(tmp_path):
     assert [text.split()[-4:] for text in texts] == [["page", str(n), "of", "3"] for n in (1, 2, 3)]
 
 
-@pytest.mark.parametrize("refused_in", [0, 1], ids=["first part, printed by a fork of the printer", "last part, printed by the printer"])
+@pytest.mark.parametrize(
+    "refused_in", [0, 1], ids=["first part, printed by a fork of the printer", "last part, printed by the printer"]
+)
 def test_what_the_printer_refuses_is_raised_here_as_it_was_there(tmp_path, refused_in):
     """A report that would fetch a resource is not self-contained: WeasyPrint's refusal reaches
     the caller with its own type and message, and nothing is written."""

@@ -42,7 +42,13 @@ def test_paper_parameters_are_the_published_ones(paper_plan):
 
 def test_models_have_the_llama2_shapes(protocol):
     m70 = protocol.models["llama2-70b"]
-    assert (m70.hidden_size, m70.num_layers, m70.num_heads, m70.num_kv_heads, m70.intermediate_size) == (8192, 80, 64, 8, 28672)
+    assert (m70.hidden_size, m70.num_layers, m70.num_heads, m70.num_kv_heads, m70.intermediate_size) == (
+        8192,
+        80,
+        64,
+        8,
+        28672,
+    )
     m13 = protocol.models["llama2-13b"]
     assert (m13.hidden_size, m13.num_layers, m13.intermediate_size) == (5120, 40, 13824)
 
@@ -99,7 +105,9 @@ def test_smoke_profile_runs_tiny_llama_on_cpu(smoke_plan):
 )
 def test_an_invalid_method_names_the_manifest_key_and_reason(manifests_copy, method, reason):
     path = manifests_copy / "protocol.yaml"
-    text = path.read_text().replace("methods: [naive, z2, z3, z2+o, z3+o, q, r, f, megatron+tp2]", f"methods: [{method}]")
+    text = path.read_text().replace(
+        "methods: [naive, z2, z3, z2+o, z3+o, q, r, f, megatron+tp2]", f"methods: [{method}]"
+    )
     path.write_text(text)
     with pytest.raises(ManifestError) as err:
         load_protocol(path)
@@ -116,4 +124,8 @@ def test_select_refuses_unknown_names(smoke_plan):
 
 def test_select_by_stage_and_case(smoke_plan):
     chosen = select(smoke_plan, stages=("scaling",), case_ids=("pretrain.tiny-llama.z3.g2",))
-    assert [c.id for c in chosen] == ["pretrain.tiny-llama.z3.g2", "scaling.tiny-llama.q.g1.b2", "scaling.tiny-llama.q.g2.b2"]
+    assert [c.id for c in chosen] == [
+        "pretrain.tiny-llama.z3.g2",
+        "scaling.tiny-llama.q.g1.b2",
+        "scaling.tiny-llama.q.g2.b2",
+    ]

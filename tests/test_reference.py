@@ -187,7 +187,9 @@ def test_a_runs_platform_comes_from_rank_samples_and_the_fingerprints_topology(p
     assert measured_run(info, [done], fingerprint(RTX3090, "pcie-only")).interconnect == "pcie"
     # A serving case's one process names all its GPUs in one string (kit/serve/session.py).
     server = sample.model_copy(update={"device_name": ", ".join([RTX3090] * 8), "world_size": 1})
-    served = done.model_copy(update={"samples": [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[server])]})
+    served = done.model_copy(
+        update={"samples": [RunSample(index=1, status="ok", exit_code=0, wall_s=1.0, ranks=[server])]}
+    )
     assert measured_run(info, [done, served]).gpu_names == (RTX3090,)
 
 
@@ -333,26 +335,41 @@ def test_cross_platform_claims_need_a_run_on_each_platform(reference, paper_plan
     both = evaluate_claim(claim(reference, "C5"), reference, [a800, rtx])
     assert both.verdict == "consistent"
     assert both.relations[0].measured == "52.1 ×"
-    assert "2 cases, the same case on both: pretrain.llama2-7b.r.g8, pretrain.llama2-7b.z3+o.g8; ratios 41.7 to 62.5" \
+    assert (
+        "2 cases, the same case on both: pretrain.llama2-7b.r.g8, pretrain.llama2-7b.z3+o.g8; ratios 41.7 to 62.5"
         in both.relations[0].finding
+    )
 
 
 def test_c5_compares_like_with_like_and_leaves_quantised_cases_to_c6(reference, paper_plan):
     """Quantised cases run at about half the A800's speed on RTX GPUs (C6); mixed into C5's
     median of about 50 × they would drag it to 26 ×."""
-    plain, quantised = ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.r.g8"], ["pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.q+r.g8"]
+    plain, quantised = (
+        ["pretrain.llama2-7b.z3+o.g8", "pretrain.llama2-7b.r.g8"],
+        ["pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.q+r.g8"],
+    )
     a800 = run_on(A800, [result(paper_plan, c, tokens_per_s=50_000) for c in plain + quantised], label="a800")
-    rtx = run_on(RTX4090, [result(paper_plan, c, tokens_per_s=1_000) for c in plain]
-                 + [result(paper_plan, c, tokens_per_s=25_000) for c in quantised], label="rtx")  # fmt: skip
+    rtx = run_on(
+        RTX4090,
+        [result(paper_plan, c, tokens_per_s=1_000) for c in plain]
+        + [result(paper_plan, c, tokens_per_s=25_000) for c in quantised],
+        label="rtx",
+    )
     outcome = evaluate_claim(claim(reference, "C5"), reference, [a800, rtx])
     assert outcome.verdict == "consistent"
     relation = outcome.relations[0]
-    assert relation.measured == "50.0 ×" and relation.relation.startswith("median over every non-quantised pretrain case")
+    assert relation.measured == "50.0 ×" and relation.relation.startswith(
+        "median over every non-quantised pretrain case"
+    )
     assert "pretrain.llama2-7b.r.g8, pretrain.llama2-7b.z3+o.g8;" in relation.finding
     assert "q.g8" not in relation.finding and "q+r" not in relation.finding
     # C7 reads both kinds, each on its own: the quantised median is never mixed with the rest.
-    rtx3090 = run_on(RTX3090, [result(paper_plan, c, tokens_per_s=v) for c, v in
-                               zip(plain + quantised, (700, 700, 16_000, 16_000))], label="rtx3090", interconnect="nvlink")  # fmt: skip
+    rtx3090 = run_on(
+        RTX3090,
+        [result(paper_plan, c, tokens_per_s=v) for c, v in zip(plain + quantised, (700, 700, 16_000, 16_000))],
+        label="rtx3090",
+        interconnect="nvlink",
+    )
     c7 = evaluate_claim(claim(reference, "C7"), reference, [rtx, rtx3090])
     assert [r.measured for r in c7.relations] == ["1.43 ×", "1.56 ×"]
 
@@ -378,18 +395,27 @@ def profile_run(plan, with_flash: float, without: float) -> MeasuredRun:
         (0.90, "deviates", ["deviates", "deviates"]),
     ],
 )
-def test_c13_is_judged_under_both_readings_and_deviates_only_when_both_do(reference, paper_plan, ratio, verdict, under_each):
+def test_c13_is_judged_under_both_readings_and_deviates_only_when_both_do(
+    reference, paper_plan, ratio, verdict, under_each
+):
     outcome = evaluate_claim(claim(reference, "C13"), reference, [profile_run(paper_plan, ratio, 1.0)])
     relation = outcome.relations[0]
     assert outcome.verdict == relation.verdict == verdict
-    assert [(r.label, r.verdict) for r in relation.readings] == list(zip(["34.9 % less time", "1.349 × the speed"], under_each))
-    assert relation.published == "0.651 × ± 0.05 (read as 34.9 % less time) or 0.741 × ± 0.05 (read as 1.349 × the speed)"
+    assert [(r.label, r.verdict) for r in relation.readings] == list(
+        zip(["34.9 % less time", "1.349 × the speed"], under_each)
+    )
+    assert (
+        relation.published == "0.651 × ± 0.05 (read as 34.9 % less time) or 0.741 × ± 0.05 (read as 1.349 × the speed)"
+    )
     assert relation.finding.startswith("read as 34.9 % less time: ")
 
 
 def test_c14_has_the_same_two_readings(reference, paper_plan):
     relation = evaluate_claim(claim(reference, "C14"), reference, [profile_run(paper_plan, 0.84, 1.0)]).relations[0]
-    assert [(r.label, r.verdict) for r in relation.readings] == [("24.7 % less time", "deviates"), ("1.247 × the speed", "consistent")]
+    assert [(r.label, r.verdict) for r in relation.readings] == [
+        ("24.7 % less time", "deviates"),
+        ("1.247 × the speed", "consistent"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -401,8 +427,13 @@ def test_c14_has_the_same_two_readings(reference, paper_plan):
     ],
 )
 def test_c25_is_judged_as_a_bound_and_as_the_example_durations(reference, paper_plan, seconds_70b, verdict, under_each):
-    run = run_on(RTX4090, [result(paper_plan, "serve.llama2-7b.vllm.g8", duration_s=120),
-                           result(paper_plan, "serve.llama2-70b.vllm.g8", duration_s=seconds_70b)])  # fmt: skip
+    run = run_on(
+        RTX4090,
+        [
+            result(paper_plan, "serve.llama2-7b.vllm.g8", duration_s=120),
+            result(paper_plan, "serve.llama2-70b.vllm.g8", duration_s=seconds_70b),
+        ],
+    )
     relation = evaluate_claim(claim(reference, "C25"), reference, [run]).relations[0]
     assert relation.verdict == verdict
     assert [r.verdict for r in relation.readings] == under_each

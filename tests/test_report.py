@@ -256,8 +256,11 @@ def test_verify_holds_the_run_to_the_digest_its_report_printed(smoke_run):
     digest = hashlib.sha256((smoke_run / "SHA256SUMS").read_bytes()).hexdigest()
 
     def verify_with(expected: str):
-        return subprocess.run([sys.executable, "-m", "kit.cli", "report", str(smoke_run), "--verify", "--expect-digest", expected],
-                              capture_output=True, text=True)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "kit.cli", "report", str(smoke_run), "--verify", "--expect-digest", expected],
+            capture_output=True,
+            text=True,
+        )
 
     assert verify_with(digest).returncode == 0
     assert verify_with(digest[:16] + "…").returncode == 0  # as the page footer prints it
@@ -406,13 +409,17 @@ def test_a_stored_figure_that_its_raw_samples_do_not_give_refuses_the_report_eve
     result.metrics["tokens_per_s"].mean *= 1.5
     run_dir.write_result(result)
     run_dir.write_sums()
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "report", str(run), "--format", "html"], capture_output=True, text=True
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     said = " ".join(done.stderr.split())
     assert "pretrain.tiny-llama.naive.g2: tokens_per_s stored" in said and "the raw samples give" in said
 
 
-def test_a_run_without_a_figure_its_measuring_code_did_not_compute_is_sent_to_the_kit_that_made_it(tmp_path, training_plan):
+def test_a_run_without_a_figure_its_measuring_code_did_not_compute_is_sent_to_the_kit_that_made_it(
+    tmp_path, training_plan
+):
     """A figure this kit computes and the run lacks: with other measuring code it is a newer figure
     (render with the run's kit); with this kit's own code it was removed, and is refused as such."""
     run = write_run(tmp_path / "a", training_plan, {"pretrain.tiny-llama.naive.g2": 0.1})
@@ -425,7 +432,9 @@ def test_a_run_without_a_figure_its_measuring_code_did_not_compute_is_sent_to_th
         load_run(run, redact=False)
     info = run_dir.read_info()
     measuring = sources_sha256(PACKAGE_DIR, measuring_sources())
-    run_dir.write_info(info.model_copy(update={"kit": info.kit.model_copy(update={"workload_sources_sha256": measuring})}))
+    run_dir.write_info(
+        info.model_copy(update={"kit": info.kit.model_copy(update={"workload_sources_sha256": measuring})})
+    )
     run_dir.write_sums()
     with pytest.raises(EvidenceError, match="pretrain.tiny-llama.naive.g2: tokens_per_s is not stored"):
         load_run(run, redact=False)
@@ -482,7 +491,9 @@ def test_the_printed_index_pins_each_case_folder_by_the_digest_of_its_sums_lines
     ]
     assert by_folder["run.json"][3] == next(line.split("  ")[0] for line in lines if line.endswith("  run.json"))
     assert raw.tables[0].media == "screen" and raw.tables[1].media == "all"
-    assert "Raw data, file by file" in render_html(smoke_report) and "Raw data by case folder" in render_html(smoke_report)
+    assert "Raw data, file by file" in render_html(smoke_report) and "Raw data by case folder" in render_html(
+        smoke_report
+    )
     assert "Raw data, file by file" not in render_html(smoke_report, "print")
 
 
@@ -507,12 +518,16 @@ def test_a_listing_sets_each_case_over_its_metrics_and_runs_a_spanning_cell_on()
     from kit.report.listing import listing_lines
     from kit.report.model import Cell, Row, Table
 
-    table = Table(caption="c", header=["Case, then each metric", "Mean ± std, unit"], rows=[
-        Row(cells=[Cell(text="serve.a.vllm.g8", colspan=2)], heading=True),
-        Row(cells=[Cell(text="ttft_p99_s"), Cell(text="1.54 (1 run) s")]),
-        Row(cells=[Cell(text="output tokens/s"), Cell(text="34614 ± 12 tokens/s", detail="3 runs")]),
-        Row(cells=[Cell(text="serve.b.sglang.g8"), Cell(text="oom")]),
-    ])  # fmt: skip
+    table = Table(
+        caption="c",
+        header=["Case, then each metric", "Mean ± std, unit"],
+        rows=[
+            Row(cells=[Cell(text="serve.a.vllm.g8", colspan=2)], heading=True),
+            Row(cells=[Cell(text="ttft_p99_s"), Cell(text="1.54 (1 run) s")]),
+            Row(cells=[Cell(text="output tokens/s"), Cell(text="34614 ± 12 tokens/s", detail="3 runs")]),
+            Row(cells=[Cell(text="serve.b.sglang.g8"), Cell(text="oom")]),
+        ],
+    )
     first = len("  Case, then each metric")  # the widest first cell, with room for the indent
     assert listing_lines(table) == [
         f"{'Case, then each metric':{first}}  Mean ± std, unit",
@@ -531,10 +546,14 @@ def test_a_listing_wider_than_the_page_wraps_its_widest_column_under_itself():
     from kit.report.model import Cell, Row, Table
 
     methods = ", ".join(f"z{n}+o+r+f" for n in range(40))  # longer than a printed line
-    table = Table(caption="c", header=["Parameter", "Value", "Origin"], rows=[
-        Row(cells=[Cell(text="runs"), Cell(text="3"), Cell(text="paper")]),
-        Row(cells=[Cell(text="recompute"), Cell(text=f"true: {methods}"), Cell(text="set by the method")]),
-    ])  # fmt: skip
+    table = Table(
+        caption="c",
+        header=["Parameter", "Value", "Origin"],
+        rows=[
+            Row(cells=[Cell(text="runs"), Cell(text="3"), Cell(text="paper")]),
+            Row(cells=[Cell(text="recompute"), Cell(text=f"true: {methods}"), Cell(text="set by the method")]),
+        ],
+    )
     lines = listing_lines(table)
     assert max(len(line) for line in lines) <= LINE_CHARS
     origin = lines[0].index("Origin")
@@ -608,7 +627,7 @@ def test_host_checks_come_from_the_fingerprint_before_the_run(tmp_path, paper_pl
         fingerprint=a800_fingerprint(),
     )
     before, after = section(report_of(run, []), "environment").subsections[1:3]
-    facts, checks = (dict((row[0], row[1]) for row in texts(table)) for table in before.tables)
+    facts, checks = ({row[0]: row[1] for row in texts(table)} for table in before.tables)
     assert facts["GPUs"] == f"8 × {A800}" and facts["CPU"].startswith("AMD EPYC 7402")
     assert checks["gpus_same_model"] == "pass" and checks["gpu_count_matches_profile"] == "pass"
     assert after.not_run.startswith("Not recorded (no fingerprint-after.json in the run directory)")
@@ -618,7 +637,7 @@ PEAK_FIGURES = "Peak figures (manifests/hardware.yaml)"
 
 
 def recorded_facts(report) -> dict[str, str]:
-    return dict((row[0], row[1]) for row in texts(section(report, "environment").subsections[0].tables[0]))
+    return {row[0]: row[1] for row in texts(section(report, "environment").subsections[0].tables[0])}
 
 
 @pytest.mark.parametrize(
@@ -692,11 +711,19 @@ def test_a_stacked_chart_draws_each_segment_to_its_length_in_its_labels_colour()
     from kit.report import charts
 
     stacks = [
-        charts.Stack(label="a", segments=[charts.Segment(label="forward", value=3.0),
-                                          charts.Segment(label="forward: GPU idle", value=1.0, hatched=True),
-                                          charts.Segment(label="backward", value=6.0)]),
-        charts.Stack(label="b", segments=[charts.Segment(label="forward", value=2.0), charts.Segment(label="backward", value=4.0)]),
-    ]  # fmt: skip
+        charts.Stack(
+            label="a",
+            segments=[
+                charts.Segment(label="forward", value=3.0),
+                charts.Segment(label="forward: GPU idle", value=1.0, hatched=True),
+                charts.Segment(label="backward", value=6.0),
+            ],
+        ),
+        charts.Stack(
+            label="b",
+            segments=[charts.Segment(label="forward", value=2.0), charts.Segment(label="backward", value=4.0)],
+        ),
+    ]
     svg = charts.stacked_chart("t", stacks, "ms")
     assert svg == charts.stacked_chart("t", stacks, "ms")  # the same data, the same bytes
     fills = re.findall(r"fill: (#[0-9a-f]{6})", svg)
@@ -733,8 +760,10 @@ def test_a_chart_draws_each_marker_in_place_and_joins_only_what_draws_the_same()
     assert paths == [
         "M 10 20 L 10 23.5 M 30.5 20 L 30.5 23.5",
         "M 0 0 L 5 5 M 1 1 L 6 6",
-        "M 0 0 L 1 0 L 1 1 z", "M 2 0 L 3 0 L 3 1 z",
-        "M 0 0 L 5 5", "M 1 1 L 6 6",
+        "M 0 0 L 1 0 L 1 1 z",
+        "M 2 0 L 3 0 L 3 1 z",
+        "M 0 0 L 5 5",
+        "M 1 1 L 6 6",
     ]
 
 
@@ -748,8 +777,15 @@ def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
 
     from kit.report import charts
 
-    stacks = [charts.Stack(label="a", segments=[charts.Segment(label="forward", value=3.0),
-                                                charts.Segment(label="forward: GPU idle", value=1.0, hatched=True)])]  # fmt: skip
+    stacks = [
+        charts.Stack(
+            label="a",
+            segments=[
+                charts.Segment(label="forward", value=3.0),
+                charts.Segment(label="forward: GPU idle", value=1.0, hatched=True),
+            ],
+        )
+    ]
     svg = charts.stacked_chart("t", stacks, "ms")
     root = svg[: svg.index(">")]
     assert root.startswith("<svg ") and 'xmlns="http://www.w3.org/2000/svg"' in root

@@ -186,8 +186,10 @@ def test_the_summary_counts_the_outcomes_of_the_result_files(text, results):
     summary = flat(text)
     attempted = len(results) - statuses["skipped"]
     assert f"attempted {attempted} of the {len(results)} cases it selected" in summary
-    assert (f"{statuses['ok']} measured, {statuses['oom']} OOM, {statuses['unavailable']} unavailable, "
-            f"{statuses['skipped']} skipped, {statuses['error']} error") in summary  # fmt: skip
+    assert (
+        f"{statuses['ok']} measured, {statuses['oom']} OOM, {statuses['unavailable']} unavailable, "
+        f"{statuses['skipped']} skipped, {statuses['error']} error"
+    ) in summary
 
 
 def kind(result) -> str:
@@ -204,8 +206,10 @@ def test_page_one_holds_the_fastest_figure_of_each_kind_and_no_more(pages, resul
     measured = [r for r in results.values() if r.status == "ok" and r.case.variant is None]
     for stage in ("pretrain", "finetune"):
         for group in {(r.case.model, kind(r)) for r in measured if r.stage == stage}:
-            fastest = max((r for r in measured if r.stage == stage and (r.case.model, kind(r)) == group),
-                          key=lambda r: r.metrics["tokens_per_s"].mean)  # fmt: skip
+            fastest = max(
+                (r for r in measured if r.stage == stage and (r.case.model, kind(r)) == group),
+                key=lambda r: r.metrics["tokens_per_s"].mean,
+            )
             assert f"{mean_std_text(fastest.metrics['tokens_per_s'].per_run)} tokens/s" in first, fastest.case_id
     served = [r for r in measured if r.stage == "serve"]
     for model in {r.case.model for r in served}:
@@ -234,7 +238,11 @@ def test_a_table_longer_than_a_page_repeats_its_header_on_every_page(pages):
     # The paper-size run's cases that ended without a measurement, from the page of its caption
     # to the page of the section's next table.
     start = next(i for i, page in enumerate(pages) if "Cases that ended without a measurement" in page)
-    end = next(i for i in range(start + 1, len(pages)) if "Claims the run deviates from" in pages[i] or "Notes the results carry" in pages[i])
+    end = next(
+        i
+        for i in range(start + 1, len(pages))
+        if "Claims the run deviates from" in pages[i] or "Notes the results carry" in pages[i]
+    )
     holding = pages[start : end + 1]
     assert len(holding) >= 2, "the paper-size run's failed cases are expected to span pages"
     for page in holding:
@@ -267,7 +275,9 @@ def test_the_pdf_printed_in_parts_reads_as_one_document(pages, paper_run):
     assert {"claims", "deviations", "appendix", "pretrain"} <= set(links), links  # both parts, from the cover
     assert destinations["claims"] == headed["Reference claims (arXiv:2311.03687)"]
     assert destinations["pretrain"] == headed["Pre-training"]
-    bookmarks = {item.title: reader.get_destination_page_number(item) for item in reader.outline if not isinstance(item, list)}
+    bookmarks = {
+        item.title: reader.get_destination_page_number(item) for item in reader.outline if not isinstance(item, list)
+    }
     assert {title: bookmarks.get(title) for title in headed} == headed
 
 
@@ -277,8 +287,11 @@ def test_a_listing_too_long_to_print_is_in_the_html_and_the_pdf_says_where(pages
     html = (paper_run / "report.html").read_text()
     text = flat("".join(pages))
     assert "Pre-training: each option in effect" in html
-    assert re.search(r"Pre-training: each option in effect, as the running engine reported it, and peak memory "
-                     r"\(GiB\): \d+ rows, in the HTML report and in each case's result.json \(effective\)", text)
+    assert re.search(
+        r"Pre-training: each option in effect, as the running engine reported it, and peak memory "
+        r"\(GiB\): \d+ rows, in the HTML report and in each case's result.json \(effective\)",
+        text,
+    )
     assert "Option: observed" not in text
 
 
@@ -334,11 +347,26 @@ def console_messages(html: Path, profile: Path) -> tuple[str, list[str]]:
     """The DOM Chromium built from the file, and every console message it logged (any level:
     the report has no script, so any message is a fault: a resource it failed to load, a parse error)."""
     done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", html.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            html.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
 
@@ -404,6 +432,7 @@ def cells_of_rows(html: str, anchor: str) -> list[list[str]]:
 
 def test_two_smoke_runs_compared_show_the_ratio_and_welchs_test_per_case(tmp_path):
     from scipy.stats import ttest_ind  # a test dependency
+
     plan = build_plan(load_protocol(), "smoke")
     training = [case.id for case in plan.cases if case.workload == "train"]
     a = write_run(tmp_path / "a", plan, cases=training, seed=1)
@@ -455,8 +484,13 @@ def test_two_real_smoke_runs_compared_through_the_cli_show_the_ratio_and_welchs_
     assert len(va) == len(vb) == 3
     ratio = statistics.fmean(vb) / statistics.fmean(va)
     p_value = ttest_ind(vb, va, equal_var=False).pvalue
-    assert rows[(case, "tokens/s")] == [mean_std_text(va), mean_std_text(vb), f"{ratio:.{significant(ratio)}f} ×",
-                                        f"{p_value:.3g}", "yes" if p_value < 0.05 else "no"]  # fmt: skip
+    assert rows[(case, "tokens/s")] == [
+        mean_std_text(va),
+        mean_std_text(vb),
+        f"{ratio:.{significant(ratio)}f} ×",
+        f"{p_value:.3g}",
+        "yes" if p_value < 0.05 else "no",
+    ]
 
 
 # --- Pictures -----------------------------------------------------------------------------------
@@ -484,8 +518,21 @@ def test_the_breakdown_and_serving_are_drawn_before_their_tables(paper_run, page
         assert at <= table, f"{title!r} on page {at + 1}, after its section's table on page {table + 1}"
         folder = tmp_path / f"page-{at + 1}"
         folder.mkdir(exist_ok=True)  # two pictures can share a page
-        subprocess.run(["pdftoppm", "-r", "50", "-f", str(at + 1), "-l", str(at + 1), "-png",
-                        str(paper_run / "report.pdf"), str(folder / "page")], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "pdftoppm",
+                "-r",
+                "50",
+                "-f",
+                str(at + 1),
+                "-l",
+                str(at + 1),
+                "-png",
+                str(paper_run / "report.pdf"),
+                str(folder / "page"),
+            ],
+            check=True,
+        )
         with image_module.open(next(folder.glob("*.png"))) as image:
             colours = {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1 << 20)}
         assert any(sum(abs(a - b) for a, b in zip(colour, ink)) < 12 for colour in colours), f"{title!r} is not drawn"
@@ -497,10 +544,15 @@ def test_the_latency_distribution_is_every_finished_request_of_requests_jsonl(pa
 
     run = load_run(paper_run, False)
     case_id = next(cid for cid, result in run.results.items() if result.stage == "serve" and result.status == "ok")
-    lines = [line for path in sorted((paper_run / "cases" / case_id / "runs").glob("*/requests.jsonl"))
-             for line in path.read_text().splitlines()]  # fmt: skip
+    lines = [
+        line
+        for path in sorted((paper_run / "cases" / case_id / "runs").glob("*/requests.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
     rows = request_rows(run, case_id)
     assert len(rows) == len(lines) > 0
     assert sorted(row.ttft for row in rows if row.ok) == sorted(
-        json.loads(line)["ttft"] for line in lines if json.loads(line)["error"] is None and json.loads(line)["latency"] is not None
+        json.loads(line)["ttft"]
+        for line in lines
+        if json.loads(line)["error"] is None and json.loads(line)["latency"] is not None
     )

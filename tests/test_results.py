@@ -52,5 +52,7 @@ def test_sha256sums_cover_every_file_and_verify_with_sha256sum(tmp_path):
     lines = sums.read_text().splitlines()
     assert lines == sorted(lines) and len(lines) == 2
     assert f"{hashlib.sha256(b'hello').hexdigest()}  cases/x/log.txt" in lines
-    check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=tmp_path, capture_output=True, text=True)
+    check = subprocess.run(
+        ["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr

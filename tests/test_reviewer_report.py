@@ -46,7 +46,9 @@ class Printed:
         self.run, self.pdf = run, out / "report.pdf"
         self.results = {result.case_id: result for result in RunDir(run).results()}
         self.info = RunDir(run).read_info()
-        layout = subprocess.run(["pdftotext", "-layout", str(self.pdf), "-"], capture_output=True, text=True, check=True)
+        layout = subprocess.run(
+            ["pdftotext", "-layout", str(self.pdf), "-"], capture_output=True, text=True, check=True
+        )
         self.pages = layout.stdout.split("\f")[:-1]
         self.document = json.loads((out / "report.json").read_text())
 
@@ -62,11 +64,11 @@ class Printed:
         """The flat text from `start` to `end`, after page one and the cover's contents."""
         text = flat("\n".join(self.pages[2:]))
         begin = text.index(start)
-        return text[begin:text.index(end, begin + len(start))]
+        return text[begin : text.index(end, begin + len(start))]
 
     def on_page_one(self, start: str, end: str) -> str:
         begin = self.first.index(start)
-        return self.first[begin:self.first.index(end, begin + len(start))]
+        return self.first[begin : self.first.index(end, begin + len(start))]
 
 
 def flat(text: str) -> str:
@@ -128,8 +130,10 @@ def numbers_of(metric) -> str:
 
 def test_page_one_opens_with_a_verdict_of_three_lines_and_what_the_report_cannot_tell(printed):
     first = printed.first
-    order = [first.index(words) for words in ("This host", "Against", "Limited by", "What this report cannot tell you:",
-                                                "Headline figures")]  # fmt: skip
+    order = [
+        first.index(words)
+        for words in ("This host", "Against", "Limited by", "What this report cannot tell you:", "Headline figures")
+    ]
     assert order == sorted(order)
     assert "This report" not in first and flat(printed.pages[1]).index("This report") < 300  # page one is one page
 
@@ -139,22 +143,31 @@ def test_a_one_gpu_run_says_its_gpu_count_limits_it_and_what_to_run(h100):
     short = [r for r in h100.results.values() if r.status == "skipped" and r.case.gpus > 1]
     assert f"Limited by Its 1 GPU: {len(short)} of {len(h100.info.selected)} cases need more (2, 8)." in h100.first
     cannot = h100.on_page_one("What this report cannot tell you:", "Run runh100")
-    assert ("Pre-training, the largest micro-batch each method holds, fine-tuning, serving throughput and latency "
-            "(skipped: needs 8 GPUs, host has 1; this kit's `kit run --all --profile paper` fits the plan to the "
-            "host's 1 GPU)") in cannot  # fmt: skip
+    assert (
+        "Pre-training, the largest micro-batch each method holds, fine-tuning, serving throughput and latency "
+        "(skipped: needs 8 GPUs, host has 1; this kit's `kit run --all --profile paper` fits the plan to the "
+        "host's 1 GPU)"
+    ) in cannot
     assert "communication bandwidth" in cannot and "they need a host of 2 GPUs" in cannot
     flash = h100.results["profile.llama2-7b.f.g1"]
-    assert f"1 of 3 cases of module breakdown of a pre-training step (unavailable: {flash.reason.removeprefix('rank 0: ')})" in cannot
+    assert (
+        f"1 of 3 cases of module breakdown of a pre-training step (unavailable: {flash.reason.removeprefix('rank 0: ')})"
+        in cannot
+    )
     assert counted["ok"] == 3
 
 
 def test_the_paper_size_run_names_its_failing_host_check_and_what_it_holds_back(paper):
     first = paper.first
     check = next(c for c in paper.info.checks if c.name == "driver_supports_images")
-    assert check.status == "fail" and f"Limited by The host check driver_supports_images fails: {check.observed}." in first
+    assert (
+        check.status == "fail" and f"Limited by The host check driver_supports_images fails: {check.observed}." in first
+    )
     assert "Host checks fail: driver_supports_images;" in first
     cannot = paper.on_page_one("What this report cannot tell you:", "Run a800")
-    assert "3 of 9 cases of serving throughput and latency (unavailable: image ghcr.io/modeltc/lightllm:v1.0.1" in cannot
+    assert (
+        "3 of 9 cases of serving throughput and latency (unavailable: image ghcr.io/modeltc/lightllm:v1.0.1" in cannot
+    )
     failed = [r.case_id for r in paper.results.values() if r.status == "error"]
     assert f"the {len(failed)} cases that failed or did not finish" in cannot
     assert f"the figures marked invalid ({PAST_BOUND}: past their physical bounds)" in cannot
@@ -167,11 +180,22 @@ def test_a_cpu_run_says_a_cpu_limits_it_and_nothing_about_a_gpu_can_be_told(smok
 
 
 def test_provenance_is_a_line_of_pass_warn_or_fail(h100, paper, smoke):
-    assert "Provenance warn: kit 0.1.0, commit not recorded (installed from an archive, no .git in /tmp/kitsrc)" in h100.first
-    assert "Provenance warn: kit 0.1.0, commit not recorded (installed from an archive, no .git in /opt/kit)" in paper.first
+    assert (
+        "Provenance warn: kit 0.1.0, commit not recorded (installed from an archive, no .git in /tmp/kitsrc)"
+        in h100.first
+    )
+    assert (
+        "Provenance warn: kit 0.1.0, commit not recorded (installed from an archive, no .git in /opt/kit)"
+        in paper.first
+    )
     kit = smoke.info.kit  # a checkout: pass where it was clean, warn where it had changes
-    verdict, checkout = ("warn", "with uncommitted changes (dirty checkout)") if kit.dirty else ("pass", "clean checkout")
-    assert f"Provenance {verdict}: kit 0.1.0, commit {kit.git_commit}, {checkout}; source SHA-256 {kit.source_sha256[:12]}…" in smoke.first
+    verdict, checkout = (
+        ("warn", "with uncommitted changes (dirty checkout)") if kit.dirty else ("pass", "clean checkout")
+    )
+    assert (
+        f"Provenance {verdict}: kit 0.1.0, commit {kit.git_commit}, {checkout}; source SHA-256 {kit.source_sha256[:12]}…"
+        in smoke.first
+    )
     # the environment section says the same of the kit, never a commit of zeros
     assert "Kit 0.1.0, commit not recorded (installed from an archive, no .git in /tmp/kitsrc)" in h100.text
     assert "0000000000" not in paper.text
@@ -183,12 +207,17 @@ def test_provenance_is_a_line_of_pass_warn_or_fail(h100, paper, smoke):
 def test_cases_are_counted_as_attempted_measured_oom_unavailable_and_skipped(printed):
     counted = statuses(printed)
     attempted = len(printed.info.selected) - counted["skipped"]
-    badges = (f"{attempted} attempted {counted['ok']} measured {counted['oom']} OOM {counted['unavailable']} unavailable "
-              f"{counted['skipped']} skipped")  # fmt: skip
+    badges = (
+        f"{attempted} attempted {counted['ok']} measured {counted['oom']} OOM {counted['unavailable']} unavailable "
+        f"{counted['skipped']} skipped"
+    )
     assert badges in printed.first
     summary = printed.section("Executive summary", "Environment and fingerprint checks")
     assert f"attempted {attempted} of the {len(printed.info.selected)} cases it selected" in summary
-    assert f"{counted['ok']} measured, {counted['oom']} OOM, {counted['unavailable']} unavailable, {counted['skipped']} skipped" in summary
+    assert (
+        f"{counted['ok']} measured, {counted['oom']} OOM, {counted['unavailable']} unavailable, {counted['skipped']} skipped"
+        in summary
+    )
 
 
 def test_summary_figures_are_of_cases_as_the_protocol_writes_them_each_with_model_and_method(paper):
@@ -196,9 +225,14 @@ def test_summary_figures_are_of_cases_as_the_protocol_writes_them_each_with_mode
     full = [r for r in primary(paper, "pretrain") if r.status == "ok" and kind(r) == "full-parameter"]
     fast = max(full, key=lambda r: r.metrics["tokens_per_s"].mean)
     light = min(full, key=lambda r: r.metrics["peak_memory_gib"].mean)
-    assert f"Pre-training, full-parameter: the highest throughput is {fast.case.method.upper()} on {fast.case.model}" in summary
-    assert (f"the lowest peak memory {light.case.method.upper()} on {light.case.model}, "
-            f"{numbers_of(light.metrics['peak_memory_gib'])} GiB") in summary  # fmt: skip
+    assert (
+        f"Pre-training, full-parameter: the highest throughput is {fast.case.method.upper()} on {fast.case.model}"
+        in summary
+    )
+    assert (
+        f"the lowest peak memory {light.case.method.upper()} on {light.case.model}, "
+        f"{numbers_of(light.metrics['peak_memory_gib'])} GiB"
+    ) in summary
     variants = [r for r in paper.results.values() if r.stage == "pretrain" and r.case.variant and r.status == "ok"]
     lighter = min(variants, key=lambda r: r.metrics["peak_memory_gib"].mean)
     assert lighter.metrics["peak_memory_gib"].mean < light.metrics["peak_memory_gib"].mean  # a p2p-off variant's
@@ -239,8 +273,11 @@ def test_each_kind_of_method_is_ranked_apart_and_fastest_only_clear_of_the_next(
         for stage in ("pretrain", "finetune"):
             done = [r for r in primary(printed, stage) if r.status == "ok"]
             for group in {(r.case.model, kind(r)) for r in done}:
-                ranked = sorted((r for r in done if (r.case.model, kind(r)) == group),
-                                key=lambda r: r.metrics["tokens_per_s"].mean, reverse=True)  # fmt: skip
+                ranked = sorted(
+                    (r for r in done if (r.case.model, kind(r)) == group),
+                    key=lambda r: r.metrics["tokens_per_s"].mean,
+                    reverse=True,
+                )
                 assert f"{numbers_of(ranked[0].metrics['tokens_per_s'])} tokens/s" in printed.first
                 if len(ranked) == 1:
                     said[f"the only {group[1]}"] += 1
@@ -255,7 +292,7 @@ def test_each_kind_of_method_is_ranked_apart_and_fastest_only_clear_of_the_next(
 def test_page_one_has_a_legend_of_every_method_letter(printed):
     letters = {token for cid in printed.info.selected for token in printed.results[cid].case.method.split("+")}
     options = load_protocol().option_sets["training"]
-    legend = printed.first[printed.first.index("Methods:"):]
+    legend = printed.first[printed.first.index("Methods:") :]
     for token in letters & set(options):
         assert f"{'Naive' if token == 'naive' else token.upper()}: " in legend, token
 
@@ -271,8 +308,11 @@ def test_the_scaling_efficiency_is_judged_once_and_the_claims_resting_on_it_poin
         assert (expected["verdict"], expected["relations"][0]["judged_in"]) == ("judged in another claim", "C1")
     claims = paper.section("The paper's published findings against this run", "Deviations, failures and waivers")
     assert claims.count("vs expectation: judged in another claim (C1: the same measurement, judged there once)") == 2
-    deviating = paper.section("Claims where this host's GPUs deviate", "Notes the results carry") if (
-        "Claims where this host's GPUs deviate" in paper.text) else ""
+    deviating = (
+        paper.section("Claims where this host's GPUs deviate", "Notes the results carry")
+        if ("Claims where this host's GPUs deviate" in paper.text)
+        else ""
+    )
     assert "C2" not in deviating and "C3" not in deviating
 
 
@@ -286,7 +326,9 @@ def test_energy_and_cost_are_printed_in_one_unit_and_the_currency_given(paper, h
     frugal = min(done, key=lambda r: r.metrics["joules_per_token"].mean)
     assert f"{numbers_of(frugal.metrics['tokens_per_s'])} {numbers_of(frugal.metrics['joules_per_token'])}" in energy
     assert frugal.case_id in energy
-    assert f"Priced at 2.5 {CURRENCY} per GPU-hour (--gpu-hour-price, --currency)." in energy and f"({CURRENCY}," in energy
+    assert (
+        f"Priced at 2.5 {CURRENCY} per GPU-hour (--gpu-hour-price, --currency)." in energy and f"({CURRENCY}," in energy
+    )
     assert paper.document["currency"] == CURRENCY and h100.document["currency"] == "USD"
     for printed in (paper, h100):
         assert "per 1k tokens" not in printed.text and "J per 1k" not in printed.text
@@ -312,14 +354,18 @@ def test_no_text_is_printed_under_7_points(printed):
 
 def test_case_ids_wrap_only_at_their_dots(printed):
     """A piece of a case id at the end of a printed cell ends with a dot: never "serve.llama2-70" / "b.tgi.g8"."""
-    names = {cid for cid in printed.results} | {f"cases/{cid}/" for cid in printed.results}
+    names = set(printed.results) | {f"cases/{cid}/" for cid in printed.results}
     broken = set()
     for page in printed.pages:
         for line in page.splitlines():
             for cell in re.split(r"\s{2,}", line.strip()):
                 piece = cell.split()[-1] if cell.split() else ""
-                if "." in piece and not piece.endswith(".") and piece not in names and any(
-                        name.startswith(piece) for name in names):
+                if (
+                    "." in piece
+                    and not piece.endswith(".")
+                    and piece not in names
+                    and any(name.startswith(piece) for name in names)
+                ):
                     broken.add(piece)
     assert not broken
 
@@ -328,9 +374,15 @@ def test_a_table_of_nothing_but_skipped_cases_is_one_line_saying_why(h100):
     variants = [r for r in h100.results.values() if r.case.variant]
     skipped = Counter(r.reason for r in variants if r.status == "skipped")
     line = h100.section("p2p-off: each case without and with the variant:", "Peer-to-peer off")
-    assert f"none of its {len(variants)} cases measured (skipped: {skipped.most_common(1)[0][0]} ({skipped.most_common(1)[0][1]} cases)" in line
+    assert (
+        f"none of its {len(variants)} cases measured (skipped: {skipped.most_common(1)[0][0]} ({skipped.most_common(1)[0][1]} cases)"
+        in line
+    )
     assert "Twin p2p-off p2p-off / twin" not in h100.text
-    assert "Table II: Megatron-LM's engine and DeepSpeed's naive configuration, same model, sequence and dtype: none of its" in h100.text
+    assert (
+        "Table II: Megatron-LM's engine and DeepSpeed's naive configuration, same model, sequence and dtype: none of its"
+        in h100.text
+    )
 
 
 def test_a_row_of_badges_is_printed_on_one_line(printed):
@@ -363,7 +415,9 @@ def test_close_figures_on_a_log_axis_draw_as_bars_of_close_length(h100):
     axis started just below the smallest."""
     from kit.report.charts import log_axis_limits
 
-    values = sorted(r.metrics["joules_per_token"].mean for r in h100.results.values() if "joules_per_token" in r.metrics)
+    values = sorted(
+        r.metrics["joules_per_token"].mean for r in h100.results.values() if "joules_per_token" in r.metrics
+    )
     start, end = log_axis_limits(values[0], values[-1])
     lengths = [math.log10(value / start) for value in values]
     assert len(values) == 3 and max(lengths) / min(lengths) < 1.5 and end > values[-1]

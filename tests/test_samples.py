@@ -7,13 +7,28 @@ from kit.rundir.schema import RankSample
 
 
 def rank(r, status, reason=None):
-    return RankSample(rank=r, world_size=2, status=status, reason=reason, device="cpu", device_name="cpu",
-                      started_at="t", finished_at="t")  # fmt: skip
+    return RankSample(
+        rank=r,
+        world_size=2,
+        status=status,
+        reason=reason,
+        device="cpu",
+        device_name="cpu",
+        started_at="t",
+        finished_at="t",
+    )
 
 
 def judge(ranks, exit_code=0, timed_out=False, expected=2):
-    return run_sample(index=1, ranks=ranks, expected_ranks=expected, exit_code=exit_code, wall_s=1.0,
-                      timed_out=timed_out, timeout_s=60)  # fmt: skip
+    return run_sample(
+        index=1,
+        ranks=ranks,
+        expected_ranks=expected,
+        exit_code=exit_code,
+        wall_s=1.0,
+        timed_out=timed_out,
+        timeout_s=60,
+    )
 
 
 def test_all_ranks_ok_and_clean_exit_is_ok():
@@ -26,7 +41,10 @@ def test_an_oom_on_one_rank_explains_errors_on_the_others():
 
 
 def test_unavailable_is_its_own_status():
-    assert judge([rank(0, "unavailable", "no flash-attn"), rank(1, "unavailable", "no flash-attn")]).status == "unavailable"
+    assert (
+        judge([rank(0, "unavailable", "no flash-attn"), rank(1, "unavailable", "no flash-attn")]).status
+        == "unavailable"
+    )
 
 
 def test_a_rank_that_wrote_nothing_is_an_error():
@@ -42,8 +60,9 @@ def test_a_shared_launch_killed_before_its_first_run_wrote_gives_that_run_the_la
     out_dirs = [tmp_path / str(i) for i in (1, 2, 3)]
     for folder in out_dirs:
         folder.mkdir()
-    samples = launch_samples(indices=[1, 2, 3], out_dirs=out_dirs, expected_ranks=2, exit_code=137, wall_s=9.5,
-                             timed_out=True, timeout_s=3)  # fmt: skip
+    samples = launch_samples(
+        indices=[1, 2, 3], out_dirs=out_dirs, expected_ranks=2, exit_code=137, wall_s=9.5, timed_out=True, timeout_s=3
+    )
     assert [(s.index, s.status, s.wall_s) for s in samples] == [(1, "timeout", 9.5)]
     assert "timeout of 3 s" in samples[0].reason
 

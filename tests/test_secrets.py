@@ -19,9 +19,17 @@ from kit.credentials import MASKED
 KIT = [sys.executable, "-m", "kit.cli"]
 
 
-@pytest.mark.parametrize("name, value", [("HF_TOKEN", "anything"), ("WANDB_API_KEY", "x"), ("NOTE", PLANTED["HF_TOKEN"]),
-                                         ("DATABASE_URL", "postgres://u:pw@db/x"), ("NOTE", "AKIAIOSFODNN7EXAMPLE"),
-                                         ("NOTE", "ghp_" + "a1" * 18)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HF_TOKEN", "anything"),
+        ("WANDB_API_KEY", "x"),
+        ("NOTE", PLANTED["HF_TOKEN"]),
+        ("DATABASE_URL", "postgres://u:pw@db/x"),
+        ("NOTE", "AKIAIOSFODNN7EXAMPLE"),
+        ("NOTE", "ghp_" + "a1" * 18),
+    ],
+)
 def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manifests_copy, name, value):
     path = manifests_copy / "protocol.yaml"
     text = path.read_text()
@@ -33,11 +41,14 @@ def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manif
     assert f"{name} looks like a credential" in done.stderr and value not in done.stderr
 
 
-@pytest.mark.parametrize("entry, reason", [
-    pytest.param('"A\\0B": "1"', "is not a variable name", id="NUL in a name"),
-    pytest.param('"X" : "a\\0b"', "NUL byte", id="NUL in a value"),
-    pytest.param('"' + "V" * 1000 + '": "1"', "is not a variable name", id="a name 1000 long"),
-])
+@pytest.mark.parametrize(
+    "entry, reason",
+    [
+        pytest.param('"A\\0B": "1"', "is not a variable name", id="NUL in a name"),
+        pytest.param('"X" : "a\\0b"', "NUL byte", id="NUL in a value"),
+        pytest.param('"' + "V" * 1000 + '": "1"', "is not a variable name", id="a name 1000 long"),
+    ],
+)
 def test_a_variable_no_process_can_be_given_is_refused_where_the_manifest_is_read(manifests_copy, entry, reason):
     path = manifests_copy / "protocol.yaml"
     text = path.read_text()
@@ -62,13 +73,34 @@ def test_a_redacted_run_with_tokens_in_its_environment_writes_neither_the_tokens
     env = {**os.environ, **PLANTED}
     run = tmp_path / "run"
     cases = ["comm.all_reduce.g2", "profile.tiny-llama.base.g1", "serve.tiny-llama.vllm.g1"]
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", *[a for c in cases for a in ("--case", c)], "--executor", "local",
-                           "--redact", "--out", str(run)], capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
+    done = subprocess.run(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            *[a for c in cases for a in ("--case", c)],
+            "--executor",
+            "local",
+            "--redact",
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = subprocess.run([*KIT, "report", str(run)], capture_output=True, text=True, env=env, timeout=900)
     assert report.returncode == 0, report.stderr[-3000:]
     assert files_holding_a_token(run, done.stdout, done.stderr, report.stdout, report.stderr) == []
-    identifying = [str(run.resolve()), str(cache_dir().resolve()), str(Path.home()) + "/", str(Path(__file__).resolve().parent.parent)]
+    identifying = [
+        str(run.resolve()),
+        str(cache_dir().resolve()),
+        str(Path.home()) + "/",
+        str(Path(__file__).resolve().parent.parent),
+    ]
     words = [platform.node()] + ([getpass.getuser()] if getpass.getuser() != "root" else [])
     found = []
     for path in run.rglob("*"):
@@ -76,18 +108,29 @@ def test_a_redacted_run_with_tokens_in_its_environment_writes_neither_the_tokens
             raw = path.read_bytes()
             text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
             found += [(str(path.relative_to(run)), s) for s in identifying if s in text]
-            found += [(str(path.relative_to(run)), w) for w in words if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text)]
+            found += [
+                (str(path.relative_to(run)), w)
+                for w in words
+                if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text)
+            ]
     assert found == []
     info = json.loads((run / "run.json").read_text())
     assert info["redacted"] and info["host"]["hostname"].startswith("redacted-")
     before = json.loads((run / "fingerprint.json").read_text())["host"]["hostname"]
-    assert before == info["host"]["hostname"] == json.loads((run / "fingerprint-after.json").read_text())["host"]["hostname"]
+    assert (
+        before
+        == info["host"]["hostname"]
+        == json.loads((run / "fingerprint-after.json").read_text())["host"]["hostname"]
+    )
     check = subprocess.run([*KIT, "report", str(run), "--verify"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr[-2000:]
 
 
-NCCL_PLANTED = {"NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789", "NCCL_DEBUG_FILE": "postgres://u:planted-pw@db/x",
-                "NCCL_SOCKET_IFNAME": "AKIAPLANTEDEXAMPLE01"}
+NCCL_PLANTED = {
+    "NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789",
+    "NCCL_DEBUG_FILE": "postgres://u:planted-pw@db/x",
+    "NCCL_SOCKET_IFNAME": "AKIAPLANTEDEXAMPLE01",
+}
 
 
 def test_an_nccl_variable_that_looks_like_a_credential_is_masked_in_the_fingerprint(real_smoke_run):
@@ -113,4 +156,6 @@ def test_a_report_masks_what_an_earlier_kit_recorded_of_the_nccl_variables(real_
     code, out, err = kit_in_process("report", run, "--format", "html,json", "--out", tmp_path / "report")
     assert code == 0, out + err
     written = "".join(path.read_text() for path in (tmp_path / "report").iterdir())
-    assert html.escape(MASKED) in written and not [value for value in NCCL_PLANTED.values() if value in written + out + err]
+    assert html.escape(MASKED) in written and not [
+        value for value in NCCL_PLANTED.values() if value in written + out + err
+    ]

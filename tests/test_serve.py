@@ -97,8 +97,10 @@ def test_the_engine_process_and_its_children_run_on_the_engines_cpus_and_the_cli
     from kit.serve.process import EngineProcess
 
     first, *rest = sorted(os.sched_getaffinity(0))
-    child = "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', " \
-            "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout, flush=True)"
+    child = (
+        "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), subprocess.run([sys.executable, '-c', "
+        "'import os; print(sorted(os.sched_getaffinity(0)))'], capture_output=True, text=True).stdout, flush=True)"
+    )
     engine = EngineProcess([sys.executable, "-c", child], tmp_path / "engine.log", 0, dict(os.environ), [first])
     engine.process.wait(30)
     assert (tmp_path / "engine.log").read_text().split() == [f"[{first}]", f"[{first}]"]
@@ -125,7 +127,10 @@ def test_lightllm_is_started_by_its_documented_command_on_all_interfaces(paper_p
     case = paper_case(paper_plan, "serve.llama2-7b.lightllm.g8")
     engine = engine_for(case.params)
     argv = engine.arguments(case, "/models/llama2-7b", "0.0.0.0", 8000)
-    assert engine.command == ("python", "-m", "lightllm.server.api_server") and option(argv, "--model_dir") == "/models/llama2-7b"
+    assert (
+        engine.command == ("python", "-m", "lightllm.server.api_server")
+        and option(argv, "--model_dir") == "/models/llama2-7b"
+    )
     assert option(argv, "--tp") == "8" and option(argv, "--data_type") == "bf16"
     assert option(argv, "--max_req_total_len") == str(512 + case.params.max_output_tokens)
     assert option(argv, "--host") == "0.0.0.0"  # its default, 127.0.0.1, is unreachable through a published port
@@ -174,7 +179,9 @@ def test_a_vllm_chunk_that_carries_several_tokens_counts_each_by_its_ids():
     engine = ENGINES["vllm"]
     recorded = parse_stream((FIXTURES / "vllm-0.32-completions-stream.sse").read_bytes())[0]
     three = recorded.replace('"token_ids":null', '"token_ids":[11,12,13]')
-    first = recorded.replace('"prompt_token_ids":null', '"prompt_token_ids":[1,5,6,7]').replace('"token_ids":null', '"token_ids":[9]')
+    first = recorded.replace('"prompt_token_ids":null', '"prompt_token_ids":[1,5,6,7]').replace(
+        '"token_ids":null', '"token_ids":[9]'
+    )
     assert (engine.parse(three).token_events, engine.parse(three).tokens) == (1, 3)
     assert engine.parse(first).tokens == 1  # the prompt's ids, sent with the first chunk, are not output
     assert engine.parse(recorded).tokens == 1  # no ids asked for: one token per chunk
@@ -245,12 +252,17 @@ def replay(smoke_plan, name, raw: bytes, cut: int = 0):
 
 @pytest.mark.parametrize(
     "name, fixture, tokens, source",
-    [("vllm", "vllm-0.32-completions-stream.sse", 32, "server"), ("lightllm", "lightllm-generate-stream.sse", 3, "server")],
+    [
+        ("vllm", "vllm-0.32-completions-stream.sse", 32, "server"),
+        ("lightllm", "lightllm-generate-stream.sse", 3, "server"),
+    ],
 )
 def test_client_reads_each_engines_real_stream(smoke_plan, name, fixture, tokens, source):
     burst = replay(smoke_plan, name, (FIXTURES / fixture).read_bytes())
     assert all(r.ok for r in burst.records), [r.error for r in burst.records]
-    assert {(r.output_tokens, r.output_tokens_source, r.streamed_tokens) for r in burst.records} == {(tokens, source, tokens)}
+    assert {(r.output_tokens, r.output_tokens_source, r.streamed_tokens) for r in burst.records} == {
+        (tokens, source, tokens)
+    }
     record = burst.records[0]
     assert 0 < record.ttft <= record.latency and len(record.itl) == record.token_events - 1
     assert burst.load.events > 0 and burst.load.cpu_s > 0
@@ -259,7 +271,9 @@ def test_client_reads_each_engines_real_stream(smoke_plan, name, fixture, tokens
 def test_a_last_event_without_its_blank_line_still_counts(smoke_plan):
     raw = (FIXTURES / "lightllm-generate-stream.sse").read_bytes().rstrip(b"\n")
     burst = replay(smoke_plan, "lightllm", raw)
-    assert all(r.ok and r.streamed_tokens == 3 and r.output_tokens == 3 for r in burst.records), [r.error for r in burst.records]
+    assert all(r.ok and r.streamed_tokens == 3 and r.output_tokens == 3 for r in burst.records), [
+        r.error for r in burst.records
+    ]
 
 
 def test_a_stream_cut_in_the_middle_of_an_event_is_that_requests_error(smoke_plan):
@@ -287,9 +301,11 @@ def test_server_counters_are_read_from_the_engines_real_metrics_page():
 def test_a_label_value_holding_a_brace_and_an_escaped_quote_keeps_its_sample_and_reads_unescaped():
     from kit.serve.prometheus import counter_total, parse_samples
 
-    page = ('# TYPE vllm:request_success_total counter\n'
-            'vllm:request_success_total{finished_reason="length",model_name="/models/a}b \\"c\\""} 7.0\n'
-            'vllm:request_success_total{finished_reason="abort",model_name="/models/a}b \\"c\\""} 2.0\n')  # fmt: skip
+    page = (
+        "# TYPE vllm:request_success_total counter\n"
+        'vllm:request_success_total{finished_reason="length",model_name="/models/a}b \\"c\\""} 7.0\n'
+        'vllm:request_success_total{finished_reason="abort",model_name="/models/a}b \\"c\\""} 2.0\n'
+    )
     samples = parse_samples(page)
     assert [sample.labels["model_name"] for sample in samples] == ['/models/a}b "c"'] * 2
     assert counter_total(samples, "vllm:request_success_total", {"finished_reason": ("abort",)}) == 7
@@ -321,9 +337,15 @@ def test_percentiles_match_numpy_default():
 
 def record(index, ttft, latency, tokens, error=None, sent=0.0):
     return RequestRecord(
-        index=index, input_tokens=100, sent_at=sent, ttft=ttft, latency=None if error else latency,
-        output_tokens=tokens, token_events=tokens, error=error,
-    )  # fmt: skip
+        index=index,
+        input_tokens=100,
+        sent_at=sent,
+        ttft=ttft,
+        latency=None if error else latency,
+        output_tokens=tokens,
+        token_events=tokens,
+        error=error,
+    )
 
 
 def test_aggregates_count_only_finished_requests():
@@ -373,7 +395,9 @@ def test_a_lagging_client_is_flagged_even_when_events_arrive_together():
 def served_model(tmp_path_factory):
     from kit.plan.model_files import weightless_model
 
-    return weightless_model("tiny-llama", load_protocol().models["tiny-llama"], 1234, root=tmp_path_factory.mktemp("models"))
+    return weightless_model(
+        "tiny-llama", load_protocol().models["tiny-llama"], 1234, root=tmp_path_factory.mktemp("models")
+    )
 
 
 def test_the_served_model_has_a_local_tokenizer_of_the_models_vocabulary(served_model):
@@ -419,9 +443,15 @@ def test_vllm_on_a_gpu_host_without_docker_gets_an_environment_of_its_pinned_whe
     name, environment = environment_for(engine_for(case.params), "cuda")
     assert (name, environment.requirement) == ("vllm-cuda", "vllm==0.30.0")
     (tmp_path / "wheels").mkdir()
-    for variable, value in {"KIT_CACHE": tmp_path / "cache", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": tmp_path / "wheels"}.items():
+    for variable, value in {
+        "KIT_CACHE": tmp_path / "cache",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": tmp_path / "wheels",
+    }.items():
         monkeypatch.setenv(variable, str(value))
-    with pytest.raises(Unavailable, match=r"the vllm-cuda environment could not be made: pip install .*vllm==0\.30\.0 failed"):
+    with pytest.raises(
+        Unavailable, match=r"the vllm-cuda environment could not be made: pip install .*vllm==0\.30\.0 failed"
+    ):
         local_command(engine_for(case.params), case, print)
 
 
@@ -459,17 +489,30 @@ def test_the_smoke_runs_serve_case_runs_the_real_vllm_and_writes_rows_and_aggreg
     assert recomputed == details["aggregates"]  # every aggregate traces to the rows
     assert result["metrics"]["output_throughput"]["mean"] == pytest.approx(details["aggregates"]["output_throughput"])
     engine = details["engine"]
-    assert engine["name"] == "vllm" and engine["version"].startswith("0.32") and engine["argv"][1:3] == ["serve", details["model"]["path"]]
+    assert (
+        engine["name"] == "vllm"
+        and engine["version"].startswith("0.32")
+        and engine["argv"][1:3] == ["serve", details["model"]["path"]]
+    )
     assert engine["stop"] == {"stopped_by": "SIGTERM", "exit_code": 0, "oom_killed": None}  # a process, not a container
     assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE"} & set(engine["environment"])
-    if len(os.sched_getaffinity(0)) >= 2:  # the client kept a CPU of its own, vLLM's threads the engine's (kit.serve.cpu_split)
+    if (
+        len(os.sched_getaffinity(0)) >= 2
+    ):  # the client kept a CPU of its own, vLLM's threads the engine's (kit.serve.cpu_split)
         from kit.serve.engines import omp_threads_bind
 
         cpus = engine["cpus"]
-        assert cpus["client"] and not set(cpus["client"]) & set(cpus["engine"]) and "VLLM_CPU_OMP_THREADS_BIND" in engine["environment"]
+        assert (
+            cpus["client"]
+            and not set(cpus["client"]) & set(cpus["engine"])
+            and "VLLM_CPU_OMP_THREADS_BIND" in engine["environment"]
+        )
         bound = omp_threads_bind(cpus["engine"], 1).split(",")
         assert f"local_rank=0, core ids=[{', '.join(bound)}]" in (case_dir / "runs/1/engine.log").read_text()
-    assert details["model"]["kind"].startswith("config and tokenizer") and "model.safetensors" not in details["model"]["files"]
+    assert (
+        details["model"]["kind"].startswith("config and tokenizer")
+        and "model.safetensors" not in details["model"]["files"]
+    )
     tokens = details["tokens"]
     assert tokens["equal"] and tokens["server_counters"]["generated_tokens"] == len(rows) * params["max_output_tokens"]
     assert tokens["server_counters"]["finished_requests"] == len(rows)
@@ -481,7 +524,9 @@ def test_the_smoke_runs_serve_case_runs_the_real_vllm_and_writes_rows_and_aggreg
     named = claim_metrics(load_reference(), "serve")
     assert named and all(result["metrics"].get(name) for name in named), named - set(result["metrics"])
     # The report shows the burst beside its bound (or why there is none), and the ITL definition.
-    report = subprocess.run([*KIT, "report", str(run), "--format", "html", "--out", str(tmp_path)], capture_output=True, text=True)
+    report = subprocess.run(
+        [*KIT, "report", str(run), "--format", "html", "--out", str(tmp_path)], capture_output=True, text=True
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     html = (tmp_path / "report.html").read_text()
     assert "the burst of each engine" in html and "no peak figures for a CPU" in html and "ITL, the gaps" in html
@@ -490,7 +535,14 @@ def test_the_smoke_runs_serve_case_runs_the_real_vllm_and_writes_rows_and_aggreg
     [real] = result["samples"][0]["ranks"]
     written = json.loads(synthetic.model_dump_json())["details"]
     assert synthetic.world_size == real["world_size"] == 1 and filled(written) == filled(details)
-    assert filled(written["tokens"]) == filled(tokens) and filled(written["engine"]) >= {"name", "label", "placement", "version", "ready_s", "stop"}
+    assert filled(written["tokens"]) == filled(tokens) and filled(written["engine"]) >= {
+        "name",
+        "label",
+        "placement",
+        "version",
+        "ready_s",
+        "stop",
+    }
 
 
 def filled(record: dict) -> set[str]:
@@ -583,7 +635,9 @@ def test_an_engine_that_exits_before_it_is_ready_fails_with_its_code(tmp_path):
     from kit.serve.session import wait_ready
 
     log = tmp_path / "engine.log"
-    server = EngineProcess([sys.executable, "-c", "print('cannot load weights'); raise SystemExit(3)"], log, free_port())
+    server = EngineProcess(
+        [sys.executable, "-c", "print('cannot load weights'); raise SystemExit(3)"], log, free_port()
+    )
     with pytest.raises(EngineFailed, match="code 3"):
         wait_ready(server, "/health", timeout_s=60)
     server.stop()
@@ -608,4 +662,7 @@ def test_an_engine_process_gets_no_launcher_variables(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_RANK"):
         monkeypatch.setenv(name, "1")
     env = clean_environment({"VLLM_CPU_KVCACHE_SPACE": "1"})
-    assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VLLM_CPU_KVCACHE_SPACE"} and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert (
+        set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VLLM_CPU_KVCACHE_SPACE"}
+        and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    )

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 import yaml
-
 from docker_engine import engine_stand_ins_or_skip, smoke_image_or_skip
 from planted_tokens import PLANTED, files_holding_a_token
+
 from kit.rundir.serving import RequestRecord, aggregate
 
 pytestmark = pytest.mark.docker
@@ -37,8 +37,12 @@ def pin_stand_ins(manifests, stand_ins: dict[str, str]) -> None:
     lock_file = manifests / "images.lock.yaml"
     lock = yaml.safe_load(lock_file.read_text())
     for name, reference in stand_ins.items():
-        lock["images"][name].update(reference=reference, digest=None, devices=["cuda", "cpu"],
-                                    note="a test stand-in built from tests/engine_images")  # fmt: skip
+        lock["images"][name].update(
+            reference=reference,
+            digest=None,
+            devices=["cuda", "cpu"],
+            note="a test stand-in built from tests/engine_images",
+        )
     lock_file.write_text(yaml.safe_dump(lock, sort_keys=False))
     protocol_file = manifests / "protocol.yaml"
     protocol = yaml.safe_load(protocol_file.read_text())
@@ -53,8 +57,13 @@ def test_each_engine_image_serves_a_case_through_the_docker_executor(stand_ins, 
     pin_stand_ins(manifests_copy, stand_ins)
     run = tmp_path / "run"
     env = {**os.environ, **PLANTED}  # handed on to each engine's container, written down nowhere
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--stage", "serve", "--executor", "docker", "--out", str(run)],
-                          capture_output=True, text=True, timeout=1200, env=env)  # fmt: skip
+    done = subprocess.run(
+        [*KIT, "run", "--profile", "smoke", "--stage", "serve", "--executor", "docker", "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert files_holding_a_token(run, done.stdout, done.stderr) == []
     for engine in ("vllm", "tgi", "lightllm"):
@@ -68,15 +77,22 @@ def test_each_engine_image_serves_a_case_through_the_docker_executor(stand_ins, 
         assert launch["image"] == stand_ins[f"serve-{engine}"] and launch["port"]["host"].startswith("127.0.0.1:")
         assert launch["user"].startswith("root")  # the image's own USER: the kit sets none
         assert launch["stop"]["exit_code"] == 0  # it stopped on SIGTERM, as a server does
-        assert launch["confinement"]["CapDrop"] == ["ALL"] and "no-new-privileges" in launch["confinement"]["SecurityOpt"]
+        assert (
+            launch["confinement"]["CapDrop"] == ["ALL"] and "no-new-privileges" in launch["confinement"]["SecurityOpt"]
+        )
         tokens = details["tokens"]
         assert tokens["equal"] and tokens["client_counted"] == tokens["server_counters"]["generated_tokens"] == 24 * 32
         assert details["bounds"]["unavailable"].startswith("no peak figures")
-        rows = [RequestRecord.model_validate_json(line) for line in (case_dir / "runs/1/requests.jsonl").read_text().splitlines()]
+        rows = [
+            RequestRecord.model_validate_json(line)
+            for line in (case_dir / "runs/1/requests.jsonl").read_text().splitlines()
+        ]
         assert len(rows) == 24 and all(r.ok and r.output_tokens == 32 for r in rows)
         assert aggregate(rows, details["aggregates"]["duration_s"]).model_dump() == details["aggregates"]
         if engine != "vllm":  # a checkpoint, made by the kit's own image into the host cache, mounted read-only
-            assert details["model"]["kind"] == "synthetic checkpoint" and "model.safetensors" in details["model"]["files"]
+            assert (
+                details["model"]["kind"] == "synthetic checkpoint" and "model.safetensors" in details["model"]["files"]
+            )
             assert details["model"]["path"].startswith(str(tmp_path / "cache" / "checkpoints"))
         log = (case_dir / "runs/1/engine.log").read_text()
         assert "python on PATH: False" in log if engine == "vllm" else "python on PATH: True" in log
@@ -97,10 +113,18 @@ def test_an_argument_the_engine_does_not_document_fails_the_case_with_the_engine
     protocol["profiles"]["smoke"]["stages"]["serve"]["params"]["dtype"] = "fp32"  # TGI has no float32
     protocol_file.write_text(yaml.safe_dump(protocol, sort_keys=False))
     run = tmp_path / "run"
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--stage", "serve", "--executor", "docker", "--out", str(run)],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [*KIT, "run", "--profile", "smoke", "--stage", "serve", "--executor", "docker", "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1
     result = json.loads((run / "cases/serve.tiny-llama.tgi.g1/result.json").read_text())
-    assert result["status"] == "error" and result["reason"].startswith("preflight:") and "before it was ready" in result["reason"]
+    assert (
+        result["status"] == "error"
+        and result["reason"].startswith("preflight:")
+        and "before it was ready" in result["reason"]
+    )
     engine_log = next((run / "preflight").glob("*/runs/1/engine.log")).read_text()  # the preflight found it in minutes
     assert "invalid choice: 'float32'" in engine_log

@@ -67,7 +67,9 @@ IN_TOTO_STATEMENT_V1 = {
 
 def kit(*args: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "1000"}
-    return subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=environment, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=environment, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,9 @@ def keys(tmp_path_factory) -> Path:
         pytest.fail("needs ssh-keygen (Debian's openssh-client; .ci/run installs it)")
     folder = tmp_path_factory.mktemp("keys")
     for name in ("alice", "mallory"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True
+        )
     public = (folder / "alice.pub").read_text().split()
     (folder / "allowed_signers").write_text(f"alice@example.com {public[0]} {public[1]}\n")
     return folder
@@ -112,7 +116,9 @@ def test_a_signed_run_verifies_with_the_kit_and_with_ssh_keygen_alone(signed_run
     # The README's commands, as a reviewer without the kit runs them in the run directory.
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Signed runs") : readme.index("## Fleet acceptance")]
-    commands = section.split("```sh\n")[2].split("```")[0].replace("-f allowed_signers", f"-f {keys / 'allowed_signers'}")
+    commands = (
+        section.split("```sh\n")[2].split("```")[0].replace("-f allowed_signers", f"-f {keys / 'allowed_signers'}")
+    )
     done = subprocess.run(["bash", "-e", "-c", commands], cwd=signed_run, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     said = done.stdout.splitlines()
@@ -121,7 +127,9 @@ def test_a_signed_run_verifies_with_the_kit_and_with_ssh_keygen_alone(signed_run
     subject = json.loads((signed_run / PROVENANCE_FILE).read_text())["subject"][0]
     assert said[3] == f"{subject['digest']['sha256']}  SHA256SUMS"
     # The key the kit names is the one ssh-keygen -l names.
-    listed = subprocess.run(["ssh-keygen", "-l", "-f", str(keys / "alice.pub")], capture_output=True, text=True).stdout.split()[1]
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(keys / "alice.pub")], capture_output=True, text=True
+    ).stdout.split()[1]
     assert envelope((signed_run / SUMS_SIGNATURE).read_bytes()) == (f"ssh-ed25519 {listed}", NAMESPACE)
 
 
@@ -132,11 +140,19 @@ def test_the_provenance_statement_is_an_in_toto_statement_naming_the_kit_images_
     assert statement["subject"] == [{"name": "SHA256SUMS", "digest": {"sha256": digest}}]
     assert statement["predicateType"] == PREDICATE_TYPE
     info, predicate = RunDir(signed_run).read_info(), statement["predicate"]
-    assert predicate["kit"] == {"version": info.kit.version, "gitCommit": info.kit.git_commit, "dirty": info.kit.dirty,
-                                "sourceSha256": info.kit.source_sha256, "measuringCodeSha256": info.kit.workload_sources_sha256,
-                                "manifestsSha256": info.kit.manifests_sha256}  # fmt: skip
+    assert predicate["kit"] == {
+        "version": info.kit.version,
+        "gitCommit": info.kit.git_commit,
+        "dirty": info.kit.dirty,
+        "sourceSha256": info.kit.source_sha256,
+        "measuringCodeSha256": info.kit.workload_sources_sha256,
+        "manifestsSha256": info.kit.manifests_sha256,
+    }
     sums = dict(reversed(line.split("  ", 1)) for line in (signed_run / "SHA256SUMS").read_text().splitlines())
-    assert predicate["hostFingerprints"][0] == {"name": "fingerprint.json", "digest": {"sha256": sums["fingerprint.json"]}}
+    assert predicate["hostFingerprints"][0] == {
+        "name": "fingerprint.json",
+        "digest": {"sha256": sums["fingerprint.json"]},
+    }
     images = info.images
     assert [image["name"] for image in predicate["images"]] == sorted(images)  # none where the cases ran in this Python
     assert predicate["commandLine"] == info.argv and predicate["run"]["runId"] == info.run_id
@@ -170,11 +186,17 @@ def remove_the_signature(run: Path, keys: Path) -> None:
 
 BREAKING = {
     "a changed result": (change_a_result, "changed: cases/"),  # the signature holds: SHA256SUMS is what was signed
-    "a changed SHA256SUMS": (change_a_result_and_hash_it_again, "signature fails: SHA256SUMS is not what SHA256SUMS.sig signed"),
+    "a changed SHA256SUMS": (
+        change_a_result_and_hash_it_again,
+        "signature fails: SHA256SUMS is not what SHA256SUMS.sig signed",
+    ),
     "a swapped signature": (swap_the_signatures, "signature fails: SHA256SUMS is not what SHA256SUMS.sig signed"),
     "a key outside the allowed signers": (sign_by_mallory, "signature fails: signer ssh-ed25519 SHA256:"),
     "no signature": (remove_the_signature, "signature fails: unsigned (no SHA256SUMS.sig), though allowed signers"),
-    "no SHA256SUMS": (lambda run, keys: (run / "SHA256SUMS").unlink(), "signature fails: SHA256SUMS missing beside SHA256SUMS.sig"),
+    "no SHA256SUMS": (
+        lambda run, keys: (run / "SHA256SUMS").unlink(),
+        "signature fails: SHA256SUMS missing beside SHA256SUMS.sig",
+    ),
 }
 
 
@@ -201,7 +223,9 @@ def test_signing_refuses_bad_usage_with_2_and_a_run_that_differs_from_its_eviden
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
     change_a_result(signed)
     done = kit("sign", str(signed), "--key", str(keys / "alice"))
-    assert done.returncode == 1 and "does not match its evidence, so it is not signed: changed: cases/" in done.stderr, done.stderr
+    assert (
+        done.returncode == 1 and "does not match its evidence, so it is not signed: changed: cases/" in done.stderr
+    ), done.stderr
 
 
 def test_a_resume_removes_the_signature_it_outdates_and_resume_with_sign_signs_again(signed, keys):
@@ -236,7 +260,9 @@ def fact(run, label: str):
 def test_page_one_names_the_signer_and_whether_it_verified(by_alice_and_mallory, real_smoke_run):
     alice, mallory = by_alice_and_mallory
     verified, outside = fact(alice, "Signature"), fact(mallory, "Signature")
-    assert verified.tone == "good" and verified.value.startswith("verified: signed by alice@example.com (ssh-ed25519 SHA256:")
+    assert verified.tone == "good" and verified.value.startswith(
+        "verified: signed by alice@example.com (ssh-ed25519 SHA256:"
+    )
     assert outside.tone == "bad" and outside.value.startswith("signature fails: signer ssh-ed25519 SHA256:")
     assert outside.value.endswith("is not in the allowed signers (allowed_signers)")
     unsigned = fact(alice.model_copy(update={"signature": check_signature(real_smoke_run)}), "Signature")
@@ -261,8 +287,16 @@ def test_a_report_whose_signature_fails_says_so_in_red_on_page_one_and_exits_1(b
     done = kit("report", str(mallory), "--verify", "--allowed-signers", str(keys / "allowed_signers"))
     assert done.returncode == 1 and "every file matches SHA256SUMS" in done.stdout, done.stderr
     assert f"{mallory}: signature fails: signer ssh-ed25519 SHA256:" in done.stdout
-    done = kit("report", str(mallory), "--allowed-signers", str(keys / "allowed_signers"), "--format", "html",
-               "--out", str(tmp_path))  # fmt: skip
+    done = kit(
+        "report",
+        str(mallory),
+        "--allowed-signers",
+        str(keys / "allowed_signers"),
+        "--format",
+        "html",
+        "--out",
+        str(tmp_path),
+    )
     assert done.returncode == 1 and "signature fails: signer ssh-ed25519" in done.stdout, done.stderr
     html = (tmp_path / "report.html").read_text()
     page_one = html[html.index('<section class="page-one">') : html.index('<section class="cover">')]

@@ -77,7 +77,9 @@ def test_a_job_slurm_no_longer_knows_is_none():
 
 def test_sacct_gives_each_job_its_own_line_and_nothing_without_accounting():
     lines = recorded("sacct-c.txt")
-    assert parse_sacct(lines, "2") == JobState(job_id="2", state="TIMEOUT", exit_code=0, signal=0, time_limit="1", nodes="n[1-2]")
+    assert parse_sacct(lines, "2") == JobState(
+        job_id="2", state="TIMEOUT", exit_code=0, signal=0, time_limit="1", nodes="n[1-2]"
+    )
     assert parse_sacct(lines, "3").exit_code == 143
     assert parse_sacct(lines, "7").state == "CANCELLED"
     assert parse_sacct(lines, "4") is None
@@ -96,20 +98,27 @@ def test_sbatch_parsable_output_is_the_job_id():
 
 def test_each_way_slurm_ends_a_job_is_a_status_with_its_reason():
     timeout = ended_by_slurm(parse_scontrol_job(recorded("scontrol-timeout.txt")))
-    assert timeout == ("timeout", "Slurm job 2: the job exceeded its time limit (00:01:00) and Slurm stopped it; "
-                                  "Slurm's reason: TimeLimit")  # fmt: skip
+    assert timeout == (
+        "timeout",
+        "Slurm job 2: the job exceeded its time limit (00:01:00) and Slurm stopped it; Slurm's reason: TimeLimit",
+    )
     assert ended_by_slurm(parse_scontrol_job(recorded("scontrol-cancelled.txt")))[0] == "error"
     assert "by uid 0" in ended_by_slurm(JobState(job_id="9", state="CANCELLED by 0"))[1]
     assert ended_by_slurm(JobState(job_id="9", state="OUT_OF_MEMORY"))[0] == "oom"
     node_fail = ended_by_slurm(JobState(job_id="9", state="NODE_FAIL", nodes="n[3-4]", reason="NodeDown"))
-    assert node_fail == ("error", "Slurm job 9: a node of the job (n[3-4]) failed (Slurm NODE_FAIL); Slurm's reason: NodeDown")
+    assert node_fail == (
+        "error",
+        "Slurm job 9: a node of the job (n[3-4]) failed (Slurm NODE_FAIL); Slurm's reason: NodeDown",
+    )
     # Ended by its ranks: their samples say how the run went.
     assert ended_by_slurm(parse_scontrol_job(recorded("scontrol-failed.txt"))) is None
     assert ended_by_slurm(parse_scontrol_job(recorded("scontrol-completed.txt"))) is None
 
 
 def _sample(index: int, status: str, reason: str | None = None) -> RunSample:
-    rank = RankSample(rank=0, world_size=1, status="ok", device="cpu", device_name="cpu", started_at="t", finished_at="t")
+    rank = RankSample(
+        rank=0, world_size=1, status="ok", device="cpu", device_name="cpu", started_at="t", finished_at="t"
+    )
     return RunSample(index=index, status=status, reason=reason, exit_code=0, wall_s=1.0, ranks=[rank])
 
 
@@ -124,13 +133,17 @@ def test_slurm_s_end_names_the_run_where_the_launch_stopped_and_leaves_finished_
 
 
 def test_srun_names_the_rank_that_failed_first_not_those_it_stopped_for_it():
-    assert first_failed_task(recorded("srun-rank-failed.out")) == FailedTask(node="n2", tasks="1", how="Exited with exit code 3")
+    assert first_failed_task(recorded("srun-rank-failed.out")) == FailedTask(
+        node="n2", tasks="1", how="Exited with exit code 3"
+    )
     assert first_failed_task("srun: error: n1: task 0: Terminated\n") is None
     assert first_failed_task("srun: error: gpu7: tasks 4-7: Killed\n").tasks == "4-7"
     failed = parse_scontrol_job(recorded("scontrol-failed.txt"))
     run = judged([_sample(1, "error", "rank 0: connection reset by peer")], failed, recorded("srun-rank-failed.out"))[0]
-    assert run.reason == ("rank 1 on n2: Exited with exit code 3 (srun; its log: slurm/job-3-rank-1.log); "
-                          "rank 0: connection reset by peer")  # fmt: skip
+    assert run.reason == (
+        "rank 1 on n2: Exited with exit code 3 (srun; its log: slurm/job-3-rank-1.log); "
+        "rank 0: connection reset by peer"
+    )
 
 
 def test_a_job_comment_names_the_kit_process_that_submitted_it():
@@ -143,9 +156,20 @@ def test_a_job_comment_names_the_kit_process_that_submitted_it():
 
 
 def test_the_rank_environment_comes_from_slurm_s_task_variables():
-    task = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-            "SLURM_NODEID": "1"}  # fmt: skip
-    assert rank_environment(task) == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
+    task = {
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_NODEID": "1",
+    }
+    assert rank_environment(task) == {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+    }
     assert rank_environment({**task, "SLURM_NTASKS_PER_NODE": "8"})["LOCAL_WORLD_SIZE"] == "8"
 
 
@@ -159,7 +183,13 @@ def test_ranks_fill_the_nodes_asked_for_or_nodes_of_the_gpus_given():
 
 
 def test_a_time_limit_is_whole_minutes_rounded_up():
-    assert [time_limit(s) for s in (1, 60, 61, 900 * 3, 7200)] == ["00:01:00", "00:01:00", "00:02:00", "00:45:00", "02:00:00"]
+    assert [time_limit(s) for s in (1, 60, 61, 900 * 3, 7200)] == [
+        "00:01:00",
+        "00:01:00",
+        "00:02:00",
+        "00:45:00",
+        "02:00:00",
+    ]
 
 
 def test_pyxis_runs_an_image_by_digest_only():
@@ -183,7 +213,10 @@ def _script(executor: SlurmExecutor, case, run_dir: Path, indices: list[int]) ->
 
 def test_a_smoke_case_as_two_nodes_of_one_task_each(smoke_plan):
     case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
-    assert_golden("slurm/smoke-naive-2x1.sbatch", _script(SlurmExecutor(SlurmOptions(nodes=2)), case, Path("/shared/runs/r1"), [1, 2, 3]))
+    assert_golden(
+        "slurm/smoke-naive-2x1.sbatch",
+        _script(SlurmExecutor(SlurmOptions(nodes=2)), case, Path("/shared/runs/r1"), [1, 2, 3]),
+    )
 
 
 def test_a_smoke_case_with_a_memory_cap_holds_it_softly(smoke_plan):
@@ -196,44 +229,72 @@ def test_a_smoke_case_with_a_memory_cap_holds_it_softly(smoke_plan):
 def test_a_paper_case_in_its_image_through_pyxis(paper_plan, manifests_copy):
     lock_file = manifests_copy / "images.lock.yaml"
     lock = yaml.safe_load(lock_file.read_text())
-    lock["images"]["train"].update(digest="sha256:" + "ab" * 32, digest_source="pushed to the cluster's registry (test)")
+    lock["images"]["train"].update(
+        digest="sha256:" + "ab" * 32, digest_source="pushed to the cluster's registry (test)"
+    )
     lock_file.write_text(yaml.safe_dump(lock, sort_keys=False))
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
-    options = SlurmOptions(partition="gpu", account="acme", gpus_per_node=4, time_limit="02:00:00",
-                           sbatch_args=["--qos=high", "--exclusive"], container_mode="pyxis")  # fmt: skip
-    assert_golden("slurm/paper-z3-2x4-pyxis.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [2]))
+    options = SlurmOptions(
+        partition="gpu",
+        account="acme",
+        gpus_per_node=4,
+        time_limit="02:00:00",
+        sbatch_args=["--qos=high", "--exclusive"],
+        container_mode="pyxis",
+    )
+    assert_golden(
+        "slurm/paper-z3-2x4-pyxis.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [2])
+    )
 
 
 def test_a_per_node_run_pins_each_job_and_the_shared_directory_check_to_its_node(smoke_plan):
     case = next(c for c in smoke_plan.cases if c.id == "profile.tiny-llama.base.g1")
     options = SlurmOptions(nodes=1, nodelist="n2")
-    assert_golden("slurm/smoke-profile-per-node-n2.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1/n2"), [1]))
-    check = check_script(Path("/shared/runs/r1/n2/slurm/marks"), 1, options, Path("/shared/runs/r1/n2/slurm/job-%j.out"))
+    assert_golden(
+        "slurm/smoke-profile-per-node-n2.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1/n2"), [1])
+    )
+    check = check_script(
+        Path("/shared/runs/r1/n2/slurm/marks"), 1, options, Path("/shared/runs/r1/n2/slurm/job-%j.out")
+    )
     assert "#SBATCH --nodes=1\n" in check and "#SBATCH --nodelist=n2\n" in check
 
 
 def test_each_nodes_run_is_this_run_into_its_own_folder_on_that_node_alone():
-    assert node_arguments(["--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm"], "n2", Path("/shared/f")) == [
-        "--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm", "--out=/shared/f/n2", "--nodes=1",
-        "--nodelist=n2"]  # fmt: skip
-
+    assert node_arguments(
+        ["--profile=smoke", "--case=profile.tiny-llama.base.g1", "--executor=slurm"], "n2", Path("/shared/f")
+    ) == [
+        "--profile=smoke",
+        "--case=profile.tiny-llama.base.g1",
+        "--executor=slurm",
+        "--out=/shared/f/n2",
+        "--nodes=1",
+        "--nodelist=n2",
+    ]
 
 
 def test_a_redacted_per_node_run_is_in_a_folder_named_by_its_nodes_token(monkeypatch):
     monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
     assert node_arguments(["--redact"], "n2", Path("/shared/f"), node_token) == [
-        "--redact", f"--out=/shared/f/{node_token('n2')}", "--nodes=1", "--nodelist=n2"]  # the node's name goes to Slurm alone
+        "--redact",
+        f"--out=/shared/f/{node_token('n2')}",
+        "--nodes=1",
+        "--nodelist=n2",
+    ]  # the node's name goes to Slurm alone
 
 
 @pytest.mark.parametrize("extra", [["--nodes", "2"], ["--nodelist", "n1"], ["--resume", "somewhere"]])
 def test_a_per_node_run_sets_its_nodes_itself(extra):
-    done = CliRunner().invoke(cli, ["run", "--case", "profile.tiny-llama.base.g1", "--executor", "slurm", "--per-node", *extra])
+    done = CliRunner().invoke(
+        cli, ["run", "--case", "profile.tiny-llama.base.g1", "--executor", "slurm", "--per-node", *extra]
+    )
     assert done.exit_code == 2 and "--per-node runs each case on one node" in done.output
 
 
 def test_without_a_digest_a_pyxis_case_is_an_error_that_says_what_to_do(paper_plan, tmp_path):
     case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
-    run = SlurmExecutor(SlurmOptions(container_mode="pyxis")).run_once(case, tmp_path / "cases" / case.id, 1, io.StringIO())
+    run = SlurmExecutor(SlurmOptions(container_mode="pyxis")).run_once(
+        case, tmp_path / "cases" / case.id, 1, io.StringIO()
+    )
     assert run.status == "error" and "push it to a registry" in run.reason
 
 
@@ -283,7 +344,10 @@ def test_the_cluster_profile_keeps_its_gpu_counts_whatever_the_host(protocol, cl
 def test_a_two_node_nccl_tests_case_is_one_mpi_rank_per_gpu_started_by_srun(cluster_plan):
     case = next(c for c in cluster_plan.cases if c.id == "comm.all_reduce.g16")
     options = SlurmOptions(partition="gpu", gpus_per_node=8, time_limit="00:30:00")
-    assert_golden("slurm/cluster-nccl-tests-all_reduce-2x8.sbatch", _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [1]))
+    assert_golden(
+        "slurm/cluster-nccl-tests-all_reduce-2x8.sbatch",
+        _script(SlurmExecutor(options), case, Path("/shared/runs/r1"), [1]),
+    )
 
 
 def test_rank_0s_output_of_a_two_node_job_is_the_runs_sweep_across_nodes(cluster_plan, tmp_path):

@@ -53,16 +53,33 @@ def machine_token(name: str) -> str:
 
 def kit_run(out: Path, *cases: str, extra: tuple[str, ...] = ()) -> list[str]:
     selected = [part for case in cases for part in ("--case", case)]
-    return [*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--nodes", "2", "--no-preflight", "--out", str(out),
-            *selected, *extra]  # fmt: skip
+    return [
+        *KIT,
+        "run",
+        "--profile",
+        "smoke",
+        "--executor",
+        "slurm",
+        "--nodes",
+        "2",
+        "--no-preflight",
+        "--out",
+        str(out),
+        *selected,
+        *extra,
+    ]
 
 
 def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_when_redacted(slurm_nodes, tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run(kit_run(run, *TWO_PROCESS_CASES, extra=("--redact",)), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        kit_run(run, *TWO_PROCESS_CASES, extra=("--redact",)), capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     n1, n2 = machine_token("n1"), machine_token("n2")
-    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == sorted([n1, n2])
+    assert sorted(path.name for path in (run / "slurm" / "shared-run-dir-check" / "nodes").iterdir()) == sorted(
+        [n1, n2]
+    )
     info = RunDir(run).read_info()
     assert info.executor == "slurm" and info.slurm.nodes == 2 and info.status == "finished" and info.redacted
     for case_id in TWO_PROCESS_CASES:
@@ -91,7 +108,9 @@ def test_two_process_smoke_cases_run_as_two_nodes_of_one_task_naming_no_node_whe
     for node in (n1, n2):
         taken = json.loads((run / "fingerprints" / f"{node}.json").read_text())
         assert taken["host"]["hostname"].startswith("redacted-") and taken["image"]["torch"]  # this Python's frameworks
-    assert {f"fingerprints/{n1}.json", f"fingerprints/{n2}.json"} <= {line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()}
+    assert {f"fingerprints/{n1}.json", f"fingerprints/{n2}.json"} <= {
+        line.split("  ", 1)[1] for line in (run / "SHA256SUMS").read_text().splitlines()
+    }
     comm = RunDir(run).read_result("comm.all_reduce.g2")
     assert all(sample.ranks[0].details.rank_nodes == [n1, n2] for sample in comm.samples)
     assert f"inter-node: ranks on {n1}, {n2} (as each rank said)" in comm.notes
@@ -114,7 +133,9 @@ def test_a_resumed_redacted_run_pins_its_jobs_to_the_nodes_its_options_name_by_t
     n2 = node_token("n2")
     executor = configured({"nodelist": n2, "sbatch_args": [f"--exclude={node_token('n1')}", "--exclusive"]})
     assert executor.options.nodelist == "n2" and executor.options.sbatch_args == ["--exclude=n1", "--exclusive"]
-    assert configured({"nodelist": "redacted-0123456789abcdef"}).options.nodelist == "redacted-0123456789abcdef"  # no such node
+    assert (
+        configured({"nodelist": "redacted-0123456789abcdef"}).options.nodelist == "redacted-0123456789abcdef"
+    )  # no such node
 
 
 def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan, tmp_path):
@@ -134,7 +155,9 @@ def test_a_job_over_its_time_limit_ends_its_case_timeout(slurm_nodes, smoke_plan
 
 def test_a_rank_that_dies_ends_its_case_error_naming_that_rank_and_its_log(slurm_nodes, tmp_path):
     run = tmp_path / "run"
-    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    kit = subprocess.Popen(
+        kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 300
     while not (rank_one := processes_with("SLURM_PROCID=1", f"{run}/cases/")):
         assert kit.poll() is None and time.monotonic() < deadline, "rank 1 never started"
@@ -151,18 +174,26 @@ def test_a_rank_that_dies_ends_its_case_error_naming_that_rank_and_its_log(slurm
     log = (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
     assert "-rank-1.log\n" in log and "srun: error: n2: task 1:" in log
     # The report of this run (not redacted), rendered with --redact, names no node nor the host.
-    report = subprocess.run([*KIT, "report", str(run), "--redact", "--format", "html", "--out", str(tmp_path / "report")],
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    report = subprocess.run(
+        [*KIT, "report", str(run), "--redact", "--format", "html", "--out", str(tmp_path / "report")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     html = (tmp_path / "report" / "report.html").read_text()
     assert f"rank 1 on {machine_token('n2')}: " in html
     assert places_naming(tmp_path / "report", [*slurm_nodes, "n[1-2]", platform.node()]) == []
 
 
-@pytest.mark.parametrize("stop, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "stop, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)], ids=["ctrl-c", "sigterm"]
+)
 def test_ctrl_c_or_sigterm_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, tmp_path, stop, exit_code):
     run = tmp_path / "run"
-    kit = subprocess.Popen(kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    kit = subprocess.Popen(
+        kit_run(run, TWO_PROCESS_CASES[0]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 300
     while not any(line.endswith("RUNNING") for line in queued_jobs("kit-pretrain")):
         assert kit.poll() is None and time.monotonic() < deadline, "the case's job never ran"
@@ -171,7 +202,9 @@ def test_ctrl_c_or_sigterm_cancels_the_job_and_leaves_squeue_empty(slurm_nodes, 
     output, _ = kit.communicate(timeout=120)
     assert kit.returncode == exit_code, output[-3000:]
     assert not queued_jobs(), "a job of the interrupted run is still queued"
-    assert not processes_with("SLURM_PROCID=0", f"{run}/cases/") and not processes_with("SLURM_PROCID=1", f"{run}/cases/")
+    assert not processes_with("SLURM_PROCID=0", f"{run}/cases/") and not processes_with(
+        "SLURM_PROCID=1", f"{run}/cases/"
+    )
     assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
     assert "cancelled" in (run / "cases" / TWO_PROCESS_CASES[0] / "log.txt").read_text()
 
@@ -182,8 +215,13 @@ def test_nodes_that_cannot_reach_the_run_directory_stop_the_run_saying_so(slurm_
     if os.geteuid() != 0:
         pytest.skip("sbatch --uid, which makes the run directory unreachable to the job, needs root")
     run = tmp_path / "run"
-    done = subprocess.run(kit_run(run, TWO_PROCESS_CASES[0], extra=("--sbatch-arg=--uid=nobody",)), capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})  # fmt: skip
+    done = subprocess.run(
+        kit_run(run, TWO_PROCESS_CASES[0], extra=("--sbatch-arg=--uid=nobody",)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     said = done.stdout + done.stderr
     assert f"the compute nodes do not see the run directory {run}" in said
@@ -213,8 +251,12 @@ def test_the_job_of_a_kit_killed_outright_is_cancelled_by_the_next_kit_start(slu
 def test_a_job_sbatch_refuses_ends_its_case_error_with_slurm_s_words(slurm_nodes, smoke_plan, tmp_path):
     case = next(c for c in smoke_plan.cases if c.id == "pretrain.tiny-llama.naive.g2")
     log = io.StringIO()
-    (run,) = SlurmExecutor(SlurmOptions(nodes=2, partition="no-such-partition")).run_launch(case, tmp_path / case.id, [1], log)
-    assert run.status == "error" and "sbatch refused" in run.reason and "Invalid partition name" in run.reason, run.reason
+    (run,) = SlurmExecutor(SlurmOptions(nodes=2, partition="no-such-partition")).run_launch(
+        case, tmp_path / case.id, [1], log
+    )
+    assert run.status == "error" and "sbatch refused" in run.reason and "Invalid partition name" in run.reason, (
+        run.reason
+    )
 
 
 def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_the_fleet_report_compares_them(
@@ -224,8 +266,26 @@ def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_
     fleet (the runs, the fleet report) names a node or the host."""
     case_id = "profile.tiny-llama.base.g1"  # one rank: a simulated node has one CPU
     fleet = tmp_path / "fleet"
-    done = subprocess.run([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight", "--redact",
-                           "--out", str(fleet), "--case", case_id], capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            "--executor",
+            "slurm",
+            "--per-node",
+            "--no-preflight",
+            "--redact",
+            "--out",
+            str(fleet),
+            "--case",
+            case_id,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     tokens = [machine_token(node) for node in slurm_nodes]
     assert sorted(path.name for path in fleet.iterdir()) == sorted(tokens)
@@ -243,17 +303,37 @@ def test_per_node_runs_one_case_on_every_node_at_once_each_into_its_own_run_and_
         spans.append((result.started_at, result.finished_at))
     assert max(start for start, _ in spans) < min(end for _, end in spans), f"the nodes' cases did not overlap: {spans}"
     assert f"compare them: kit report --fleet {fleet / tokens[0]}" in done.stdout + done.stderr
-    report = subprocess.run([*KIT, "report", "--fleet", *(str(fleet / token) for token in tokens), "--format", "html"],
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    report = subprocess.run(
+        [*KIT, "report", "--fleet", *(str(fleet / token) for token in tokens), "--format", "html"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0 and (fleet / "fleet-report.html").is_file(), report.stdout + report.stderr
     assert places_naming(fleet, [*slurm_nodes, platform.node()]) == []
 
 
 def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(slurm_nodes, tmp_path):
     fleet = tmp_path / "fleet"
-    kit = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--executor", "slurm", "--per-node", "--no-preflight",
-                            "--out", str(fleet), "--case", "profile.tiny-llama.base.g1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    kit = subprocess.Popen(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            "--executor",
+            "slurm",
+            "--per-node",
+            "--no-preflight",
+            "--out",
+            str(fleet),
+            "--case",
+            "profile.tiny-llama.base.g1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while sum(line.endswith("RUNNING") for line in queued_jobs("kit-profile")) < len(slurm_nodes):
         assert kit.poll() is None and time.monotonic() < deadline, "the nodes' jobs never ran"
@@ -267,7 +347,9 @@ def test_ctrl_c_of_a_per_node_run_stops_each_nodes_run_and_leaves_squeue_empty(s
 
 
 @pytest.mark.parametrize("redact", [False, True], ids=["plain", "redacted"])
-def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to_it(slurm_nodes, tmp_path, monkeypatch, redact):
+def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to_it(
+    slurm_nodes, tmp_path, monkeypatch, redact
+):
     """Redacted, the run's files name the nodes by token (n[1-2] in its results is two tokens): the
     job is pinned to the node with that token, and the script the run keeps names the token."""
     monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")  # the job's environment: the node's token alike
@@ -276,7 +358,9 @@ def test_a_node_a_job_ran_on_without_a_fingerprint_gets_one_from_a_job_pinned_to
     (run / "fingerprints").mkdir(parents=True)
     (run / "fingerprints" / f"{n1}.json").write_text("{}")  # n1 fingerprinted already (by the check job at the start)
     now = utc_now()
-    rank = RankSample(rank=0, world_size=2, status="ok", device="cpu", device_name="cpu", started_at=now, finished_at=now)
+    rank = RankSample(
+        rank=0, world_size=2, status="ok", device="cpu", device_name="cpu", started_at=now, finished_at=now
+    )
     sample = run_sample(index=1, ranks=[rank], expected_ranks=1, exit_code=0, wall_s=1.0, timed_out=False, timeout_s=60)
     nodes = f"{n1},{n2}" if redact else "n[1-2]"
     sample = sample.model_copy(update={"slurm_job": SlurmJob(job_id="1", state="COMPLETED", nodes=nodes)})

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kit.execute.samples import serve_run
+from kit.measure.serve import serve_case_metrics
 from kit.plan.predictions import concurrency_bound, serving_bounds
 from kit.plan.protocol import load_protocol
 from kit.report.sections.capacity import within_cell
@@ -25,7 +26,6 @@ from kit.serve.engines import ENGINES
 from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
 from kit.serve.slo import DEFAULT_SLO, Judged, Slo, SweepPoint, capacity, judge
-from kit.measure.serve import serve_case_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "serve"
 STUB_ENGINE = Path(__file__).parent / "engine_images" / "stub_engine.py"
@@ -87,8 +87,16 @@ def fire_at_replay(smoke_plan, prompts: int, concurrency: int, stop_sending_s: f
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         params = smoke_serve_case(smoke_plan).params
-        fired = fire_at_concurrency(f"http://127.0.0.1:{server.server_port}", ENGINES["vllm"], params, ["p"] * prompts,
-                                    [8] * prompts, 60, concurrency, stop_sending_s)  # fmt: skip
+        fired = fire_at_concurrency(
+            f"http://127.0.0.1:{server.server_port}",
+            ENGINES["vllm"],
+            params,
+            ["p"] * prompts,
+            [8] * prompts,
+            60,
+            concurrency,
+            stop_sending_s,
+        )
         return fired, handler
     finally:
         server.shutdown()
@@ -118,7 +126,9 @@ def test_the_roofline_at_a_concurrency_grows_with_it_and_is_the_bursts_at_the_bu
     case = next(c for c in paper_plan.cases if c.id == "serve.llama2-7b.vllm.g8")
     bounds = [concurrency_bound(case, h100, n) for n in (1, 8, 64, 1000)]
     tokens_per_s = [bound.max_output_tokens_per_s for bound in bounds]
-    assert tokens_per_s == sorted(tokens_per_s) and tokens_per_s[-1] == pytest.approx(serving_bounds(case, h100).max_output_tokens_per_s)
+    assert tokens_per_s == sorted(tokens_per_s) and tokens_per_s[-1] == pytest.approx(
+        serving_bounds(case, h100).max_output_tokens_per_s
+    )
     # one sequence: each decode step reads every weight (~13.5 GB over 8 x 3.35 TB/s), memory-bound
     assert bounds[0].min_tpot_s == pytest.approx(serving_bounds(case, h100).decode_step_one.seconds, rel=0.05)
     assert bounds[-1].min_tpot_s > bounds[0].min_tpot_s
@@ -150,28 +160,49 @@ def test_a_point_is_within_the_objectives_by_the_p99_of_all_its_requests():
     assert not judge([times(0.2, 0.01)] * 99 + [times(None, 0, error="http 503")], 10.0, slo).meets
 
 
-def point(concurrency: int, tokens_per_s: float, meets: bool, cut_short: bool = False, client_limited: str | None = None) -> SweepPoint:
+def point(
+    concurrency: int, tokens_per_s: float, meets: bool, cut_short: bool = False, client_limited: str | None = None
+) -> SweepPoint:
     figures = latency_figures([times(0.2, 0.01)] * 10, 1.0).model_copy(update={"output_throughput": tokens_per_s})
-    judged = Judged(goodput=1.0, good_share=1.0, ttft_p99_s=0.2, tpot_p99_s=0.01, meets=meets, why_not=None if meets else "slow")
-    return SweepPoint(concurrency=concurrency, figures=figures, judged=judged, bound_tokens_per_s=None, bound_note=None,
-                      cut_short=cut_short, client_limited=client_limited)  # fmt: skip
+    judged = Judged(
+        goodput=1.0, good_share=1.0, ttft_p99_s=0.2, tpot_p99_s=0.01, meets=meets, why_not=None if meets else "slow"
+    )
+    return SweepPoint(
+        concurrency=concurrency,
+        figures=figures,
+        judged=judged,
+        bound_tokens_per_s=None,
+        bound_note=None,
+        cut_short=cut_short,
+        client_limited=client_limited,
+    )
 
 
 def test_the_capacity_is_the_fastest_point_within_the_objectives_and_never_one_cut_short_or_client_limited():
     lag = "run 1: event loop lagged 902.6 ms (p99)"
-    points = [point(1, 100, True), point(2, 190, True), point(4, 300, False), point(8, 380, True, cut_short=True),
-              point(16, 420, True, client_limited=lag)]  # fmt: skip
+    points = [
+        point(1, 100, True),
+        point(2, 190, True),
+        point(4, 300, False),
+        point(8, 380, True, cut_short=True),
+        point(16, 420, True, client_limited=lag),
+    ]
     assert capacity(points).concurrency == 2
     assert capacity([point(1, 100, False)]) is None
-    assert [p.not_judged for p in points[2:]] == [None, "cut short: the case's time ran out during it",
-                                                  f"the client may have limited it: {lag}"]  # fmt: skip
+    assert [p.not_judged for p in points[2:]] == [
+        None,
+        "cut short: the case's time ran out during it",
+        f"the client may have limited it: {lag}",
+    ]
     assert [within_cell(p).text for p in points] == ["yes", "yes", "no", "cut short", "not judged"]
 
 
 def test_the_default_objectives_are_mlperfs_for_llama2_70b_in_its_server_scenario():
     """mlcommons/inference loadgen/mlperf.conf: llama2-70b.Server.ttft_latency = 2000 (ms), tpot_latency = 200."""
     assert (DEFAULT_SLO.ttft_s, DEFAULT_SLO.tpot_s) == (2.0, 0.2)
-    assert DEFAULT_SLO.describe() == "p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms (MLPerf Inference, Llama-2-70B, Server scenario)"
+    assert (
+        DEFAULT_SLO.describe() == "p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms (MLPerf Inference, Llama-2-70B, Server scenario)"
+    )
 
 
 # --- failed requests are data: a real server answering some requests 503 ---------------------------
@@ -194,8 +225,15 @@ class StubPlacement:
         argv = [sys.executable, str(STUB_ENGINE), "vllm", "serve", *engine.arguments(case, str(model_dir), HOST, port)]
         env = clean_environment({"STUB_503_EVERY": str(self.refuse_every)})
         handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
-        return handle, EngineRecord(name=engine.name, label=engine.label, placement=self.name, argv=argv, port=port,
-                                    pid=handle.pid, environment=sorted(env))  # fmt: skip
+        return handle, EngineRecord(
+            name=engine.name,
+            label=engine.label,
+            placement=self.name,
+            argv=argv,
+            port=port,
+            pid=handle.pid,
+            environment=sorted(env),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +248,9 @@ def stub_case(smoke_plan, tmp_path_factory):
 def small_serve_case(smoke_plan):
     case = smoke_serve_case(smoke_plan)
     sweep = case.params.sweep.model_copy(update={"max_concurrency": 4, "min_requests": 10})
-    return case.model_copy(update={"params": case.params.model_copy(update={"prompts": 20, "sweep": sweep, "timeout_s": 120})})
+    return case.model_copy(
+        update={"params": case.params.model_copy(update={"prompts": 20, "sweep": sweep, "timeout_s": 120})}
+    )
 
 
 def serve_through_stub(case, tmp_path, refuse_every: int):
@@ -225,10 +265,17 @@ def test_requests_an_engine_answers_503_are_data_the_case_reports_their_rate_and
     burst = driver.details.aggregates
     assert burst.errors == 4 and burst.error_kinds == {"http 503": 4} and burst.completed == 16
     metrics, notes = serve_case_metrics(stub_case, [sample])
-    assert metrics["error_rate"].mean == 4 / 20 and any("4 of 20 requests failed (4 × http 503)" in note for note in notes)
-    rows = [RequestRecord.model_validate_json(line) for line in (tmp_path / "case/runs/1/requests.jsonl").read_text().splitlines()]
+    assert metrics["error_rate"].mean == 4 / 20 and any(
+        "4 of 20 requests failed (4 × http 503)" in note for note in notes
+    )
+    rows = [
+        RequestRecord.model_validate_json(line)
+        for line in (tmp_path / "case/runs/1/requests.jsonl").read_text().splitlines()
+    ]
     refused = [row for row in rows if not row.ok]
-    assert len(rows) == 20 and {row.status for row in refused} == {503} and "ServiceUnavailableError" in refused[0].error
+    assert (
+        len(rows) == 20 and {row.status for row in refused} == {503} and "ServiceUnavailableError" in refused[0].error
+    )
     points = driver.details.sweep.points
     assert [p.concurrency for p in points] == [1, 2, 4] and all(p.aggregates.errors for p in points)
     for entry in points:  # each point's figures from its own rows, its goodput from them under the objectives
@@ -252,7 +299,9 @@ def test_a_burst_in_which_no_request_finished_is_an_error_that_keeps_its_rows(st
 
 
 @pytest.mark.e2e
-def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodput_and_the_pareto_chart(real_smoke_run, tmp_path):
+def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodput_and_the_pareto_chart(
+    real_smoke_run, tmp_path
+):
     case_dir = next(real_smoke_run.glob("cases/serve.*"))
     result = json.loads((case_dir / "result.json").read_text())
     assert result["status"] == "ok", result["reason"]
@@ -261,14 +310,23 @@ def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodp
     assert len(sweep["points"]) >= 3 and sweep["not_measured"] is None
     assert sweep["tokens"]["equal"]  # the rows hold every token vLLM's counters say it generated
     for entry in sweep["points"]:
-        rows = [RequestRecord.model_validate_json(line) for line in (case_dir / "runs/1" / entry["files"]["requests"]).read_text().splitlines()]
+        rows = [
+            RequestRecord.model_validate_json(line)
+            for line in (case_dir / "runs/1" / entry["files"]["requests"]).read_text().splitlines()
+        ]
         n = entry["concurrency"]
-        assert len(rows) == entry["sent"] == entry["planned"] and all(r.ok and r.output_tokens == params["max_output_tokens"] for r in rows)
+        assert len(rows) == entry["sent"] == entry["planned"] and all(
+            r.ok and r.output_tokens == params["max_output_tokens"] for r in rows
+        )
         assert aggregate(rows, entry["aggregates"]["duration_s"]).model_dump() == entry["aggregates"]
         in_flight = [sum(1 for o in rows if o.sent_at <= r.sent_at < o.ended_at) for r in rows]
         assert max(in_flight) <= n and (n == 1 or max(in_flight) > 1)
     # the report, at the default objectives: the capacity on page one, goodput and the chart in its section
-    done = subprocess.run([*KIT, "report", str(real_smoke_run), "--format", "html", "--out", str(tmp_path)], capture_output=True, text=True)
+    done = subprocess.run(
+        [*KIT, "report", str(real_smoke_run), "--format", "html", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / "report.html").read_text()
     assert "Serving capacity within latency objectives" in html and "Throughput against latency, tiny-llama" in html
@@ -277,7 +335,11 @@ def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodp
     # the kit's saturation check can mark a point; then it is shown as not judged)
     judged = [p for p in sweep["points"] if not p["saturation"]["client_limited"]]
     assert judged, "the client limited every point of the sweep"
-    shown = subprocess.run([*KIT, "report", str(real_smoke_run), "--format", "json", "--out", str(tmp_path)], capture_output=True, text=True)
+    shown = subprocess.run(
+        [*KIT, "report", str(real_smoke_run), "--format", "json", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert shown.returncode == 0, shown.stderr[-3000:]
     [at_default] = json.loads((tmp_path / "report.json").read_text())["sweeps"].values()
     counted = [p for p in at_default["points"] if p["judged"]["meets"] and p["client_limited"] is None]
@@ -289,8 +351,11 @@ def test_the_smoke_runs_vllm_is_swept_in_steady_state_and_its_report_shows_goodp
     # recorded in report.json. Not a TPOT: in one CI run the client, kept off both cores for 0.9 s at
     # concurrency 8 (its event loop's lag, which marked the point client-limited), read each request's
     # tokens together, and a TPOT of (E2E - TTFT) / (tokens - 1) near 0 met 0.5 ms.
-    strict = subprocess.run([*KIT, "report", str(real_smoke_run), "--format", "json", "--slo-ttft-ms", "0.01", "--out", str(tmp_path)],
-                            capture_output=True, text=True)  # fmt: skip
+    strict = subprocess.run(
+        [*KIT, "report", str(real_smoke_run), "--format", "json", "--slo-ttft-ms", "0.01", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert strict.returncode == 0, strict.stderr[-3000:]
     document = json.loads((tmp_path / "report.json").read_text())
     assert document["slo"]["ttft_s"] == 0.00001 and document["slo"]["tpot_s"] == DEFAULT_SLO.tpot_s

@@ -49,7 +49,12 @@ def test_on_this_host_without_a_driver_the_reason_is_recorded_not_zeros():
     if telemetry.unavailable is None:
         pytest.skip("this host has an NVIDIA driver")
     assert "NVML" in telemetry.unavailable
-    assert (telemetry.energy_j, telemetry.mean_power_w, telemetry.peak_used_bytes, telemetry.samples) == (None, None, None, 0)
+    assert (telemetry.energy_j, telemetry.mean_power_w, telemetry.peak_used_bytes, telemetry.samples) == (
+        None,
+        None,
+        None,
+        0,
+    )
 
 
 def test_a_cpu_case_records_why_it_has_no_telemetry():

@@ -36,13 +36,19 @@ def test_the_paper_profile_repeats_each_multi_gpu_comm_scaling_and_pretrain_case
         assert case.params.model_copy(update={"env": twin.params.env}) == twin.params
     # one GPU has no peer: its variant would measure the case again
     assert "scaling.llama2-7b.q.g1.b2.p2p-off" not in variants and "scaling.llama2-7b.q.g8.b2.p2p-off" in variants
-    assert len([c for c in variants.values() if c.stage == "pretrain"]) == len([c for c in twins.values() if c.stage == "pretrain"])
+    assert len([c for c in variants.values() if c.stage == "pretrain"]) == len(
+        [c for c in twins.values() if c.stage == "pretrain"]
+    )
 
 
 def test_the_smoke_profile_runs_the_comm_variants_and_says_they_change_nothing_on_cpu(smoke_plan):
     variants = [case for case in smoke_plan.cases if case.variant is not None]
-    assert [case.id for case in variants] == [f"comm.{c}.g2.p2p-off" for c in ("all_reduce", "all_gather", "reduce_scatter", "reduce")]
-    assert all("has no effect here: the case runs on CPU over gloo" in case.interpretation["variant"] for case in variants)
+    assert [case.id for case in variants] == [
+        f"comm.{c}.g2.p2p-off" for c in ("all_reduce", "all_gather", "reduce_scatter", "reduce")
+    ]
+    assert all(
+        "has no effect here: the case runs on CPU over gloo" in case.interpretation["variant"] for case in variants
+    )
 
 
 def test_a_stage_naming_an_unknown_variant_is_one_line(tmp_path):
@@ -58,8 +64,14 @@ def test_a_stage_naming_an_unknown_variant_is_one_line(tmp_path):
 
 # --- C4, C8, C27 on one NVLink host --------------------------------------------------------------
 
-PAIRED = ["scaling.llama2-7b.q.g1.b2", "scaling.llama2-7b.q.g8.b2", "comm.all_gather.g8", "comm.reduce_scatter.g8",
-          "pretrain.llama2-7b.q.g8", "pretrain.llama2-7b.z3.g8"]  # fmt: skip
+PAIRED = [
+    "scaling.llama2-7b.q.g1.b2",
+    "scaling.llama2-7b.q.g8.b2",
+    "comm.all_gather.g8",
+    "comm.reduce_scatter.g8",
+    "pretrain.llama2-7b.q.g8",
+    "pretrain.llama2-7b.z3.g8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +80,21 @@ def nvlink_3090_run(tmp_path_factory):
     p2p-off variant: the variant trains at 0.9 × and moves collectives at 0.45 × its twin."""
     plan = build_plan(load_protocol(), "paper")
     cases = PAIRED + [f"{c}.p2p-off" for c in PAIRED if not c.startswith("scaling.llama2-7b.q.g1.")]
-    return write_run(tmp_path_factory.mktemp("runs") / "rtx3090-nvlink", plan, gpu_name=RTX3090, speed=RTX3090_SPEED,
-                     interconnect="nvlink-partial", cases=cases)  # fmt: skip
+    return write_run(
+        tmp_path_factory.mktemp("runs") / "rtx3090-nvlink",
+        plan,
+        gpu_name=RTX3090,
+        speed=RTX3090_SPEED,
+        interconnect="nvlink-partial",
+        cases=cases,
+    )
 
 
 def measured(path):
     run = RunDir(path)
-    return measured_run(run.read_info(), run.results(), Fingerprint.model_validate_json(run.fingerprint_path.read_text()))
+    return measured_run(
+        run.read_info(), run.results(), Fingerprint.model_validate_json(run.fingerprint_path.read_text())
+    )
 
 
 def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink_3090_run):
@@ -96,20 +116,34 @@ def test_one_nvlink_host_evaluates_the_nvlink_claims_through_its_variants(nvlink
 
 def test_a_run_really_without_nvlink_comes_before_a_variant(nvlink_3090_run, tmp_path):
     plan = build_plan(load_protocol(), "paper")
-    pcie = write_run(tmp_path / "rtx3090-pcie", plan, gpu_name=RTX3090, interconnect="pcie-only", speed=RTX3090_SPEED / 2,
-                     cases=["comm.all_gather.g8", "comm.reduce_scatter.g8"])  # fmt: skip
-    c27 = next(o for o in evaluate_claims(load_reference(), [measured(nvlink_3090_run), measured(pcie)]) if o.id == "C27")
+    pcie = write_run(
+        tmp_path / "rtx3090-pcie",
+        plan,
+        gpu_name=RTX3090,
+        interconnect="pcie-only",
+        speed=RTX3090_SPEED / 2,
+        cases=["comm.all_gather.g8", "comm.reduce_scatter.g8"],
+    )
+    c27 = next(
+        o for o in evaluate_claims(load_reference(), [measured(nvlink_3090_run), measured(pcie)]) if o.id == "C27"
+    )
     assert c27.verdict == "inconclusive"  # evaluated, from comm cases run once each (a claim deviates from 3 runs)
     assert all(r.runs == ("rtx3090-nvlink", "rtx3090-pcie") for r in c27.relations)
 
 
 def test_the_report_pairs_each_variant_with_its_twin_and_judges_the_claims(nvlink_3090_run):
-    done = subprocess.run([sys.executable, "-m", "kit.cli", "report", str(nvlink_3090_run), "--compare", "reference",
-                           "--format", "html"], capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "report", str(nvlink_3090_run), "--compare", "reference", "--format", "html"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (nvlink_3090_run / "report.html").read_text()))
     section = text[text.index("Variants beside their twins p2p-off") :]
     for twin in PAIRED[1:]:
         assert re.search(re.escape(twin) + r" \S+ [\d.]+ .*? [\d.]+ .*? (0\.4[0-9]|0\.9[0-9]) ×", section), twin
     # the stage sections lay out the twins only: no variant row among the comm section's collectives
-    assert "all_gather.g8.p2p-off" not in text[: text.index("Variants beside their twins p2p-off")].split("Communication bandwidth")[-1]
+    assert (
+        "all_gather.g8.p2p-off"
+        not in text[: text.index("Variants beside their twins p2p-off")].split("Communication bandwidth")[-1]
+    )

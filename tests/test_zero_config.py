@@ -16,13 +16,17 @@ def test_naive_is_data_parallel_without_zero(paper_plan):
 
 
 def test_zero2_offload_moves_only_the_optimizer(paper_plan):
-    zero = deepspeed_config(params_of(paper_plan, "pretrain.llama2-7b.z2+o.g8"), client_optimizer=False)["zero_optimization"]
+    zero = deepspeed_config(params_of(paper_plan, "pretrain.llama2-7b.z2+o.g8"), client_optimizer=False)[
+        "zero_optimization"
+    ]
     assert zero["stage"] == 2 and zero["offload_optimizer"]["device"] == "cpu"
     assert "offload_param" not in zero
 
 
 def test_zero3_offload_moves_optimizer_and_parameters(paper_plan):
-    zero = deepspeed_config(params_of(paper_plan, "pretrain.llama2-7b.z3+o.g8"), client_optimizer=False)["zero_optimization"]
+    zero = deepspeed_config(params_of(paper_plan, "pretrain.llama2-7b.z3+o.g8"), client_optimizer=False)[
+        "zero_optimization"
+    ]
     assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
 
 

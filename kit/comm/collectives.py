@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-
 NCCL_TESTS_PERFORMANCE_DOC = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
 GB = 1e9  # nccl-tests reports GB/s in 10^9 bytes per second, as link datasheets do
 
@@ -39,20 +38,56 @@ class Collective(BaseModel):
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
-        Collective(name="all_reduce", label="AllReduce", nccl_tests_binary="all_reduce_perf",
-                   factor="2(n-1)/n", split_over_ranks=False, torch_placement="in-place"),
-        Collective(name="all_gather", label="AllGather", nccl_tests_binary="all_gather_perf",
-                   factor="(n-1)/n", split_over_ranks=True, torch_placement="out-of-place"),
-        Collective(name="reduce_scatter", label="ReduceScatter", nccl_tests_binary="reduce_scatter_perf",
-                   factor="(n-1)/n", split_over_ranks=True, torch_placement="out-of-place"),
-        Collective(name="reduce", label="Reduce", nccl_tests_binary="reduce_perf",
-                   factor="1", split_over_ranks=False, torch_placement="in-place"),
-        Collective(name="broadcast", label="Broadcast", nccl_tests_binary="broadcast_perf",
-                   factor="1", split_over_ranks=False, torch_placement="in-place"),
-        Collective(name="alltoall", label="AlltoAll", nccl_tests_binary="alltoall_perf",
-                   factor="(n-1)/n", split_over_ranks=True, torch_placement="out-of-place"),
+        Collective(
+            name="all_reduce",
+            label="AllReduce",
+            nccl_tests_binary="all_reduce_perf",
+            factor="2(n-1)/n",
+            split_over_ranks=False,
+            torch_placement="in-place",
+        ),
+        Collective(
+            name="all_gather",
+            label="AllGather",
+            nccl_tests_binary="all_gather_perf",
+            factor="(n-1)/n",
+            split_over_ranks=True,
+            torch_placement="out-of-place",
+        ),
+        Collective(
+            name="reduce_scatter",
+            label="ReduceScatter",
+            nccl_tests_binary="reduce_scatter_perf",
+            factor="(n-1)/n",
+            split_over_ranks=True,
+            torch_placement="out-of-place",
+        ),
+        Collective(
+            name="reduce",
+            label="Reduce",
+            nccl_tests_binary="reduce_perf",
+            factor="1",
+            split_over_ranks=False,
+            torch_placement="in-place",
+        ),
+        Collective(
+            name="broadcast",
+            label="Broadcast",
+            nccl_tests_binary="broadcast_perf",
+            factor="1",
+            split_over_ranks=False,
+            torch_placement="in-place",
+        ),
+        Collective(
+            name="alltoall",
+            label="AlltoAll",
+            nccl_tests_binary="alltoall_perf",
+            factor="(n-1)/n",
+            split_over_ranks=True,
+            torch_placement="out-of-place",
+        ),
     )
-}  # fmt: skip
+}
 
 
 def collective(name: str) -> Collective:

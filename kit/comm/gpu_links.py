@@ -30,7 +30,9 @@ def topology_facts(ranks: int) -> TopologyFacts:
         return facts
     try:
         query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
-        links = [line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()]
+        links = [
+            line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()
+        ]
         links = [(int(gen), int(width)) for gen, width in links[:ranks]]
         facts.pcie_generation = min(gen for gen, _ in links)
         facts.pcie_lanes = min(width for _, width in links)

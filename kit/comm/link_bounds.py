@@ -75,16 +75,24 @@ def busbw_bound(
     if interconnect == "single-gpu":
         return _no_bound("one GPU in the host: no GPU-to-GPU link")
     if host_gpus is not None and ranks > host_gpus:
-        return _no_bound(f"{ranks} ranks on a host of {host_gpus} GPUs: the network bounds it, which the kit does not model")
+        return _no_bound(
+            f"{ranks} ranks on a host of {host_gpus} GPUs: the network bounds it, which the kit does not model"
+        )
     if spec is None:
         return _no_bound("the GPU is not in manifests/hardware.yaml")
     if interconnect in ("nvlink-all-pairs", "nvlink-partial"):
         rate = spec.interconnect_bidirectional_gb_per_s.value
         generation = spec.interconnect_generation.value
         if rate is None:
-            return _no_bound(f"no NVLink rate for {spec.model} in hardware.yaml ({spec.interconnect_bidirectional_gb_per_s.note})")
-        if (interconnect == "nvlink-all-pairs" and generation is not None and generation >= NVLS_MIN_GENERATION
-                and collective_name in NVLS_COLLECTIVES):  # fmt: skip
+            return _no_bound(
+                f"no NVLink rate for {spec.model} in hardware.yaml ({spec.interconnect_bidirectional_gb_per_s.note})"
+            )
+        if (
+            interconnect == "nvlink-all-pairs"
+            and generation is not None
+            and generation >= NVLS_MIN_GENERATION
+            and collective_name in NVLS_COLLECTIVES
+        ):
             return _no_bound(
                 f"NVLink {generation}: NCCL can use NVLink SHARP (in-switch reduction and multicast) for "
                 f"{collective_name}, with which busbw is not a wire bandwidth and can exceed the line rate "
@@ -94,8 +102,8 @@ def busbw_bound(
         return BusBandwidthBound(
             gbps=rate / 2,
             link=f"NVLink{f' {generation}' if generation else ''}{partial}: {rate:g} GB/s per GPU both directions, "
-                 f"{rate / 2:g} GB/s each way ({spec.model}, hardware.yaml)",
-        )  # fmt: skip
+            f"{rate / 2:g} GB/s each way ({spec.model}, hardware.yaml)",
+        )
     if interconnect == "pcie-only":
         source = "measured on the host (nvidia-smi, maximum link)"
         generation, lanes = pcie_generation, pcie_lanes
@@ -104,7 +112,9 @@ def busbw_bound(
             lanes = lanes or spec.pcie_lanes.value
             source = "hardware.yaml"
         if generation is None or lanes is None:
-            return _no_bound(f"the PCIe generation or width of {spec.model} is known neither from the host nor from hardware.yaml")
+            return _no_bound(
+                f"the PCIe generation or width of {spec.model} is known neither from the host nor from hardware.yaml"
+            )
         if generation not in PCIE_GB_PER_S_PER_LANE:
             return _no_bound(f"PCIe generation {generation} has no tabled rate in kit/comm/link_bounds.py")
         gbps = PCIE_GB_PER_S_PER_LANE[generation] * lanes
@@ -124,9 +134,14 @@ def sweep_bound(sweep: CommSweep, device: str, hardware: HardwareTable | None = 
         return _no_bound(f"GPU model not recorded or mixed ({', '.join(names) or 'none'})")
     spec = (hardware or load_hardware()).lookup(names[0])
     return busbw_bound(
-        sweep.collective, sweep.ranks, sweep.topology.interconnect, sweep.topology.gpu_count, spec,
-        sweep.topology.pcie_generation, sweep.topology.pcie_lanes,
-    )  # fmt: skip
+        sweep.collective,
+        sweep.ranks,
+        sweep.topology.interconnect,
+        sweep.topology.gpu_count,
+        spec,
+        sweep.topology.pcie_generation,
+        sweep.topology.pcie_lanes,
+    )
 
 
 def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -> BusBandwidthBound:
@@ -137,16 +152,20 @@ def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -
     with it, NCCL's busbw is no wire bandwidth. Ethernet NICs are not read, and a CPU sweep
     (gloo, over TCP) uses no RDMA port: both have no known bound, never an invented one."""
     if device != "cuda":
-        return _no_bound("CPU processes exchange data over TCP (gloo) on whatever network joins the nodes; "
-                         "the kit does not read its rate")  # fmt: skip
+        return _no_bound(
+            "CPU processes exchange data over TCP (gloo) on whatever network joins the nodes; "
+            "the kit does not read its rate"
+        )
     per_node = {}
     for node, network in node_networks.items():
         if network is None:
             return _no_bound(f"node {node} has no fingerprint")
         active = [port for port in network.rdma_ports if port.state == "ACTIVE" and port.rate_gbps]
         if not active:
-            return _no_bound(f"no active RDMA port in {node}'s fingerprint ({network.unavailable or 'none up'}); "
-                             "Ethernet rates are not read")  # fmt: skip
+            return _no_bound(
+                f"no active RDMA port in {node}'s fingerprint ({network.unavailable or 'none up'}); "
+                "Ethernet rates are not read"
+            )
         per_node[node] = active
     if not per_node:
         return _no_bound("the nodes the ranks ran on are not recorded")
@@ -155,5 +174,5 @@ def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -
     return BusBandwidthBound(
         gbps=total / 8,
         link=f"the network: {node}'s {len(ports)} active RDMA port(s), {total:g} Gb/s together, {total / 8:g} GB/s each "
-             "way (the slowest node, from its fingerprint; without in-network reduction)",
-    )  # fmt: skip
+        "way (the slowest node, from its fingerprint; without in-network reduction)",
+    )

@@ -43,7 +43,9 @@ _NCCL_NOISE = re.compile(r"^\s*NCCL version\b")
 _HEADER = re.compile(r"^#?\s*size\s+count\s+type\b")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _AVG_BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?(?:\bon\s+(?P<host>\S+)\s+)?\bdevice\s+\d+\s+\[[^\]]*\]\s+(?P<device>.+?)\s*$")
+_RANK_LINE = re.compile(
+    r"^#\s*Rank\s+(\d+)\b.*?(?:\bon\s+(?P<host>\S+)\s+)?\bdevice\s+\d+\s+\[[^\]]*\]\s+(?P<device>.+?)\s*$"
+)
 _SETTINGS = re.compile(r"^#?\s*nThread\s+\d+\s+nGpus\b")
 _DTYPE = re.compile(r"^[A-Za-z][\w]*$")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$|^-?nan$|^-?inf$|^N/A$", re.IGNORECASE)
@@ -70,10 +72,10 @@ def _layout_from_header(columns: list[str]) -> _Layout | None:
         return None
     first = starts[0]
     if len(starts) > 1:
-        group = columns[first:starts[1]]
+        group = columns[first : starts[1]]
     else:
         group = [columns[first]]
-        for column in columns[first + 1:]:
+        for column in columns[first + 1 :]:
             if column not in _GROUP_COLUMNS:
                 break
             group.append(column)
@@ -136,7 +138,7 @@ def _row(tokens: list[str], layout: _Layout) -> CommRow | None:
     width = len(layout.group)
     timings = []
     for index in range(layout.groups):
-        values = tokens[start + index * width:start + (index + 1) * width]
+        values = tokens[start + index * width : start + (index + 1) * width]
         timing = _timing(layout.group, values, layout.wrong_is_count)
         if timing is None:
             return None
@@ -164,7 +166,7 @@ def _clean(line: str) -> str | None:
         text = stripped
     log = _NCCL_LOG.search(text)
     if log:
-        text = text[:log.start()]
+        text = text[: log.start()]
     if _NCCL_NOISE.match(text):
         return None
     if not text.lstrip().startswith("#"):
@@ -173,8 +175,13 @@ def _clean(line: str) -> str | None:
 
 
 def _looks_like_row_start(tokens: list[str]) -> bool:
-    return (len(tokens) >= 3 and tokens[0].isdigit() and tokens[1].isdigit() and bool(_DTYPE.match(tokens[2]))
-            and not _NUMBER.match(tokens[2]))  # fmt: skip
+    return (
+        len(tokens) >= 3
+        and tokens[0].isdigit()
+        and tokens[1].isdigit()
+        and bool(_DTYPE.match(tokens[2]))
+        and not _NUMBER.match(tokens[2])
+    )
 
 
 # A run begins with its settings line, preceded in nccl-tests >= 2.14 by "Collective test starting".

@@ -68,7 +68,12 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
 
 
 def execute_case(
-    run: RunDir, case: Case, host: Host, progress: Progress, requested: Executor | None, skip_predicted_oom: bool = False,
+    run: RunDir,
+    case: Case,
+    host: Host,
+    progress: Progress,
+    requested: Executor | None,
+    skip_predicted_oom: bool = False,
     preflight_failed: dict[str, str] | None = None,
 ) -> Result:
     started = utc_now()
@@ -81,9 +86,15 @@ def execute_case(
         status = "error"
     if reason is not None:
         result = Result(
-            case_id=case.id, stage=case.stage, status=status, reason=reason,
-            case=case, executor="none", started_at=started, finished_at=utc_now(),
-        )  # fmt: skip
+            case_id=case.id,
+            stage=case.stage,
+            status=status,
+            reason=reason,
+            case=case,
+            executor="none",
+            started_at=started,
+            finished_at=utc_now(),
+        )
         run.write_result(result)
         return result
     executor = choose_executor(case, requested)
@@ -109,10 +120,13 @@ def execute_case(
     return result
 
 
-def search_max_batch(case: Case, case_dir: Path, executor: Executor, log, progress: Progress, host: Host) -> list[RunSample]:
+def search_max_batch(
+    case: Case, case_dir: Path, executor: Executor, log, progress: Progress, host: Host
+) -> list[RunSample]:
     """The trials of a max-batch case (kit.measure.maxbatch), each a run of the executor; the case's
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
+
     def run_trial(trial: Case, index: int) -> RunSample:
         progress.run_started(case, index, case.params.max_batch_search.max_trials)
         log.write(f"\n=== trial {index}: micro-batch {trial.params.micro_batch}\n")

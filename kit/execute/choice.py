@@ -17,7 +17,10 @@ def named(name: str) -> Executor:
     from kit.execute.slurm import SlurmExecutor
 
     known: dict[str, type[DockerExecutor] | type[LocalExecutor] | type[SlurmExecutor]] = {
-        "docker": DockerExecutor, "local": LocalExecutor, "slurm": SlurmExecutor}  # fmt: skip
+        "docker": DockerExecutor,
+        "local": LocalExecutor,
+        "slurm": SlurmExecutor,
+    }
     if name not in known:
         raise ValueError(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
     return known[name]()

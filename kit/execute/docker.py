@@ -263,9 +263,12 @@ def _start_watchdog(container_id: str) -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "kit.execute.docker", "watch", container_id],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_watchdog_child_setup,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_watchdog_child_setup,
+        )
     except OSError:
         return None  # the labels and the next start's cleanup remain
     finally:
@@ -283,8 +286,9 @@ def _create_and_start(client, settings: dict, log):
     ulimits = dict(settings["ulimits"])
     mark_this_process()
     while True:
-        container = client.containers.create(**{
-            **settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]})
+        container = client.containers.create(
+            **{**settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]}
+        )
         try:
             container.start()
             return container, ulimits
@@ -354,7 +358,9 @@ class EngineContainer:
     def stop(self) -> EngineStop:
         """docker stop (SIGTERM, SIGKILL after the grace period), then the container goes."""
         code = self.exit_code()
-        outcome = EngineStop(stopped_by="itself" if code is not None else f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)")
+        outcome = EngineStop(
+            stopped_by="itself" if code is not None else f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)"
+        )
         try:
             if code is None:
                 self.container.stop(timeout=STOP_GRACE_S)
@@ -390,7 +396,9 @@ class ContainerPlacement:
         kit_image = KIT_IMAGES[case.device]
         reference = images.load_lock().images[kit_image].reference
         if images.local_image(reference) is None:
-            raise RuntimeError(f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}")
+            raise RuntimeError(
+                f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}"
+            )
         host_folder = checkpoint_path(case).parent
         host_folder.mkdir(parents=True, exist_ok=True)
         hand_over(host_folder)
@@ -398,12 +406,25 @@ class ContainerPlacement:
         def run(arguments: list[str]) -> tuple[int, str]:
             mark_this_process()
             container = images.engine().containers.run(
-                reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
-                user="{}:{}".format(*container_user()), labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
-                environment={"KIT_CACHE": CACHE_MOUNT, "HF_HOME": "/tmp/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
-                volumes={str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
-                         str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"}},
-            )  # fmt: skip
+                reference,
+                ["python", "-m", *arguments],
+                detach=True,
+                network_disabled=True,
+                user="{}:{}".format(*container_user()),
+                labels=self._labels(case),
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                environment={
+                    "KIT_CACHE": CACHE_MOUNT,
+                    "HF_HOME": "/tmp/hf",
+                    "HF_HUB_OFFLINE": "1",
+                    "PYTHONUNBUFFERED": "1",
+                },
+                volumes={
+                    str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
+                    str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"},
+                },
+            )
             try:
                 code = container.wait()["StatusCode"]
                 output = container.logs().decode("utf-8", errors="replace")
@@ -428,30 +449,43 @@ class ContainerPlacement:
         host_port = free_port()
         mark_this_process()
         container = images.engine().containers.run(
-            image.id, command or None, detach=True, environment=environment,
+            image.id,
+            command or None,
+            detach=True,
+            environment=environment,
             ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},  # reachable from this host only
             volumes={str(model_dir.resolve()): {"bind": inside, "mode": "ro"}},
             shm_size=engine.shm_size,
             # As the image's USER (the engines' own images run as root), without capabilities: an
             # engine serves from its model folder and /dev/shm and needs none of root's powers.
-            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
             device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
             cpuset_cpus=",".join(map(str, cpus)) if cpus else None,
             labels=self._labels(case),
-        )  # fmt: skip
+        )
         say(f"engine container {container.id[:12]} of {reference} ({image.id}), published on 127.0.0.1:{host_port}")
         handle = EngineContainer(container, host_port, out_dir / "engine.log")
         config = image.attrs.get("Config") or {}
         return handle, EngineRecord(
-            name=engine.name, label=engine.label, placement=self.name,
-            image=reference, image_digest=image.id, repo_digests=list(image.attrs.get("RepoDigests") or []),
-            entrypoint=config.get("Entrypoint"), user=config.get("User") or "root (the image sets none)",
-            command=command, environment=environment, container_id=container.id,
+            name=engine.name,
+            label=engine.label,
+            placement=self.name,
+            image=reference,
+            image_digest=image.id,
+            repo_digests=list(image.attrs.get("RepoDigests") or []),
+            entrypoint=config.get("Entrypoint"),
+            user=config.get("User") or "root (the image sets none)",
+            command=command,
+            environment=environment,
+            container_id=container.id,
             port=ContainerPort(container=engine.container_port, host=f"127.0.0.1:{host_port}"),
             version=images.load_lock().images[case.image].versions.get(engine.name),
-            confinement={key: (container.attrs.get("HostConfig") or {}).get(key)
-                         for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")},
-        )  # fmt: skip
+            confinement={
+                key: (container.attrs.get("HostConfig") or {}).get(key)
+                for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")
+            },
+        )
 
 
 class DockerExecutor:
@@ -466,7 +500,6 @@ class DockerExecutor:
         if case.workload == "serve":
             return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
         return self.run_launch(case, case_dir, [index], log)[0]
-
 
     def run_launch(self, case: Case, case_dir: Path, indices: list[int], log: TextIO) -> list[RunSample]:
         """One container doing the runs `indices` one after another (one run unless the case shares
@@ -483,7 +516,16 @@ class DockerExecutor:
         def failed(reason: str) -> list[RunSample]:
             log.write(f"=== run {index}: {reason}\n")
             log.flush()
-            return [RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])]
+            return [
+                RunSample(
+                    index=index,
+                    status="error",
+                    reason=reason,
+                    exit_code=None,
+                    wall_s=time.monotonic() - started,
+                    ranks=[],
+                )
+            ]
 
         reason = unavailable_reason(case)
         if reason is not None:
@@ -499,36 +541,42 @@ class DockerExecutor:
 
         if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
             try:
-                ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
+                ContainerPlacement(case_dir, index).checkpoint(
+                    case, say=lambda line: (log.write(f"{line}\n"), log.flush())
+                )
             except (RuntimeError, docker.errors.DockerException) as exc:
                 return failed(f"the synthetic checkpoint could not be made: {exc}")
         binary = nccl_tests.runs_binary(case)
         command = container_command(case, indices)
         environment = container_environment(case)
         started_at = utc_now()
-        settings = dict(
-            image=image.id,
-            command=command,
-            environment=environment,
-            volumes={} if binary else mounts(case_dir, case.image),
-            working_dir=None if binary else CASE_MOUNT,
-            user="{}:{}".format(*container_user()),
+        settings = {
+            "image": image.id,
+            "command": command,
+            "environment": environment,
+            "volumes": {} if binary else mounts(case_dir, case.image),
+            "working_dir": None if binary else CASE_MOUNT,
+            "user": "{}:{}".format(*container_user()),
             # One host's ranks talk over loopback and shared memory: no network, no capabilities.
             # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
             # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
-            network_mode="none",
-            hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            shm_size=SHM_SIZE,
-            ulimits={**ULIMITS, **memory_cap_ulimit(case)},
-            device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
-            init=True,
-            labels=owner_labels(case, run_dir_of(case_dir), index),
-            detach=True,
+            "network_mode": "none",
+            "hostname": "localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "shm_size": SHM_SIZE,
+            "ulimits": {**ULIMITS, **memory_cap_ulimit(case)},
+            "device_requests": gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+            "init": True,
+            "labels": owner_labels(case, run_dir_of(case_dir), index),
+            "detach": True,
+        }
+        visible = {
+            k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()
+        }
+        log.write(
+            f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n"
         )
-        visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
-        log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
         log.flush()
         if not binary:
             hand_over(case_dir, image_cache(case.image))
@@ -562,16 +610,33 @@ class DockerExecutor:
                 watchdog.wait()
         wall_s = time.monotonic() - started
         oom_killed = bool(state.get("OOMKilled"))
-        log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
-                  f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
+        log.write(
+            f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
+            f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n"
+        )
         log.flush()
         if binary:  # the binary's output, read here into the run's one sample
             raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
-            rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
-                                          topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+            rank = nccl_tests.rank_sample(
+                case,
+                command,
+                *output,
+                exit_code,
+                raw_name,
+                started_at,
+                utc_now(),
+                topology_facts(case.gpus) if case.device == "cuda" else None,
+            )
             atomic_write_model(out_dir / "rank-0.json", rank)
-        samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=exit_code,
-                                 wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+        samples = launch_samples(
+            indices=indices,
+            out_dirs=out_dirs,
+            expected_ranks=processes(case),
+            exit_code=exit_code,
+            wall_s=wall_s,
+            timed_out=timed_out,
+            timeout_s=case.params.timeout_s,
+        )
         if oom_killed and samples[-1].status == "error":
             reason = "the container was killed by the kernel's OOM killer (host memory)"
             samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
@@ -585,7 +650,6 @@ class DockerExecutor:
             ulimits={name: soft for name, (soft, _) in ulimits.items()},
         )
         return [sample.model_copy(update={"container": ran_in}) for sample in samples]
-
 
     # ---------------------------------------------------------------------------------------------
     # The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`

@@ -41,10 +41,23 @@ def command(case: Case, binary: str, gpus_per_process: int | None = None) -> lis
     params = case.params
     return [
         binary,
-        "-b", str(params.min_bytes), "-e", str(params.max_bytes), "-f", str(params.step_factor),
-        "-g", str(gpus_per_process or case.gpus), "-w", str(params.warmup_iters), "-n", str(params.iters),
-        "-d", DTYPES[params.dtype], "-c", "1",
-    ]  # fmt: skip
+        "-b",
+        str(params.min_bytes),
+        "-e",
+        str(params.max_bytes),
+        "-f",
+        str(params.step_factor),
+        "-g",
+        str(gpus_per_process or case.gpus),
+        "-w",
+        str(params.warmup_iters),
+        "-n",
+        str(params.iters),
+        "-d",
+        DTYPES[params.dtype],
+        "-c",
+        "1",
+    ]
 
 
 def find_binary(case: Case) -> tuple[Path | None, str]:
@@ -81,8 +94,14 @@ def rank_sample(
     """What the binary's run amounts to: its sweep, or an error saying why there is none. Wrong
     elements (or "Out of bounds values: N FAILED") make it an error too, the rows kept."""
     parsed = parse_nccl_tests(stdout)
-    base = dict(rank=0, world_size=1, device=case.device, started_at=started_at, finished_at=finished_at,
-                device_name=", ".join(sorted(set(parsed.devices))) or "unknown")  # fmt: skip
+    base = {
+        "rank": 0,
+        "world_size": 1,
+        "device": case.device,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "device_name": ", ".join(sorted(set(parsed.devices))) or "unknown",
+    }
     name = Path(argv[0]).name
     sweep = CommSweep(
         collective=case.params.collective,
@@ -104,11 +123,19 @@ def rank_sample(
         unparsed=parsed.unparsed,
     ).model_dump(mode="json")
     if parsed.failure:  # nccl-tests then exits non-zero too; the failure says more
-        return RankSample(**base, status="error", reason=f"{name}: {parsed.failure} (output in {raw_name})", details=sweep)
+        return RankSample(
+            **base, status="error", reason=f"{name}: {parsed.failure} (output in {raw_name})", details=sweep
+        )
     if exit_code != 0:
         tail = stderr.strip()[-500:] or stdout.strip()[-500:]
-        return RankSample(**base, status="error", reason=f"{name} exited with {exit_code}: {tail} (output in {raw_name})",
-                          details=sweep)  # fmt: skip
+        return RankSample(
+            **base,
+            status="error",
+            reason=f"{name} exited with {exit_code}: {tail} (output in {raw_name})",
+            details=sweep,
+        )
     if not parsed.rows:
-        return RankSample(**base, status="error", reason=f"{name} printed no result rows (output in {raw_name})", details=sweep)
+        return RankSample(
+            **base, status="error", reason=f"{name} printed no result rows (output in {raw_name})", details=sweep
+        )
     return RankSample(**base, status="ok", details=sweep)

@@ -39,7 +39,11 @@ def fingerprint_step(python: str, folder: Path, redact: bool) -> str:
 def fingerprinted(run_root: Path) -> dict[str, str]:
     """Node -> its fingerprint file, relative to the run directory (as run.json keeps them)."""
     folder = run_root / NODE_FINGERPRINTS
-    return {path.stem: f"{NODE_FINGERPRINTS}/{path.name}" for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    return (
+        {path.stem: f"{NODE_FINGERPRINTS}/{path.name}" for path in sorted(folder.glob("*.json"))}
+        if folder.is_dir()
+        else {}
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

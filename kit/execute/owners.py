@@ -65,4 +65,3 @@ def dead_marks() -> list[Path]:
         if not pid.isdigit() or process_start_ticks(int(pid)) != ticks:
             dead.append(path)
     return dead
-

@@ -51,8 +51,16 @@ def miniature(case: Case) -> Case:
         update = {**common, "min_bytes": 1024, "max_bytes": 1024, "warmup_iters": 1, "iters": 2}
         model = {}
     else:  # serve
-        update = {**common, **soak, "prompts": 1, "input_tokens": 16, "max_output_tokens": 8, "warmup_requests": 0,
-                  "ready_timeout_s": 480, "sweep": None}  # fmt: skip
+        update = {
+            **common,
+            **soak,
+            "prompts": 1,
+            "input_tokens": 16,
+            "max_output_tokens": 8,
+            "warmup_requests": 0,
+            "ready_timeout_s": 480,
+            "sweep": None,
+        }
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})
 
@@ -73,11 +81,33 @@ def all_gpu_all_reduce(train: Case, host_gpus: int) -> Case:
     """An all-reduce across every GPU of the host in the training image, by torch.distributed
     (NCCL, as DeepSpeed reduces gradients): GPUs that cannot all reach each other show here, not as
     a multi-GPU case that hangs hours later. A full comm case; its miniature is what runs."""
-    params = CommParams(backend="torch", collective="all_reduce", dtype="float32", min_bytes=1024, max_bytes=1024,
-                        step_factor=2, warmup_iters=1, iters=2, runs=1, seed=train.params.seed,
-                        timeout_s=MINIATURE_TIMEOUT_S)  # fmt: skip
-    return Case(id=f"all_reduce.g{host_gpus}", stage="comm", workload="comm", image=train.image, model=None, shape=None,
-                method="all_reduce", gpus=host_gpus, device="cuda", params=params, unpublished=(), interpretation={})  # fmt: skip
+    params = CommParams(
+        backend="torch",
+        collective="all_reduce",
+        dtype="float32",
+        min_bytes=1024,
+        max_bytes=1024,
+        step_factor=2,
+        warmup_iters=1,
+        iters=2,
+        runs=1,
+        seed=train.params.seed,
+        timeout_s=MINIATURE_TIMEOUT_S,
+    )
+    return Case(
+        id=f"all_reduce.g{host_gpus}",
+        stage="comm",
+        workload="comm",
+        image=train.image,
+        model=None,
+        shape=None,
+        method="all_reduce",
+        gpus=host_gpus,
+        device="cuda",
+        params=params,
+        unpublished=(),
+        interpretation={},
+    )
 
 
 def gpus_seen_differ(sample, host_gpu_names: list[str]) -> str | None:
@@ -100,18 +130,30 @@ def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     state = images.verify_one(image, lock.images[image], probe=False)
     kind = "build" if lock.images[image].build else "pull"
     if state.image_id is None:  # "missing", or "unpinned" and not here either
-        return [PreflightLine(image=image, check="image present", status="fail", detail=f"{state.reference} is not here",
-                              hint=f"kit images {kind} {image}", seconds=time.monotonic() - started)]  # fmt: skip
+        return [
+            PreflightLine(
+                image=image,
+                check="image present",
+                status="fail",
+                detail=f"{state.reference} is not here",
+                hint=f"kit images {kind} {image}",
+                seconds=time.monotonic() - started,
+            )
+        ]
     # Built on another base (`kit images build --base`, as where no registry answers) is the
     # builder's choice and is said; anything else that differs is not the pinned image.
     differs = [f"{d.field}: lock {d.lock}, here {d.local}" for d in state.differences if d.field != "base"]
     based = [f"built on {d.local}, not the pinned {d.lock}" for d in state.differences if d.field == "base"]
-    return [PreflightLine(
-        image=image, check="image matches the lock", status="fail" if differs else "ok",
-        detail="; ".join(differs + based) or f"{state.reference} ({(state.image_id or '')[:19]})",
-        hint=f"kit images verify {image}, then kit images {kind} {image}" if differs else None,
-        seconds=time.monotonic() - started,
-    )]  # fmt: skip
+    return [
+        PreflightLine(
+            image=image,
+            check="image matches the lock",
+            status="fail" if differs else "ok",
+            detail="; ".join(differs + based) or f"{state.reference} ({(state.image_id or '')[:19]})",
+            hint=f"kit images verify {image}, then kit images {kind} {image}" if differs else None,
+            seconds=time.monotonic() - started,
+        )
+    ]
 
 
 def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | None, str | None, Path]:
@@ -133,23 +175,37 @@ def _case_line(case: Case, executor: Executor, work: Path, host_gpu_names: list[
     """Run the miniature for real, through the executor the plan will use; on a GPU, the GPUs its
     processes saw must be the host's."""
     started = time.monotonic()
-    what = {"train": "one training step", "profile": "one profiled step", "serve": "one streamed request",
-            "comm": f"one collective of 1 KiB by {case.params.backend if isinstance(case.params, CommParams) else ''}"}[case.params.kind]  # fmt: skip
+    what = {
+        "train": "one training step",
+        "profile": "one profiled step",
+        "serve": "one streamed request",
+        "comm": f"one collective of 1 KiB by {case.params.backend if isinstance(case.params, CommParams) else ''}",
+    }[case.params.kind]
     check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
     sample, failure, folder = run_check(miniature(case), executor, work)
     if sample is None:
         status, detail = "fail", failure
     else:
-        status, detail = ("ok", f"{executor.name}: ran in {sample.wall_s:.0f} s") if sample.status == "ok" else \
-            ("fail", f"{sample.status}: {sample.reason}")  # fmt: skip
+        status, detail = (
+            ("ok", f"{executor.name}: ran in {sample.wall_s:.0f} s")
+            if sample.status == "ok"
+            else ("fail", f"{sample.status}: {sample.reason}")
+        )
         # A serving sample names the host's GPUs itself; the others report what they saw inside.
-        differ = gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
+        differ = (
+            gpus_seen_differ(sample, host_gpu_names) if case.device == "cuda" and case.params.kind != "serve" else None
+        )
         if status == "ok" and differ:
             status, detail = "fail", differ
-    hint = None if status == "ok" else f"see {folder / 'log.txt'}" + (
-        f" and {folder / 'runs/1/engine.log'}" if case.params.kind == "serve" else "")  # fmt: skip
-    return PreflightLine(image=case.image, check=check, status=status, detail=detail[:600], hint=hint,
-                         seconds=time.monotonic() - started)  # fmt: skip
+    hint = (
+        None
+        if status == "ok"
+        else f"see {folder / 'log.txt'}"
+        + (f" and {folder / 'runs/1/engine.log'}" if case.params.kind == "serve" else "")
+    )
+    return PreflightLine(
+        image=case.image, check=check, status=status, detail=detail[:600], hint=hint, seconds=time.monotonic() - started
+    )
 
 
 def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine, Calibration | None]:
@@ -167,22 +223,40 @@ def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine
     else:
         status, detail = "fail", failure or f"{sample.status}: {sample.reason}"
     return PreflightLine(
-        image="host", check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.name}, "
-        f"g{case.gpus})", status=status, detail=detail[:600], hint=None if calibration else f"see {folder / 'log.txt'}",
+        image="host",
+        check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.name}, "
+        f"g{case.gpus})",
+        status=status,
+        detail=detail[:600],
+        hint=None if calibration else f"see {folder / 'log.txt'}",
         seconds=time.monotonic() - started,
-    ), calibration  # fmt: skip
+    ), calibration
 
 
 def gate_line(checks) -> PreflightLine:
     """The fingerprint gate (kit doctor's checks) as one line."""
     failed = [check for check in checks if check.status == "fail"]
-    detail = "; ".join(f"{check.name}: {check.observed}" for check in failed) or f"{len(checks)} environment checks pass"
-    return PreflightLine(image="host", check="environment (kit doctor)", status="fail" if failed else "ok",
-                         detail=detail, hint=failed[0].remedy if failed else None, seconds=0.0)  # fmt: skip
+    detail = (
+        "; ".join(f"{check.name}: {check.observed}" for check in failed) or f"{len(checks)} environment checks pass"
+    )
+    return PreflightLine(
+        image="host",
+        check="environment (kit doctor)",
+        status="fail" if failed else "ok",
+        detail=detail,
+        hint=failed[0].remedy if failed else None,
+        seconds=0.0,
+    )
 
 
-def run_preflight(cases: list[Case], requested: Executor | None, checks, out_dir: Path | None = None, say=print,
-                  host_gpu_names: list[str] = ()) -> Preflight:  # fmt: skip
+def run_preflight(
+    cases: list[Case],
+    requested: Executor | None,
+    checks,
+    out_dir: Path | None = None,
+    say=print,
+    host_gpu_names: list[str] = (),
+) -> Preflight:
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
     training image also runs an all-reduce across all of them. Then, where the training image
@@ -258,4 +332,6 @@ def preflight_for(profile: str | None, executor_name: str | None, say=print) -> 
     remove_leftovers(say)
     _, checks = check_host(plan)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
-    return run_preflight(cases, named(executor_name) if executor_name else None, checks, say=say, host_gpu_names=host.gpu_names)
+    return run_preflight(
+        cases, named(executor_name) if executor_name else None, checks, say=say, host_gpu_names=host.gpu_names
+    )

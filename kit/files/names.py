@@ -16,6 +16,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 def checked_name(value: str) -> str:
     if not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{value[:80]!r} is not a usable name (letters, digits, '.', '_', '+', '-'; "
-                         "starting with a letter or digit; at most 128 characters)")  # fmt: skip
+        raise ValueError(
+            f"{value[:80]!r} is not a usable name (letters, digits, '.', '_', '+', '-'; "
+            "starting with a letter or digit; at most 128 characters)"
+        )
     return value

@@ -13,15 +13,19 @@ import os
 import stat
 from pathlib import Path
 
-
 MiB = 1 << 20
 # The largest file of each kind the kit reads, far above any it writes: a manifest (the
 # hardware table is 76 kB), a file of a run directory (a paper-size run's largest is a few MB).
 MANIFEST_LIMIT = 16 * MiB
 RUN_FILE_LIMIT = 512 * MiB
 
-KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}  # fmt: skip
+KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
 
 
 class UnusableFile(OSError):

@@ -17,8 +17,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
-
 from kit.host.clock_events import decode_clock_event_reasons, read_clock_event_mask
+from kit.host.facts import (
+    cuda_version_text,
+    docker_runtimes,
+    parse_cpuinfo,
+    parse_ib_rate,
+    parse_meminfo_total,
+    parse_os_release,
+    parse_toolkit_version,
+)
 from kit.host.fingerprint import (
     ContainerRuntime,
     CpuInfo,
@@ -35,12 +43,10 @@ from kit.host.fingerprint import (
     RdmaPort,
     Topology,
 )
-from kit.host.this_host import nvml_text, open_nvml, run_command
-from kit.host.facts import cuda_version_text, docker_runtimes, parse_cpuinfo, parse_ib_rate, parse_meminfo_total, parse_os_release, parse_toolkit_version
 from kit.host.kit_source import kit_info
 from kit.host.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.host.redaction_tokens import redact_identifiers, redaction_salt
-
+from kit.host.this_host import nvml_text, open_nvml, run_command
 
 T = TypeVar("T")
 
@@ -72,8 +78,7 @@ def _attempt(unreadable: dict[str, str], field: str, read: Callable[[], T]) -> T
 
 def _read_governor() -> str:
     governors = {
-        path.read_text().strip()
-        for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")
+        path.read_text().strip() for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")
     }
     if not governors:
         raise FileNotFoundError("cpufreq not exposed (no cpu*/cpufreq/scaling_governor)")
@@ -90,14 +95,14 @@ def _collect_host() -> HostInfo:
         unreadable["numa_nodes"] = "no /sys/devices/system/node/node* entries"
     return HostInfo(
         hostname=_attempt(unreadable, "hostname", socket.gethostname),
-        os=_attempt(unreadable, "os",
-                    lambda: parse_os_release(Path("/etc/os-release").read_text())),
+        os=_attempt(unreadable, "os", lambda: parse_os_release(Path("/etc/os-release").read_text())),
         kernel=platform.release() or None,
         architecture=platform.machine() or None,
         cpu=cpu,
         numa_nodes=numa_nodes or None,
-        memory_bytes=_attempt(unreadable, "memory_bytes",
-                              lambda: parse_meminfo_total(Path("/proc/meminfo").read_text())),
+        memory_bytes=_attempt(
+            unreadable, "memory_bytes", lambda: parse_meminfo_total(Path("/proc/meminfo").read_text())
+        ),
         unreadable=unreadable,
     )
 
@@ -119,22 +124,23 @@ def _read_nvlink(nvml, handle, unreadable: dict[str, str]) -> NvLinkState:
     active = [link for link, state in enumerate(states) if state == nvml.NVML_FEATURE_ENABLED]
     version = None
     if active:
-        version = _attempt(unreadable, "nvlink.version_code",
-                           lambda: nvml.nvmlDeviceGetNvLinkVersion(handle, active[0]))
+        version = _attempt(
+            unreadable, "nvlink.version_code", lambda: nvml.nvmlDeviceGetNvLinkVersion(handle, active[0])
+        )
     return NvLinkState(links=len(states), active_links=len(active), version_code=version)
 
 
 def _read_processes(nvml, handle, unreadable: dict[str, str]) -> list[GpuProcess]:
     processes = {}
-    for call in (nvml.nvmlDeviceGetComputeRunningProcesses,
-                 nvml.nvmlDeviceGetGraphicsRunningProcesses):
+    for call in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
         for process in call(handle):
             processes.setdefault(process.pid, process)
     return [
         GpuProcess(
             pid=pid,
-            name=_attempt(unreadable, f"processes.{pid}.name",
-                          lambda pid=pid: nvml_text(nvml.nvmlSystemGetProcessName(pid))),
+            name=_attempt(
+                unreadable, f"processes.{pid}.name", lambda pid=pid: nvml_text(nvml.nvmlSystemGetProcessName(pid))
+            ),
             # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or MIG).
             used_memory_bytes=process.usedGpuMemory,
         )
@@ -162,33 +168,38 @@ def _read_gpu(nvml, index: int) -> Gpu:
         pci_bus_id=read("pci_bus_id", lambda: nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
         memory_bytes=read("memory_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total),
         vbios=read("vbios", lambda: nvml_text(nvml.nvmlDeviceGetVbiosVersion(handle))),
-        pcie_gen_current=read("pcie_gen_current",
-                              lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        pcie_gen_current=read("pcie_gen_current", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
         pcie_gen_max=read("pcie_gen_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
-        pcie_width_current=read("pcie_width_current",
-                                lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        pcie_width_current=read("pcie_width_current", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
         pcie_width_max=read("pcie_width_max", lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
         nvlink=read("nvlink", lambda: _read_nvlink(nvml, handle, unreadable)),
-        persistence_mode=read("persistence_mode",
-                              lambda: nvml.nvmlDeviceGetPersistenceMode(handle) == enabled),
+        persistence_mode=read("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle) == enabled),
         # Mode queries answer [current, pending]; the current mode is what the run gets.
         ecc_enabled=None if ecc_mode is None else ecc_mode[0] == enabled,
-        ecc_uncorrected_aggregate=read("ecc_uncorrected_aggregate", lambda: (
-            nvml.nvmlDeviceGetTotalEccErrors(
-                handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC))),
+        ecc_uncorrected_aggregate=read(
+            "ecc_uncorrected_aggregate",
+            lambda: nvml.nvmlDeviceGetTotalEccErrors(
+                handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC
+            ),
+        ),
         mig_enabled=None if mig_mode is None else mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE,
         power_limit_w=None if power_mw is None else power_mw / 1000,
         clocks=GpuClocks(
-            applications_graphics_mhz=read("clocks.applications_graphics_mhz", lambda: (
-                nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_GRAPHICS))),
-            applications_memory_mhz=read("clocks.applications_memory_mhz", lambda: (
-                nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM))),
-            max_graphics_mhz=read("clocks.max_graphics_mhz", lambda: (
-                nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_GRAPHICS))),
-            max_sm_mhz=read("clocks.max_sm_mhz",
-                            lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
-            max_memory_mhz=read("clocks.max_memory_mhz", lambda: (
-                nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))),
+            applications_graphics_mhz=read(
+                "clocks.applications_graphics_mhz",
+                lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_GRAPHICS),
+            ),
+            applications_memory_mhz=read(
+                "clocks.applications_memory_mhz",
+                lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM),
+            ),
+            max_graphics_mhz=read(
+                "clocks.max_graphics_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_GRAPHICS)
+            ),
+            max_sm_mhz=read("clocks.max_sm_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            max_memory_mhz=read(
+                "clocks.max_memory_mhz", lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM)
+            ),
         ),
         clock_event_reasons=None if event_mask is None else decode_clock_event_reasons(event_mask),
         processes=read("processes", lambda: _read_processes(nvml, handle, unreadable)),
@@ -200,24 +211,25 @@ def _collect_gpus() -> GpuInventory:
     try:
         nvml = open_nvml()
     except ImportError as exc:
-        return GpuInventory(unavailable=f"NVML not available: {_reason(exc)} "
-                                        "(the nvidia-ml-py package provides it)")
+        return GpuInventory(unavailable=f"NVML not available: {_reason(exc)} (the nvidia-ml-py package provides it)")
     except Exception as exc:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
         return GpuInventory(unavailable=f"NVML not available: {_reason(exc)}")
     unreadable: dict[str, str] = {}
     try:
-        driver = _attempt(unreadable, "driver_version",
-                          lambda: nvml_text(nvml.nvmlSystemGetDriverVersion()))
-        cuda = _attempt(unreadable, "cuda_driver_version",
-                        lambda: cuda_version_text(nvml.nvmlSystemGetCudaDriverVersion()))
+        driver = _attempt(unreadable, "driver_version", lambda: nvml_text(nvml.nvmlSystemGetDriverVersion()))
+        cuda = _attempt(
+            unreadable, "cuda_driver_version", lambda: cuda_version_text(nvml.nvmlSystemGetCudaDriverVersion())
+        )
         try:
             gpus = [_read_gpu(nvml, index) for index in range(nvml.nvmlDeviceGetCount())]
         except Exception as exc:  # e.g. a GPU fell off the bus while being listed
-            return GpuInventory(driver_version=driver, cuda_driver_version=cuda,
-                                unavailable=f"NVML could not list the GPUs: {_reason(exc)}",
-                                unreadable=unreadable)
-        return GpuInventory(driver_version=driver, cuda_driver_version=cuda, gpus=gpus,
-                            unreadable=unreadable)
+            return GpuInventory(
+                driver_version=driver,
+                cuda_driver_version=cuda,
+                unavailable=f"NVML could not list the GPUs: {_reason(exc)}",
+                unreadable=unreadable,
+            )
+        return GpuInventory(driver_version=driver, cuda_driver_version=cuda, gpus=gpus, unreadable=unreadable)
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
@@ -247,20 +259,23 @@ def read_rdma_ports(sysfs: Path = INFINIBAND_SYSFS) -> NetworkInfo:
         return NetworkInfo(unavailable=f"no RDMA devices ({sysfs} does not exist)")
     ports = []
     for port_dir in sorted(sysfs.glob("*/ports/*")):
-        def attribute(name: str) -> str | None:
+
+        def attribute(name: str, port_dir: Path = port_dir) -> str | None:
             path = port_dir / name
             return path.read_text().strip() if path.is_file() else None
 
         rate = attribute("rate")
-        ports.append(RdmaPort(
-            device=port_dir.parent.parent.name,
-            port=int(port_dir.name),
-            state=_without_state_number(attribute("state")),
-            physical_state=_without_state_number(attribute("phys_state")),
-            rate=rate,
-            rate_gbps=parse_ib_rate(rate) if rate else None,
-            link_layer=attribute("link_layer"),
-        ))
+        ports.append(
+            RdmaPort(
+                device=port_dir.parent.parent.name,
+                port=int(port_dir.name),
+                state=_without_state_number(attribute("state")),
+                physical_state=_without_state_number(attribute("phys_state")),
+                rate=rate,
+                rate_gbps=parse_ib_rate(rate) if rate else None,
+                link_layer=attribute("link_layer"),
+            )
+        )
     if not ports:
         return NetworkInfo(unavailable=f"{sysfs} lists no ports")
     return NetworkInfo(rdma_ports=ports)
@@ -290,8 +305,9 @@ def _collect_container_runtime() -> ContainerRuntime:
     for tool in ("nvidia-ctk", "nvidia-container-cli"):
         output, problem = run_command([tool, "--version"])
         if problem is None:
-            toolkit = _attempt(unreadable, "nvidia_container_toolkit",
-                               lambda output=output: parse_toolkit_version(output))
+            toolkit = _attempt(
+                unreadable, "nvidia_container_toolkit", lambda output=output: parse_toolkit_version(output)
+            )
             break
         problems.append(problem)
     else:
@@ -306,8 +322,9 @@ def _collect_container_runtime() -> ContainerRuntime:
     )
 
 
-def collect(redact: bool = False, image_probe: dict | ImageProbe | None = None,
-            images_cuda: list[ImageCuda] | None = None) -> Fingerprint:
+def collect(
+    redact: bool = False, image_probe: dict | ImageProbe | None = None, images_cuda: list[ImageCuda] | None = None
+) -> Fingerprint:
     """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran;
     `images_cuda` the CUDA versions of the images the run will use (kit.images.images_cuda).
 

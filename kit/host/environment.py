@@ -39,9 +39,24 @@ CheckName = Literal[
     "nvidia_container_toolkit_present",
 ]
 Aspect = Literal[
-    "gpu_model", "gpu_count", "topology_class", "driver_branch", "cpu_model", "rdma_network",
-    "workload_sources", "python", "torch", "cuda_runtime", "cudnn", "nccl",
-    "deepspeed", "transformers", "peft", "bitsandbytes", "flash-attn", "vllm",
+    "gpu_model",
+    "gpu_count",
+    "topology_class",
+    "driver_branch",
+    "cpu_model",
+    "rdma_network",
+    "workload_sources",
+    "python",
+    "torch",
+    "cuda_runtime",
+    "cudnn",
+    "nccl",
+    "deepspeed",
+    "transformers",
+    "peft",
+    "bitsandbytes",
+    "flash-attn",
+    "vllm",
 ]
 
 
@@ -61,8 +76,7 @@ class Expectation(BaseModel):
         if self.name == "driver_supports_images" and (
             not self.minimum_driver_by_cuda_major or self.assumed_cuda_major is None
         ):
-            raise ValueError("driver_supports_images needs minimum_driver_by_cuda_major "
-                             "and assumed_cuda_major")
+            raise ValueError("driver_supports_images needs minimum_driver_by_cuda_major and assumed_cuda_major")
         return self
 
 
@@ -106,8 +120,7 @@ class Check(BaseModel):
 class Finding(BaseModel):
     """Something that changed between the fingerprints taken before and after a run."""
 
-    kind: Literal["driver_changed", "gpu_missing", "ecc_errors_appeared", "clocks_limited",
-                  "foreign_process_appeared"]
+    kind: Literal["driver_changed", "gpu_missing", "ecc_errors_appeared", "clocks_limited", "foreign_process_appeared"]
     severity: Severity
     gpu: str | None = None
     detail: str
@@ -191,55 +204,85 @@ def _gpus_same_model(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAn
     return CheckAnswer(len(models) == 1, observed, expected)
 
 
-def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation,
-                               expected_gpus: int | None) -> CheckAnswer:
+def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation, expected_gpus: int | None) -> CheckAnswer:
     if expected_gpus is None:
         return CheckAnswer(None, "the profile names no GPU count", "the profile's GPU count")
     count = len(fp.gpus.gpus)
     observed = f"{count} GPUs" + (f" ({fp.gpus.unavailable})" if fp.gpus.unavailable else "")
     expected = f"{expected_gpus} GPUs, as the profile's largest case is written for"
     if 0 < count < expected_gpus:  # the plan is fitted to the host's GPUs, each such case saying so
-        return CheckAnswer(False, f"{observed}: the plan is fitted to them (cases marked 'fitted', never compared with "
-                              "the paper's figures)", expected, severity="warn")  # fmt: skip
+        return CheckAnswer(
+            False,
+            f"{observed}: the plan is fitted to them (cases marked 'fitted', never compared with the paper's figures)",
+            expected,
+            severity="warn",
+        )
     return CheckAnswer(count >= expected_gpus, observed, expected)
 
 
 def _persistence_mode_on(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(fp, lambda gpu: gpu.persistence_mode, "persistence_mode",
-                    lambda on: not on, lambda gpu, _: f"{_label(gpu)}: persistence mode off",
-                    "persistence mode on", "persistence mode on for every GPU")
+    return _per_gpu(
+        fp,
+        lambda gpu: gpu.persistence_mode,
+        "persistence_mode",
+        lambda on: not on,
+        lambda gpu, _: f"{_label(gpu)}: persistence mode off",
+        "persistence mode on",
+        "persistence mode on for every GPU",
+    )
 
 
 def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     # A GPU without MIG support refuses the query: for this check that is "off".
-    return _per_gpu(fp, lambda gpu: bool(gpu.mig_enabled), "mig_enabled",
-                    lambda on: on, lambda gpu, _: f"{_label(gpu)}: MIG enabled",
-                    "MIG off or unsupported", "MIG off on every GPU (whole GPUs only)")
+    return _per_gpu(
+        fp,
+        lambda gpu: bool(gpu.mig_enabled),
+        "mig_enabled",
+        lambda on: on,
+        lambda gpu, _: f"{_label(gpu)}: MIG enabled",
+        "MIG off or unsupported",
+        "MIG off on every GPU (whole GPUs only)",
+    )
 
 
 def _no_uncorrectable_ecc_errors(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(fp, lambda gpu: gpu.ecc_uncorrected_aggregate, "ecc_uncorrected_aggregate",
-                    lambda count: count > 0,
-                    lambda gpu, count: (
-                        f"{_label(gpu)}: {count} uncorrectable ECC errors (aggregate)"),
-                    "no uncorrectable ECC errors", "0 uncorrectable ECC errors (aggregate count)")
+    return _per_gpu(
+        fp,
+        lambda gpu: gpu.ecc_uncorrected_aggregate,
+        "ecc_uncorrected_aggregate",
+        lambda count: count > 0,
+        lambda gpu, count: f"{_label(gpu)}: {count} uncorrectable ECC errors (aggregate)",
+        "no uncorrectable ECC errors",
+        "0 uncorrectable ECC errors (aggregate count)",
+    )
 
 
 def _ecc_enabled(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(fp, lambda gpu: gpu.ecc_enabled, "ecc_enabled",
-                    lambda on: not on, lambda gpu, _: f"{_label(gpu)}: ECC off",
-                    "ECC on", "ECC on for every GPU that supports it")
+    return _per_gpu(
+        fp,
+        lambda gpu: gpu.ecc_enabled,
+        "ecc_enabled",
+        lambda on: not on,
+        lambda gpu, _: f"{_label(gpu)}: ECC off",
+        "ECC on",
+        "ECC on for every GPU that supports it",
+    )
 
 
 def _describe_processes(processes: list[GpuProcess]) -> str:
-    return ", ".join(f"pid {p.pid} ({p.name or 'name unknown'}, {_gib(p.used_memory_bytes)})"
-                     for p in processes)
+    return ", ".join(f"pid {p.pid} ({p.name or 'name unknown'}, {_gib(p.used_memory_bytes)})" for p in processes)
 
 
 def _no_foreign_processes(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(fp, lambda gpu: gpu.processes, "processes", bool,
-                    lambda gpu, processes: f"{_label(gpu)}: {_describe_processes(processes)}",
-                    "no processes", "no process on any GPU before the run")
+    return _per_gpu(
+        fp,
+        lambda gpu: gpu.processes,
+        "processes",
+        bool,
+        lambda gpu, processes: f"{_label(gpu)}: {_describe_processes(processes)}",
+        "no processes",
+        "no process on any GPU before the run",
+    )
 
 
 def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
@@ -248,19 +291,30 @@ def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) ->
             return None
         return gpu.pcie_width_current, gpu.pcie_width_max
 
-    return _per_gpu(fp, widths, "pcie_width_current", lambda w: w[0] < w[1],
-                    lambda gpu, w: f"{_label(gpu)}: x{w[0]} of x{w[1]}",
-                    "PCIe link at its maximum width",
-                    "every PCIe link at its maximum width (the generation may drop at idle)")
+    return _per_gpu(
+        fp,
+        widths,
+        "pcie_width_current",
+        lambda w: w[0] < w[1],
+        lambda gpu, w: f"{_label(gpu)}: x{w[0]} of x{w[1]}",
+        "PCIe link at its maximum width",
+        "every PCIe link at its maximum width (the generation may drop at idle)",
+    )
 
 
 def _nvlink_links_all_active(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     def links(gpu: Gpu):
         return gpu.nvlink if gpu.nvlink and gpu.nvlink.links else None
 
-    return _per_gpu(fp, links, "nvlink", lambda nv: nv.active_links < nv.links,
-                    lambda gpu, nv: f"{_label(gpu)}: {nv.active_links} of {nv.links} links active",
-                    "all NVLink links active", "every NVLink link of every GPU active")
+    return _per_gpu(
+        fp,
+        links,
+        "nvlink",
+        lambda nv: nv.active_links < nv.links,
+        lambda gpu, nv: f"{_label(gpu)}: {nv.active_links} of {nv.links} links active",
+        "all NVLink links active",
+        "every NVLink link of every GPU active",
+    )
 
 
 class CudaNeed(NamedTuple):
@@ -272,8 +326,11 @@ class CudaNeed(NamedTuple):
 
 
 def _cuda_needs(fp: Fingerprint) -> list[CudaNeed]:
-    needs = [CudaNeed(f"image {image.name}", image.cuda_version, image.source)
-             for image in fp.images_cuda if image.cuda_version]
+    needs = [
+        CudaNeed(f"image {image.name}", image.cuda_version, image.source)
+        for image in fp.images_cuda
+        if image.cuda_version
+    ]
     if fp.image and fp.image.cuda_runtime:
         needs.append(CudaNeed("this Python's torch", fp.image.cuda_runtime, "the probe of this Python"))
     return needs
@@ -284,24 +341,32 @@ def _major_minor(version: str) -> tuple[int, int]:
     return parts[0], parts[1]
 
 
-def driver_shortfall(need: CudaNeed, host_cuda: str | None, driver: str | None,
-                     minimum_by_major: dict[int, str]) -> str | None:
+def driver_shortfall(
+    need: CudaNeed, host_cuda: str | None, driver: str | None, minimum_by_major: dict[int, str]
+) -> str | None:
     """Why the host's driver cannot run what `need` was built with, naming both versions and
     the fix; None when it can. The driver's own CUDA version (NVML) decides: NVIDIA's images
     refuse to start below their CUDA major.minor (NVIDIA_REQUIRE_CUDA), whatever minor-version
     compatibility would allow. Without it, the minimum driver of the CUDA major decides."""
     major, minor = _major_minor(need.cuda)
     minimum = minimum_by_major.get(major)
-    fix = (f"install an NVIDIA driver >= {minimum} (the minimum for CUDA {major}.x)" if minimum
-           else f"install an NVIDIA driver that supports CUDA {major}.{minor}")
+    fix = (
+        f"install an NVIDIA driver >= {minimum} (the minimum for CUDA {major}.x)"
+        if minimum
+        else f"install an NVIDIA driver that supports CUDA {major}.{minor}"
+    )
     if host_cuda is not None:
         if _major_minor(host_cuda) >= (major, minor):
             return None
         if _major_minor(host_cuda)[0] == major:
-            fix = (f"install an NVIDIA driver that supports CUDA {major}.{minor} or later (nvidia-smi shows "
-                   f"the CUDA version a driver supports)")
-        return (f"{need.what} was built with CUDA {need.cuda} ({need.source}); driver {driver or 'unknown'} "
-                f"supports CUDA up to {host_cuda}: {fix}")
+            fix = (
+                f"install an NVIDIA driver that supports CUDA {major}.{minor} or later (nvidia-smi shows "
+                f"the CUDA version a driver supports)"
+            )
+        return (
+            f"{need.what} was built with CUDA {need.cuda} ({need.source}); driver {driver or 'unknown'} "
+            f"supports CUDA up to {host_cuda}: {fix}"
+        )
     if driver is None or minimum is None:
         return None
     if _version_key(driver) >= _version_key(minimum):
@@ -319,8 +384,11 @@ def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | 
     if driver is None and host_cuda is None:
         reason = fp.gpus.unavailable or fp.gpus.unreadable.get("driver_version", "not reported")
         return CheckAnswer(None, f"driver version unknown ({reason})", expected)
-    problems = [problem for need in needs
-                if (problem := driver_shortfall(need, host_cuda, driver, expectation.minimum_driver_by_cuda_major))]
+    problems = [
+        problem
+        for need in needs
+        if (problem := driver_shortfall(need, host_cuda, driver, expectation.minimum_driver_by_cuda_major))
+    ]
     observed = f"driver {driver or 'unknown'}, CUDA {host_cuda or 'unknown'}"
     if problems:
         return CheckAnswer(False, "; ".join(problems), expected)
@@ -329,20 +397,21 @@ def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | 
 
 def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     return _per_gpu(
-        fp, lambda gpu: gpu.clock_event_reasons, "clock_event_reasons",
+        fp,
+        lambda gpu: gpu.clock_event_reasons,
+        "clock_event_reasons",
         lambda reasons: bool(PERFORMANCE_LIMITING_REASONS & set(reasons)),
-        lambda gpu, reasons: f"{_label(gpu)}: "
-        + ", ".join(sorted(PERFORMANCE_LIMITING_REASONS & set(reasons))),
+        lambda gpu, reasons: f"{_label(gpu)}: " + ", ".join(sorted(PERFORMANCE_LIMITING_REASONS & set(reasons))),
         "no power or thermal clock limit",
-        "no power, thermal or hardware clock limit active at idle")
+        "no power, thermal or hardware clock limit active at idle",
+    )
 
 
 def _cpu_governor_performance(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     governor = fp.host.cpu.frequency_governor
     expected = "CPU frequency governor 'performance'"
     if governor is None:
-        return CheckAnswer(None, fp.host.unreadable.get("cpu.frequency_governor", "not reported"),
-                       expected)
+        return CheckAnswer(None, fp.host.unreadable.get("cpu.frequency_governor", "not reported"), expected)
     return CheckAnswer(governor == "performance", f"governor {governor}", expected)
 
 
@@ -353,8 +422,7 @@ def _nvidia_container_toolkit_present(fp: Fingerprint, _: Expectation, __: int |
         return CheckAnswer(None, _no_gpu_reason(fp), expected)
     if runtime.nvidia_container_toolkit or "nvidia" in runtime.runtimes:
         found = runtime.nvidia_container_toolkit or "version unknown"
-        return CheckAnswer(True, f"toolkit {found}; runtimes: {', '.join(runtime.runtimes) or 'none'}",
-                       expected)
+        return CheckAnswer(True, f"toolkit {found}; runtimes: {', '.join(runtime.runtimes) or 'none'}", expected)
     return CheckAnswer(False, runtime.unreadable.get("nvidia_container_toolkit", "not found"), expected)
 
 
@@ -375,8 +443,7 @@ CHECKS: dict[str, Callable[[Fingerprint, Expectation, int | None], CheckAnswer]]
 }
 
 
-def evaluate(fp: Fingerprint, expectations: Expectations,
-             expected_gpus: int | None) -> list[Check]:
+def evaluate(fp: Fingerprint, expectations: Expectations, expected_gpus: int | None) -> list[Check]:
     """One Check per expectation in manifest order; a violation takes the expectation's severity."""
     checks = []
     for expectation in expectations.expectations:
@@ -386,14 +453,16 @@ def evaluate(fp: Fingerprint, expectations: Expectations,
             status = "skip"
         else:
             status = "pass" if verdict.passed else severity
-        checks.append(Check(
-            name=expectation.name,
-            severity=severity,
-            status=status,
-            observed=verdict.observed,
-            expected=verdict.expected,
-            remedy=expectation.remedy,
-        ))
+        checks.append(
+            Check(
+                name=expectation.name,
+                severity=severity,
+                status=status,
+                observed=verdict.observed,
+                expected=verdict.expected,
+                remedy=expectation.remedy,
+            )
+        )
     return checks
 
 
@@ -411,20 +480,30 @@ def _gpu_drift(old: Gpu, new: Gpu, label: str) -> list[Finding]:
     errors_before = old.ecc_uncorrected_aggregate or 0
     errors_after = new.ecc_uncorrected_aggregate or 0
     if errors_after > errors_before:
-        findings.append(Finding(
-            kind="ecc_errors_appeared", severity="fail", gpu=label,
-            detail=f"uncorrectable ECC errors {errors_before} before, {errors_after} after"))
-    limits = PERFORMANCE_LIMITING_REASONS & (
-        set(new.clock_event_reasons or []) - set(old.clock_event_reasons or []))
+        findings.append(
+            Finding(
+                kind="ecc_errors_appeared",
+                severity="fail",
+                gpu=label,
+                detail=f"uncorrectable ECC errors {errors_before} before, {errors_after} after",
+            )
+        )
+    limits = PERFORMANCE_LIMITING_REASONS & (set(new.clock_event_reasons or []) - set(old.clock_event_reasons or []))
     if limits:
-        findings.append(Finding(
-            kind="clocks_limited", severity="warn", gpu=label,
-            detail="clocks limited after the run: " + ", ".join(sorted(limits))))
+        findings.append(
+            Finding(
+                kind="clocks_limited",
+                severity="warn",
+                gpu=label,
+                detail="clocks limited after the run: " + ", ".join(sorted(limits)),
+            )
+        )
     known_pids = {process.pid for process in old.processes or []}
     arrivals = [process for process in new.processes or [] if process.pid not in known_pids]
     if arrivals:
-        findings.append(Finding(kind="foreign_process_appeared", severity="fail", gpu=label,
-                                detail=_describe_processes(arrivals)))
+        findings.append(
+            Finding(kind="foreign_process_appeared", severity="fail", gpu=label, detail=_describe_processes(arrivals))
+        )
     return findings
 
 
@@ -436,15 +515,19 @@ def drift(before: Fingerprint, after: Fingerprint) -> list[Finding]:
     findings = []
     old_driver, new_driver = before.gpus.driver_version, after.gpus.driver_version
     if old_driver != new_driver:
-        findings.append(Finding(kind="driver_changed", severity="fail",
-                                detail=f"driver {old_driver} before, {new_driver} after"))
+        findings.append(
+            Finding(kind="driver_changed", severity="fail", detail=f"driver {old_driver} before, {new_driver} after")
+        )
     after_gpus = {_gpu_key(gpu): gpu for gpu in after.gpus.gpus}
     for old in before.gpus.gpus:
         label = f"{_label(old)} ({_gpu_key(old)})"
         new = after_gpus.get(_gpu_key(old))
         if new is None:
-            findings.append(Finding(kind="gpu_missing", severity="fail", gpu=label,
-                                    detail="present before the run, missing after it"))
+            findings.append(
+                Finding(
+                    kind="gpu_missing", severity="fail", gpu=label, detail="present before the run, missing after it"
+                )
+            )
         else:
             findings.extend(_gpu_drift(old, new, label))
     return findings
@@ -467,6 +550,7 @@ def _image_field(field: str) -> Callable[[Fingerprint], _AspectValue]:
         if fp.image is None:
             return _AspectValue(None, "no image probe")
         return _AspectValue(getattr(fp.image, field) or "not present")
+
     return read
 
 
@@ -477,12 +561,12 @@ def _package(distribution: str) -> Callable[[Fingerprint], _AspectValue]:
         if distribution not in fp.image.packages:
             return _AspectValue(None, "the image probe did not look for it")
         return _AspectValue(fp.image.packages[distribution] or "not installed")
+
     return read
 
 
 def _gpu_models(fp: Fingerprint) -> _AspectValue:
-    return _AspectValue(", ".join(sorted({gpu.name or "unknown model" for gpu in fp.gpus.gpus}))
-                        or "no GPUs visible")
+    return _AspectValue(", ".join(sorted({gpu.name or "unknown model" for gpu in fp.gpus.gpus})) or "no GPUs visible")
 
 
 def _topology_class(fp: Fingerprint) -> _AspectValue:
@@ -491,8 +575,11 @@ def _topology_class(fp: Fingerprint) -> _AspectValue:
 
 
 def _rdma_network(fp: Fingerprint) -> _AspectValue:
-    active = sorted(f"{port.link_layer or 'unknown layer'} {port.rate or 'unknown rate'}"
-                    for port in fp.network.rdma_ports if port.state == "ACTIVE")
+    active = sorted(
+        f"{port.link_layer or 'unknown layer'} {port.rate or 'unknown rate'}"
+        for port in fp.network.rdma_ports
+        if port.state == "ACTIVE"
+    )
     counted = Counter(active)
     return _AspectValue(", ".join(f"{n} x {kind}" for kind, n in counted.items()) or "none active")
 
@@ -503,39 +590,43 @@ ASPECTS: dict[str, tuple[str, Callable[[Fingerprint], _AspectValue]]] = {
     "gpu_model": ("GPU model", _gpu_models),
     "gpu_count": ("GPU count", lambda fp: _AspectValue(str(len(fp.gpus.gpus)))),
     "topology_class": ("topology class", _topology_class),
-    "driver_branch": ("driver branch", lambda fp: _AspectValue(
-        fp.gpus.driver_version.split(".")[0] if fp.gpus.driver_version else "no driver reported")),
+    "driver_branch": (
+        "driver branch",
+        lambda fp: _AspectValue(
+            fp.gpus.driver_version.split(".")[0] if fp.gpus.driver_version else "no driver reported"
+        ),
+    ),
     "cpu_model": ("CPU model", lambda fp: _AspectValue(fp.host.cpu.model or "not reported")),
     "rdma_network": ("RDMA network", _rdma_network),
-    "workload_sources": ("workload sources (SHA-256)",
-                         lambda fp: _AspectValue(fp.kit.workload_sources_sha256)),
+    "workload_sources": ("workload sources (SHA-256)", lambda fp: _AspectValue(fp.kit.workload_sources_sha256)),
     "python": ("Python", _image_field("python")),
     "torch": ("torch", _image_field("torch")),
     "cuda_runtime": ("CUDA runtime", _image_field("cuda_runtime")),
     "cudnn": ("cuDNN", _image_field("cudnn")),
     "nccl": ("NCCL", _image_field("nccl")),
-    **{name: (name, _package(name))
-       for name in ("deepspeed", "transformers", "peft", "bitsandbytes", "flash-attn", "vllm")},
+    **{
+        name: (name, _package(name))
+        for name in ("deepspeed", "transformers", "peft", "bitsandbytes", "flash-attn", "vllm")
+    },
 }
 
 
-def comparable(a: Fingerprint, b: Fingerprint, stage: str,
-               rules: ComparabilityRules | None = None) -> Comparability:
+def comparable(a: Fingerprint, b: Fingerprint, stage: str, rules: ComparabilityRules | None = None) -> Comparability:
     """May numbers of `stage` measured in `a` and in `b` be compared? If not, every reason why.
 
     The aspects compared are the manifest's `always` list plus the stage's own list.
     """
     rules = rules or load_expectations().comparability
     if stage not in rules.stages:
-        raise ValueError(f"unknown stage {stage!r}; environment.yaml knows "
-                         f"{', '.join(sorted(rules.stages))}")
+        raise ValueError(f"unknown stage {stage!r}; environment.yaml knows {', '.join(sorted(rules.stages))}")
     reasons = []
     for aspect in dict.fromkeys(rules.always + rules.stages[stage]):
         label, read = ASPECTS[aspect]
         left, right = read(a), read(b)
         if left.value is None or right.value is None:
-            sides = [f"{name}: {side.unknown_because}" for name, side in (("A", left), ("B", right))
-                     if side.value is None]
+            sides = [
+                f"{name}: {side.unknown_because}" for name, side in (("A", left), ("B", right)) if side.value is None
+            ]
             reasons.append(f"{label} unknown ({'; '.join(sides)})")
         elif left.value != right.value:
             reasons.append(f"{label} differs: {left.value} vs {right.value}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 
-
 from kit.host.fingerprint import CpuInfo
 
 
@@ -21,10 +20,7 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     blocks = [block for block in text.strip().split("\n\n") if block.strip()]
     models, sockets, cores = set(), set(), set()
     for block in blocks:
-        fields = dict(
-            (key.strip(), value.strip())
-            for key, _, value in (line.partition(":") for line in block.splitlines())
-        )
+        fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in block.splitlines())}
         if "model name" in fields:
             models.add(fields["model name"])
         if "physical id" in fields:

@@ -17,7 +17,7 @@ def expand_hostlist(hostlist: str) -> list[str]:
         if bracket is None:
             names.append(item)
             continue
-        head, tail = item[: bracket.start()], item[bracket.end():]
+        head, tail = item[: bracket.start()], item[bracket.end() :]
         for part in bracket.group(1).split(","):
             start, _, end = part.partition("-")
             for number in range(int(start), int(end or start) + 1):

@@ -9,12 +9,10 @@ import ast
 import hashlib
 from pathlib import Path
 
-
 from kit import __version__
+from kit.files.regular import MANIFEST_LIMIT, read_regular
 from kit.host.fingerprint import KitInfo
 from kit.host.this_host import run_command
-from kit.files.regular import MANIFEST_LIMIT, read_regular
-
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 WORKLOADS_DIR = PACKAGE_DIR / "workloads"
@@ -46,8 +44,13 @@ def measuring_sources() -> list[Path]:
             continue
         found.add(path)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
-                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []  # fmt: skip
+            names = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             for name in names:
                 if name.startswith("kit.") and name.split(".")[1] not in REPORT_ONLY:
                     module = PACKAGE_DIR.parent / Path(*name.split("."))

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import re
 
-
 from kit.host.fingerprint import GPU_COLUMN, TopologyClass, TopologyMatrix
-
 
 PCIE_PATHS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 # Drivers from before NODE existed printed the cross-socket path as SOC.
@@ -46,9 +44,9 @@ def _topology_row(line: str, columns: int) -> tuple[str, list[str], list[str]]:
     """
     if "\t" not in line:
         tokens = line.split()
-        return tokens[0], tokens[1:columns + 1], tokens[columns + 1:]
+        return tokens[0], tokens[1 : columns + 1], tokens[columns + 1 :]
     cells = [cell.strip() for cell in line.split("\t")]
-    row, links, rest = cells[0], cells[1:columns + 1], cells[columns + 1:]
+    row, links, rest = cells[0], cells[1 : columns + 1], cells[columns + 1 :]
     if not rest:
         return row, links, []
     return row, links, [rest[0], *(cell for cell in rest[1:] if cell)]
@@ -71,14 +69,12 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
         if token in ("CPU", "NUMA") or token == "GPU":
             break
         devices.append(token)
-    affinity_columns = sorted(
-        (column for column in AFFINITY_COLUMNS if column in header), key=header.index
-    )
+    affinity_columns = sorted((column for column in AFFINITY_COLUMNS if column in header), key=header.index)
 
     links: dict[str, dict[str, str]] = {}
     cpu_affinity: dict[str, str] = {}
     numa_affinity: dict[str, str] = {}
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         if not line.split():
             if links:
                 break
@@ -116,12 +112,11 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
 def classify_topology(matrix: TopologyMatrix) -> TopologyClass:
     """Summarise the GPU pairs: all NVLink, some NVLink, or PCIe only, and how far PCIe goes."""
     gpus = matrix.gpus
-    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
     kinds = [LEGACY_LINK_NAMES.get(matrix.links[a][b], matrix.links[a][b]) for a, b in pairs]
     bonds = [int(match.group(1)) for kind in kinds if (match := NVLINK_BOND.match(kind))]
     pcie = [kind for kind in kinds if kind in PCIE_PATHS]
-    unrecognised = sorted({kind for kind in kinds
-                           if kind not in PCIE_PATHS and not NVLINK_BOND.match(kind)})
+    unrecognised = sorted({kind for kind in kinds if kind not in PCIE_PATHS and not NVLINK_BOND.match(kind)})
     farthest = max(pcie, key=PCIE_PATHS.index) if pcie else None
 
     count = len(gpus)
@@ -133,8 +128,7 @@ def classify_topology(matrix: TopologyMatrix) -> TopologyClass:
         interconnect, label = "nvlink-all-pairs", f"{count} GPUs, all pairs NVLink ({bond_text})"
     elif bonds:
         interconnect = "nvlink-partial"
-        label = (f"{count} GPUs, NVLink ({bond_text}) on {len(bonds)} of {len(pairs)} pairs, "
-                 f"others PCIe{path_text}")
+        label = f"{count} GPUs, NVLink ({bond_text}) on {len(bonds)} of {len(pairs)} pairs, others PCIe{path_text}"
     else:
         interconnect, label = "pcie-only", f"{count} GPUs, PCIe only{path_text}"
     if unrecognised:

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from kit.cache import cache_dir, drop_oldest
-from kit.host.fingerprint import ImageProbe
-from kit.host.collection import read_probe_output
-from kit.host.this_host import run_command
 from kit.files.regular import MiB, read_regular
+from kit.host.collection import read_probe_output
+from kit.host.fingerprint import ImageProbe
+from kit.host.this_host import run_command
 
 ENTRIES_KEPT = 8  # one per Python environment the kit runs from, and a few of their past states
 ENTRY_LIMIT = MiB  # an entry is a few hundred bytes

@@ -9,9 +9,7 @@ import hmac
 import os
 import secrets
 
-
 from kit.host.fingerprint import Fingerprint
-
 
 REDACTION_SALT_ENV = "KIT_REDACTION_SALT"
 
@@ -32,16 +30,18 @@ def redaction_token(value: str, salt: bytes) -> str:
 
 def redact_identifiers(fingerprint: Fingerprint, salt: bytes) -> Fingerprint:
     """Replace the hostname, GPU UUIDs and serial numbers with salted tokens."""
+
     def token(value: str | None) -> str | None:
         return None if value is None else redaction_token(value, salt)
 
     host = fingerprint.host.model_copy(update={"hostname": token(fingerprint.host.hostname)})
     gpus = [
-        gpu.model_copy(update={"uuid": token(gpu.uuid), "serial": token(gpu.serial)})
-        for gpu in fingerprint.gpus.gpus
+        gpu.model_copy(update={"uuid": token(gpu.uuid), "serial": token(gpu.serial)}) for gpu in fingerprint.gpus.gpus
     ]
-    return fingerprint.model_copy(update={
-        "redacted": True,
-        "host": host,
-        "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus}),
-    })
+    return fingerprint.model_copy(
+        update={
+            "redacted": True,
+            "host": host,
+            "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus}),
+        }
+    )

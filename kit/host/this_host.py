@@ -26,7 +26,11 @@ class Host:
     @property
     def smallest_gpu_memory(self) -> int | None:
         """What a case on any of the GPUs can count on, in bytes; None where NVML could not say."""
-        return min(self.gpu_memory_bytes) if len(self.gpu_memory_bytes) == self.gpu_count and self.gpu_memory_bytes else None
+        return (
+            min(self.gpu_memory_bytes)
+            if len(self.gpu_memory_bytes) == self.gpu_count and self.gpu_memory_bytes
+            else None
+        )
 
 
 def this_host() -> Host:
@@ -82,8 +86,10 @@ def gpu_memory_bytes() -> list[int]:
     except Exception:
         return []
     try:
-        return [int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
-                for index in range(nvml.nvmlDeviceGetCount())]
+        return [
+            int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).total)
+            for index in range(nvml.nvmlDeviceGetCount())
+        ]
     except Exception:
         return []
     finally:
@@ -102,8 +108,10 @@ def gpu_names() -> list[str]:
         pass
     else:
         try:
-            return [nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
-                    for index in range(nvml.nvmlDeviceGetCount())]
+            return [
+                nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(index)))
+                for index in range(nvml.nvmlDeviceGetCount())
+            ]
         except Exception:  # NVML loaded but could not list: nvidia-smi may still answer
             pass
         finally:
@@ -126,13 +134,19 @@ def host_described_by(path: Path) -> Host:
 
     try:
         data = json.loads(read_regular(path, RUN_FILE_LIMIT))
-        found = Fingerprint.model_validate(data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data)
+        found = Fingerprint.model_validate(
+            data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data
+        )
     except ValidationError as exc:
         reason = first_problem(exc)
     except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8, not JSON
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
     else:
-        return Host(gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
-                    gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes])  # fmt: skip
-    raise ValueError(f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
-                     "`kit doctor --json`")  # fmt: skip
+        return Host(
+            gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
+            gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes],
+        )
+    raise ValueError(
+        f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "
+        "`kit doctor --json`"
+    )

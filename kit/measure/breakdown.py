@@ -53,9 +53,21 @@ from kit.rundir.breakdown import Breakdown, OperatorTime, PartTime, PhaseTime
 # The paper's parts in the order of a forward pass; "Loss" (the causal-LM cross entropy) is not
 # in the paper's table but is measured rather than left in "other".
 PARTS = (
-    "Embedding", "RMSNorm", "q_proj", "k_proj", "v_proj", "RoPE", "Attention", "o_proj",
-    "gate_proj", "up_proj", "SiLU", "down_proj", "LM head", "Loss",
-)  # fmt: skip
+    "Embedding",
+    "RMSNorm",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "RoPE",
+    "Attention",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "SiLU",
+    "down_proj",
+    "LM head",
+    "Loss",
+)
 BLOCKS = ("Decoder layers", "Self-attention", "MLP")
 PHASES = ("forward", "backward", "optimizer")
 KINDS = ("forward", "backward", "recompute")  # what a part's device time was spent on
@@ -320,8 +332,16 @@ def _device_activities(events: Sequence[Mapping[str, Any]]) -> list[Activity]:
         launch = launches.get(_args(event).get("correlation"))
         at = float(launch["ts"]) if launch else None
         end_of_launch = at + float(launch.get("dur", 0.0)) if launch else None
-        found.append(Activity(start, start + float(event.get("dur", 0.0)), launch["tid"] if launch else None, at,
-                              str(event.get("name", "")), end_of_launch))  # fmt: skip
+        found.append(
+            Activity(
+                start,
+                start + float(event.get("dur", 0.0)),
+                launch["tid"] if launch else None,
+                at,
+                str(event.get("name", "")),
+                end_of_launch,
+            )
+        )
     return found
 
 
@@ -347,8 +367,9 @@ def _operator(stack: Sequence[HostRecord], activity: Activity, after: int) -> st
     return name if len(name) <= 80 else name[:77] + "..."
 
 
-def _attribute(stack: Sequence[HostRecord], phase: str, activity: Activity,
-               calls: ModuleCalls | None, main_thread: int | None) -> Attributed:  # fmt: skip
+def _attribute(
+    stack: Sequence[HostRecord], phase: str, activity: Activity, calls: ModuleCalls | None, main_thread: int | None
+) -> Attributed:
     if phase == "optimizer":
         return Attributed(phase, "optimizer", None, (), _operator(stack, activity, 0))
     module_at = max((i for i, r in enumerate(stack) if r.kind == "module"), default=-1)
@@ -358,7 +379,9 @@ def _attribute(stack: Sequence[HostRecord], phase: str, activity: Activity,
         names = [r.name for r in reversed(stack[recompute_at + 1 :]) if r.kind == "module"]
         part, blocks = _labels(names)
         blocks = tuple(dict.fromkeys((*blocks, RECOMPUTED_BLOCK)))
-        return Attributed(phase, "recompute", part, blocks, _operator(stack, activity, max(module_at, recompute_at) + 1))
+        return Attributed(
+            phase, "recompute", part, blocks, _operator(stack, activity, max(module_at, recompute_at) + 1)
+        )
     if module_at > node_at:  # a module's forward: in the backward phase, its recomputation
         names = [r.name for r in reversed(stack[node_at + 1 :]) if r.kind == "module"]
         part, blocks = _labels(names)
@@ -394,8 +417,15 @@ def timeline(trace: Mapping[str, Any], device: Literal["cuda", "cpu"]) -> list[S
     # The profiler's id of the step's own thread: the node the backward pass begins with (the
     # loss's) was made by it.
     first_backward = steps[0][1]
-    nodes = sorted((r for records in threads.values() for r in records if r.kind == "node"
-                    and first_backward.start <= r.start <= first_backward.end), key=lambda r: r.start)  # fmt: skip
+    nodes = sorted(
+        (
+            r
+            for records in threads.values()
+            for r in records
+            if r.kind == "node" and first_backward.start <= r.start <= first_backward.end
+        ),
+        key=lambda r: r.start,
+    )
     main_thread = nodes[0].forward_thread if nodes else None
 
     edges = [(record.start, record.end, PHASES[k], s) for s, step in enumerate(steps) for k, record in enumerate(step)]
@@ -432,15 +462,21 @@ def timeline(trace: Mapping[str, Any], device: Literal["cuda", "cpu"]) -> list[S
         per_step[step].append((activity, attributed))
     module_ranges = [r for records in threads.values() for r in records if r.kind == "module"]
     calls_per_step = [
-        Counter(label for r in module_ranges if step[0].start <= r.start <= step[0].end
-                for label in range_labels(r.name) if label is not None)
+        Counter(
+            label
+            for r in module_ranges
+            if step[0].start <= r.start <= step[0].end
+            for label in range_labels(r.name)
+            if label is not None
+        )
         for step in steps
-    ]  # fmt: skip
+    ]
     return [_step_timeline(*found) for found in zip(steps, per_step, unlaunched, calls_per_step)]
 
 
-def _step_timeline(step: Sequence[HostRecord], found: list[tuple[Activity, Attributed]], unlaunched: int,
-                   calls: Mapping[str, int]) -> StepTimeline:  # fmt: skip
+def _step_timeline(
+    step: Sequence[HostRecord], found: list[tuple[Activity, Attributed]], unlaunched: int, calls: Mapping[str, int]
+) -> StepTimeline:
     boundaries = [step[0].start]
     for k, phase in enumerate(PHASES):
         ends = [activity.end for activity, attributed in found if attributed.phase == phase]
@@ -531,13 +567,15 @@ def _part_times(steps: Sequence[StepTimeline], names: Sequence[str], block: bool
         calls = [step.calls.get(name, 0) for step in steps]
         if not any(sum(times.values()) for times in found) and not any(calls):
             continue
-        rows.append(PartTime(
-            name=name,
-            forward_ms=_mean([times.get("forward", 0.0) for times in found]),
-            backward_ms=_mean([times.get("backward", 0.0) for times in found]),
-            recompute_ms=_mean([times.get("recompute", 0.0) for times in found]),
-            calls=max(calls),
-        ))  # fmt: skip
+        rows.append(
+            PartTime(
+                name=name,
+                forward_ms=_mean([times.get("forward", 0.0) for times in found]),
+                backward_ms=_mean([times.get("backward", 0.0) for times in found]),
+                recompute_ms=_mean([times.get("recompute", 0.0) for times in found]),
+                calls=max(calls),
+            )
+        )
     return rows
 
 
@@ -549,31 +587,42 @@ def summarize_steps(steps: Sequence[StepTimeline], plain: Sequence[Mapping[str, 
     for name in PHASES:
         per_step = [walls[name] for walls in plain]
         part_ms = [
-            sum(times.get("forward", 0.0) if name == "forward" else times.get("backward", 0.0) + times.get("recompute", 0.0)
-                for times in step.parts.values())
-            if name != "optimizer" else 0.0
+            sum(
+                times.get("forward", 0.0)
+                if name == "forward"
+                else times.get("backward", 0.0) + times.get("recompute", 0.0)
+                for times in step.parts.values()
+            )
+            if name != "optimizer"
+            else 0.0
             for step in steps
-        ]  # fmt: skip
+        ]
         hosts = [step.host_ms.get(name) for step in steps]
-        phases.append(PhaseTime(
-            name=name,
-            wall_ms=_mean(per_step),
-            wall_ms_per_step=per_step,
-            window_ms=_mean([step.window_ms[name] for step in steps]),
-            busy_ms=_mean([step.busy_ms[name] for step in steps]),
-            parts_ms=_mean(part_ms),
-            other_ms=_mean([step.other_ms[name] for step in steps]),
-            recompute_ms=_mean([step.recompute_ms for step in steps]) if name == "backward" else 0.0,
-            host_ms=None if any(h is None for h in hosts) else _mean(hosts),  # type: ignore[arg-type]
-        ))  # fmt: skip
+        phases.append(
+            PhaseTime(
+                name=name,
+                wall_ms=_mean(per_step),
+                wall_ms_per_step=per_step,
+                window_ms=_mean([step.window_ms[name] for step in steps]),
+                busy_ms=_mean([step.busy_ms[name] for step in steps]),
+                parts_ms=_mean(part_ms),
+                other_ms=_mean([step.other_ms[name] for step in steps]),
+                recompute_ms=_mean([step.recompute_ms for step in steps]) if name == "backward" else 0.0,
+                host_ms=None if any(h is None for h in hosts) else _mean(hosts),  # type: ignore[arg-type]
+            )
+        )
     keys = Counter()
     for step in steps:
         keys.update(step.operators)
     operators = [
-        OperatorTime(phase=key.split("|", 1)[0], name=key.split("|", 1)[1], device_ms=total / len(steps),
-                     events=sum(step.operator_events.get(key, 0) for step in steps) / len(steps))
+        OperatorTime(
+            phase=key.split("|", 1)[0],
+            name=key.split("|", 1)[1],
+            device_ms=total / len(steps),
+            events=sum(step.operator_events.get(key, 0) for step in steps) / len(steps),
+        )
         for key, total in keys.most_common(OPERATOR_ROWS)
-    ]  # fmt: skip
+    ]
     step_per_step = [sum(walls.values()) for walls in plain]
     traced = [step.step_ms for step in steps]
     return Breakdown(

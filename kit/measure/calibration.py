@@ -49,7 +49,12 @@ def plan_shapes(cases: Sequence[Case]) -> list[tuple[int, int, int]]:
     (micro-batch x sequence), in plan order, each once."""
     tokens: dict[str, tuple[LlamaShape, int]] = {}
     for case in cases:
-        if case.params.kind in CALIBRATED_KINDS and case.step and case.shape is not None and case.max_batch_search is None:
+        if (
+            case.params.kind in CALIBRATED_KINDS
+            and case.step
+            and case.shape is not None
+            and case.max_batch_search is None
+        ):
             _, most = tokens.get(case.model, (case.shape, 0))
             tokens[case.model] = (case.shape, max(most, case.step.tokens_per_step))
     return list(dict.fromkeys(s for shape, count in tokens.values() for s in linear_shapes(shape, count)))
@@ -66,12 +71,31 @@ def calibration_case(cases: Sequence[Case], host_gpus: int) -> Case | None:
     cuda = trained.device == "cuda"
     gpus = max(1, host_gpus) if cuda else 1
     params = CalibrateParams(
-        runs=1, seed=trained.params.seed, timeout_s=TIMEOUT_S, dtype="bf16" if cuda else "fp32", matmul_shapes=tuple(shapes),
-        copy_bytes=GPU_COPY_BYTES if cuda else CPU_COPY_BYTES, transfer_bytes=TRANSFER_BYTES if cuda else None,
-        all_reduce_bytes=ALL_REDUCE_BYTES if cuda and gpus > 1 else None, repeats=REPEATS, seconds_per_repeat=SECONDS_PER_REPEAT,
-    )  # fmt: skip
-    return Case(id=f"calibrate.g{gpus}", stage="calibrate", workload="calibrate", image=trained.image, model=None, shape=None,
-                method="calibrate", gpus=gpus, device=trained.device, params=params, unpublished=(), interpretation={})  # fmt: skip
+        runs=1,
+        seed=trained.params.seed,
+        timeout_s=TIMEOUT_S,
+        dtype="bf16" if cuda else "fp32",
+        matmul_shapes=tuple(shapes),
+        copy_bytes=GPU_COPY_BYTES if cuda else CPU_COPY_BYTES,
+        transfer_bytes=TRANSFER_BYTES if cuda else None,
+        all_reduce_bytes=ALL_REDUCE_BYTES if cuda and gpus > 1 else None,
+        repeats=REPEATS,
+        seconds_per_repeat=SECONDS_PER_REPEAT,
+    )
+    return Case(
+        id=f"calibrate.g{gpus}",
+        stage="calibrate",
+        workload="calibrate",
+        image=trained.image,
+        model=None,
+        shape=None,
+        method="calibrate",
+        gpus=gpus,
+        device=trained.device,
+        params=params,
+        unpublished=(),
+        interpretation={},
+    )
 
 
 def _best(entry: Timed) -> float:
@@ -117,45 +141,78 @@ def calibration_of(case: Case, run: RunSample, raw_samples: str) -> Calibration:
     per_rank = [_per_shape(each.matmul) for each in details]
     lowest = {key: min(found[key] for found in per_rank) for key in per_rank[0]}
     best_shape = max(lowest, key=lowest.get)
-    matmul = _lowest([max(found.values()) for found in per_rank], "TFLOPS",
-                     f"{params.dtype} torch.matmul, the best of {len(lowest)} shapes of the plan's linear layers (M×K×N; best "
-                     f"{best_shape.replace('x', '×')}), each the {repeats}{threads}{devices}")  # fmt: skip
+    matmul = _lowest(
+        [max(found.values()) for found in per_rank],
+        "TFLOPS",
+        f"{params.dtype} torch.matmul, the best of {len(lowest)} shapes of the plan's linear layers (M×K×N; best "
+        f"{best_shape.replace('x', '×')}), each the {repeats}{threads}{devices}",
+    )
     copies = [each.copies for each in details]
-    memory = _lowest([max(2 * entry.bytes / _best(entry) / GIGA for entry in entries) for entries in copies], "GB/s",
-                     f"a copy of {_size(copies[0][0].bytes)} within {'device' if case.device == 'cuda' else 'host'} memory, "
-                     f"counted as read plus written (2 × its bytes, as STREAM's Copy counts), {repeats}{threads}{devices}")  # fmt: skip
+    memory = _lowest(
+        [max(2 * entry.bytes / _best(entry) / GIGA for entry in entries) for entries in copies],
+        "GB/s",
+        f"a copy of {_size(copies[0][0].bytes)} within {'device' if case.device == 'cuda' else 'host'} memory, "
+        f"counted as read plus written (2 × its bytes, as STREAM's Copy counts), {repeats}{threads}{devices}",
+    )
     transfers = {}
-    for name, words in (("host_to_device", "pinned host memory to the GPU"), ("device_to_host", "the GPU to pinned host memory")):
+    for name, words in (
+        ("host_to_device", "pinned host memory to the GPU"),
+        ("device_to_host", "the GPU to pinned host memory"),
+    ):
         entries = [entry for each in details if (entry := getattr(each, name)) is not None]
         if entries and len(entries) == len(ranks):
-            transfers[name] = _lowest([entry.bytes / _best(entry) / GIGA for entry in entries], "GB/s",
-                                      f"copies of {_size(entries[0].bytes)} from {words}, {repeats}{devices}")  # fmt: skip
+            transfers[name] = _lowest(
+                [entry.bytes / _best(entry) / GIGA for entry in entries],
+                "GB/s",
+                f"copies of {_size(entries[0].bytes)} from {words}, {repeats}{devices}",
+            )
     reduced = details[0].all_reduce
     all_reduce = None
     if reduced is not None:
         busbw = bus_bandwidth_gbps("all_reduce", reduced.bytes, _best(reduced), reduced.ranks)
-        all_reduce = MeasuredFigure(value=busbw, unit="GB/s", how=(
-            f"one all-reduce of {_size(reduced.bytes)} {reduced.dtype} across {reduced.ranks} GPUs by torch.distributed "
-            f"(NCCL), bus bandwidth as nccl-tests computes it, {repeats}, each as long as its slowest rank"))  # fmt: skip
+        all_reduce = MeasuredFigure(
+            value=busbw,
+            unit="GB/s",
+            how=(
+                f"one all-reduce of {_size(reduced.bytes)} {reduced.dtype} across {reduced.ranks} GPUs by torch.distributed "
+                f"(NCCL), bus bandwidth as nccl-tests computes it, {repeats}, each as long as its slowest rank"
+            ),
+        )
     return Calibration(
-        device=case.device, device_names=[rank.device_name for rank in ranks], matmul_dtype=params.dtype, matmul=matmul,
-        memory_copy=memory, **transfers, all_reduce_busbw=all_reduce, shapes_tflops=lowest, raw_samples=raw_samples,
+        device=case.device,
+        device_names=[rank.device_name for rank in ranks],
+        matmul_dtype=params.dtype,
+        matmul=matmul,
+        memory_copy=memory,
+        **transfers,
+        all_reduce_busbw=all_reduce,
+        shapes_tflops=lowest,
+        raw_samples=raw_samples,
         seconds=run.wall_s,
-    )  # fmt: skip
+    )
 
 
 def matmul_text(calibration: Calibration) -> str:
-    """"790 TFLOPS" on a GPU, "41.2 GFLOPS" on a CPU, where TFLOPS would read as zero."""
+    """ "790 TFLOPS" on a GPU, "41.2 GFLOPS" on a CPU, where TFLOPS would read as zero."""
     value = calibration.matmul.value
     return f"{format_value(value)} TFLOPS" if value >= 1 else f"{format_value(value * 1000)} GFLOPS"
 
 
 def summary(calibration: Calibration) -> str:
     """One line: each figure measured, with its dtype and direction."""
-    parts = [f"{calibration.matmul_dtype} matmul {matmul_text(calibration)}", f"memory copy {format_value(calibration.memory_copy.value)} GB/s"]
-    parts += [f"{words} {format_value(figure.value)} GB/s" for words, figure in (
-        ("host→device", calibration.host_to_device), ("device→host", calibration.device_to_host),
-        ("all-reduce busbw", calibration.all_reduce_busbw)) if figure is not None]  # fmt: skip
+    parts = [
+        f"{calibration.matmul_dtype} matmul {matmul_text(calibration)}",
+        f"memory copy {format_value(calibration.memory_copy.value)} GB/s",
+    ]
+    parts += [
+        f"{words} {format_value(figure.value)} GB/s"
+        for words, figure in (
+            ("host→device", calibration.host_to_device),
+            ("device→host", calibration.device_to_host),
+            ("all-reduce busbw", calibration.all_reduce_busbw),
+        )
+        if figure is not None
+    ]
     return ", ".join(parts)
 
 
@@ -170,21 +227,26 @@ class Achievable:
             peak, bandwidth = spec.bf16_dense_tflops.value, spec.memory_bandwidth_tb_per_s.value
             matmul, copy_tb_s = calibration.matmul.value, calibration.memory_copy.value / 1000
             if calibration.matmul_dtype == "bf16" and peak and matmul < peak:
-                update["bf16_dense_tflops"] = Figure[float](value=matmul, source=f"measured in preflight: {calibration.matmul.how}")
+                update["bf16_dense_tflops"] = Figure[float](
+                    value=matmul, source=f"measured in preflight: {calibration.matmul.how}"
+                )
                 self.replaced["bf16_dense_tflops"] = f"bf16 matmul {format_value(matmul)} TFLOPS"
             if bandwidth and copy_tb_s < bandwidth:
-                update["memory_bandwidth_tb_per_s"] = Figure[float](value=copy_tb_s, source=f"measured in preflight: "
-                                                                                            f"{calibration.memory_copy.how}")  # fmt: skip
+                update["memory_bandwidth_tb_per_s"] = Figure[float](
+                    value=copy_tb_s, source=f"measured in preflight: {calibration.memory_copy.how}"
+                )
                 self.replaced["memory_bandwidth_tb_per_s"] = f"memory copy {format_value(copy_tb_s)} TB/s"
         self.spec = spec.model_copy(update=update)
 
     @property
     def which(self) -> str:
-        """"bf16 matmul 790 TFLOPS and memory copy 2.87 TB/s": the figures that stand in for the datasheet's."""
+        """ "bf16 matmul 790 TFLOPS and memory copy 2.87 TB/s": the figures that stand in for the datasheet's."""
         return " and ".join(self.replaced.values())
 
 
 def achievable_mfu(tflops_per_run: Sequence[float], devices: int, calibration: Calibration) -> list[float]:
     """Each run's achieved TFLOPS against what its devices achieved on a matmul in preflight (a
     CPU host's processes share one host's cores: one device)."""
-    return [mfu(value, calibration.matmul.value, devices if calibration.device == "cuda" else 1) for value in tflops_per_run]
+    return [
+        mfu(value, calibration.matmul.value, devices if calibration.device == "cuda" else 1) for value in tflops_per_run
+    ]

@@ -72,8 +72,10 @@ def comm_case_metrics(
     if first.span is not None:
         notes.append(f"{first.span}: ranks on {', '.join(dict.fromkeys(first.rank_nodes))} (as each rank said)")
     if first.span == "inter-node":
-        notes.append("bus bandwidth bound: the network between the nodes, from each node's fingerprint (the report's "
-                     "communication section), not a GPU link")  # fmt: skip
+        notes.append(
+            "bus bandwidth bound: the network between the nodes, from each node's fingerprint (the report's "
+            "communication section), not a GPU link"
+        )
         return found, notes
     bound = sweep_bound(first, case.device, hardware)
     if not bound.known:
@@ -93,6 +95,5 @@ def comm_case_metrics(
 
 
 COMM = StageUnit(
-    name="comm", title="Communication bandwidth", case_metrics=comm_case_metrics,
-    headline="bus_bandwidth_gb_s"
-)  # fmt: skip
+    name="comm", title="Communication bandwidth", case_metrics=comm_case_metrics, headline="bus_bandwidth_gb_s"
+)

@@ -27,8 +27,11 @@ LABELS = {
     "quantization": "4-bit quantisation",
     "lora": "LoRA",
 }
-ATTENTION_NAMES = {"eager": "eager (matmul, softmax, matmul)", "sdpa": "PyTorch SDPA",
-                   "flash_attention_2": "FlashAttention-2"}  # fmt: skip
+ATTENTION_NAMES = {
+    "eager": "eager (matmul, softmax, matmul)",
+    "sdpa": "PyTorch SDPA",
+    "flash_attention_2": "FlashAttention-2",
+}
 
 
 def options_of(params: TrainParams) -> list[str]:
@@ -91,12 +94,14 @@ def recompute(layers: int, training_layers: int, checkpointing_layers: int, call
     checkpoints only then), and each called through the checkpoint function in the step."""
     return EffectiveOption(
         requested=f"on, every decoder layer ({layers})",
-        observed=(f"{training_layers} of {layers} decoder layers in training mode, checkpointing on in "
-                  f"{checkpointing_layers}; {calls} checkpointed layer calls in the first measured step"),
+        observed=(
+            f"{training_layers} of {layers} decoder layers in training mode, checkpointing on in "
+            f"{checkpointing_layers}; {calls} checkpointed layer calls in the first measured step"
+        ),
         in_effect=training_layers == checkpointing_layers == layers and calls >= layers,
         evidence="module.training and module.gradient_checkpointing of each decoder layer; calls of its "
-                 "_gradient_checkpointing_func counted during the step",
-    )  # fmt: skip
+        "_gradient_checkpointing_func counted during the step",
+    )
 
 
 def attention(requested: str, configured: str | None, layers: int, calls: int) -> EffectiveOption:
@@ -104,11 +109,11 @@ def attention(requested: str, configured: str | None, layers: int, calls: int) -
     return EffectiveOption(
         requested=ATTENTION_NAMES.get(requested, requested),
         observed=f"config._attn_implementation={configured}; {calls} calls of its attention function in the first "
-                 f"measured step ({layers} decoder layers)",
+        f"measured step ({layers} decoder layers)",
         in_effect=configured == requested and calls >= layers,
         evidence="model.config._attn_implementation; calls of transformers' attention function for it "
-                 "(AttentionInterface) counted during the step",
-    )  # fmt: skip
+        "(AttentionInterface) counted during the step",
+    )
 
 
 def quantization(expected_modules: int, compute_dtype: str, found: list[tuple[str, bool, str]]) -> EffectiveOption:
@@ -164,11 +169,16 @@ def merge(case: Case, runs: list[RunSample]) -> tuple[dict[str, EffectiveOption]
             for name, option in reported.items():
                 first = merged.setdefault(name, option)
                 if first != option:
-                    return merged, (f"ranks disagree on the {LABELS.get(name, name)}: {first.observed!r} vs "
-                                    f"{option.observed!r} (run {run.index}, rank {rank.rank})")  # fmt: skip
+                    return merged, (
+                        f"ranks disagree on the {LABELS.get(name, name)}: {first.observed!r} vs "
+                        f"{option.observed!r} (run {run.index}, rank {rank.rank})"
+                    )
     for name, option in merged.items():
         if not option.in_effect:
-            return merged, f"{LABELS.get(name, name)} requested but not active: asked for {option.requested}; {option.observed}"
+            return (
+                merged,
+                f"{LABELS.get(name, name)} requested but not active: asked for {option.requested}; {option.observed}",
+            )
     return merged, None
 
 

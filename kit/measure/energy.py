@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-
 from kit.plan.protocol import Case
 from kit.rundir.breakdown import Breakdown, MarkedBreakdown
 from kit.rundir.schema import Metric, RankSample, RunSample
@@ -108,7 +107,9 @@ def energy_case_metrics(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str
     try:
         per_run = per_run_energy(case, runs)
     except NoReading as reason:
-        return {}, [f"{ENERGY_LABELS[JOULES_PER_TOKEN]} and {ENERGY_LABELS[MEAN_POWER_PER_GPU]}: not measured, {reason}"]
+        return {}, [
+            f"{ENERGY_LABELS[JOULES_PER_TOKEN]} and {ENERGY_LABELS[MEAN_POWER_PER_GPU]}: not measured, {reason}"
+        ]
     found = {
         JOULES_PER_TOKEN: summarize([joules for joules, _ in per_run], ENERGY_UNITS[JOULES_PER_TOKEN]),
         MEAN_POWER_PER_GPU: summarize([watts for _, watts in per_run], ENERGY_UNITS[MEAN_POWER_PER_GPU]),

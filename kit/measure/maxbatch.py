@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 def trial_case(case: Case, micro_batch: int) -> Case:
     """The case one trial runs: the configuration at `micro_batch`, one run, no search."""
-    params = case.params.model_copy(update={"micro_batch": micro_batch, "runs": 1, "launch": "per_run",
-                                            "max_batch_search": None})  # fmt: skip
+    params = case.params.model_copy(
+        update={"micro_batch": micro_batch, "runs": 1, "launch": "per_run", "max_batch_search": None}
+    )
     return case.model_copy(update={"params": params})
 
 
@@ -102,10 +103,16 @@ def outcome(case: Case, trials: Sequence[RunSample]) -> tuple[str, str | None]:
     ran = [t.micro_batch for t in trials if t.status == "ok"]
     stopped = next((t for t in trials if t.status not in ("ok", "oom")), None)
     if stopped is not None:
-        return stopped.status, f"trial {stopped.index} (micro-batch {stopped.micro_batch}) ended {stopped.status}: {stopped.reason}"
+        return (
+            stopped.status,
+            f"trial {stopped.index} (micro-batch {stopped.micro_batch}) ended {stopped.status}: {stopped.reason}",
+        )
     if not ran:
         first = trials[0] if trials else None
-        return "oom", f"micro-batch {first.micro_batch if first else '?'} already runs out of memory: {first.reason if first else ''}"
+        return (
+            "oom",
+            f"micro-batch {first.micro_batch if first else '?'} already runs out of memory: {first.reason if first else ''}",
+        )
     return "ok", None
 
 
@@ -129,7 +136,9 @@ def maxbatch_case_metrics(
     best = max((t for t in trials if t.status == "ok"), key=lambda t: t.micro_batch)
     tokens = {rank.tokens_per_step for rank in best.ranks} - {0}  # 0: a tensor-parallel peer (Megatron)
     if tokens != {best.micro_batch * case.params.seq_len}:
-        raise ValueError(f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step")
+        raise ValueError(
+            f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step"
+        )
     found, notes = train_case_metrics(trial_case(case, best.micro_batch), [best], hardware)
     found = {"max_micro_batch": summarize([best.micro_batch], "sequences"), **found}
     cap = search_cap(case, trials)
@@ -138,6 +147,9 @@ def maxbatch_case_metrics(
 
 
 MAXBATCH = StageUnit(
-    name="maxbatch", title="The largest micro-batch each method holds",
-    case_metrics=maxbatch_case_metrics, headline="tokens_per_s", judge=judge
-)  # fmt: skip
+    name="maxbatch",
+    title="The largest micro-batch each method holds",
+    case_metrics=maxbatch_case_metrics,
+    headline="tokens_per_s",
+    judge=judge,
+)

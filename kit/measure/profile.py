@@ -66,25 +66,39 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
     where the host bounded it."""
     b = breakdown
     optimizer = b.phase("optimizer").other_ms
-    summed = (f"parts {b.parts_ms:.4g} ms + other {b.other_ms:.4g} ms ({b.other_share:.1%} of the profiled step) + "
-              f"optimizer {optimizer:.4g} ms + idle {b.idle_ms:.4g} ms = {b.accounted_ms:.4g} ms, the profiled step "
-              f"({b.traced_step_ms:.4g} ms); the plain step {b.step_ms:.4g} ms")  # fmt: skip
+    summed = (
+        f"parts {b.parts_ms:.4g} ms + other {b.other_ms:.4g} ms ({b.other_share:.1%} of the profiled step) + "
+        f"optimizer {optimizer:.4g} ms + idle {b.idle_ms:.4g} ms = {b.accounted_ms:.4g} ms, the profiled step "
+        f"({b.traced_step_ms:.4g} ms); the plain step {b.step_ms:.4g} ms"
+    )
     if b.device == "cuda":
-        summed += (f": {b.accounted_vs_step:+.1%}, " + ("within" if b.within_tolerance else "outside")
-                   + f" the {ACCOUNTED_TOLERANCE:.0%} goal; the profiled step {b.profiler_overhead:+.1%} against the "
-                   f"plain one (goal: at most +{PROFILER_OVERHEAD_LIMIT:.0%})")  # fmt: skip
+        summed += (
+            f": {b.accounted_vs_step:+.1%}, "
+            + ("within" if b.within_tolerance else "outside")
+            + f" the {ACCOUNTED_TOLERANCE:.0%} goal; the profiled step {b.profiler_overhead:+.1%} against the "
+            f"plain one (goal: at most +{PROFILER_OVERHEAD_LIMIT:.0%})"
+        )
     else:
-        summed += (f": the profiled step {b.profiler_overhead:+.1%} against the plain one (on a CPU the profiler "
-                   "records every operator)")  # fmt: skip
+        summed += (
+            f": the profiled step {b.profiler_overhead:+.1%} against the plain one (on a CPU the profiler "
+            "records every operator)"
+        )
     notes = [summed]
     bound = [p for p in b.phases if p.launch_bound]
     if bound:
-        notes.append("launch-bound (the device waited for the host): " + "; ".join(
-            f"{p.name}: the host issued work for {p.host_ms:.4g} of its {p.window_ms:.4g} ms, the device idle "
-            f"{p.idle_share:.0%}" for p in bound))  # fmt: skip
+        notes.append(
+            "launch-bound (the device waited for the host): "
+            + "; ".join(
+                f"{p.name}: the host issued work for {p.host_ms:.4g} of its {p.window_ms:.4g} ms, the device idle "
+                f"{p.idle_share:.0%}"
+                for p in bound
+            )
+        )
     if b.unlaunched_events:
-        notes.append(f"{b.unlaunched_events:g} device events per step without the launch that made them: attributed "
-                     "to their phase by their own time, as other")  # fmt: skip
+        notes.append(
+            f"{b.unlaunched_events:g} device events per step without the launch that made them: attributed "
+            "to their phase by their own time, as other"
+        )
     return notes
 
 
@@ -116,8 +130,10 @@ def profile_case_metrics(
     found["tokens_per_s"] = summarize([tokens / figures["step_s"] for figures in per_run], "tokens/s")
     peaks = [max(peak_memory_gib(rank) for rank in run.ranks) for run in runs]
     found["peak_memory_gib"] = summarize(peaks, "GiB")
-    tflops = [achieved_tflops(model_flops_per_token(case.shape, case.params.seq_len), t)
-              for t in found["tokens_per_s"].per_run]  # fmt: skip
+    tflops = [
+        achieved_tflops(model_flops_per_token(case.shape, case.params.seq_len), t)
+        for t in found["tokens_per_s"].per_run
+    ]
     found["achieved_tflops"] = summarize(tflops, "TFLOP/s")
 
     if case.device != "cuda":
@@ -131,7 +147,9 @@ def profile_case_metrics(
         if max(found["mfu"].per_run) > 1:
             notes.append("MFU above 100 %: impossible, so the measurement or the device's peak is wrong")
     elif case.device == "cuda":
-        notes.append(f"MFU: not computed, no {case.params.dtype} peak in hardware.yaml for {', '.join(sorted(set(device_names)))}")
+        notes.append(
+            f"MFU: not computed, no {case.params.dtype} peak in hardware.yaml for {', '.join(sorted(set(device_names)))}"
+        )
     else:
         notes.append("MFU: not computed, no peak FLOPS is known for a CPU")
     return found, notes
@@ -141,6 +159,8 @@ def profile_case_metrics(
 
 
 PROFILE = StageUnit(
-    name="profile", title="Module breakdown of a pre-training step",
-    case_metrics=profile_case_metrics, headline="tokens_per_s"
-)  # fmt: skip
+    name="profile",
+    title="Module breakdown of a pre-training step",
+    case_metrics=profile_case_metrics,
+    headline="tokens_per_s",
+)

@@ -41,7 +41,9 @@ def differences(run: RunDir, result: Result) -> list[str]:
         stored, again = result.metrics.get(name), fresh.get(name)
         if stored is None or again is None:
             found.append(f"{result.case_id}: {name} {NOT_STORED if stored is None else 'is not in the raw samples'}")
-        elif not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip([stored.mean, *stored.per_run], [again.mean, *again.per_run], strict=False)) \
-                or len(stored.per_run) != len(again.per_run):  # fmt: skip
+        elif not all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+            for a, b in zip([stored.mean, *stored.per_run], [again.mean, *again.per_run], strict=False)
+        ) or len(stored.per_run) != len(again.per_run):
             found.append(f"{result.case_id}: {name} stored {stored.mean:.6g}, the raw samples give {again.mean:.6g}")
     return found

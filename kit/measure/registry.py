@@ -6,7 +6,6 @@ headline figures through `unit_of`, so they are listed where the report assemble
 (kit/report/sections/stages.py), not here.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Sequence

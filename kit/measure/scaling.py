@@ -61,10 +61,16 @@ def scaling_rows(results: Iterable[Result], stage: str = "scaling") -> list[Scal
         for result in members:
             throughput = _throughput(result)
             row = ScalingRow(
-                series=label, model=model, method=method, micro_batch=micro_batch, devices=result.case.gpus,
-                case_id=result.case_id, status=result.status, throughput=throughput,
+                series=label,
+                model=model,
+                method=method,
+                micro_batch=micro_batch,
+                devices=result.case.gpus,
+                case_id=result.case_id,
+                status=result.status,
+                throughput=throughput,
                 per_device=throughput.mean / result.case.gpus if throughput else None,
-            )  # fmt: skip
+            )
             if throughput is None:
                 row.reason = f"case {result.status}" + (f": {result.reason}" if result.reason else "")
             elif base is None:
@@ -84,5 +90,6 @@ def _throughput(result: Result | None) -> Metric | None:
     return result.metrics.get(THROUGHPUT)
 
 
-SCALING = StageUnit(name="scaling", title="Data-parallel scaling",
-                case_metrics=train_case_metrics, headline="tokens_per_s")  # fmt: skip
+SCALING = StageUnit(
+    name="scaling", title="Data-parallel scaling", case_metrics=train_case_metrics, headline="tokens_per_s"
+)

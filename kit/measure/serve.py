@@ -78,13 +78,19 @@ def serve_case_metrics(
         totals = details.aggregates
         if totals is not None and totals.errors:
             kinds = ", ".join(f"{count} × {kind}" for kind, count in totals.error_kinds.items())
-            notes.append(f"run {index}: {totals.errors} of {totals.requests} requests failed ({kinds}): the figures "
-                         f"are of the {totals.completed} that finished; see requests.jsonl")  # fmt: skip
+            notes.append(
+                f"run {index}: {totals.errors} of {totals.requests} requests failed ({kinds}): the figures "
+                f"are of the {totals.completed} that finished; see requests.jsonl"
+            )
         if details.saturation is not None and details.saturation.client_limited:
-            notes.append(f"run {index}: the client may have limited throughput: {'; '.join(details.saturation.reasons)}")
+            notes.append(
+                f"run {index}: the client may have limited throughput: {'; '.join(details.saturation.reasons)}"
+            )
         notes += [f"run {index}: {note}" for note in sweep_notes(details.sweep)]
         if details.short_outputs:
-            notes.append(f"run {index}: {details.short_outputs} requests ended before max_output_tokens (EOS); see requests.jsonl")
+            notes.append(
+                f"run {index}: {details.short_outputs} requests ended before max_output_tokens (EOS); see requests.jsonl"
+            )
     bounds = [details.bounds for details in driver]
     if driver and all(isinstance(bound, ServingBounds) for bound in bounds):
         found["output_throughput_bound"] = summarize([bound.max_output_tokens_per_s for bound in bounds], "tokens/s")
@@ -95,8 +101,10 @@ def serve_case_metrics(
         if tokens is not None and tokens.server_counters.unavailable:
             notes.append(f"run {index}: the engine's own token count is unknown: {tokens.server_counters.unavailable}")
         elif tokens is not None and not tokens.equal:
-            notes.append(f"run {index}: the client counted {tokens.client_counted} tokens, the engine "
-                         f"{tokens.server_counters.generated_tokens}: the rows do not match the engine's count")  # fmt: skip
+            notes.append(
+                f"run {index}: the client counted {tokens.client_counted} tokens, the engine "
+                f"{tokens.server_counters.generated_tokens}: the rows do not match the engine's count"
+            )
     engine_note = driver[0].ignore_eos_note if driver else None
     if engine_note:
         notes.append(engine_note)
@@ -109,18 +117,31 @@ def sweep_notes(sweep: SweepDetails | None) -> list[str]:
     if sweep is None:
         return []
     limited = [str(point.concurrency) for point in sweep.points if point.saturation.client_limited]
-    notes = [f"sweep: the client may have limited the points at concurrency {', '.join(limited)} (see each point's "
-             "saturation in rank-0.json)"] if limited else []  # fmt: skip
-    stopped = [f"{point.concurrency} ({point.sent} of {point.planned})" for point in sweep.points
-               if point.sent < point.planned and not point.cut_short]  # fmt: skip
+    notes = (
+        [
+            f"sweep: the client may have limited the points at concurrency {', '.join(limited)} (see each point's "
+            "saturation in rank-0.json)"
+        ]
+        if limited
+        else []
+    )
+    stopped = [
+        f"{point.concurrency} ({point.sent} of {point.planned})"
+        for point in sweep.points
+        if point.sent < point.planned and not point.cut_short
+    ]
     if stopped:
-        notes.append(f"sweep: the points at concurrency {', '.join(stopped)} stopped sending after max_point_s "
-                     f"({sweep.max_point_s} s)")  # fmt: skip
+        notes.append(
+            f"sweep: the points at concurrency {', '.join(stopped)} stopped sending after max_point_s "
+            f"({sweep.max_point_s} s)"
+        )
     if sweep.not_measured:
         notes.append(f"sweep: {sweep.not_measured}")
     if not sweep.tokens.equal:
-        notes.append(f"sweep: the client counted {sweep.tokens.client_counted} tokens, the engine "
-                     f"{sweep.tokens.server_counters.generated_tokens}")  # fmt: skip
+        notes.append(
+            f"sweep: the client counted {sweep.tokens.client_counted} tokens, the engine "
+            f"{sweep.tokens.server_counters.generated_tokens}"
+        )
     return notes
 
 
@@ -142,6 +163,5 @@ def rows_of(path: Path, row: type[Request] = RequestRecord) -> list[Request]:
 
 
 SERVE = StageUnit(
-    name="serve", title="Serving throughput and latency", case_metrics=serve_case_metrics,
-    headline="output_throughput"
-)  # fmt: skip
+    name="serve", title="Serving throughput and latency", case_metrics=serve_case_metrics, headline="output_throughput"
+)

@@ -94,13 +94,27 @@ def summarize(
     )
 
 
-def summarize_readings(gpu_index: int | None, elapsed_s: float, readings: Sequence[GpuSample], energy_start_mj: int | None,
-                       energy_end_mj: int | None) -> DeviceTelemetry:  # fmt: skip
+def summarize_readings(
+    gpu_index: int | None,
+    elapsed_s: float,
+    readings: Sequence[GpuSample],
+    energy_start_mj: int | None,
+    energy_end_mj: int | None,
+) -> DeviceTelemetry:
     def present(field: str) -> list[int]:
         return [value for value in (getattr(reading, field) for reading in readings) if value is not None]
 
-    return summarize(gpu_index, elapsed_s, present("used_bytes"), present("power_mw"), energy_start_mj, energy_end_mj,
-                     present("sm_clock_mhz"), present("temperature_c"), present("reason_mask"))  # fmt: skip
+    return summarize(
+        gpu_index,
+        elapsed_s,
+        present("used_bytes"),
+        present("power_mw"),
+        energy_start_mj,
+        energy_end_mj,
+        present("sm_clock_mhz"),
+        present("temperature_c"),
+        present("reason_mask"),
+    )
 
 
 def unavailable(reason: str) -> DeviceTelemetry:
@@ -167,7 +181,11 @@ class NvmlSampler:
             return unavailable(self._problem)
         self._sample()
         first, energy_start, started = self._lap
-        now, energy_end, readings = time.monotonic(), self._energy() if self._energy_start is not None else None, self._readings[first:]
+        now, energy_end, readings = (
+            time.monotonic(),
+            self._energy() if self._energy_start is not None else None,
+            self._readings[first:],
+        )
         self._lap = (first + len(readings), energy_end, now)
         return summarize_readings(self._index, now - started, readings, energy_start, energy_end)
 
@@ -194,13 +212,15 @@ class NvmlSampler:
             used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
         except Exception:  # a missed sample is a smaller count, never a made-up value
             return
-        self._readings.append(GpuSample(
-            used_bytes=used,
-            power_mw=self._read(lambda: nvml.nvmlDeviceGetPowerUsage(handle)),
-            sm_clock_mhz=self._read(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-            temperature_c=self._read(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
-            reason_mask=self._read(lambda: read_clock_event_mask(nvml, handle)),
-        ))  # fmt: skip
+        self._readings.append(
+            GpuSample(
+                used_bytes=used,
+                power_mw=self._read(lambda: nvml.nvmlDeviceGetPowerUsage(handle)),
+                sm_clock_mhz=self._read(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+                temperature_c=self._read(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+                reason_mask=self._read(lambda: read_clock_event_mask(nvml, handle)),
+            )
+        )
 
     @staticmethod
     def _read(call) -> int | None:

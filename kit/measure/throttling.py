@@ -18,7 +18,11 @@ def limiting_reasons(telemetry: DeviceTelemetry | None) -> dict[str, int]:
     """Each performance-limiting reason of one window, with the samples that carried it."""
     if telemetry is None:
         return {}
-    return {name: count for name, count in telemetry.clock_event_reasons.items() if name in PERFORMANCE_LIMITING_REASONS and count}
+    return {
+        name: count
+        for name, count in telemetry.clock_event_reasons.items()
+        if name in PERFORMANCE_LIMITING_REASONS and count
+    }
 
 
 def _windows(rank: RankSample) -> list[DeviceTelemetry]:
@@ -40,17 +44,20 @@ class Throttled:
 
     @property
     def short(self) -> str:
-        """"throttled: sw_power_cap in 40 of 1200 samples", for a table's cell."""
-        return "throttled: " + ", ".join(f"{name} in {count} of {self.samples} samples" for name, count in self.reasons.items())
+        """ "throttled: sw_power_cap in 40 of 1200 samples", for a table's cell."""
+        return "throttled: " + ", ".join(
+            f"{name} in {count} of {self.samples} samples" for name, count in self.reasons.items()
+        )
 
     @property
     def note(self) -> str:
-        """"measured while throttled: sw_power_cap in 40 of 1200 samples (run 2), SM clock down to
+        """ "measured while throttled: sw_power_cap in 40 of 1200 samples (run 2), SM clock down to
         1410 MHz, up to 84 °C", for the case's notes."""
         which = self.short.removeprefix("throttled: ")
         runs = f"run{'s' if len(self.runs) > 1 else ''} {', '.join(map(str, self.runs))}"
         extra = ([f"SM clock down to {self.lowest_clock_mhz} MHz"] if self.lowest_clock_mhz is not None else []) + (
-            [f"up to {self.hottest_c} °C"] if self.hottest_c is not None else [])  # fmt: skip
+            [f"up to {self.hottest_c} °C"] if self.hottest_c is not None else []
+        )
         return f"measured while throttled: {which} ({runs})" + "".join(f", {part}" for part in extra)
 
 
@@ -71,8 +78,13 @@ def throttling(runs: Sequence[RunSample]) -> Throttled | None:
             temperatures += [t.temperature_c_max for t in readings if t.temperature_c_max is not None]
     if not reasons:
         return None
-    return Throttled(reasons=dict(reasons.most_common()), samples=samples, runs=throttled_runs,
-                     lowest_clock_mhz=min(clocks, default=None), hottest_c=max(temperatures, default=None))  # fmt: skip
+    return Throttled(
+        reasons=dict(reasons.most_common()),
+        samples=samples,
+        runs=throttled_runs,
+        lowest_clock_mhz=min(clocks, default=None),
+        hottest_c=max(temperatures, default=None),
+    )
 
 
 def throttle_notes(runs: Sequence[RunSample]) -> list[str]:

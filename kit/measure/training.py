@@ -76,9 +76,12 @@ def train_case_metrics(
     found: dict[str, Metric | None] = dict(train_metrics(runs))
     # The analytical model beside the measurement: predicted memory, the step's lower bound, flags.
     notes: list[str] = model_notes(
-        case, [rank.device_name for run in runs for rank in run.ranks],
-        found["step_time_s"].per_run, found["peak_memory_gib"].per_run, hardware,
-    )  # fmt: skip
+        case,
+        [rank.device_name for run in runs for rank in run.ranks],
+        found["step_time_s"].per_run,
+        found["peak_memory_gib"].per_run,
+        hardware,
+    )
     if not full_training(case):
         notes.append("achieved TFLOPS and MFU: not computed, the FLOPs model covers full training only")
         return found, notes
@@ -102,10 +105,14 @@ def train_case_metrics(
 
 
 PRETRAIN = StageUnit(
-    name="pretrain", title="Pre-training", case_metrics=train_case_metrics,
+    name="pretrain",
+    title="Pre-training",
+    case_metrics=train_case_metrics,
     headline="tokens_per_s",
-)  # fmt: skip
+)
 FINETUNE = StageUnit(
-    name="finetune", title="Fine-tuning", case_metrics=train_case_metrics,
+    name="finetune",
+    title="Fine-tuning",
+    case_metrics=train_case_metrics,
     headline="tokens_per_s",
-)  # fmt: skip
+)

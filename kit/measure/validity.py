@@ -80,13 +80,20 @@ def tokens_disagree(result: Result) -> str | None:
         tokens = details.tokens if details else None
         counted = tokens.server_counters.generated_tokens if tokens else None
         if counted is not None and not tokens.equal:
-            return (f"self-check failed in run {index}: the client counted {tokens.client_counted} tokens, "
-                    f"the engine {counted}")  # fmt: skip
+            return (
+                f"self-check failed in run {index}: the client counted {tokens.client_counted} tokens, "
+                f"the engine {counted}"
+            )
     return None
 
 
 CHECKS: tuple[Callable[[Result], str | None], ...] = (
-    above_training_bound, above_full_peak, below_weights, above_serving_bound, above_link_bound, tokens_disagree,
+    above_training_bound,
+    above_full_peak,
+    below_weights,
+    above_serving_bound,
+    above_link_bound,
+    tokens_disagree,
 )
 
 

@@ -67,18 +67,25 @@ def _training(case: Case, spec, capacity_bytes: int | None) -> Estimate | None:
     params = case.params
     runs = case.max_batch_search.max_trials if case.max_batch_search else params.runs
     if predicted_oom(case, spec, capacity_bytes):
-        return Estimate(seconds=runs * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run")
+        return Estimate(
+            seconds=runs * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run"
+        )
     bound = training_step_bound(case, spec)
     if bound is None:
         return None
-    step_s, basis = bound.seconds / ASSUMED_SHARE_OF_BOUND, f"at {ASSUMED_SHARE_OF_BOUND:.0%} of the {spec.model} roofline"
+    step_s, basis = (
+        bound.seconds / ASSUMED_SHARE_OF_BOUND,
+        f"at {ASSUMED_SHARE_OF_BOUND:.0%} of the {spec.model} roofline",
+    )
     memory = predicted_training_memory(case).memory
     if memory is not None and memory.offloaded_to_host:
         step_s += 2 * memory.offloaded_to_host / (ASSUMED_HOST_MEMORY_GB_S * 1e9)
         basis += f", the offloaded states through host memory twice at {ASSUMED_HOST_MEMORY_GB_S:.0f} GB/s"
     steps = params.warmup_steps + params.measured_steps
-    return Estimate(seconds=runs * (ASSUMED_START_S + steps * step_s),
-                    basis=f"analytic: {steps} steps {basis}, {ASSUMED_START_S:.0f} s start per run")  # fmt: skip
+    return Estimate(
+        seconds=runs * (ASSUMED_START_S + steps * step_s),
+        basis=f"analytic: {steps} steps {basis}, {ASSUMED_START_S:.0f} s start per run",
+    )
 
 
 def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> Estimate | None:
@@ -100,29 +107,44 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
         serving_s /= SERVING_SHARE_OF_BOUND
         if params.sweep is not None:  # a point of N concurrent requests: its requests / N batches of N, or max_point_s
             levels, sweep = params.sweep.levels(params.prompts), params.sweep
-            points_s = [sweep.requests_at(n) / n * concurrency_bound(case, spec, n).together.seconds / SERVING_SHARE_OF_BOUND
-                        for n in levels]  # fmt: skip
+            points_s = [
+                sweep.requests_at(n) / n * concurrency_bound(case, spec, n).together.seconds / SERVING_SHARE_OF_BOUND
+                for n in levels
+            ]
             serving_s += sum(min(seconds, sweep.max_point_s or seconds) for seconds in points_s)
             what += f" and the sweep's {len(levels)} points"
         seconds = params.runs * (ENGINE_START_S + serving_s)
-        return Estimate(seconds=seconds, basis=f"analytic: {what} at {SERVING_SHARE_OF_BOUND:.0%} of the "
-                        f"{spec.model} roofline, {ENGINE_START_S:.0f} s engine start")  # fmt: skip
+        return Estimate(
+            seconds=seconds,
+            basis=f"analytic: {what} at {SERVING_SHARE_OF_BOUND:.0%} of the "
+            f"{spec.model} roofline, {ENGINE_START_S:.0f} s engine start",
+        )
     return None
 
 
-def estimate(case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None) -> Estimate:
+def estimate(
+    case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None
+) -> Estimate:
     """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known."""
     soak = case.soak
     if soak is not None:  # as long as it was asked to last, whatever an earlier soak lasted
         start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
-        return Estimate(seconds=soak.seconds + start, basis=f"the soak's {soak.seconds:g} s and a start of {start:.0f} s")
+        return Estimate(
+            seconds=soak.seconds + start, basis=f"the soak's {soak.seconds:g} s and a start of {start:.0f} s"
+        )
     earlier = history.get(case.id)
     if earlier:
-        return Estimate(seconds=statistics.median(earlier), basis=f"median of {len(earlier)} earlier run(s) of this case")
-    return _analytic(case, gpu_names, capacity_bytes) or Estimate(seconds=None, basis="unknown: no earlier run, no analytic model here")
+        return Estimate(
+            seconds=statistics.median(earlier), basis=f"median of {len(earlier)} earlier run(s) of this case"
+        )
+    return _analytic(case, gpu_names, capacity_bytes) or Estimate(
+        seconds=None, basis="unknown: no earlier run, no analytic model here"
+    )
 
 
-def estimates(cases: list[Case], history_root: Path, gpu_names: list[str], capacity_bytes: int | None = None) -> dict[str, Estimate]:
+def estimates(
+    cases: list[Case], history_root: Path, gpu_names: list[str], capacity_bytes: int | None = None
+) -> dict[str, Estimate]:
     history = run_history(history_root)
     return {case.id: estimate(case, history, gpu_names, capacity_bytes) for case in cases}
 

@@ -28,7 +28,7 @@ def skip_reason(case: Case, host: Host, skip_predicted_oom: bool = False, cluste
         from kit.plan.predictions import host_gpu_spec, predicted_oom
         from kit.theory.hardware import load_hardware
 
-        used = host.gpu_memory_bytes[:case.gpus]
+        used = host.gpu_memory_bytes[: case.gpus]
         capacity = min(used) if len(used) == case.gpus else None
         return predicted_oom(case, host_gpu_spec(host.gpu_names, case.gpus, load_hardware()), capacity)
     return None

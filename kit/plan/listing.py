@@ -36,10 +36,19 @@ def listing(profile: str | None, host: Host) -> Listing:
 
     known = [e.seconds for e in predicted.values() if e.seconds is not None]
     unknown = len(predicted) - len(known)
-    total = "no estimate (no earlier run here)" if not known else \
-        f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")  # fmt: skip
-    host_info = {"gpus": host.gpu_count, "skipped": skipped, "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()}}
-    summary = (f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPUs"
-               f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})")  # fmt: skip
+    total = (
+        "no estimate (no earlier run here)"
+        if not known
+        else f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")
+    )
+    host_info = {
+        "gpus": host.gpu_count,
+        "skipped": skipped,
+        "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()},
+    }
+    summary = (
+        f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPUs"
+        f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})"
+    )
     table = plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted)
     return Listing({**plan, "host": host_info}, summary, table)

@@ -68,8 +68,38 @@ def training_text(seed: int, words: int) -> list[str]:
     import random
 
     rng = random.Random(seed)
-    onsets = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "t", "v", "w", "z",
-              "br", "ch", "dr", "fl", "gr", "pl", "sh", "st", "th", "tr"]  # fmt: skip
+    onsets = [
+        "",
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+        "h",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "qu",
+        "r",
+        "s",
+        "t",
+        "v",
+        "w",
+        "z",
+        "br",
+        "ch",
+        "dr",
+        "fl",
+        "gr",
+        "pl",
+        "sh",
+        "st",
+        "th",
+        "tr",
+    ]
     syllables = [o + v + c for o in onsets for v in "aeiouy" for c in ("", "n", "r", "s", "t", "l")]
     rng.shuffle(syllables)
     weights = list(itertools.accumulate(1.0 / (rank + 1) ** 0.8 for rank in range(len(syllables))))
@@ -117,10 +147,12 @@ def write_description(folder: Path, shape: ModelSpec, seed: int) -> None:
     unk, bos, eos = SPECIAL_TOKENS
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": bos, "eos_token": eos, "unk_token": unk,
+        "bos_token": bos,
+        "eos_token": eos,
+        "unk_token": unk,
         "model_max_length": shape.max_position_embeddings,
         "clean_up_tokenization_spaces": False,
-    }  # fmt: skip
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     check_description(folder, shape)
 
@@ -129,7 +161,11 @@ def check_description(folder: Path, shape: ModelSpec) -> None:
     """Read a model's description back as its users will; raise on the first difference."""
     config = json.loads((folder / "config.json").read_text())
     wanted = config_json(shape)
-    differ = [key for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if config.get(key) != wanted[key]]
+    differ = [
+        key
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+        if config.get(key) != wanted[key]
+    ]
     if config.get("model_type") != "llama" or differ:
         raise RuntimeError(f"{folder}/config.json does not describe the model (differs in {differ or 'model_type'})")
     tokenizer = load_tokenizer(folder)

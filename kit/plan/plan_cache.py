@@ -19,9 +19,9 @@ from types import SimpleNamespace
 
 import kit
 from kit.cache import cache_dir, drop_oldest
-from kit.manifest import manifests_dir
 from kit.files.names import NAME_PATTERN
 from kit.files.regular import MANIFEST_LIMIT, MiB, read_regular
+from kit.manifest import manifests_dir
 
 # Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
 # makes new ones, and the oldest go when one is written.
@@ -40,8 +40,13 @@ def plan_key(protocol_file: Path, profile: str, host_gpus: int | None, gpu_memor
     """The digest of everything a plan is built from; pydantic's and PyYAML's versions are in
     the files hashed."""
     package = Path(kit.__file__).parent
-    sources = [protocol_file, *sorted(set(protocol_file.parent.glob("*.yaml")) - {protocol_file}), *sorted(package.rglob("*.py")),
-               _dependency_file("pydantic", "version.py"), _dependency_file("yaml", "__init__.py")]  # fmt: skip
+    sources = [
+        protocol_file,
+        *sorted(set(protocol_file.parent.glob("*.yaml")) - {protocol_file}),
+        *sorted(package.rglob("*.py")),
+        _dependency_file("pydantic", "version.py"),
+        _dependency_file("yaml", "__init__.py"),
+    ]
     digest = hashlib.sha256(f"{profile}\0{host_gpus}\0{gpu_memory_bytes}".encode())
     for source in sources:  # a FIFO or a link to /dev/zero named notes.yaml is refused, not read
         digest.update(b"\0" + read_regular(source, MANIFEST_LIMIT))
@@ -68,8 +73,13 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     from kit.files.atomic import atomic_write_text
     from kit.plan.protocol import build_plan, load_protocol
 
-    plan = build_plan(load_protocol(protocol_file), profile, path=protocol_file, host_gpus=host_gpus,
-                      gpu_memory_bytes=gpu_memory_bytes)  # fmt: skip
+    plan = build_plan(
+        load_protocol(protocol_file),
+        profile,
+        path=protocol_file,
+        host_gpus=host_gpus,
+        gpu_memory_bytes=gpu_memory_bytes,
+    )
     data = plan.model_dump(mode="json")
     if entry is not None:
         try:
@@ -84,8 +94,13 @@ def reads_as_plan(data: object) -> bool:
     """Whether a cache entry holds what `kit list` reads of a Plan (an entry is JSON anyone who
     can write the cache could have put there): the fields it shows, of their types, and only
     names kit.files.names accepts, so that nothing shown or used is a path out of a folder."""
-    if not (isinstance(data, dict) and isinstance(data.get("profile"), str) and NAME_PATTERN.fullmatch(data["profile"])
-            and isinstance(data.get("description"), str) and isinstance(data.get("cases"), list)):  # fmt: skip
+    if not (
+        isinstance(data, dict)
+        and isinstance(data.get("profile"), str)
+        and NAME_PATTERN.fullmatch(data["profile"])
+        and isinstance(data.get("description"), str)
+        and isinstance(data.get("cases"), list)
+    ):
         return False
     return all(_reads_as_case(case) for case in data["cases"])
 
@@ -93,11 +108,18 @@ def reads_as_plan(data: object) -> bool:
 def _reads_as_case(case: object) -> bool:
     if not isinstance(case, dict) or not isinstance(case.get("params"), dict):
         return False
-    names = [case.get(key) for key in ("id", "stage", "image", "method")] + [case["model"]] * (case.get("model") is not None)
-    counts = [case.get("gpus"), case["params"].get("runs")] + [case["params"][key] for key in STEPS if key in case["params"]]
-    return (all(isinstance(name, str) and NAME_PATTERN.fullmatch(name) for name in names)
-            and all(type(count) is int and count >= 0 for count in counts)
-            and case.get("device") in ("cuda", "cpu") and isinstance(case.get("workload"), str))  # fmt: skip
+    names = [case.get(key) for key in ("id", "stage", "image", "method")] + [case["model"]] * (
+        case.get("model") is not None
+    )
+    counts = [case.get("gpus"), case["params"].get("runs")] + [
+        case["params"][key] for key in STEPS if key in case["params"]
+    ]
+    return (
+        all(isinstance(name, str) and NAME_PATTERN.fullmatch(name) for name in names)
+        and all(type(count) is int and count >= 0 for count in counts)
+        and case.get("device") in ("cuda", "cpu")
+        and isinstance(case.get("workload"), str)
+    )
 
 
 def case_view(data: dict) -> SimpleNamespace:
@@ -107,7 +129,9 @@ def case_view(data: dict) -> SimpleNamespace:
     params = SimpleNamespace(**data["params"])
     step = params if data["params"].get("kind") in ("train", "profile") else None
     soak = data["params"].get("soak")
-    return SimpleNamespace(**{**data, "params": params, "step": step, "soak": SimpleNamespace(**soak) if soak else None})
+    return SimpleNamespace(
+        **{**data, "params": params, "step": step, "soak": SimpleNamespace(**soak) if soak else None}
+    )
 
 
 def profile_names() -> list[str]:

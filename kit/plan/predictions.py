@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from kit.plan.protocol import Case, StepParams
 from kit.theory.analytic import (
     ADAM_MIXED_PRECISION_BYTES_PER_PARAM,
     DECODER_LINEARS,
@@ -33,7 +34,6 @@ from kit.theory.analytic import (
     weight_bytes_read_per_forward,
 )
 from kit.theory.hardware import GpuSpec, HardwareTable, peak_tflops
-from kit.plan.protocol import Case, StepParams
 
 GIB = 1024**3
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -71,14 +71,24 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
         # The profile step is plain torch AdamW on the parameters as loaded: its two states take
         # the parameters' dtype, and there is no fp32 master copy (kit/workloads/step_timeline.py).
         memory = training_memory_per_gpu(
-            case.shape, world_size=1, zero_stage=0, micro_batch=params.micro_batch,
-            seq_len=params.seq_len, recompute=params.recompute, flash_attention=flash,
-            weight_bytes=element, grad_bytes=element, optimizer_bytes_per_param=2 * element,
-            activation_bytes=element, master_gradient_bytes=0,
-        )  # fmt: skip
-        basis = (f"one GPU, no ZeRO, torch AdamW with {params.dtype} states (no fp32 master copy), "
-                 f"micro-batch {params.micro_batch} x {params.seq_len}"
-                 f"{', recomputation' if params.recompute else ''}{', FlashAttention' if flash else ''}")  # fmt: skip
+            case.shape,
+            world_size=1,
+            zero_stage=0,
+            micro_batch=params.micro_batch,
+            seq_len=params.seq_len,
+            recompute=params.recompute,
+            flash_attention=flash,
+            weight_bytes=element,
+            grad_bytes=element,
+            optimizer_bytes_per_param=2 * element,
+            activation_bytes=element,
+            master_gradient_bytes=0,
+        )
+        basis = (
+            f"one GPU, no ZeRO, torch AdamW with {params.dtype} states (no fp32 master copy), "
+            f"micro-batch {params.micro_batch} x {params.seq_len}"
+            f"{', recomputation' if params.recompute else ''}{', FlashAttention' if flash else ''}"
+        )
         return MemoryPrediction(memory=memory, basis=basis)
     # 4-bit pre-training hands DeepSpeed a client optimizer (8-bit AdamW, kit/workloads/train.py)
     # that steps an fp32 master copy of the trained parameters; their fp32 gradients exist only
@@ -93,14 +103,25 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
         return _megatron_memory(case, element, optimizer)
     offload_params = params.offload and params.zero_stage == 3
     memory = training_memory_per_gpu(
-        case.shape, world_size=case.gpus, zero_stage=params.zero_stage, micro_batch=params.micro_batch,
-        seq_len=params.seq_len, recompute=params.recompute, flash_attention=flash,
-        offload_optimizer=params.offload, offload_params=offload_params,
-        weight_bytes=element, grad_bytes=element, optimizer_bytes_per_param=optimizer,
-        peft=None if params.peft == "none" else params.peft, quantized_linears=quantized_linears,
-        lora_rank=params.lora_rank, lora_targets=params.lora_targets or DECODER_LINEARS,
-        activation_bytes=element, master_gradient_bytes=FP32_GRADIENT_BYTES if element == 2 and not quantized_linears else 0,
-    )  # fmt: skip
+        case.shape,
+        world_size=case.gpus,
+        zero_stage=params.zero_stage,
+        micro_batch=params.micro_batch,
+        seq_len=params.seq_len,
+        recompute=params.recompute,
+        flash_attention=flash,
+        offload_optimizer=params.offload,
+        offload_params=offload_params,
+        weight_bytes=element,
+        grad_bytes=element,
+        optimizer_bytes_per_param=optimizer,
+        peft=None if params.peft == "none" else params.peft,
+        quantized_linears=quantized_linears,
+        lora_rank=params.lora_rank,
+        lora_targets=params.lora_targets or DECODER_LINEARS,
+        activation_bytes=element,
+        master_gradient_bytes=FP32_GRADIENT_BYTES if element == 2 and not quantized_linears else 0,
+    )
     offload = ("optimizer states and parameters" if offload_params else "optimizer states") if params.offload else None
     parts = [f"ZeRO-{params.zero_stage}" if params.zero_stage else "no ZeRO", f"world size {case.gpus}"]
     parts += [f"offload of {offload}"] if offload else []
@@ -108,8 +129,10 @@ def predicted_training_memory(case: Case) -> MemoryPrediction:
     parts += ["FlashAttention"] if flash else []
     parts += [f"{params.peft} rank {params.lora_rank}"] if params.peft != "none" else []
     if quantized_linears:
-        parts.append(f"decoder linears frozen in NF4, the rest {params.dtype} with 8-bit AdamW states"
-                     + (" over an fp32 master copy" if element == 2 else ""))
+        parts.append(
+            f"decoder linears frozen in NF4, the rest {params.dtype} with 8-bit AdamW states"
+            + (" over an fp32 master copy" if element == 2 else "")
+        )
     else:
         parts.append(f"{params.dtype} with {'mixed-precision ' if element == 2 else ''}Adam states")
     return MemoryPrediction(memory=memory, basis=", ".join(parts))
@@ -139,12 +162,24 @@ def _megatron_memory(case: Case, element: int, optimizer_bytes: float) -> Memory
     if params.tensor_parallel > 1:
         return MemoryPrediction(memory=None, basis="not predicted: tensor parallelism is not in the memory model")
     memory = training_memory_per_gpu(
-        case.shape, world_size=case.gpus, zero_stage=1, micro_batch=params.micro_batch, seq_len=params.seq_len,
-        recompute=False, flash_attention=False, weight_bytes=element, grad_bytes=4, optimizer_bytes_per_param=optimizer_bytes,
-        activation_bytes=element, master_gradient_bytes=0,
-    )  # fmt: skip
-    return MemoryPrediction(memory=memory, basis=f"Megatron-LM, distributed optimizer over {case.gpus} data-parallel ranks "
-                                                 f"(as ZeRO-1), fp32 gradient buffer, {params.dtype}")
+        case.shape,
+        world_size=case.gpus,
+        zero_stage=1,
+        micro_batch=params.micro_batch,
+        seq_len=params.seq_len,
+        recompute=False,
+        flash_attention=False,
+        weight_bytes=element,
+        grad_bytes=4,
+        optimizer_bytes_per_param=optimizer_bytes,
+        activation_bytes=element,
+        master_gradient_bytes=0,
+    )
+    return MemoryPrediction(
+        memory=memory,
+        basis=f"Megatron-LM, distributed optimizer over {case.gpus} data-parallel ranks "
+        f"(as ZeRO-1), fp32 gradient buffer, {params.dtype}",
+    )
 
 
 def device_memory_bytes(spec: GpuSpec) -> float | None:
@@ -218,7 +253,12 @@ def training_step_bound(case: Case, spec: GpuSpec | None) -> LatencyBound | None
     once. A case whose decoder linears are frozen (4-bit, LoRA, QLoRA) skips their weight
     gradients, and reads its 4-bit weights in 4 bits. None where a peak is unknown."""
     params = case.params
-    if spec is None or case.shape is None or params.kind not in ("train", "profile") or params.dtype not in ("bf16", "fp16"):
+    if (
+        spec is None
+        or case.shape is None
+        or params.kind not in ("train", "profile")
+        or params.dtype not in ("bf16", "fp16")
+    ):
         return None
     peak = peak_tflops(spec, params.dtype)
     if peak is None:
@@ -330,7 +370,9 @@ def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = No
     shape, element = case.shape, BYTES_PER_ELEMENT[params.dtype]
     prompt, generated = params.input_tokens, output_tokens or params.max_output_tokens
     contexts = range(prompt + 1, prompt + generated)
-    one_decode = [decode_latency_lower_bound(shape, c, 1, total_peak, total_bandwidth, element, element) for c in contexts]
+    one_decode = [
+        decode_latency_lower_bound(shape, c, 1, total_peak, total_bandwidth, element, element) for c in contexts
+    ]
     prefill_one = prefill_latency_lower_bound(shape, prompt, 1, total_peak, total_bandwidth, element, element)
     return ServingBounds(
         gpus=case.gpus,
@@ -340,13 +382,16 @@ def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = No
         input_tokens=prompt,
         output_tokens=generated,
         prefill_one=prefill_one,
-        decode_step_one=one_decode[0] if one_decode else decode_latency_lower_bound(
-            shape, prompt + 1, 1, total_peak, total_bandwidth, element, element),
+        decode_step_one=one_decode[0]
+        if one_decode
+        else decode_latency_lower_bound(shape, prompt + 1, 1, total_peak, total_bandwidth, element, element),
         request_latency_s=prefill_one.seconds + sum(bound.seconds for bound in one_decode),
         burst=_served_together(case, params.prompts, generated, total_peak, total_bandwidth),
-        basis=(f"{gpu_spec.model} x {case.gpus} at the datasheet {params.dtype} dense peak and memory bandwidth, "
-               f"ideal tensor parallelism, {params.dtype} weights and KV cache, {generated} tokens per request"),
-    )  # fmt: skip
+        basis=(
+            f"{gpu_spec.model} x {case.gpus} at the datasheet {params.dtype} dense peak and memory bandwidth, "
+            f"ideal tensor parallelism, {params.dtype} weights and KV cache, {generated} tokens per request"
+        ),
+    )
 
 
 class ConcurrencyBound(BaseModel):
@@ -369,7 +414,9 @@ class ConcurrencyBound(BaseModel):
         return self.concurrency * self.output_tokens / self.together.seconds
 
 
-def concurrency_bound(case: Case, gpu_spec: GpuSpec, concurrency: int, output_tokens: int | None = None) -> ConcurrencyBound | None:
+def concurrency_bound(
+    case: Case, gpu_spec: GpuSpec, concurrency: int, output_tokens: int | None = None
+) -> ConcurrencyBound | None:
     """The least time of a point of the sweep at `concurrency` on `gpu_spec` (see
     serving_bounds for `output_tokens` and None)."""
     peaks = _serving_peaks(case, gpu_spec)
@@ -378,15 +425,17 @@ def concurrency_bound(case: Case, gpu_spec: GpuSpec, concurrency: int, output_to
     params, (peak, bandwidth) = case.params, peaks
     element, prompt = BYTES_PER_ELEMENT[params.dtype], params.input_tokens
     generated = output_tokens or params.max_output_tokens
-    steps = [decode_latency_lower_bound(case.shape, c, concurrency, peak, bandwidth, element, element).seconds
-             for c in range(prompt + 1, prompt + generated)]  # fmt: skip
+    steps = [
+        decode_latency_lower_bound(case.shape, c, concurrency, peak, bandwidth, element, element).seconds
+        for c in range(prompt + 1, prompt + generated)
+    ]
     return ConcurrencyBound(
         concurrency=concurrency,
         output_tokens=generated,
         together=_served_together(case, concurrency, generated, peak, bandwidth),
         min_tpot_s=sum(steps) / len(steps) if steps else 0.0,
         basis=f"{gpu_spec.model} x {case.gpus} at the datasheet {params.dtype} dense peak and memory bandwidth, "
-              f"{concurrency} requests served as one batch",
+        f"{concurrency} requests served as one batch",
     )
 
 
@@ -417,7 +466,9 @@ def model_notes(
     next to the measured one, the step time's physical lower bound on a known GPU, and a flag
     for each measured value (per run) the model shows to be impossible."""
     prediction = predicted_training_memory(case)
-    where = "device allocator peak" if case.device == "cuda" else "host peak RSS, which also counts the framework itself"
+    where = (
+        "device allocator peak" if case.device == "cuda" else "host peak RSS, which also counts the framework itself"
+    )
     notes = [f"{describe_memory(prediction)}; measured {max(peak_memory_gib):.3g} GiB ({where})"]
     flag = memory_below_weights(min(peak_memory_gib) * GIB, prediction)
     if flag:

@@ -7,12 +7,16 @@ Case ids are derived only from those axes, so two runs on two machines match cas
 
 from __future__ import annotations
 
-from pathlib import Path
 import re
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar, Union
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from kit.credentials import looks_like_a_credential
+from kit.files.names import checked_name
+from kit.host.this_host import Host
+from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
 from kit.theory.analytic import (
     SERVING_MEMORY_SHARE,
     LlamaShape,
@@ -20,10 +24,6 @@ from kit.theory.analytic import (
     serving_memory,
     tensor_parallel_sizes,
 )
-from kit.credentials import looks_like_a_credential
-from kit.host.this_host import Host
-from kit.manifest import ManifestError, manifests_dir, read_yaml, validate, whole_number
-from kit.files.names import checked_name
 
 
 class Strict(BaseModel):
@@ -60,8 +60,10 @@ def checked_env(env: dict[str, str]) -> dict[str, str]:
         if "\x00" in value or len(value) > 4096:
             raise ValueError(f"{name}: a value holds a NUL byte or is longer than 4096 characters")
         if looks_like_a_credential(name, value):
-            raise ValueError(f"{name} looks like a credential, and a case's env is written into every run "
-                             "directory and report: set it in the environment kit runs in instead")  # fmt: skip
+            raise ValueError(
+                f"{name} looks like a credential, and a case's env is written into every run "
+                "directory and report: set it in the environment kit runs in instead"
+            )
     return env
 
 
@@ -148,7 +150,7 @@ class TrainParams(StepParams):
     memory_cap_gib: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _tensor_parallel_is_megatrons(self) -> "TrainParams":
+    def _tensor_parallel_is_megatrons(self) -> TrainParams:
         if self.tensor_parallel > 1 and self.framework != "megatron":
             raise ValueError("tensor_parallel splits layers in Megatron-LM's engine only (framework: megatron)")
         return self
@@ -218,9 +220,11 @@ class CommParams(CaseParams):
     iters: int = Field(gt=0)
 
     @model_validator(mode="after")
-    def _sizes_ascend(self) -> "CommParams":
+    def _sizes_ascend(self) -> CommParams:
         if self.min_bytes > self.max_bytes:
-            raise ValueError(f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}): the sweep would have no size")
+            raise ValueError(
+                f"min_bytes ({self.min_bytes}) is above max_bytes ({self.max_bytes}): the sweep would have no size"
+            )
         return self
 
 
@@ -241,7 +245,7 @@ class CalibrateParams(CaseParams):
 
 
 Params = Annotated[
-    Union[TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams], Field(discriminator="kind")
+    TrainParams | ServeParams | CommParams | ProfileParams | CalibrateParams, Field(discriminator="kind")
 ]
 P = TypeVar("P", TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams, StepParams)
 PARAM_MODELS: dict[str, type[BaseModel]] = {
@@ -320,7 +324,7 @@ class Profile(Strict):
     images: dict[Name, Name] = {}
 
     @model_validator(mode="after")
-    def _cpu_is_never_the_reference(self) -> "Profile":
+    def _cpu_is_never_the_reference(self) -> Profile:
         if self.comparable_to_reference and self.device == "cpu":
             raise ValueError("a CPU profile cannot be comparable_to_reference: the paper measured GPUs")
         return self
@@ -335,7 +339,7 @@ class Protocol(Strict):
     profiles: dict[Name, Profile]
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> "Protocol":
+    def _references_resolve(self) -> Protocol:
         """Every name a stage or profile uses must be declared, so a typo fails at load time."""
         for stage_name, stage in self.stages.items():
             if stage.options not in self.option_sets:
@@ -420,7 +424,7 @@ class Case(BaseModel):
 
     @property
     def fitted(self) -> str | None:
-        """"fitted: 1 of 8 GPUs", wherever a fitted case is shown; None for a case as written."""
+        """ "fitted: 1 of 8 GPUs", wherever a fitted case is shown; None for a case as written."""
         from kit.plan.view import fitted_label
 
         return fitted_label(self.gpus, self.fitted_from)
@@ -448,7 +452,9 @@ def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) 
     return tuple(sorted({2**k for k in range(host_gpus.bit_length()) if 2**k <= host_gpus} | {host_gpus}))
 
 
-def serving_fit(shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memory_bytes: int | None) -> tuple[int, str, str | None]:
+def serving_fit(
+    shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memory_bytes: int | None
+) -> tuple[int, str, str | None]:
     """The GPUs a serving case of `shape` runs on, fitted to a host of fewer GPUs than written,
     why, and why it cannot run there at all (or None): the fewest that hold its weights and the
     KV cache of one whole sequence (tensor parallel), or all the host's where its memory is not
@@ -461,11 +467,22 @@ def serving_fit(shape: ModelSpec, params: ServeParams, host_gpus: int, gpu_memor
     fewest = serving_gpus_needed(shape, sizes, gpu_memory_bytes, context, element)
     need, each = serving_memory(shape, 1, context, element, element).total / 2**30, gpu_memory_bytes / 2**30
     if fewest is None:
-        return sizes[-1], "as many as it can split the model over", (
-            f"the weights and one sequence's KV cache ({need:.1f} GiB) need more than {SERVING_MEMORY_SHARE:.0%} of "
-            f"the {sizes[-1]} GPU{'s' * (sizes[-1] > 1)} of {each:.1f} GiB this host can split them over")
-    return fewest, (f"the fewest GPUs that hold the weights and one sequence's KV cache ({need:.1f} GiB, "
-                    f"{need / fewest:.1f} GiB each of {SERVING_MEMORY_SHARE:.0%} of {each:.1f} GiB), tensor parallel"), None
+        return (
+            sizes[-1],
+            "as many as it can split the model over",
+            (
+                f"the weights and one sequence's KV cache ({need:.1f} GiB) need more than {SERVING_MEMORY_SHARE:.0%} of "
+                f"the {sizes[-1]} GPU{'s' * (sizes[-1] > 1)} of {each:.1f} GiB this host can split them over"
+            ),
+        )
+    return (
+        fewest,
+        (
+            f"the fewest GPUs that hold the weights and one sequence's KV cache ({need:.1f} GiB, "
+            f"{need / fewest:.1f} GiB each of {SERVING_MEMORY_SHARE:.0%} of {each:.1f} GiB), tensor parallel"
+        ),
+        None,
+    )
 
 
 def unavailable_by_design(case: Case) -> str | None:
@@ -513,8 +530,15 @@ def variant_case(case: Case, name: str, variant: Variant) -> Case:
     said = f"{variant.label} ({settings}); the case without it: {case.id}" + (
         f". {variant.cpu_note}" if case.device == "cpu" else ""
     )
-    return case.model_copy(update={"id": f"{case.id}.{name}", "params": params, "variant": name, "variant_of": case.id,
-                                   "interpretation": {**case.interpretation, "variant": said}})  # fmt: skip
+    return case.model_copy(
+        update={
+            "id": f"{case.id}.{name}",
+            "params": params,
+            "variant": name,
+            "variant_of": case.id,
+            "interpretation": {**case.interpretation, "variant": said},
+        }
+    )
 
 
 def _method_params(method: str, options: dict[str, Option]) -> dict[str, Any]:
@@ -550,8 +574,9 @@ class HostGpus(NamedTuple):
     memory_bytes: int | None = None
 
 
-def _fitted(fit: str, written: int, host: HostGpus | None, shape: ModelSpec | None,
-            params: Any) -> tuple[int, str | None, str | None]:
+def _fitted(
+    fit: str, written: int, host: HostGpus | None, shape: ModelSpec | None, params: Any
+) -> tuple[int, str | None, str | None]:
     """A case's GPU count on `host`, why it was fitted to fewer GPUs than written (or None), and
     why it cannot run even so (or None)."""
     if host is None or fit not in ("host", "weights") or host.count >= written:
@@ -559,9 +584,15 @@ def _fitted(fit: str, written: int, host: HostGpus | None, shape: ModelSpec | No
     gpus, why, does_not_fit = host.count, "all of the host's GPUs", None
     if fit == "weights" and shape is not None:
         gpus, why, does_not_fit = serving_fit(shape, params, host.count, host.memory_bytes)
-    return gpus, (f"The protocol runs this case on {written} GPUs; this host has {host.count}, so it runs on "
-                  f"{gpus}: {why}, with the same method and per-GPU parameters. Its figures are this host's, held "
-                  f"to the expectation for it, and never compared with the paper's {written}-GPU findings."), does_not_fit
+    return (
+        gpus,
+        (
+            f"The protocol runs this case on {written} GPUs; this host has {host.count}, so it runs on "
+            f"{gpus}: {why}, with the same method and per-GPU parameters. Its figures are this host's, held "
+            f"to the expectation for it, and never compared with the paper's {written}-GPU findings."
+        ),
+        does_not_fit,
+    )
 
 
 def _stage_cases(
@@ -587,10 +618,15 @@ def _stage_cases(
                 method_params = _method_params(method, options)
             except ValueError as exc:
                 raise ManifestError(path, f"{where}.methods", str(exc)) from None
-            overridden = sorted(k for k in set(narrowed.params) & set(method_params) if narrowed.params[k] != method_params[k])
+            overridden = sorted(
+                k for k in set(narrowed.params) & set(method_params) if narrowed.params[k] != method_params[k]
+            )
             if overridden:  # the method would silently win: what it means is not a profile's to change
-                raise ManifestError(path, f"{where}.params.{overridden[0]}",
-                                    f"method {method!r} sets it to {method_params[overridden[0]]!r}; a profile cannot change it")  # fmt: skip
+                raise ManifestError(
+                    path,
+                    f"{where}.params.{overridden[0]}",
+                    f"method {method!r} sets it to {method_params[overridden[0]]!r}; a profile cannot change it",
+                )
             params_data = {**stage.params, **narrowed.params, **method_params, "kind": stage.workload}
             try:
                 params = PARAM_MODELS[stage.workload].model_validate(params_data, strict=True)  # a nested search's too
@@ -599,8 +635,11 @@ def _stage_cases(
                 key = ".".join(str(p) for p in first["loc"])
                 raise ManifestError(path, f"{where} ({method}).params.{key}", first["msg"]) from None
             if profile.device == "cuda" and isinstance(params, TrainParams) and params.memory_cap_gib is not None:
-                raise ManifestError(path, f"{where} ({method}).params.memory_cap_gib",
-                                    "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles")  # fmt: skip
+                raise ManifestError(
+                    path,
+                    f"{where} ({method}).params.memory_cap_gib",
+                    "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles",
+                )
             shape = protocol.models[model] if model else None
             fitted = {}
             for written in gpu_counts:
@@ -609,7 +648,13 @@ def _stage_cases(
             for gpus, (written, why, does_not_fit) in fitted.items():
                 cases.append(
                     Case(
-                        id=case_id(stage_name, model, method, gpus, params.micro_batch if isinstance(params, StepParams) else None),
+                        id=case_id(
+                            stage_name,
+                            model,
+                            method,
+                            gpus,
+                            params.micro_batch if isinstance(params, StepParams) else None,
+                        ),
                         stage=stage_name,
                         workload=stage.workload,
                         image=_case_image(stage, profile, method, options),
@@ -627,11 +672,18 @@ def _stage_cases(
                 )
     variants = narrowed.variants if narrowed.variants is not None else stage.variants
     # One GPU has no peer to talk to: a variant of a one-GPU case would measure the case again.
-    return cases + [variant_case(case, name, protocol.variants[name]) for name in variants for case in cases if case.gpus > 1]
+    return cases + [
+        variant_case(case, name, protocol.variants[name]) for name in variants for case in cases if case.gpus > 1
+    ]
 
 
-def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, host_gpus: int | None = None,
-               gpu_memory_bytes: int | None = None) -> Plan:
+def build_plan(
+    protocol: Protocol,
+    profile_name: str,
+    path: Path | None = None,
+    host_gpus: int | None = None,
+    gpu_memory_bytes: int | None = None,
+) -> Plan:
     """Every case of a profile, in manifest order (stage, model, method, GPUs); on a GPU host
     (`host_gpus`, the smallest GPU's `gpu_memory_bytes` where known), the stages that follow the
     host fitted to its GPUs."""
@@ -662,7 +714,9 @@ def build_plan(protocol: Protocol, profile_name: str, path: Path | None = None, 
 def plan_for(host: Host, profile: str | None = None) -> Plan:
     """The profile's plan (paper with GPUs, else smoke), fitted to the host's GPUs where it has any."""
     name = profile or ("paper" if host.gpu_names else "smoke")
-    return build_plan(load_protocol(), name, host_gpus=host.gpu_count or None, gpu_memory_bytes=host.smallest_gpu_memory)
+    return build_plan(
+        load_protocol(), name, host_gpus=host.gpu_count or None, gpu_memory_bytes=host.smallest_gpu_memory
+    )
 
 
 def select(plan: Plan, stages: tuple[str, ...] = (), case_ids: tuple[str, ...] = ()) -> list[Case]:
@@ -670,11 +724,15 @@ def select(plan: Plan, stages: tuple[str, ...] = (), case_ids: tuple[str, ...] =
     known_stages = {c.stage for c in plan.cases}
     unknown = [s for s in stages if s not in known_stages]
     if unknown:
-        raise ValueError(f"profile {plan.profile!r} has no stage {', '.join(unknown)} (has: {', '.join(sorted(known_stages))})")
+        raise ValueError(
+            f"profile {plan.profile!r} has no stage {', '.join(unknown)} (has: {', '.join(sorted(known_stages))})"
+        )
     known_ids = {c.id for c in plan.cases}
     missing = [c for c in case_ids if c not in known_ids]
     if missing:
-        raise ValueError(f"profile {plan.profile!r} has no case {', '.join(missing)} (see `kit list --profile {plan.profile}`)")
+        raise ValueError(
+            f"profile {plan.profile!r} has no case {', '.join(missing)} (see `kit list --profile {plan.profile}`)"
+        )
     if not stages and not case_ids:
         return list(plan.cases)
     return [c for c in plan.cases if c.stage in stages or c.id in case_ids]

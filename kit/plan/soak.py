@@ -23,30 +23,53 @@ WINDOWS_AT_LEAST = 10  # a soak shorter than ten minutes still draws a curve of 
 def soak_case(case: Case, seconds: float) -> Case:
     """`case` measured for `seconds` on end: one run, its own id (`soak.<model>.<method>.g<N>`)."""
     window_s = min(MINUTE_S, seconds / WINDOWS_AT_LEAST)
-    update = {"soak": Soak(seconds=seconds, window_s=window_s), "runs": 1, "timeout_s": case.params.timeout_s + math.ceil(seconds)}
+    update = {
+        "soak": Soak(seconds=seconds, window_s=window_s),
+        "runs": 1,
+        "timeout_s": case.params.timeout_s + math.ceil(seconds),
+    }
     if case.params.kind == "train":
         update["launch"] = "per_run"
     else:
         update["sweep"] = None  # its windows are bursts; the sweep is the serving case's own
-    said = (f"{case.id} measured for {seconds / 60:g} min on end (kit run --soak), in windows of {window_s:g} s, each with its "
-            "throughput and NVML's SM clock, temperature and power: the first minute against the last")  # fmt: skip
-    return case.model_copy(update={
-        "id": ".".join([STAGE, *case.id.split(".")[1:]]), "stage": STAGE, "params": case.params.model_copy(update=update),
-        "interpretation": {**case.interpretation, "soak": said},
-    })  # fmt: skip
+    said = (
+        f"{case.id} measured for {seconds / 60:g} min on end (kit run --soak), in windows of {window_s:g} s, each with its "
+        "throughput and NVML's SM clock, temperature and power: the first minute against the last"
+    )
+    return case.model_copy(
+        update={
+            "id": ".".join([STAGE, *case.id.split(".")[1:]]),
+            "stage": STAGE,
+            "params": case.params.model_copy(update=update),
+            "interpretation": {**case.interpretation, "soak": said},
+        }
+    )
 
 
 def soaked(plan: Plan, host: Host, cases: list[Case] | None = None) -> list[Case]:
     """The cases a soak repeats: the first pre-training case the host can run (DeepSpeed, not
     predicted to run out of memory; else the first of the scaling stage), and the first serving
     case it can run; of `cases` (default: the plan's)."""
-    runnable = [case for case in (cases if cases is not None else plan.cases)
-                if case.variant is None and skip_reason(case, host, skip_predicted_oom=True) is None
-                and unavailable_by_design(case) is None]  # fmt: skip
+    runnable = [
+        case
+        for case in (cases if cases is not None else plan.cases)
+        if case.variant is None
+        and skip_reason(case, host, skip_predicted_oom=True) is None
+        and unavailable_by_design(case) is None
+    ]
 
     def first(stage: str) -> Case | None:
-        return next((case for case in runnable if case.stage == stage and case.params.kind == "train"
-                     and case.params.framework == "deepspeed" and case.params.max_batch_search is None), None)  # fmt: skip
+        return next(
+            (
+                case
+                for case in runnable
+                if case.stage == stage
+                and case.params.kind == "train"
+                and case.params.framework == "deepspeed"
+                and case.params.max_batch_search is None
+            ),
+            None,
+        )
 
     training = first("pretrain") or first("scaling")
     serving = next((case for case in runnable if case.params.kind == "serve"), None)

@@ -13,7 +13,7 @@ from typing import Any
 
 
 def duration_text(seconds: float | None) -> str:
-    """"1 h 05 min", "3 min 07 s", "42 s"; "?" for a duration not known."""
+    """ "1 h 05 min", "3 min 07 s", "42 s"; "?" for a duration not known."""
     if seconds is None:
         return "?"
     minutes, secs = divmod(round(seconds), 60)
@@ -27,21 +27,34 @@ def fitted_label(gpus: int, fitted_from: int | None) -> str | None:
     return None if fitted_from is None else f"fitted: {gpus} of {fitted_from} GPUs"
 
 
-def plan_text(title: str, cases: Sequence[Any], finished: set[str] = frozenset(), on_host: dict[str, str] | None = None,
-              estimates: dict | None = None) -> str:
+def plan_text(
+    title: str,
+    cases: Sequence[Any],
+    finished: set[str] = frozenset(),
+    on_host: dict[str, str] | None = None,
+    estimates: dict | None = None,
+) -> str:
     """The cases (kit.plan.protocol.Case, or the plan cache's views of them: kit.plan.plan_cache.case_view),
     one per line; with `finished`, which are done; with `on_host`, each case this
     host cannot run says why (skipped: ...); with `estimates`, how long each will take."""
     header = ["case", "model", "method", "GPUs", "runs", "steps (warm-up + measured)"]
-    header += ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
+    header += (
+        ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
+    )
     rows = []
     for case in cases:
         steps = case.step.measured_steps if case.step else None
         soak = case.soak
         fitted = fitted_label(case.gpus, getattr(case, "fitted_from", None))
         measured = f"{case.params.warmup_steps} + {steps}" if steps is not None else "-"
-        row = [case.id, case.model or "-", case.method, f"{case.gpus} ({fitted})" if fitted else str(case.gpus), str(case.params.runs),
-               f"on end for {soak.seconds:g} s" if soak is not None else measured]  # fmt: skip
+        row = [
+            case.id,
+            case.model or "-",
+            case.method,
+            f"{case.gpus} ({fitted})" if fitted else str(case.gpus),
+            str(case.params.runs),
+            f"on end for {soak.seconds:g} s" if soak is not None else measured,
+        ]
         if finished:
             row.append("done" if case.id in finished else "to run")
         if on_host is not None:

@@ -5,5 +5,9 @@ Apart from kit.plan.protocol and the workloads package, so that the host's check
 `kit list` runs on the plan cache's cases) know them without importing pydantic or a framework.
 """
 
-WORKLOADS = {"train": "kit.workloads.train", "comm": "kit.workloads.collective_sweep", "profile": "kit.workloads.step_timeline",
-             "calibrate": "kit.workloads.calibrate"}
+WORKLOADS = {
+    "train": "kit.workloads.train",
+    "comm": "kit.workloads.collective_sweep",
+    "profile": "kit.workloads.step_timeline",
+    "calibrate": "kit.workloads.calibrate",
+}

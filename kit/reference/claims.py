@@ -20,10 +20,16 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from kit.theory.analytic import scaling_efficiency
-from kit.reference.measured_run import MeasuredRun, parse_case_id, platform_mismatch, variant_case_id, variant_standing_for
 from kit.plan.protocol import Case
+from kit.reference.measured_run import (
+    MeasuredRun,
+    parse_case_id,
+    platform_mismatch,
+    variant_case_id,
+    variant_standing_for,
+)
 from kit.reference.published import (
+    SCALING_METRIC,
     CaseMetric,
     Claim,
     OrderingRelation,
@@ -32,7 +38,6 @@ from kit.reference.published import (
     Quantity,
     RatioRelation,
     Reference,
-    SCALING_METRIC,
     ScalingEfficiencyRelation,
     ScalingOf,
     ShareRelation,
@@ -41,8 +46,8 @@ from kit.reference.published import (
     relation_platforms,
 )
 from kit.rundir.schema import Metric, Result
-from kit.units import PERCENT, Scale, TIMES, convert, format_value, metric_label, unit_scale
-
+from kit.theory.analytic import scaling_efficiency
+from kit.units import PERCENT, TIMES, Scale, convert, format_value, metric_label, unit_scale
 
 Verdict = Literal["consistent", "deviates", "inconclusive", "not measured", "not applicable"]
 VERDICTS: tuple[Verdict, ...] = ("consistent", "deviates", "inconclusive", "not measured", "not applicable")
@@ -131,7 +136,8 @@ def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
     candidates = {
         parts.gpus: cid
         for cid, parts in peers.items()
-        if (parts.model, parts.method, parts.batch, parts.variant) == (model, wanted.method, wanted.batch, wanted.variant)
+        if (parts.model, parts.method, parts.batch, parts.variant)
+        == (model, wanted.method, wanted.batch, wanted.variant)
     }
     if wanted.gpus in candidates:
         return candidates[wanted.gpus]
@@ -145,7 +151,9 @@ def fitted_in_place_of(case_id: str, run: MeasuredRun) -> Result | None:
     wanted = parse_case_id(case_id)
     for cid, result in run.results.items():
         written = result.case.fitted_from
-        if written is not None and (cid == case_id or (written == wanted.gpus and parse_case_id(cid)._replace(gpus=written) == wanted)):
+        if written is not None and (
+            cid == case_id or (written == wanted.gpus and parse_case_id(cid)._replace(gpus=written) == wanted)
+        ):
             return result
     return None
 
@@ -218,16 +226,22 @@ class ClaimContext:
         if case not in run.results and not run.comparable_to_reference:
             used = stand_in_case(case, run) or case
             stand_in = (case, used) if used != case else None
-        found = dict(caveats=tuple(caveats), stand_in=stand_in, run=run.label, case=case, case_used=used)
+        found = {"caveats": tuple(caveats), "stand_in": stand_in, "run": run.label, "case": case, "case_used": used}
         result = run.results.get(used)
         fitted = fitted_in_place_of(used, run)
         if fitted is not None:  # the host's own figure, never a measure of the paper's GPU count
-            return Reading(None, missing=f"{case} (run {run.label} has it {fitted.case.fitted} as {fitted.case_id}, "
-                                         "never compared with the paper's figure)", **found)  # fmt: skip
+            return Reading(
+                None,
+                missing=f"{case} (run {run.label} has it {fitted.case.fitted} as {fitted.case_id}, "
+                "never compared with the paper's figure)",
+                **found,
+            )
         if result is None:
             return Reading(None, missing=f"{case} (not in run {run.label})", **found)
         if result.status != "ok":  # a case this host could not attempt says why ("needs 8 GPUs, host has 4")
-            said = f"{result.status}: {result.reason}" if result.status == "skipped" and result.reason else result.status
+            said = (
+                f"{result.status}: {result.reason}" if result.status == "skipped" and result.reason else result.status
+            )
             return Reading(None, missing=f"{used} ({said})", **found)
         metric_value = result.metrics.get(metric)
         if metric_value is None:
@@ -281,7 +295,9 @@ def relative_error(metric: Metric | None) -> float | None:
     return metric.std / math.sqrt(metric.n) / abs(metric.mean)
 
 
-def spread_of(readings: Sequence[Reading], value: float | None, relative: Sequence[float | None] | None = None) -> Spread:
+def spread_of(
+    readings: Sequence[Reading], value: float | None, relative: Sequence[float | None] | None = None
+) -> Spread:
     """The spread of a value computed as a product or quotient of the readings' means (relative
     errors add in quadrature): a value of one reading, a ratio, a share, a scaling efficiency.
     `relative` gives the relative errors where they are not the readings' own."""
@@ -318,7 +334,10 @@ def judge(published: Published, value: float, spread: Spread, scale: Scale) -> t
         return "consistent", "within the published bound"
     if spread.margin is None or published.outside_beyond(value, spread.margin):
         return "deviates", published.deviation(value, scale)
-    return "inconclusive", f"{published.deviation(value, scale)}, but within its runs' spread ({margin}, {SPREAD_FACTOR:g} standard errors)"
+    return (
+        "inconclusive",
+        f"{published.deviation(value, scale)}, but within its runs' spread ({margin}, {SPREAD_FACTOR:g} standard errors)",
+    )
 
 
 def outcome(
@@ -333,13 +352,13 @@ def outcome(
     """The verdict of one relation: not applicable before not measured before the numbers' own
     (`verdict`: consistent, deviates or inconclusive), which a not applicable relation keeps as
     `judged`, for information."""
-    common = dict(
-        relation=relation,
-        published=published,
-        caveats=evidence.caveats,
-        stand_ins=evidence.stand_ins,
-        runs=evidence.runs,
-    )
+    common = {
+        "relation": relation,
+        "published": published,
+        "caveats": evidence.caveats,
+        "stand_ins": evidence.stand_ins,
+        "runs": evidence.runs,
+    }
     if evidence.inapplicable:
         return RelationOutcome(verdict="not applicable", finding="", **{**common, "caveats": [evidence.inapplicable]})
     if evidence.missing:
@@ -348,17 +367,21 @@ def outcome(
     shown: Verdict = "not applicable" if evidence.caveats else verdict  # type: ignore[assignment]
     if evidence.caveats and verdict == "inconclusive":
         finding = f"inconclusive: {finding}"
-    return RelationOutcome(verdict=shown, measured=measured, measured_value=value, finding=finding, judged=verdict, **common)
+    return RelationOutcome(
+        verdict=shown, measured=measured, measured_value=value, finding=finding, judged=verdict, **common
+    )
 
 
-def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, value: float | None,
-            spread: Spread) -> RelationOutcome:  # fmt: skip
+def bounded(
+    relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, value: float | None, spread: Spread
+) -> RelationOutcome:
     """A relation whose measured value is checked against its published bound, under every
     reading of the sentence: it holds when one reading holds, deviates only when all do, and is
     inconclusive otherwise (as its runs allow: `judge`)."""
     readings = bound.readings
     shown = " or ".join(
-        published.describe(scale) + (f" (read as {label})" if len(readings) > 1 else "") for label, published in readings
+        published.describe(scale) + (f" (read as {label})" if len(readings) > 1 else "")
+        for label, published in readings
     )
     if value is None and not (evidence.missing or evidence.inapplicable):
         evidence = evidence._replace(missing="a computable value (a denominator is 0)")
@@ -371,15 +394,22 @@ def bounded(relation: str, bound: _Bounded, scale: Scale, evidence: Evidence, va
         finding = judged[0][3]
     else:
         finding = "; ".join(f"read as {label}: {text}" for label, _, _, text in judged)
-        finding += {"consistent": "; consistent under one reading", "deviates": "; deviates under every reading",
-                    "inconclusive": "; inconclusive: no reading holds and not every reading deviates"}[verdict]  # fmt: skip
+        finding += {
+            "consistent": "; consistent under one reading",
+            "deviates": "; deviates under every reading",
+            "inconclusive": "; inconclusive: no reading holds and not every reading deviates",
+        }[verdict]
     result = outcome(relation, shown, evidence, scale.show(value), value, verdict, finding)
     if len(judged) > 1:
         per_reading = [
-            ReadingOutcome(label=label or "", published=published.describe(scale), finding=text,
-                           verdict="not applicable" if result.verdict == "not applicable" else each)
+            ReadingOutcome(
+                label=label or "",
+                published=published.describe(scale),
+                finding=text,
+                verdict="not applicable" if result.verdict == "not applicable" else each,
+            )
             for label, published, each, text in judged
-        ]  # fmt: skip
+        ]
         result = result.model_copy(update={"readings": per_reading})
     return result
 
@@ -503,8 +533,10 @@ def _evaluate_platform_ratio(context: ClaimContext, relation: PlatformRatioRelat
     median = statistics.median(ratios) if ratios else None
     result = bounded(text, relation, TIMES, evidence, median, median_spread(measured_pairs, median))
     if ratios:
-        spread = (f"{len(ratios)} cases, the same case on both: {', '.join(used)}; "
-                  f"ratios {format_value(min(ratios))} to {format_value(max(ratios))}")  # fmt: skip
+        spread = (
+            f"{len(ratios)} cases, the same case on both: {', '.join(used)}; "
+            f"ratios {format_value(min(ratios))} to {format_value(max(ratios))}"
+        )
         skipped = f"; missing: {', '.join(gaps)}" if gaps else ""
         result = result.model_copy(update={"finding": f"{result.finding} ({spread}{skipped})"})
     return result
@@ -550,12 +582,18 @@ def _evaluate_ordering(context: ClaimContext, relation: OrderingRelation) -> Rel
             for b, item_b in zip(lower, lower_items):
                 gap = a.value - b.value if relation.direction == "descending" else b.value - a.value  # type: ignore[operator]
                 errors = [relative_error(a.metric), relative_error(b.metric)]
-                margin = (None if None in errors else  # type: ignore[operator]
-                          SPREAD_FACTOR * math.hypot(a.value * errors[0], b.value * errors[1]))  # fmt: skip
+                margin = (
+                    None
+                    if None in errors
+                    # type: ignore[operator]
+                    else SPREAD_FACTOR * math.hypot(a.value * errors[0], b.value * errors[1])
+                )
                 if gap > 0 and (not spread.short or margin is None or gap > margin):
                     continue  # in order (from a single run: the runs it lacks are said once, below)
-                pair = (f"{label(item_a)} ({format_value(a.value)}) is{'' if gap > 0 else ' not'}{sign.rstrip()} "  # type: ignore[arg-type]
-                        f"{label(item_b)} ({format_value(b.value)})")  # type: ignore[arg-type]  # fmt: skip
+                pair = (
+                    f"{label(item_a)} ({format_value(a.value)}) is{'' if gap > 0 else ' not'}{sign.rstrip()} "  # type: ignore[arg-type]
+                    f"{label(item_b)} ({format_value(b.value)})"
+                )  # type: ignore[arg-type]
                 if spread.short:
                     undecided.append(pair if gap <= 0 else f"{pair}, by less than their runs' spread")
                 elif margin is None or -gap > margin:

@@ -36,7 +36,6 @@ from pydantic import BaseModel
 
 from kit.measure.calibration import Achievable
 from kit.reference.claims import EVALUATORS, ClaimContext, Reading, RelationOutcome, judge, median_spread, quantised
-from kit.theory.hardware import GpuSpec, HardwareTable, load_hardware
 from kit.reference.measured_run import MeasuredRun, platform_mismatch
 from kit.reference.published import (
     Claim,
@@ -51,15 +50,31 @@ from kit.reference.published import (
     ValueRelation,
     relation_platforms,
 )
+from kit.theory.hardware import GpuSpec, HardwareTable, load_hardware
 from kit.units import TIMES, convert, format_value, metric_label
 
 # "paper verdict": the host is the claim's platform (or the claim is about any GPU), so the
 # claim's own verdict is the judgement and the expectation is shown for information.
 # "judged in another claim": the same quantity is judged once, by the claim `judged_in` names.
-ExpectationVerdict = Literal["consistent", "deviates", "inconclusive", "not measured", "judged in another claim",
-                             "no expectation", "not applicable", "paper verdict"]
-PRECEDENCE: tuple[ExpectationVerdict, ...] = ("deviates", "inconclusive", "consistent", "not measured",
-                                              "judged in another claim", "no expectation", "not applicable")
+ExpectationVerdict = Literal[
+    "consistent",
+    "deviates",
+    "inconclusive",
+    "not measured",
+    "judged in another claim",
+    "no expectation",
+    "not applicable",
+    "paper verdict",
+]
+PRECEDENCE: tuple[ExpectationVerdict, ...] = (
+    "deviates",
+    "inconclusive",
+    "consistent",
+    "not measured",
+    "judged in another claim",
+    "no expectation",
+    "not applicable",
+)
 
 # The GPU figure a stage's throughput follows, for scaling a published number to this host.
 FIGURES = {
@@ -166,7 +181,10 @@ def scope(claim: Claim, relation: Relation) -> list[str]:
 
 
 def crosses_platforms(relation: Relation) -> bool:
-    return isinstance(relation, PlatformRatioRelation) or len(relation_platforms(relation) - {getattr(relation, "platform", None)}) > 1
+    return (
+        isinstance(relation, PlatformRatioRelation)
+        or len(relation_platforms(relation) - {getattr(relation, "platform", None)}) > 1
+    )
 
 
 def signature(relation: Relation) -> tuple:
@@ -175,7 +193,10 @@ def signature(relation: Relation) -> tuple:
     if isinstance(relation, OrderingRelation):
         items = frozenset((item.case, item.metric, item.platform) for tier in relation.tiers for item in tier)
         return ("ordering", relation.direction, items)
-    return (type(relation).__name__, relation.model_dump_json(exclude={"platform", "published", "reading", "other_readings"}))
+    return (
+        type(relation).__name__,
+        relation.model_dump_json(exclude={"platform", "published", "reading", "other_readings"}),
+    )
 
 
 def _scaled(bound: Published, factor: float) -> Published:
@@ -211,7 +232,9 @@ class GpuRatio(BaseModel):
     basis: str
 
 
-def gpu_ratio(host: ReportedGpu, platform_gpu: GpuSpec, stage: str, measured: Achievable | None = None) -> GpuRatio | str:
+def gpu_ratio(
+    host: ReportedGpu, platform_gpu: GpuSpec, stage: str, measured: Achievable | None = None
+) -> GpuRatio | str:
     """The ratio, or why there is none. This host's figure is what the preflight measured where
     that is below its datasheet (`measured`), and the basis says so; the platform's is its
     datasheet's, so such a ratio expects less of this host than the datasheets would."""
@@ -237,7 +260,9 @@ def _judge(claim: Claim, reference: Reference, run: MeasuredRun, relation: Relat
     return EVALUATORS[type(relation)](ClaimContext(anywhere, reference, [run]), relation)
 
 
-def _against(judged: RelationOutcome, bound: Published | None, basis: str, word: str = "expected") -> RelationExpectation:
+def _against(
+    judged: RelationOutcome, bound: Published | None, basis: str, word: str = "expected"
+) -> RelationExpectation:
     """A judged relation as a verdict against the expectation, with "measured r × expected"
     (the evaluator's word for the bound, "published", said as what the bound is here)."""
     finding, versus = judged.finding.replace("published", word), None
@@ -247,8 +272,14 @@ def _against(judged: RelationOutcome, bound: Published | None, basis: str, word:
     verdict: ExpectationVerdict = judged.verdict
     if verdict == "not applicable":
         finding = "; ".join(judged.caveats) + (f"; for information: {finding}" if finding else "")
-    return RelationExpectation(expected=judged.published, basis=basis, verdict=verdict, measured=judged.measured,
-                               versus=versus, finding=finding)  # fmt: skip
+    return RelationExpectation(
+        expected=judged.published,
+        basis=basis,
+        verdict=verdict,
+        measured=judged.measured,
+        versus=versus,
+        finding=finding,
+    )
 
 
 def _paper(judged: RelationOutcome, bound: Published | None, basis: str) -> RelationExpectation:
@@ -266,7 +297,9 @@ class Expecting:
         self.run = self.runs[0]
         self.host = host_of(self.run, self.hardware)
         # What the preflight measured of this host's GPUs, where it is below their datasheet.
-        self.measured = Achievable(self.host.spec, self.run.calibration) if self.host.spec and self.run.calibration else None
+        self.measured = (
+            Achievable(self.host.spec, self.run.calibration) if self.host.spec and self.run.calibration else None
+        )
         # Every relation of one platform, by what it measures: where a relation looks for the
         # same one on the platform most like this host.
         self.one_platform: dict[tuple, list[tuple[str, Relation, str]]] = {}
@@ -291,21 +324,31 @@ class Expecting:
     def figure(self, case_id: str, metrics: Sequence[str]) -> list[tuple[str, RelationExpectation]]:
         """The claims' published figures of this case and metric (C21's tokens/s), each as expected
         on this host, by claim id: what page one sets beside a headline figure."""
-        return [(claim.id, self.relation(claim, relation)) for claim in self.reference.claims
-                for relation in claim.relations
-                if isinstance(relation, ValueRelation) and relation.measure.case == case_id
-                and relation.measure.metric in metrics]  # fmt: skip
+        return [
+            (claim.id, self.relation(claim, relation))
+            for claim in self.reference.claims
+            for relation in claim.relations
+            if isinstance(relation, ValueRelation)
+            and relation.measure.case == case_id
+            and relation.measure.metric in metrics
+        ]
 
     def relation(self, claim: Claim, relation: Relation) -> RelationExpectation:
         if not self.run.gpu_names:
-            return RelationExpectation(basis=f"run {self.run.label} has {self.run.devices}: no GPU to expect of, so "
-                                       "the paper's verdict stands alone", verdict="paper verdict")  # fmt: skip
+            return RelationExpectation(
+                basis=f"run {self.run.label} has {self.run.devices}: no GPU to expect of, so "
+                "the paper's verdict stands alone",
+                verdict="paper verdict",
+            )
         if not crosses_platforms(relation):
             return self.within(claim, relation)
         if any(self.on(name) for name in relation_platforms(relation)):
             judged = _judge(claim, self.reference, self.run, relation)
-            return RelationExpectation(expected=judged.published, verdict="paper verdict",
-                                       basis="this host is one of the claim's platforms: the paper's value itself")  # fmt: skip
+            return RelationExpectation(
+                expected=judged.published,
+                verdict="paper verdict",
+                basis="this host is one of the claim's platforms: the paper's value itself",
+            )
         if len({self.reference.platforms[name].gpus for name in relation_platforms(relation)}) == 1:
             return self.nvlink_pair(claim, relation)
         if isinstance(relation, PlatformRatioRelation):
@@ -322,8 +365,10 @@ class Expecting:
         platforms = scope(claim, relation)
         if not platforms:
             judged = _judge(claim, self.reference, self.run, relation)
-            basis = (f"the paper's value, which the claim makes of any GPU: {KIND_WORDS.get(type(relation), 'a figure')}, "
-                     f"expected to carry over to {self.host.model}")  # fmt: skip
+            basis = (
+                f"the paper's value, which the claim makes of any GPU: {KIND_WORDS.get(type(relation), 'a figure')}, "
+                f"expected to carry over to {self.host.model}"
+            )
             return _paper(judged, _bound_of(relation), basis)
         if any(self.on(name) for name in platforms):
             judged = _judge(claim, self.reference, self.run, relation)
@@ -337,14 +382,21 @@ class Expecting:
         expected = model.model_copy(update={"platform": None})  # its bound, its tolerance: one expectation
         judged = _judge(claim, self.reference, self.run, expected)
         where = self.label(platform) + (f", from {source}" if source != claim.id else "")
-        basis = (f"the paper's value on {where}, {KIND_WORDS[type(relation)]}, assumed to carry over; "
-                 f"{self._likeness({name for name, _, _ in candidates})}")  # fmt: skip
+        basis = (
+            f"the paper's value on {where}, {KIND_WORDS[type(relation)]}, assumed to carry over; "
+            f"{self._likeness({name for name, _, _ in candidates})}"
+        )
         found = _against(judged, _bound_of(expected), basis)
         owner = self.judge_of(candidates)
         if owner == claim.id:
             return found
-        return found.model_copy(update={"verdict": "judged in another claim", "judged_in": owner,
-                                        "finding": f"{owner}: the same measurement, judged there once"})  # fmt: skip
+        return found.model_copy(
+            update={
+                "verdict": "judged in another claim",
+                "judged_in": owner,
+                "finding": f"{owner}: the same measurement, judged there once",
+            }
+        )
 
     def judge_of(self, candidates: Sequence[tuple[str, Relation, str]]) -> str:
         """The claim that judges a quantity several claims state: the one on this host's platform
@@ -363,14 +415,23 @@ class Expecting:
         platform = most_like(self.host, platforms, self.reference, self.hardware)
         measure = relation.measure
         sign = metric_sign(measure.metric)
-        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, platform), measure.case.split(".")[0], self.measured)
+        ratio = gpu_ratio(
+            self.host, _platform_gpu(self.reference, self.hardware, platform), measure.case.split(".")[0], self.measured
+        )
         if isinstance(ratio, str):
-            return RelationExpectation(basis=f"the paper's value on {self.label(platform)} cannot be scaled: {ratio}",
-                                       verdict="no expectation")  # fmt: skip
+            return RelationExpectation(
+                basis=f"the paper's value on {self.label(platform)} cannot be scaled: {ratio}", verdict="no expectation"
+            )
         bound = _scaled(relation.published, ratio.factor**sign)
-        scaled = {1: f"× {ratio.basis}", -1: f"÷ {ratio.basis}", 0: f"not scaled ({metric_label(measure.metric)} does not follow the GPU's speed)"}
+        scaled = {
+            1: f"× {ratio.basis}",
+            -1: f"÷ {ratio.basis}",
+            0: f"not scaled ({metric_label(measure.metric)} does not follow the GPU's speed)",
+        }
         basis = f"the paper's value on {self.label(platform)} {scaled[sign]}"
-        expected = relation.model_copy(update={"platform": None, "published": bound, "measure": measure.model_copy(update={"platform": None})})
+        expected = relation.model_copy(
+            update={"platform": None, "published": bound, "measure": measure.model_copy(update={"platform": None})}
+        )
         return _against(_judge(claim, self.reference, self.run, expected), bound, basis)
 
     # --- Two platforms -----------------------------------------------------------------------
@@ -381,15 +442,21 @@ class Expecting:
         pair = [relation.numerator_platform, relation.denominator_platform]
         replaced = most_like(self.host, pair, self.reference, self.hardware)
         other = pair[1] if replaced == pair[0] else pair[0]
-        ratio = gpu_ratio(self.host, _platform_gpu(self.reference, self.hardware, replaced), relation.stage, self.measured)
+        ratio = gpu_ratio(
+            self.host, _platform_gpu(self.reference, self.hardware, replaced), relation.stage, self.measured
+        )
         if isinstance(ratio, str):
-            return RelationExpectation(basis=f"this host cannot stand in for {replaced}: {ratio}", verdict="no expectation")
+            return RelationExpectation(
+                basis=f"this host cannot stand in for {replaced}: {ratio}", verdict="no expectation"
+            )
         factor = ratio.factor ** metric_sign(relation.metric)
         factor = factor if replaced == pair[0] else 1 / factor
         bound = _scaled(relation.published, factor)
         ordered = ["this host", other] if replaced == pair[0] else [other, "this host"]
-        basis = (f"the paper's {pair[0]}/{pair[1]} ratio with this host in place of {replaced}: "
-                 f"{'×' if replaced == pair[0] else '÷'} {ratio.basis}; {ordered[0]}/{ordered[1]}")  # fmt: skip
+        basis = (
+            f"the paper's {pair[0]}/{pair[1]} ratio with this host in place of {replaced}: "
+            f"{'×' if replaced == pair[0] else '÷'} {ratio.basis}; {ordered[0]}/{ordered[1]}"
+        )
         expected = bound.describe(TIMES)
         ratios, used, sources, measured = [], [], set(), []
         for case in self._ratio_cases(relation):
@@ -402,17 +469,22 @@ class Expecting:
             sources.add(theirs[1])
             measured.append([mine[2], *theirs[2:]])
         if not ratios:
-            why = (f"no {other} {metric_label(relation.metric)} of the cases this host measured: no run of this "
-                   f"report is on {other}, and {self._tables_say(other)}")  # fmt: skip
+            why = (
+                f"no {other} {metric_label(relation.metric)} of the cases this host measured: no run of this "
+                f"report is on {other}, and {self._tables_say(other)}"
+            )
             return RelationExpectation(expected=expected, basis=basis, verdict="no expectation", finding=why)
         median = statistics.median(ratios)
         verdict, judged = judge(bound, median, median_spread(measured, median), TIMES)
         versus = f"measured {format_value(median / centre(bound))} × expected"
-        finding = (f"{versus}; {len(ratios)} case{'s' * (len(ratios) > 1)} "
-                   f"({', '.join(used)}), {other} from {', '.join(sorted(sources))}; "
-                   + judged.replace("published", "expected"))  # fmt: skip
-        return RelationExpectation(expected=expected, basis=basis, verdict=verdict,
-                                   measured=TIMES.show(median), versus=versus, finding=finding)  # fmt: skip
+        finding = (
+            f"{versus}; {len(ratios)} case{'s' * (len(ratios) > 1)} "
+            f"({', '.join(used)}), {other} from {', '.join(sorted(sources))}; "
+            + judged.replace("published", "expected")
+        )
+        return RelationExpectation(
+            expected=expected, basis=basis, verdict=verdict, measured=TIMES.show(median), versus=versus, finding=finding
+        )
 
     def _tables_say(self, platform: str) -> str:
         if any(t.platform == platform for t in self.reference.tables):
@@ -423,9 +495,13 @@ class Expecting:
     def _ratio_cases(self, relation: PlatformRatioRelation) -> list[str]:
         if relation.cases:
             return list(relation.cases)
-        return sorted(cid for cid, result in self.run.results.items()
-                      if result.stage == relation.stage and result.case.variant is None
-                      and quantised(result.case) == relation.quantised)  # fmt: skip
+        return sorted(
+            cid
+            for cid, result in self.run.results.items()
+            if result.stage == relation.stage
+            and result.case.variant is None
+            and quantised(result.case) == relation.quantised
+        )
 
     def _host_value(self, case: str, metric: str) -> tuple[float, str, Reading] | None:
         """The host's value of a case, its unit, and the reading its runs' spread is taken from."""
@@ -433,11 +509,13 @@ class Expecting:
         found = result.metrics.get(metric) if result is not None and result.status == "ok" else None
         if found is None:
             return None
-        return found.mean, found.unit, Reading(found.mean, found.unit, run=self.run.label, case=case, case_used=case,
-                                               metric=found)  # fmt: skip
+        return (
+            found.mean,
+            found.unit,
+            Reading(found.mean, found.unit, run=self.run.label, case=case, case_used=case, metric=found),
+        )
 
-    def _other_value(self, claim: Claim, case: str, metric: str, platform: str,
-                     mine: tuple | None) -> tuple | None:  # fmt: skip
+    def _other_value(self, claim: Claim, case: str, metric: str, platform: str, mine: tuple | None) -> tuple | None:
         """The platform's value of a case and where it comes from: measured by another run of the
         report on it (with that reading, whose runs count too), else transcribed from the paper's
         tables (in this run's unit)."""
@@ -465,12 +543,19 @@ class Expecting:
                 basis=f"with and without NVLink on one GPU model: needs this host's GPUs in hardware.yaml and linked "
                 f"by NVLink (their p2p-off variants stand for PCIe); the link is {linked}",
             )
-        retargeted = self.reference.model_copy(update={"platforms": {
-            name: self._on_host_gpus(name) if name in platforms else spec
-            for name, spec in self.reference.platforms.items()}})  # fmt: skip
+        retargeted = self.reference.model_copy(
+            update={
+                "platforms": {
+                    name: self._on_host_gpus(name) if name in platforms else spec
+                    for name, spec in self.reference.platforms.items()
+                }
+            }
+        )
         judged = EVALUATORS[type(relation)](ClaimContext(claim, retargeted, [self.run]), relation)
-        basis = (f"the paper's value on {' and '.join(platforms)}, the same GPUs with and without NVLink, assumed to "
-                 f"carry over: this host's {self.host.model} NVLink cases against their p2p-off variants")  # fmt: skip
+        basis = (
+            f"the paper's value on {' and '.join(platforms)}, the same GPUs with and without NVLink, assumed to "
+            f"carry over: this host's {self.host.model} NVLink cases against their p2p-off variants"
+        )
         return _against(judged, _bound_of(relation), basis)
 
     def _on_host_gpus(self, platform: str):
@@ -488,7 +573,9 @@ def _bound_of(relation: Relation) -> Published | None:
     return next((published for _, published in readings if published.value is not None), readings[0][1])
 
 
-def expect_claims(reference: Reference, runs: Sequence[MeasuredRun], hardware: HardwareTable | None = None) -> list[ClaimExpectation]:
+def expect_claims(
+    reference: Reference, runs: Sequence[MeasuredRun], hardware: HardwareTable | None = None
+) -> list[ClaimExpectation]:
     """Every claim's expectation on the reported run's GPUs (runs[0])."""
     expecting = Expecting(reference, runs, hardware)
     return [expecting.claim(claim) for claim in reference.claims]
@@ -501,4 +588,3 @@ def expectation_counts(expectations: Sequence[ClaimExpectation]) -> dict[Expecta
         if expectation.judged:
             counts[expectation.verdict] += 1
     return counts
-

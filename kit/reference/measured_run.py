@@ -12,9 +12,9 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel
 
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.measure.validity import invalid_reasons
 from kit.reference.published import PlatformSpec
 from kit.rundir.schema import Result, RunInfo
-from kit.measure.validity import invalid_reasons
 
 
 class MeasuredRun(BaseModel):

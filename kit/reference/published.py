@@ -10,7 +10,7 @@ import math
 import re
 from itertools import product
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -170,7 +170,7 @@ class ScalingOf(Strict):
         return self
 
 
-Quantity = Union[CaseMetric, ScalingOf]
+Quantity = CaseMetric | ScalingOf
 
 
 class OtherReading(Strict):
@@ -251,7 +251,9 @@ class PlatformRatioRelation(_Bounded):
     @model_validator(mode="after")
     def _one_kind_of_case(self) -> PlatformRatioRelation:
         if self.cases is None and self.quantised is None:
-            raise ValueError("a platform ratio over a whole stage says `quantised: true` or `false`; the two are not mixed")
+            raise ValueError(
+                "a platform ratio over a whole stage says `quantised: true` or `false`; the two are not mixed"
+            )
         return self
 
 
@@ -277,14 +279,19 @@ class OrderingRelation(Strict):
                 entry = {**entry, "metric": metric}
             return entry
 
-        tiers = tuple(tuple(item(entry) for entry in tier) if isinstance(tier, (list, tuple)) else tier for tier in data["tiers"])
+        tiers = tuple(
+            tuple(item(entry) for entry in tier) if isinstance(tier, (list, tuple)) else tier for tier in data["tiers"]
+        )
         return {**data, "tiers": tiers}
 
 
 Relation = Annotated[
-    Union[
-        ValueRelation, RatioRelation, ScalingEfficiencyRelation, ShareRelation, PlatformRatioRelation, OrderingRelation
-    ],
+    ValueRelation
+    | RatioRelation
+    | ScalingEfficiencyRelation
+    | ShareRelation
+    | PlatformRatioRelation
+    | OrderingRelation,
     Field(discriminator="kind"),
 ]
 
@@ -326,6 +333,7 @@ def relation_cases(relation: Relation) -> list[str]:
 
 def relation_metrics(relation: Relation) -> set[tuple[str, str]]:
     """Every (stage, metric name) a relation reads: what a real result of that stage must carry."""
+
     def stage(case: str) -> str:
         return case.split(".")[0]
 
@@ -334,8 +342,9 @@ def relation_metrics(relation: Relation) -> set[tuple[str, str]]:
     if isinstance(relation, RatioRelation):
         return {
             (stage(case), q.metric if isinstance(q, CaseMetric) else SCALING_METRIC)
-            for q in (relation.numerator, relation.denominator) for case in _quantity_cases(q)
-        }  # fmt: skip
+            for q in (relation.numerator, relation.denominator)
+            for case in _quantity_cases(q)
+        }
     if isinstance(relation, ScalingEfficiencyRelation):
         return {(stage(relation.base), SCALING_METRIC), (stage(relation.target), SCALING_METRIC)}
     if isinstance(relation, ShareRelation):
@@ -395,7 +404,9 @@ class Claim(Strict):
             if unknown:
                 raise ValueError(f"placeholder {{{unknown[0]}}} has no for_each values")
             lists = [values[name] for name in used]
-            if not all(isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items) for items in lists):
+            if not all(
+                isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items) for items in lists
+            ):
                 raise ValueError("for_each gives each placeholder a list of names")
             if len(expanded) + math.prod(len(items) for items in lists) > MAX_EXPANDED:
                 raise ValueError(f"for_each expands the claim into more than {MAX_EXPANDED} relations")

@@ -9,24 +9,24 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
-from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
 from kit.measure.energy import DEFAULT_CURRENCY
+from kit.plan.protocol import Protocol, load_protocol
+from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expect_claims, expectation_counts
 from kit.reference.measured_run import MeasuredRun
-from kit.plan.protocol import Protocol, load_protocol
 from kit.reference.published import Reference, load_reference
-from kit.report.sections.ab import comparison_section
-from kit.report.sections.appendix import appendix_section
-from kit.report.sections.capacity import capacity_part
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
-from kit.report.sections.claims import claims_section
-from kit.report.sections.energy import energy_section
-from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
 from kit.report.forked import in_parallel
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
+from kit.report.sections.ab import comparison_section
+from kit.report.sections.appendix import appendix_section
+from kit.report.sections.capacity import capacity_part
+from kit.report.sections.claims import claims_section
+from kit.report.sections.energy import energy_section
+from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
 from kit.report.sections.stages import stage_sections
 from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
@@ -117,7 +117,10 @@ class Assessment(NamedTuple):
 
 
 def assess(
-    run_dir: Path, compare: Sequence[str] = (REFERENCE,), redact: bool = False, reference: Reference | None = None,
+    run_dir: Path,
+    compare: Sequence[str] = (REFERENCE,),
+    redact: bool = False,
+    reference: Reference | None = None,
     allowed_signers: Path | None = None,
 ) -> Assessment:
     """A (verified) run directory and the runs it is compared with, the claims evaluated on them
@@ -129,8 +132,12 @@ def assess(
     if REFERENCE not in compare:
         return unjudged
     reference, runs = reference or load_reference(), unjudged.runs
-    return unjudged._replace(reference=reference, outcomes=evaluate_claims(reference, runs),
-                             tables=evaluate_tables(reference, runs), expectations=expect_claims(reference, runs))  # fmt: skip
+    return unjudged._replace(
+        reference=reference,
+        outcomes=evaluate_claims(reference, runs),
+        tables=evaluate_tables(reference, runs),
+        expectations=expect_claims(reference, runs),
+    )
 
 
 def build_report(
@@ -154,7 +161,9 @@ def build_report(
     runs = assessment.runs
     protocol = protocol or load_protocol()
     # the sweeps' rows are read and their charts drawn while the stages' sections are built
-    stages, (capacity, capacities) = in_parallel([partial(stage_sections, run, protocol), partial(capacity_part, run, slo)])
+    stages, (capacity, capacities) = in_parallel(
+        [partial(stage_sections, run, protocol), partial(capacity_part, run, slo)]
+    )
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
     banner = footer_warning = None
@@ -186,7 +195,17 @@ def build_report(
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
-        page_one=page_one(run, reference, sections, protocol, outcomes=outcomes, expectations=expectations or [],
-                          gpu_hour_price=gpu_hour_price, currency=currency, capacities=capacities, slo=slo),
+        page_one=page_one(
+            run,
+            reference,
+            sections,
+            protocol,
+            outcomes=outcomes,
+            expectations=expectations or [],
+            gpu_hour_price=gpu_hour_price,
+            currency=currency,
+            capacities=capacities,
+            slo=slo,
+        ),
         footer=footer,
     )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kit.measure.throttling import throttling
 from kit.reference.claims import Verdict
 from kit.report.model import Cell, Tone
 from kit.rundir.schema import Metric, Result
 from kit.rundir.signing import SignatureCheck
-from kit.measure.throttling import throttling
 from kit.units import convert, format_value
 
 if TYPE_CHECKING:
@@ -30,7 +30,12 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not applicable": "muted",
 }
 EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted", "judged in another claim": "muted"}
-SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
+SIGNATURE_TONES: dict[str, Tone] = {
+    "failed": "bad",
+    "intact": "warn",
+    "unsigned": "muted",
+    "verified": "good",
+}  # worst first
 
 
 def _decimals(text: str) -> int:
@@ -91,7 +96,9 @@ def throttle_marked(cell: Cell, result: Result) -> Cell:
     found = throttling(result.samples)
     if found is None:
         return cell
-    return cell.model_copy(update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)})
+    return cell.model_copy(
+        update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)}
+    )
 
 
 def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:

@@ -33,27 +33,41 @@ def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     try:
         fingerprint = Fingerprint.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
     except (OSError, ValueError) as exc:
-        return LoadedFingerprint(missing=f"unreadable {path.name}: {(exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]}")
+        return LoadedFingerprint(
+            missing=f"unreadable {path.name}: {(exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]}"
+        )
     if redact and not fingerprint.redacted:
         fingerprint = redact_identifiers(fingerprint, redaction_salt())
     return LoadedFingerprint(fingerprint=fingerprint)
 
 
-def _node_fingerprints(run_dir: RunDir, info: RunInfo, results: Iterable[Result], redact: bool) -> dict[str, LoadedFingerprint]:
+def _node_fingerprints(
+    run_dir: RunDir, info: RunInfo, results: Iterable[Result], redact: bool
+) -> dict[str, LoadedFingerprint]:
     """The fingerprint of every node run.json names, and of every node a job ran on (those without
     one say so); a name from the run's own files only, never a path outside it."""
-    found = {node: _read_fingerprint(run_dir.root / FINGERPRINTS / Path(relative).name, redact)
-             for node, relative in info.node_fingerprints.items()}  # fmt: skip
+    found = {
+        node: _read_fingerprint(run_dir.root / FINGERPRINTS / Path(relative).name, redact)
+        for node, relative in info.node_fingerprints.items()
+    }
     for result in results:
         for sample in result.samples:
             job = sample.slurm_job
             for node in expand_hostlist(job.nodes) if job else []:
-                found.setdefault(node, LoadedFingerprint(missing=f"not recorded (a job ran on {node}; no fingerprint of it in run.json)"))
+                found.setdefault(
+                    node,
+                    LoadedFingerprint(missing=f"not recorded (a job ran on {node}; no fingerprint of it in run.json)"),
+                )
     return dict(sorted(found.items()))
 
 
-def _nodes_by_token(run_dir: RunDir, info: RunInfo, results: dict[str, Result], nodes: dict[str, LoadedFingerprint],
-                    evidence: list[EvidenceFile]):  # fmt: skip
+def _nodes_by_token(
+    run_dir: RunDir,
+    info: RunInfo,
+    results: dict[str, Result],
+    nodes: dict[str, LoadedFingerprint],
+    evidence: list[EvidenceFile],
+):
     """A Slurm run that was not redacted, read as if it were (kit.rundir.redact): its node names, in its
     results, run.json, node fingerprints and the names of its files, become their tokens (the
     lines of SHA256SUMS stay as written: the digests over them are those of the run)."""
@@ -61,7 +75,10 @@ def _nodes_by_token(run_dir: RunDir, info: RunInfo, results: dict[str, Result], 
 
     redactor = Redactor(run_dir.root, recorded_node_names(run_dir.root, info, results.values()))
     info = RunInfo.model_validate_json(redactor.text(info.model_dump_json()))
-    results = {case_id: Result.model_validate_json(redactor.text(result.model_dump_json())) for case_id, result in results.items()}
+    results = {
+        case_id: Result.model_validate_json(redactor.text(result.model_dump_json()))
+        for case_id, result in results.items()
+    }
     nodes = {redactor.text(node): fingerprint for node, fingerprint in nodes.items()}
     return info, results, nodes, [entry.model_copy(update={"path": redactor.text(entry.path)}) for entry in evidence]
 
@@ -97,7 +114,10 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
     if redact and info.host.hostname:
         hostname = redaction_token(hostname, redaction_salt())
     nodes = _node_fingerprints(run_dir, info, results.values(), redact)
-    evidence = [entry.model_copy(update={"size": (run_dir.root / entry.path).stat().st_size}) for entry in read_sums(run_dir.root)]
+    evidence = [
+        entry.model_copy(update={"size": (run_dir.root / entry.path).stat().st_size})
+        for entry in read_sums(run_dir.root)
+    ]
     if redact and not info.redacted and info.executor == "slurm":
         info, results, nodes, evidence = _nodes_by_token(run_dir, info, results, nodes, evidence)
     return LoadedRun(

@@ -53,7 +53,9 @@ def standing(results: Iterable[Result], metric: str, kind: str | None = None, na
         return Standing(best, f"the only {kind} measured")
     top, runner = best.metrics[metric], ranked[1]
     if any(result.metrics[metric].std is None for result in ranked[:2]):
-        return Standing(best, f"highest {kind} of single runs; next {name(runner)} {format_value(runner.metrics[metric].mean)}")
+        return Standing(
+            best, f"highest {kind} of single runs; next {name(runner)} {format_value(runner.metrics[metric].mean)}"
+        )
     tied = [result for result in ranked[1:] if overlap(top, result.metrics[metric])]
     if tied:
         named = ", ".join(f"{name(r)} {mean_std(r.metrics[metric])}" for r in tied[:2])

@@ -53,8 +53,15 @@ def breakable(text: str) -> str:
     and unit whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8",
     never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash.
     Neither character is drawn, nor read back from the PDF."""
-    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE)
-                           .replace("-", "-" + WORD_JOINER).replace("/", "/" + WORD_JOINER), text)  # fmt: skip
+    return DOTTED_NAME.sub(
+        lambda name: (
+            name.group(0)
+            .replace(".", "." + ZERO_WIDTH_SPACE)
+            .replace("-", "-" + WORD_JOINER)
+            .replace("/", "/" + WORD_JOINER)
+        ),
+        text,
+    )
 
 
 def templates_dir() -> Path:
@@ -124,8 +131,9 @@ def verify_runs(run_dirs: Sequence[Path], out_dir: Path, own: Path | None) -> No
             )
 
 
-def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path,
-                    printer: Printer | None = None) -> list[Path]:  # fmt: skip
+def write_documents(
+    report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path, printer: Printer | None = None
+) -> list[Path]:
     """The report's HTML and/or PDF, as `wanted` names them; the files written. The PDF is
     printed by `printer` (kit.report.printer, one is started here if none is given) while this
     process renders and writes the HTML."""
@@ -154,8 +162,14 @@ def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str
 
 
 def render(
-    run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
-    gpu_hour_price: float | None = None, allowed_signers: Path | None = None, slo: Slo = DEFAULT_SLO,
+    run_dir: Path,
+    compare: Sequence[str],
+    formats: Sequence[str],
+    out_dir: Path,
+    redact: bool = False,
+    gpu_hour_price: float | None = None,
+    allowed_signers: Path | None = None,
+    slo: Slo = DEFAULT_SLO,
     currency: str = DEFAULT_CURRENCY,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
@@ -183,21 +197,39 @@ def render(
 
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
-        return _render(run_dir, compare, wanted, Path(out_dir), redact, (gpu_hour_price, currency), allowed_signers, run_dirs,
-                       printer, slo)  # fmt: skip
+        return _render(
+            run_dir,
+            compare,
+            wanted,
+            Path(out_dir),
+            redact,
+            (gpu_hour_price, currency),
+            allowed_signers,
+            run_dirs,
+            printer,
+            slo,
+        )
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer,
-            slo) -> list[Path]:  # fmt: skip
+def _render(
+    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo
+) -> list[Path]:
     gpu_hour_price, currency = price
 
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
-        return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
-                                        assessment=assessment, currency=currency, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+        return assessment, build_report(
+            Path(run_dir),
+            list(compare),
+            redact,
+            gpu_hour_price=gpu_hour_price,
+            assessment=assessment,
+            currency=currency,
+            slo=slo,
+        ) if {"html", "pdf"} & set(wanted) else None
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])

@@ -43,8 +43,10 @@ class ReportRequest(BaseModel):
     @property
     def slo(self) -> Slo:
         """The serving objectives of the report: those given, the default (kit.serve.slo) for the others."""
-        return Slo(ttft_s=DEFAULT_SLO.ttft_s if self.slo_ttft_ms is None else self.slo_ttft_ms / 1000,
-                   tpot_s=DEFAULT_SLO.tpot_s if self.slo_tpot_ms is None else self.slo_tpot_ms / 1000)  # fmt: skip
+        return Slo(
+            ttft_s=DEFAULT_SLO.ttft_s if self.slo_ttft_ms is None else self.slo_ttft_ms / 1000,
+            tpot_s=DEFAULT_SLO.tpot_s if self.slo_tpot_ms is None else self.slo_tpot_ms / 1000,
+        )
 
 
 class Verified(NamedTuple):
@@ -82,7 +84,9 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
     if request.tolerance is not None:
         raise RequestError("--tolerance goes with --fleet")
     if len(request.run_dirs) > 1:
-        raise RequestError(f"kit report takes one run directory (got {len(request.run_dirs)}); --fleet compares several")
+        raise RequestError(
+            f"kit report takes one run directory (got {len(request.run_dirs)}); --fleet compares several"
+        )
     try:
         run_dir = request.run_dirs[0] if request.run_dirs else newest_run()
     except (FileNotFoundError, ValueError) as exc:
@@ -104,11 +108,23 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
         chosen_formats(list(request.formats))
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    say(f"rendering the report of {run_dir}" + (f", compared with {', '.join(request.compare)}" if request.compare else ""))
+    say(
+        f"rendering the report of {run_dir}"
+        + (f", compared with {', '.join(request.compare)}" if request.compare else "")
+    )
     priced = {"currency": request.currency} if request.currency else {}
     try:
-        written = render(run_dir, list(request.compare), list(request.formats), request.out or run_dir, request.redact,
-                         request.gpu_hour_price, request.allowed_signers, request.slo, **priced)  # fmt: skip
+        written = render(
+            run_dir,
+            list(request.compare),
+            list(request.formats),
+            request.out or run_dir,
+            request.redact,
+            request.gpu_hour_price,
+            request.allowed_signers,
+            request.slo,
+            **priced,
+        )
     except ValidationError:
         raise  # a part of a run this kit cannot read, said as such
     except ValueError as exc:  # a run to compare with that is not one, ...: the user's to fix
@@ -120,16 +136,31 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
 def _fleet(request: ReportRequest) -> ReportOutcome:
     from kit.report.fleet import render_fleet
 
-    others = (request.compare, request.gpu_hour_price, request.currency, request.verify_only, request.expect_digest,
-              request.slo_ttft_ms, request.slo_tpot_ms)  # fmt: skip
+    others = (
+        request.compare,
+        request.gpu_hour_price,
+        request.currency,
+        request.verify_only,
+        request.expect_digest,
+        request.slo_ttft_ms,
+        request.slo_tpot_ms,
+    )
     if any(others):
-        raise RequestError("--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only")
+        raise RequestError(
+            "--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only"
+        )
     tolerance = DEFAULT_TOLERANCE_PCT if request.tolerance is None else request.tolerance
     if not 0 < tolerance < 100:
         raise RequestError(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
     try:
-        written = render_fleet(list(request.run_dirs), list(request.formats), request.out, request.redact, tolerance / 100,
-                               request.allowed_signers)  # fmt: skip
+        written = render_fleet(
+            list(request.run_dirs),
+            list(request.formats),
+            request.out,
+            request.redact,
+            tolerance / 100,
+            request.allowed_signers,
+        )
     except ValidationError:
         raise  # a part of a run this kit cannot read, said as such
     except ValueError as exc:  # runs that are not of one profile, ...: the user's to fix

@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
-
 # Acceptance rules (issue 31): on a GPU the parts plus the measured idle equal the plain step
 # within ACCOUNTED_TOLERANCE, and the profiled step is at most PROFILER_OVERHEAD_LIMIT slower.
 ACCOUNTED_TOLERANCE = 0.05

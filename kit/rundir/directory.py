@@ -142,7 +142,9 @@ class RunDir:
         for path in (folder.parent, folder):
             if path.is_symlink() or (path.exists() and not path.is_dir()):
                 kind = "a symbolic link" if path.is_symlink() else "not a folder"
-                raise UnreadableRun(f"{path}: {kind}; the kit writes and removes a run's cases only in folders of the run itself")
+                raise UnreadableRun(
+                    f"{path}: {kind}; the kit writes and removes a run's cases only in folders of the run itself"
+                )
         return folder
 
     def result_path(self, case_id: str) -> Path:
@@ -206,10 +208,16 @@ class RunDir:
                     foreign.append(f"{rel} (a symbolic link)")
                 elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                     foreign.append(f"{rel} ({kind_of(mode)})")
-                elif name in files and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) \
-                        and not ATOMIC_TEMP.fullmatch(name):  # fmt: skip
+                elif (
+                    name in files
+                    and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES)
+                    and not ATOMIC_TEMP.fullmatch(name)
+                ):
                     found[rel] = sha256_file(path)
         if foreign:
-            raise UnreadableRun(f"{self.root}: not what a run writes, so neither listed in SHA256SUMS nor read: "
-                                + "; ".join(sorted(foreign)) + ". Remove it, then resume or verify again")  # fmt: skip
+            raise UnreadableRun(
+                f"{self.root}: not what a run writes, so neither listed in SHA256SUMS nor read: "
+                + "; ".join(sorted(foreign))
+                + ". Remove it, then resume or verify again"
+            )
         return dict(sorted(found.items()))

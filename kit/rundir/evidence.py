@@ -131,7 +131,9 @@ def verify(run_dir: Path) -> list[str]:
             f"finish it with `kit run --resume {run_dir}`"
         ]
     try:
-        changed = [f"{kind}: {path}" + (f" (not in {SUMS_FILE})" if kind == "added" else "") for kind, path in differences(run)]
+        changed = [
+            f"{kind}: {path}" + (f" (not in {SUMS_FILE})" if kind == "added" else "") for kind, path in differences(run)
+        ]
     except (ValueError, OSError) as exc:
         return [str(exc)]
     return changed + misplaced_results(run)
@@ -161,7 +163,9 @@ def misplaced_results(run: RunDir) -> list[str]:
             problems.append(f"unreadable: {where} ({str(exc)[:200]})")
             continue
         if case_id != path.parent.name:
-            problems.append(f"misplaced: {where} is the result of case {printable(str(case_id))!r}, not of {path.parent.name}")
+            problems.append(
+                f"misplaced: {where} is the result of case {printable(str(case_id))!r}, not of {path.parent.name}"
+            )
     return problems
 
 

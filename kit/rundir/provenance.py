@@ -100,22 +100,40 @@ def run_statement(run: RunDir, signed_on: str) -> Statement:
     """The statement of a run directory that matches its SHA256SUMS (checked by the caller)."""
     info = run.read_info()
     listed = {entry.path: entry.sha256 for entry in read_sums(run.root)}
-    fingerprints = [run.fingerprint_path.name, run.fingerprint_after_path.name,
-                    *(Path(path).as_posix() for path in info.node_fingerprints.values())]  # fmt: skip
+    fingerprints = [
+        run.fingerprint_path.name,
+        run.fingerprint_after_path.name,
+        *(Path(path).as_posix() for path in info.node_fingerprints.values()),
+    ]
     kit = info.kit
     images = info.images
     return Statement(
         subject=[ResourceDescriptor(name=SUMS_FILE, digest={"sha256": sha256_file(run.root / SUMS_FILE)})],
         predicate=RunPredicate(
-            kit=KitProvenance(version=kit.version, git_commit=kit.git_commit, dirty=kit.dirty, source_sha256=kit.source_sha256,
-                              measuring_code_sha256=kit.workload_sources_sha256, manifests_sha256=kit.manifests_sha256),
+            kit=KitProvenance(
+                version=kit.version,
+                git_commit=kit.git_commit,
+                dirty=kit.dirty,
+                source_sha256=kit.source_sha256,
+                measuring_code_sha256=kit.workload_sources_sha256,
+                manifests_sha256=kit.manifests_sha256,
+            ),
             images=[image_descriptor(reference, digest) for reference, digest in sorted(images.items())],
-            host_fingerprints=[ResourceDescriptor(name=name, digest={"sha256": listed[name]}) for name in fingerprints if name in listed],
+            host_fingerprints=[
+                ResourceDescriptor(name=name, digest={"sha256": listed[name]})
+                for name in fingerprints
+                if name in listed
+            ],
             command_line=info.argv,
-            run=RunProvenance(run_id=info.run_id, profile=info.profile, executor=info.executor, status=info.status,
-                              started_on=timestamp(info.started_at),
-                              finished_on=timestamp(info.finished_at) if info.finished_at else None,
-                              resumed_on=[timestamp(at) for at in info.resumed_at]),
+            run=RunProvenance(
+                run_id=info.run_id,
+                profile=info.profile,
+                executor=info.executor,
+                status=info.status,
+                started_on=timestamp(info.started_at),
+                finished_on=timestamp(info.finished_at) if info.finished_at else None,
+                resumed_on=[timestamp(at) for at in info.resumed_at],
+            ),
             signed_on=timestamp(signed_on),
         ),
-    )  # fmt: skip
+    )

@@ -49,10 +49,17 @@ def recorded_node_names(run_root: Path, info: RunInfo, results: Iterable[Result]
     """The Slurm nodes a run's own files name (those not redacted yet: a token names nothing): the
     nodes its jobs ran on, those fingerprinted, and the node and host names of the check's marks."""
     marks = Path(run_root) / CHECK_MARKS
-    marked = [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()] \
-        if marks.is_dir() else []  # fmt: skip
+    marked = (
+        [(path.name, path.read_text(encoding="utf-8", errors="replace").strip()) for path in marks.iterdir()]
+        if marks.is_dir()
+        else []
+    )
     jobs = {sample.slurm_job.nodes for result in results for sample in result.samples if sample.slurm_job}
-    names = {*info.node_fingerprints, *(node for nodes in jobs for node in expand_hostlist(nodes)), *(n for pair in marked for n in pair)}
+    names = {
+        *info.node_fingerprints,
+        *(node for nodes in jobs for node in expand_hostlist(nodes)),
+        *(n for pair in marked for n in pair),
+    }
     return sorted(name for name in names if name and not name.startswith("redacted-"))
 
 
@@ -75,11 +82,15 @@ class Redactor:
         user = getpass.getuser()
         if user != "root":  # "root" names no one, and is a word of many logs
             words[user] = "<user>"
-        self.words = [(re.compile(rf"(?<![\w.-]){re.escape(word)}(?![\w-])"), token) for word, token in words.items() if word]
+        self.words = [
+            (re.compile(rf"(?<![\w.-]){re.escape(word)}(?![\w-])"), token) for word, token in words.items() if word
+        ]
         # Slurm's daemons sign their lines with the node's name (`slurmstepd-n1: error: ...`); the
         # longest names first, so that `rack1-n1` is not read as `rack1-` and `n1`
-        self.words += [(re.compile(rf"(?<![\w.]){re.escape(node)}(?![\w-])"), token)
-                       for node, token in sorted(self.nodes.items(), key=lambda item: -len(item[0]))]
+        self.words += [
+            (re.compile(rf"(?<![\w.]){re.escape(node)}(?![\w-])"), token)
+            for node, token in sorted(self.nodes.items(), key=lambda item: -len(item[0]))
+        ]
 
     def text(self, text: str) -> str:
         for path, stand_in in self.paths:

@@ -135,7 +135,7 @@ def details_kind(value: object) -> str:
     """The record a rank's details are: their `kind`, or, in a run written before the details said
     it, the kind their keys show."""
     if isinstance(value, BaseModel):
-        return str(getattr(value, "kind"))
+        return str(value.kind)
     if not isinstance(value, dict):
         return "train"  # pydantic then says what is wrong with it
     if "kind" in value:
@@ -316,11 +316,15 @@ class SlurmOptions(BaseModel):
     partition: str | None = None
     account: str | None = None
     nodes: int | None = Field(default=None, ge=1, description="nodes per job (default: as many as the ranks need)")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs of a node; a GPU case's ranks fill nodes of this size")
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, description="GPUs of a node; a GPU case's ranks fill nodes of this size"
+    )
     time_limit: str | None = Field(default=None, description="Slurm's --time (default: the case's timeout)")
     sbatch_args: list[str] = []
     container_mode: Literal["none", "pyxis"] = "none"
-    nodelist: str | None = Field(default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node")
+    nodelist: str | None = Field(
+        default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node"
+    )
 
 
 class HostSummary(BaseModel):
@@ -366,7 +370,7 @@ class RunInfo(BaseModel):
     synthetic: str | None = None  # why a run's numbers were measured on no machine (a test's run directory)
 
     @model_validator(mode="after")
-    def _selected_cases_are_in_the_plan(self) -> "RunInfo":
+    def _selected_cases_are_in_the_plan(self) -> RunInfo:
         unknown = sorted(set(self.selected) - {case.id for case in self.plan.cases})
         if unknown:
             raise ValueError(f"selected case {unknown[0]!r} is not in the run's plan")

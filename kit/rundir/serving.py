@@ -95,7 +95,7 @@ class Distribution(BaseModel):
     n: int
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Distribution | None":
+    def of(cls, values: Sequence[float]) -> Distribution | None:
         if not values:
             return None
         return cls(

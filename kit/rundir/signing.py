@@ -124,8 +124,10 @@ def sign_run(run: RunDir, key: Path) -> str:
 
     info = run.read_info()
     if info.status != "finished":
-        raise SigningFailed(f"{run.root} is not finished (run.json status: {info.status}): finish it with "
-                            f"`kit run --resume {run.root}`, then sign it")  # fmt: skip
+        raise SigningFailed(
+            f"{run.root} is not finished (run.json status: {info.status}): finish it with "
+            f"`kit run --resume {run.root}`, then sign it"
+        )
     problems = verify(run.root)
     if problems:
         raise EvidenceError(run.root, problems, "it is not signed")
@@ -134,7 +136,9 @@ def sign_run(run: RunDir, key: Path) -> str:
         staged = Path(folder)
         (staged / SUMS_FILE).write_bytes((run.root / SUMS_FILE).read_bytes())
         (staged / PROVENANCE_FILE).write_bytes(statement)
-        done = ssh_keygen(["-q", "-Y", "sign", "-f", str(key.absolute()), "-n", NAMESPACE, SUMS_FILE, PROVENANCE_FILE], cwd=staged)
+        done = ssh_keygen(
+            ["-q", "-Y", "sign", "-f", str(key.absolute()), "-n", NAMESPACE, SUMS_FILE, PROVENANCE_FILE], cwd=staged
+        )
         if done.returncode != 0:
             raise SigningFailed(f"ssh-keygen could not sign with {key}: {_said(done)}")
         signatures = {name: (staged / name).read_bytes() for name in SIGNED}
@@ -174,7 +178,9 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
             return _failed(f"{signature} is signed in the namespace {namespace!r}, not the kit's {NAMESPACE!r}")
     signer = keys[SUMS_SIGNATURE]
     if keys[PROVENANCE_SIGNATURE] != signer:
-        return _failed(f"{PROVENANCE_SIGNATURE} is by another key ({keys[PROVENANCE_SIGNATURE]}) than {SUMS_SIGNATURE} ({signer})")
+        return _failed(
+            f"{PROVENANCE_SIGNATURE} is by another key ({keys[PROVENANCE_SIGNATURE]}) than {SUMS_SIGNATURE} ({signer})"
+        )
     try:
         principal = None
         if allowed_signers is not None:
@@ -184,10 +190,25 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
             principal = found.stdout.split()[0].split(",")[0]
         for signature, data in SIGNED.items():
             if allowed_signers is None:
-                done = ssh_keygen(["-Y", "check-novalidate", "-n", NAMESPACE, "-s", str(root / signature)], stdin=root / data)
+                done = ssh_keygen(
+                    ["-Y", "check-novalidate", "-n", NAMESPACE, "-s", str(root / signature)], stdin=root / data
+                )
             else:
-                done = ssh_keygen(["-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", NAMESPACE,
-                                   "-s", str(root / signature)], stdin=root / data)  # fmt: skip
+                done = ssh_keygen(
+                    [
+                        "-Y",
+                        "verify",
+                        "-f",
+                        str(allowed_signers),
+                        "-I",
+                        principal,
+                        "-n",
+                        NAMESPACE,
+                        "-s",
+                        str(root / signature),
+                    ],
+                    stdin=root / data,
+                )
             if done.returncode != 0:
                 return _failed(f"{data} is not what {signature} signed by {signer} (ssh-keygen: {_said(done)})")
     except SigningFailed as exc:  # no ssh-keygen: the signature cannot be checked here
@@ -203,9 +224,13 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
     if named != actual:
         return _failed(f"{PROVENANCE_FILE} names {SUMS_FILE} {named or 'not at all'}, not this run's {actual}")
     if principal is None:
-        return SignatureCheck(state="intact", summary=f"signed by {signer}; signer not checked (no allowed signers given)")
-    return SignatureCheck(state="verified",
-                          summary=f"verified: signed by {principal} ({signer}), an allowed signer of {allowed_signers.name}")  # fmt: skip
+        return SignatureCheck(
+            state="intact", summary=f"signed by {signer}; signer not checked (no allowed signers given)"
+        )
+    return SignatureCheck(
+        state="verified",
+        summary=f"verified: signed by {principal} ({signer}), an allowed signer of {allowed_signers.name}",
+    )
 
 
 def _failed(reason: str) -> SignatureCheck:

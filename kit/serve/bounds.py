@@ -39,7 +39,9 @@ def _roofline(case: Case, compute: Callable[[GpuSpec], B | None]) -> B | NoBound
         return NoBound(unavailable=f"no peak figures for {what}: no bound computed")
     bound = compute(spec)
     if bound is None:
-        return NoBound(unavailable=f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}")
+        return NoBound(
+            unavailable=f"manifests/hardware.yaml lacks the {case.params.dtype} peak or the memory bandwidth of {spec.model}"
+        )
     return bound
 
 

@@ -161,9 +161,17 @@ async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: Requ
         raise
 
 
-async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
-                deadline_s: float, on_end: Callable[[RequestRecord], None] | None, concurrency: int | None,
-                stop_sending_s: float | None) -> Firing:  # fmt: skip
+async def _fire(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    on_end: Callable[[RequestRecord], None] | None,
+    concurrency: int | None,
+    stop_sending_s: float | None,
+) -> Firing:
     """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
     import aiohttp
 
@@ -182,7 +190,11 @@ async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Seq
         tasks = []
         for (path, body), record in zip(requests, records):
             request = (session, base_url + path, body, engine, record, t0, counters)
-            tasks.append(asyncio.create_task(_one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)))
+            tasks.append(
+                asyncio.create_task(
+                    _one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)
+                )
+            )
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
@@ -218,9 +230,19 @@ def fire_burst(
     return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, on_end, None, None))
 
 
-def fire_at_concurrency(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
-                        deadline_s: float, concurrency: int, stop_sending_s: float | None = None) -> Firing:  # fmt: skip
+def fire_at_concurrency(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    concurrency: int,
+    stop_sending_s: float | None = None,
+) -> Firing:
     """Send the prompts in order, `concurrency` of them in flight at a time, each as a slot
     frees, none after `stop_sending_s`, and read every stream to its end (or until `deadline_s`).
     The rows are those of the requests sent."""
-    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s))
+    return asyncio.run(
+        _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s)
+    )

@@ -141,14 +141,24 @@ class VllmEngine(Engine):
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params = case.params_as(ServeParams)
         argv = [
-            model_dir, "--served-model-name", SERVED_NAME,
-            "--host", host, "--port", str(port),
-            "--tensor-parallel-size", str(case.gpus),
-            "--dtype", DTYPE_NAMES[params.dtype],
-            "--max-model-len", str(_max_model_len(params)),
-            "--seed", str(params.seed),
-            "--load-format", "dummy",
-        ]  # fmt: skip
+            model_dir,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--max-model-len",
+            str(_max_model_len(params)),
+            "--seed",
+            str(params.seed),
+            "--load-format",
+            "dummy",
+        ]
         if params.max_batch_requests is not None:
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
         if case.device == "cpu":
@@ -242,14 +252,23 @@ class TgiEngine(Engine):
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params = case.params_as(ServeParams)
         argv = [
-            "--model-id", model_dir,
-            "--hostname", host, "--port", str(port),
-            "--num-shard", str(case.gpus),
-            "--dtype", DTYPE_NAMES[params.dtype],
-            "--max-input-tokens", str(params.input_tokens),
-            "--max-total-tokens", str(_max_model_len(params)),
-            "--max-concurrent-requests", str(params.prompts),
-        ]  # fmt: skip
+            "--model-id",
+            model_dir,
+            "--hostname",
+            host,
+            "--port",
+            str(port),
+            "--num-shard",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--max-input-tokens",
+            str(params.input_tokens),
+            "--max-total-tokens",
+            str(_max_model_len(params)),
+            "--max-concurrent-requests",
+            str(params.prompts),
+        ]
         if params.max_batch_requests is not None:
             argv += ["--max-batch-size", str(params.max_batch_requests)]
         return argv
@@ -305,12 +324,19 @@ class LightllmEngine(Engine):
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params = case.params_as(ServeParams)
         argv = [
-            "--model_dir", model_dir,
-            "--host", host, "--port", str(port),
-            "--tp", str(case.gpus),
-            "--data_type", params.dtype,
-            "--max_req_total_len", str(_max_model_len(params)),
-        ]  # fmt: skip
+            "--model_dir",
+            model_dir,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tp",
+            str(case.gpus),
+            "--data_type",
+            params.dtype,
+            "--max_req_total_len",
+            str(_max_model_len(params)),
+        ]
         if params.max_batch_requests is not None:
             argv += ["--running_max_req_size", str(params.max_batch_requests)]
         return argv

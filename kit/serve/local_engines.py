@@ -30,7 +30,11 @@ INSTALL_TIMEOUT_S = 3600
 
 
 def environment_for(engine: Engine, device: str) -> tuple[str, LockedEnvironment] | None:
-    found = [(name, env) for name, env in load_lock().environments.items() if env.engine == engine.name and env.device == device]
+    found = [
+        (name, env)
+        for name, env in load_lock().environments.items()
+        if env.engine == engine.name and env.device == device
+    ]
     return found[0] if found else None
 
 
@@ -53,8 +57,12 @@ def make_environment(folder: Path, name: str, env: LockedEnvironment, say) -> di
         _pip(python, "uninstall", "--yes", "--quiet", *env.remove)
     if env.provides:
         provided, version = env.provides.split("==")
-        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         info = Path(purelib) / f"{provided}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {provided}\nVersion: {version}\n")
@@ -77,8 +85,13 @@ def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | Non
         name, env = found
         folder = cache_dir() / "engines" / f"{name}-{env.requirement.split('==')[1]}"
         try:
-            marker = ensure_entry(folder, lambda target: make_environment(target, name, env, say), f"engine environment {name}",
-                                  say, in_place=True)  # fmt: skip
+            marker = ensure_entry(
+                folder,
+                lambda target: make_environment(target, name, env, say),
+                f"engine environment {name}",
+                say,
+                in_place=True,
+            )
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             raise Unavailable(f"the {name} environment could not be made: {exc}") from None
         bin_dir = folder / "bin"

@@ -49,8 +49,14 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 class EngineProcess:
     """One engine server, its own process group, its output in `log_path`."""
 
-    def __init__(self, argv: list[str], log_path: Path, port: int, env: dict[str, str] | None = None,
-                 cpus: Sequence[int] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        argv: list[str],
+        log_path: Path,
+        port: int,
+        env: dict[str, str] | None = None,
+        cpus: Sequence[int] | None = None,
+    ):
         self.argv, self.log_path, self.port = argv, log_path, port
         self.base_url = f"http://{HOST}:{port}"
         self._log = log_path.open("ab")

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-
 from kit.files.atomic import atomic_write_text
 from kit.files.regular import sha256_file
 from kit.plan.protocol import Case, ServeParams
@@ -75,8 +74,9 @@ class Placement(Protocol):
 
     def checkpoint(self, case: Case, say) -> Path: ...
 
-    def start(self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say,
-              cpus: Sequence[int] | None = None) -> tuple[EngineHandle, EngineRecord]:  # fmt: skip
+    def start(
+        self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None
+    ) -> tuple[EngineHandle, EngineRecord]:
         """The engine, on `cpus` where given (kit.serve.cpu_split), and what the result records of its launch."""
 
 
@@ -147,7 +147,10 @@ def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | st
     except ValueError as exc:
         return f"GET /metrics answered a page that is not Prometheus text: {exc}"
     found: dict[str, float | None] = {}
-    for field, counter in (("generated_tokens", engine.generated_tokens), ("finished_requests", engine.finished_requests)):
+    for field, counter in (
+        ("generated_tokens", engine.generated_tokens),
+        ("finished_requests", engine.finished_requests),
+    ):
         values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
         found[field] = next((value for value in values if value is not None), None)
     return found
@@ -223,8 +226,16 @@ def none_finished(what: str, records) -> str | None:
     return f"none of the {len(records)} requests of the {what} finished (first: {records[0].error})"
 
 
-def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out_dir: Path, first: SoakWindow,
-                soak_started: float, deadline: float) -> tuple[list[SoakWindow], str | None]:  # fmt: skip
+def soak_bursts(
+    case: Case,
+    engine: Engine,
+    handle: EngineHandle,
+    tokenizer,
+    out_dir: Path,
+    first: SoakWindow,
+    soak_started: float,
+    deadline: float,
+) -> tuple[list[SoakWindow], str | None]:
     """After the first burst (`first`), bursts one after another until the soak's seconds have
     passed since it began, each of fresh prompts (an engine that caches prefixes would serve
     repeated ones faster) with its rows in requests-window-<k>.jsonl and NVML over it; the
@@ -233,7 +244,9 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
     windows = [first]
     while time.monotonic() - soak_started < params.soak.seconds:
         index = len(windows) + 1
-        prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index)
+        prompts = burst_prompts(
+            tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index
+        )
         counts = [token_count(tokenizer, prompt) for prompt in prompts]
         telemetry = BurstTelemetry(case)
         begun = time.monotonic() - soak_started
@@ -243,7 +256,9 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
         finally:
             telemetry.stop()
         totals, _saturated = burst.kept(out_dir / f"requests-window-{index}.jsonl", all_at_once=True)
-        windows.append(SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result))
+        windows.append(
+            SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result)
+        )
         if handle.exit_code() is not None:
             return windows, f"the engine exited with code {handle.exit_code()} in soak window {index}"
         if totals.errors:
@@ -259,8 +274,9 @@ class ServeFailed(Exception):
         self.details, self.windows = details, windows
 
 
-def measure(case: Case, placement: Placement, out_dir: Path, say,
-            telemetry: BurstTelemetry) -> tuple[ServeDetails, list[SoakWindow]]:  # fmt: skip
+def measure(
+    case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry
+) -> tuple[ServeDetails, list[SoakWindow]]:
     """The burst against the engine the placement starts, then the sweep's points where the case
     has one; the details of the driver's sample and a soak's windows. Requests that fail are data
     (their rows and the figures of those that finished are kept); the run fails where the engine
@@ -316,8 +332,15 @@ def measure(case: Case, placement: Placement, out_dir: Path, say,
             soak_started = time.monotonic()
             telemetry.start()
             try:
-                burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
-                                   announce_first(say))  # fmt: skip
+                burst = fire_burst(
+                    handle.base_url,
+                    engine,
+                    params,
+                    prompts,
+                    counts,
+                    max(deadline - time.monotonic(), 1.0),
+                    announce_first(say),
+                )
             finally:
                 telemetry.stop()
             after = read_counters(engine, handle.base_url)
@@ -329,8 +352,12 @@ def measure(case: Case, placement: Placement, out_dir: Path, say,
                 failure = none_finished("burst", burst.records)
             if failure is None and params.soak is not None:
                 say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
-                first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
-                                   tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
+                first = SoakWindow(
+                    started_s=0.0,
+                    seconds=burst.duration,
+                    telemetry=telemetry.result,
+                    tokens=aggregate(burst.records, burst.duration).output_tokens,
+                )
                 windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
             if failure is None and points:
                 sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
@@ -353,8 +380,10 @@ def measure(case: Case, placement: Placement, out_dir: Path, say,
         details.short_outputs = sum(1 for r in burst.records if r.ok and r.output_tokens < params.max_output_tokens)
         if totals.errors:
             first_error = next(r.error for r in burst.records if not r.ok)
-            say(f"serve: {totals.errors} of {totals.requests} requests of the burst failed (first: {first_error}); "
-                f"the figures are of the {totals.completed} that finished")  # fmt: skip
+            say(
+                f"serve: {totals.errors} of {totals.requests} requests of the burst failed (first: {first_error}); "
+                f"the figures are of the {totals.completed} that finished"
+            )
         if failure is None and mismatched:
             failure = f"{len(mismatched)} prompts were counted differently by the engine than by its tokenizer"
         if failure is not None:
@@ -390,8 +419,13 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
 
     say(f"\n=== run {index}: serve {case.params.engine} ({placement.name})")
     started, begun = time.monotonic(), utc_now()
-    base = dict(rank=0, world_size=1, device=case.device, started_at=begun,
-                device_name=", ".join(device_names(case)) or platform.machine())  # fmt: skip
+    base = {
+        "rank": 0,
+        "world_size": 1,
+        "device": case.device,
+        "started_at": begun,
+        "device_name": ", ".join(device_names(case)) or platform.machine(),
+    }
     telemetry = BurstTelemetry(case)
     try:
         details, windows = measure(case, placement, out_dir, say, telemetry)
@@ -399,8 +433,14 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
     except ServeFailed as exc:
-        sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.windows, details=exc.details,
-                            finished_at=utc_now())  # fmt: skip
+        sample = RankSample(
+            **base,
+            status="error",
+            reason=str(exc)[:2000],
+            windows=exc.windows,
+            details=exc.details,
+            finished_at=utc_now(),
+        )
     except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container, a record the kit got wrong: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
     sample.telemetry = telemetry.result

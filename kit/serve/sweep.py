@@ -24,7 +24,9 @@ from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import Engine
 
-SEED_OFFSET = 1000  # point N draws its prompts from seed + 1000 + N: apart from the burst's, the warm-up's and each other's
+SEED_OFFSET = (
+    1000  # point N draws its prompts from seed + 1000 + N: apart from the burst's, the warm-up's and each other's
+)
 LEAST_POINT_S = 1.0  # less time than this left of the case: the next point is not started
 
 
@@ -39,8 +41,9 @@ def planned_points(tokenizer, params: ServeParams) -> list[PlannedPoint]:
     sweep = params.sweep
     points = []
     for concurrency in sweep.levels(params.prompts) if sweep else ():
-        prompts = burst_prompts(tokenizer, sweep.requests_at(concurrency), params.input_tokens,
-                                params.seed + SEED_OFFSET + concurrency)  # fmt: skip
+        prompts = burst_prompts(
+            tokenizer, sweep.requests_at(concurrency), params.input_tokens, params.seed + SEED_OFFSET + concurrency
+        )
         points.append(PlannedPoint(concurrency, prompts, [token_count(tokenizer, prompt) for prompt in prompts]))
     return points
 
@@ -56,8 +59,9 @@ class SweepOutcome(NamedTuple):
     failure: str | None  # the engine exited: the case is an error
 
 
-def run_sweep(case: Case, engine: Engine, handle, points: list[PlannedPoint], out_dir: Path, deadline: float,
-              say) -> SweepOutcome:  # fmt: skip
+def run_sweep(
+    case: Case, engine: Engine, handle, points: list[PlannedPoint], out_dir: Path, deadline: float, say
+) -> SweepOutcome:
     """Each point in turn, until the case's time (`deadline`, on time.monotonic's clock) runs out;
     a point cut short by it is kept, and said to be, and the points above it are not run."""
     params = case.params_as(ServeParams)
@@ -71,26 +75,49 @@ def run_sweep(case: Case, engine: Engine, handle, points: list[PlannedPoint], ou
     for point in points:
         left = deadline - time.monotonic()
         if left < LEAST_POINT_S:
-            details.not_measured = f"the case's time ran out before concurrency {point.concurrency} (timeout_s {params.timeout_s})"
+            details.not_measured = (
+                f"the case's time ran out before concurrency {point.concurrency} (timeout_s {params.timeout_s})"
+            )
             break
         say(f"serve: sweep, concurrency {point.concurrency}: {len(point.prompts)} requests")
-        fired = fire_at_concurrency(handle.base_url, engine, params, point.prompts, point.input_tokens, left,
-                                    point.concurrency, params.sweep.max_point_s)  # fmt: skip
+        fired = fire_at_concurrency(
+            handle.base_url,
+            engine,
+            params,
+            point.prompts,
+            point.input_tokens,
+            left,
+            point.concurrency,
+            params.sweep.max_point_s,
+        )
         folder = out_dir / point_folder(point.concurrency)
         folder.mkdir(parents=True, exist_ok=True)
         totals, saturated = fired.kept(folder / "requests.jsonl", all_at_once=False)
-        details.points.append(SweepPointDetails(
-            concurrency=point.concurrency, planned=len(point.prompts), sent=len(fired.records),
-            files=PointFiles(requests=f"{point_folder(point.concurrency)}/requests.jsonl"), aggregates=totals,
-            client=fired.load, saturation=saturated, bounds=point_bound_details(case, point.concurrency, totals),
-            cut_short=fired.cut_short,
-        ))  # fmt: skip
+        details.points.append(
+            SweepPointDetails(
+                concurrency=point.concurrency,
+                planned=len(point.prompts),
+                sent=len(fired.records),
+                files=PointFiles(requests=f"{point_folder(point.concurrency)}/requests.jsonl"),
+                aggregates=totals,
+                client=fired.load,
+                saturation=saturated,
+                bounds=point_bound_details(case, point.concurrency, totals),
+                cut_short=fired.cut_short,
+            )
+        )
         records += fired.records
         code = handle.exit_code()
         if code is not None:
-            return SweepOutcome(details, records, f"the engine exited with code {code} during the sweep, at concurrency {point.concurrency}")
+            return SweepOutcome(
+                details,
+                records,
+                f"the engine exited with code {code} during the sweep, at concurrency {point.concurrency}",
+            )
         if fired.cut_short:
-            details.not_measured = (f"the case's time ran out at concurrency {point.concurrency} (timeout_s "
-                                       f"{params.timeout_s}): its unfinished requests are errors, higher ones not run")  # fmt: skip
+            details.not_measured = (
+                f"the case's time ran out at concurrency {point.concurrency} (timeout_s "
+                f"{params.timeout_s}): its unfinished requests are errors, higher ones not run"
+            )
             break
     return SweepOutcome(details, records, None)

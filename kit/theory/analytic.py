@@ -121,9 +121,7 @@ def parameter_count(shape: LlamaShape) -> int:
     return embedding + decoder_linear_parameter_count(shape) + norms + lm_head
 
 
-def lora_parameter_count(
-    shape: LlamaShape, rank: int, targets: tuple[str, ...] = DECODER_LINEARS
-) -> int:
+def lora_parameter_count(shape: LlamaShape, rank: int, targets: tuple[str, ...] = DECODER_LINEARS) -> int:
     """Trainable LoRA weights: A (rank x in) and B (out x rank) per targeted linear layer
     (Hu et al. 2021, "LoRA", sec. 4.1)."""
     linears = decoder_linear_shapes(shape)
@@ -148,15 +146,11 @@ def quantized_bits_per_param(bits: int = 4, double_quant: bool = True) -> float:
     if not double_quant:
         return bits + FP32_BITS / QLORA_BLOCK_SIZE
     return (
-        bits
-        + DOUBLE_QUANT_CONSTANT_BITS / QLORA_BLOCK_SIZE
-        + FP32_BITS / (QLORA_BLOCK_SIZE * DOUBLE_QUANT_BLOCK_SIZE)
+        bits + DOUBLE_QUANT_CONSTANT_BITS / QLORA_BLOCK_SIZE + FP32_BITS / (QLORA_BLOCK_SIZE * DOUBLE_QUANT_BLOCK_SIZE)
     )
 
 
-def base_weight_bytes(
-    shape: LlamaShape, weight_bytes: float = 2, quant_bits: int | None = None
-) -> float:
+def base_weight_bytes(shape: LlamaShape, weight_bytes: float = 2, quant_bits: int | None = None) -> float:
     """Bytes of the model's own weights, optionally with the decoder linears quantised (QLoRA).
 
     bitsandbytes, through transformers, replaces the decoder's nn.Linear layers and keeps the LM
@@ -247,17 +241,13 @@ def weight_bytes_read_per_forward(shape: LlamaShape, weight_bytes: float) -> flo
     return (parameter_count(shape) - gathered_only) * weight_bytes
 
 
-def prefill_bytes(
-    shape: LlamaShape, prompt_len: int, batch: int, weight_bytes: float, kv_bytes: float
-) -> float:
+def prefill_bytes(shape: LlamaShape, prompt_len: int, batch: int, weight_bytes: float, kv_bytes: float) -> float:
     """Least memory traffic of prefilling `batch` prompts: weights read once, K/V written once."""
     weights = weight_bytes_read_per_forward(shape, weight_bytes)
     return weights + batch * kv_cache_bytes(shape, prompt_len, kv_bytes)
 
 
-def decode_step_bytes(
-    shape: LlamaShape, context_len: int, batch: int, weight_bytes: float, kv_bytes: float
-) -> float:
+def decode_step_bytes(shape: LlamaShape, context_len: int, batch: int, weight_bytes: float, kv_bytes: float) -> float:
     """Least memory traffic of one decode step, which yields one token for each of `batch`
     sequences: the weights are read once for the whole batch; each sequence reads the K/V of its
     context_len - 1 earlier positions and writes those of the new one."""
@@ -307,8 +297,9 @@ def tensor_parallel_sizes(shape: LlamaShape, most: int) -> list[int]:
     return sizes
 
 
-def serving_gpus_needed(shape: LlamaShape, sizes: list[int], capacity_bytes: float, context_len: int,
-                        element_bytes: float) -> int | None:
+def serving_gpus_needed(
+    shape: LlamaShape, sizes: list[int], capacity_bytes: float, context_len: int, element_bytes: float
+) -> int | None:
     """The fewest of `sizes` GPUs whose share of memory (SERVING_MEMORY_SHARE) holds the weights
     and the KV cache of one sequence of `context_len` tokens, split evenly over them: what an
     engine must fit before it can serve anything. None where not even the largest does."""
@@ -366,9 +357,7 @@ def training_activation_bytes(
     logits for the loss (4sbV).
     """
     s, b, h = seq_len, micro_batch, shape.hidden_size
-    one_layer = layer_activation_bytes(
-        shape, micro_batch, seq_len, flash_attention, activation_bytes
-    )
+    one_layer = layer_activation_bytes(shape, micro_batch, seq_len, flash_attention, activation_bytes)
     if recompute:
         layers = shape.num_layers * s * b * h * activation_bytes + one_layer
     else:
@@ -521,9 +510,7 @@ TRAINING_FLOPS_EFFICIENCY = 0.5
 TRAINING_MEMORY_EFFICIENCY = 0.9
 
 
-def predicted_step_time(
-    flops: float, peak_tflops: float, flops_efficiency: float = TRAINING_FLOPS_EFFICIENCY
-) -> float:
+def predicted_step_time(flops: float, peak_tflops: float, flops_efficiency: float = TRAINING_FLOPS_EFFICIENCY) -> float:
     """Seconds to execute `flops` at a fraction of the device's peak."""
     return flops / (peak_tflops * 1e12 * flops_efficiency)
 

@@ -93,9 +93,7 @@ class HardwareTable(_Strict):
             for name in spec.names:
                 normalised = normalise_name(name)
                 if normalised in owners:
-                    raise ValueError(
-                        f"device name {name!r} is listed by both {owners[normalised]!r} and {key!r}"
-                    )
+                    raise ValueError(f"device name {name!r} is listed by both {owners[normalised]!r} and {key!r}")
                 owners[normalised] = key
                 self._by_name[normalised] = spec
         return self

@@ -43,7 +43,9 @@ def iterations_for(call: Callable[[], object], synchronize: Callable[[], None], 
     return max(1, min(MAX_ITERATIONS, math.ceil(seconds / max(once, 1e-9))))
 
 
-def repeat_times(call: Callable[[], object], synchronize: Callable[[], None], iterations: int, repeats: int) -> list[float]:
+def repeat_times(
+    call: Callable[[], object], synchronize: Callable[[], None], iterations: int, repeats: int
+) -> list[float]:
     """Each repeat's seconds per call, the device drained before and after the repeat."""
     times = []
     for _ in range(repeats):
@@ -93,8 +95,12 @@ def _matmuls(case: Case, device: Device, where) -> list[MatmulTiming]:
         a = torch.randn(m, k, dtype=dtype, device=where)
         b = torch.randn(k, n, dtype=dtype, device=where)
         out = torch.empty(m, n, dtype=dtype, device=where)
-        for threads, times in each_thread_count(lambda: timed(lambda: torch.matmul(a, b, out=out), device.synchronize,
-                                                              params.seconds_per_repeat, params.repeats), device):  # fmt: skip
+        for threads, times in each_thread_count(
+            lambda a=a, b=b, out=out: timed(
+                lambda: torch.matmul(a, b, out=out), device.synchronize, params.seconds_per_repeat, params.repeats
+            ),
+            device,
+        ):
             found.append(MatmulTiming(m=m, k=k, n=n, dtype=params.dtype, threads=threads, **dict(times)))
     return found
 
@@ -107,16 +113,29 @@ def _copies(case: Case, device: Device, where) -> dict[str, list[CopyTiming] | C
     params = case.params
     source = torch.ones(params.copy_bytes, dtype=torch.uint8, device=where)
     target = torch.empty_like(source)
-    found: dict[str, list[CopyTiming] | CopyTiming] = {"copies": [
-        CopyTiming(bytes=params.copy_bytes, threads=threads, **dict(times)) for threads, times in each_thread_count(
-            lambda: timed(lambda: target.copy_(source), device.synchronize, params.seconds_per_repeat, params.repeats), device)]}  # fmt: skip
+    found: dict[str, list[CopyTiming] | CopyTiming] = {
+        "copies": [
+            CopyTiming(bytes=params.copy_bytes, threads=threads, **dict(times))
+            for threads, times in each_thread_count(
+                lambda: timed(
+                    lambda: target.copy_(source), device.synchronize, params.seconds_per_repeat, params.repeats
+                ),
+                device,
+            )
+        ]
+    }
     if device.kind == "cuda" and params.transfer_bytes:
         host = torch.ones(params.transfer_bytes, dtype=torch.uint8, pin_memory=True)
         on_device = torch.empty(params.transfer_bytes, dtype=torch.uint8, device=where)
-        for name, call in (("host_to_device", lambda: on_device.copy_(host, non_blocking=True)),
-                           ("device_to_host", lambda: host.copy_(on_device, non_blocking=True))):  # fmt: skip
-            found[name] = CopyTiming(bytes=params.transfer_bytes, pinned=True,
-                                     **dict(timed(call, device.synchronize, params.seconds_per_repeat, params.repeats)))  # fmt: skip
+        for name, call in (
+            ("host_to_device", lambda: on_device.copy_(host, non_blocking=True)),
+            ("device_to_host", lambda: host.copy_(on_device, non_blocking=True)),
+        ):
+            found[name] = CopyTiming(
+                bytes=params.transfer_bytes,
+                pinned=True,
+                **dict(timed(call, device.synchronize, params.seconds_per_repeat, params.repeats)),
+            )
     return found
 
 
@@ -130,15 +149,22 @@ def _all_reduce(case: Case, device: Device, where) -> AllReduceTiming:
     dist.init_process_group("nccl")
     try:
         tensor = torch.ones(params.all_reduce_bytes // 4, dtype=torch.float32, device=where)
-        count = torch.tensor([iterations_for(lambda: dist.all_reduce(tensor), device.synchronize, params.seconds_per_repeat)],
-                             device=where)  # fmt: skip
+        count = torch.tensor(
+            [iterations_for(lambda: dist.all_reduce(tensor), device.synchronize, params.seconds_per_repeat)],
+            device=where,
+        )
         dist.all_reduce(count, op=dist.ReduceOp.MAX)  # every rank calls the collective as often as the others
         dist.barrier()
         times = repeat_times(lambda: dist.all_reduce(tensor), device.synchronize, int(count.item()), params.repeats)
         slowest = torch.tensor(times, dtype=torch.float64, device=where)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return AllReduceTiming(bytes=tensor.numel() * 4, dtype="float32", ranks=dist.get_world_size(),
-                               iterations=int(count.item()), repeat_s=slowest.tolist())  # fmt: skip
+        return AllReduceTiming(
+            bytes=tensor.numel() * 4,
+            dtype="float32",
+            ranks=dist.get_world_size(),
+            iterations=int(count.item()),
+            repeat_s=slowest.tolist(),
+        )
     finally:
         dist.destroy_process_group()
 

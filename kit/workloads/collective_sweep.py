@@ -42,8 +42,10 @@ def measure(case: Case, device: Device, out_dir: Path) -> tuple[CommSweep, Devic
     if case.params.collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {case.params.collective!r}")
     if case.params.backend != "torch":
-        raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
-                         "(kit/execute/nccl_tests.py), not in this workload")
+        raise ValueError(
+            f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
+            "(kit/execute/nccl_tests.py), not in this workload"
+        )
     sampler = device.telemetry_sampler()
     sampler.start()
     try:
@@ -176,14 +178,16 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
                 time_us_p75=stats["p75"] * 1e6,
                 time_us_max=stats["max"] * 1e6,
             )
-            rows.append(CommRow(
-                size_bytes=layout.size_bytes,
-                count=layout.count,
-                dtype=params.dtype,
-                redop="sum" if params.collective in ("all_reduce", "reduce_scatter", "reduce") else None,
-                root=0 if params.collective in ("reduce", "broadcast") else None,
-                **{"in_place" if placement == "in-place" else "out_of_place": timing},
-            ))  # fmt: skip
+            rows.append(
+                CommRow(
+                    size_bytes=layout.size_bytes,
+                    count=layout.count,
+                    dtype=params.dtype,
+                    redop="sum" if params.collective in ("all_reduce", "reduce_scatter", "reduce") else None,
+                    root=0 if params.collective in ("reduce", "broadcast") else None,
+                    **{"in_place" if placement == "in-place" else "out_of_place": timing},
+                )
+            )
         sweep = CommSweep(
             collective=params.collective,
             backend=f"torch-{backend}",

@@ -75,8 +75,12 @@ def _build_into(staging: Path, builder_name: str, op_name: str, say) -> dict:
     say(f"building DeepSpeed op {op_name} (once; cached)")
     done = subprocess.run(
         [sys.executable, "-m", "kit.workloads.deepspeed_ops", builder_name],
-        env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, preexec_fn=_without_data_cap,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        preexec_fn=_without_data_cap,
+    )
     if done.returncode != 0:
         raise SetupFailed(f"building DeepSpeed op {op_name} failed: {(done.stderr or done.stdout)[-1500:]}")
     for path in (scratch / op_name).iterdir():
@@ -115,11 +119,18 @@ def prepare_ops(names: list[str], say=print) -> dict[str, str]:
             found[op_name] = "prebuilt in this environment"
             continue
         if isinstance(builder, CUDAOpBuilder) and cuda_compiler() is None:
-            raise Unavailable(f"DeepSpeed's {op_name} op is not prebuilt in this environment and there is no CUDA "
-                              "compiler (nvcc under CUDA_HOME) to build it: install the CUDA toolkit (or set CUDA_HOME "
-                              "to one), or run in the train image (--executor docker), which has it prebuilt")  # fmt: skip
+            raise Unavailable(
+                f"DeepSpeed's {op_name} op is not prebuilt in this environment and there is no CUDA "
+                "compiler (nvcc under CUDA_HOME) to build it: install the CUDA toolkit (or set CUDA_HOME "
+                "to one), or run in the train image (--executor docker), which has it prebuilt"
+            )
         target = root / op_name
-        ensure_entry(target, lambda staging: _build_into(staging, builder_name, op_name, say), f"DeepSpeed op {op_name}", say)
+        ensure_entry(
+            target,
+            lambda staging, builder=builder_name, op=op_name: _build_into(staging, builder, op, say),
+            f"DeepSpeed op {op_name}",
+            say,
+        )
         try:
             module = _import_built(op_name, target)
         except ImportError as exc:  # the right size, yet it does not load (another torch)

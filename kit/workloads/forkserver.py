@@ -37,8 +37,14 @@ from kit.child_process import die_with_parent
 
 # What every CPU training, profiling and comm rank imports; others (peft, Megatron) are imported
 # by the ranks that need them, as before.
-PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "deepspeed",
-           "kit.workloads.launch", "kit.workloads.harness")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "transformers.models.llama.modeling_llama",
+    "deepspeed",
+    "kit.workloads.launch",
+    "kit.workloads.harness",
+)
 POLL_S = 0.05
 READY_TIMEOUT_S = 300  # the server's imports on a loaded 2-core host
 
@@ -200,25 +206,42 @@ class ForkServer:
         self.log = log_path.open("ab")
         # A session of its own: Ctrl-C at a terminal signals the whole foreground process group,
         # and the server must outlive it, for kit to stop the running launch and say how to resume.
-        self.process = subprocess.Popen([sys.executable, "-m", "kit.workloads.forkserver"], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kit.workloads.forkserver"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
         self.forked: dict[int, int] = {}
         self.next_id = 0
         self.pending = b""
 
-    def start(self, nproc: int, argv: list[str], env: dict[str, str], log: Path, rlimit_data: int | None) -> ServedLaunch:
+    def start(
+        self, nproc: int, argv: list[str], env: dict[str, str], log: Path, rlimit_data: int | None
+    ) -> ServedLaunch:
         with self.lock:
             self.next_id += 1
             ident = self.next_id
-            request = {"id": ident, "nproc": nproc, "argv": argv, "env": env, "log": str(log), "rlimit_data": rlimit_data}
+            request = {
+                "id": ident,
+                "nproc": nproc,
+                "argv": argv,
+                "env": env,
+                "log": str(log),
+                "rlimit_data": rlimit_data,
+            }
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while ident not in self.forked:
-            if not self._read(deadline - time.monotonic()) and (time.monotonic() > deadline or self.process.poll() is not None):
+            if not self._read(deadline - time.monotonic()) and (
+                time.monotonic() > deadline or self.process.poll() is not None
+            ):
                 raise self._failure(f"did not fork a launcher within {READY_TIMEOUT_S} s")
         return ServedLaunch(self, self.forked.pop(ident), argv)
 
@@ -256,7 +279,9 @@ class ForkServer:
     def _failure(self, what: str) -> RuntimeError:
         self.log.flush()
         tail = Path(self.log.name).read_text(errors="replace").splitlines()[-20:]
-        return RuntimeError(f"the fork server {what} (exit status {self.process.poll()}); its last output:\n" + "\n".join(tail))
+        return RuntimeError(
+            f"the fork server {what} (exit status {self.process.poll()}); its last output:\n" + "\n".join(tail)
+        )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -107,7 +107,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return any(words in text for words in ("outofmemoryerror", "out of memory", "can't allocate memory", "cannot allocate memory"))
+    return any(
+        words in text
+        for words in ("outofmemoryerror", "out of memory", "can't allocate memory", "cannot allocate memory")
+    )
 
 
 def framework_versions() -> dict[str, str]:
@@ -145,8 +148,9 @@ def rank_zero_says(value):
     return box[0]
 
 
-def soak_windows(workload: StepWorkload, synchronize: Callable[[], None], sampler, soak: Soak,
-                 step_s: float) -> tuple[list[float], list[SoakWindow]]:  # fmt: skip
+def soak_windows(
+    workload: StepWorkload, synchronize: Callable[[], None], sampler, soak: Soak, step_s: float
+) -> tuple[list[float], list[SoakWindow]]:
     """Measured steps in windows of about `soak.window_s` (as many steps as fill one at `step_s`
     a step) until `soak.seconds` have passed, each window with its own NVML reading (sampler.lap);
     every rank runs the windows rank 0 decides."""
@@ -156,8 +160,15 @@ def soak_windows(workload: StepWorkload, synchronize: Callable[[], None], sample
         begun = time.monotonic() - started
         times = timed_steps(workload.step, per_window, synchronize)
         steps += times
-        windows.append(SoakWindow(started_s=begun, seconds=sum(times), tokens=workload.tokens_per_step * len(times),
-                                  step_s=times, telemetry=sampler.lap()))  # fmt: skip
+        windows.append(
+            SoakWindow(
+                started_s=begun,
+                seconds=sum(times),
+                tokens=workload.tokens_per_step * len(times),
+                step_s=times,
+                telemetry=sampler.lap(),
+            )
+        )
         if not rank_zero_says(time.monotonic() - started < soak.seconds):
             return steps, windows
 
@@ -231,7 +242,7 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     started = utc_now()
-    base = dict(rank=rank, world_size=world_size, device=case.device, started_at=started)
+    base = {"rank": rank, "world_size": world_size, "device": case.device, "started_at": started}
     device = None
     built = None
     partial = None
@@ -242,9 +253,15 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
         if isinstance(workload, SelfTimedWorkload):
             details, telemetry = workload.measure(case, device, out_dir)  # the workload samples what it times
             sample = RankSample(
-                **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(), telemetry=telemetry,
-                details=details, versions=framework_versions(), finished_at=utc_now(),
-            )  # fmt: skip
+                **base,
+                status="ok",
+                device_name=device.name,
+                peak_memory=device.peak_memory(),
+                telemetry=telemetry,
+                details=details,
+                versions=framework_versions(),
+                finished_at=utc_now(),
+            )
             return sample, None
         built = workload.build(case)
         phases["build"] = time.perf_counter() - entered
@@ -304,14 +321,23 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kit.workloads")
     parser.add_argument("--case", type=Path, required=True, help="case.json written by the executor")
-    parser.add_argument("--out", type=Path, required=True, action="append",
-                        help="folder for a run's rank samples; given once per run this process does, in order")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        action="append",
+        help="folder for a run's rank samples; given once per run this process does, in order",
+    )
     args = parser.parse_args(argv)
     case = Case.model_validate_json(args.case.read_text(encoding="utf-8"))
     for position, out_dir in enumerate(args.out):
         sample, workload = run_process(case, out_dir, first=position == 0)
         atomic_write_model(out_dir / f"rank-{sample.rank}.json", sample)
-        print(f"rank {sample.rank}, run {out_dir.name}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
+        print(
+            f"rank {sample.rank}, run {out_dir.name}: {sample.status}"
+            + (f" ({sample.reason})" if sample.reason else ""),
+            flush=True,
+        )
         if sample.status != "ok":
             break  # a run that failed ends the launch, as it ends the case
         if workload is not None:

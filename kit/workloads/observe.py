@@ -36,7 +36,7 @@ class CallCounters:
         self.attention_calls = 0
         self._restore: list = []
 
-    def __enter__(self) -> "CallCounters":
+    def __enter__(self) -> CallCounters:
         for layer in decoder_layers(self.model):
             original = layer.__dict__.get("_gradient_checkpointing_func")
             if original is None:
@@ -47,7 +47,9 @@ class CallCounters:
                 return _original(*args, **kwargs)
 
             layer._gradient_checkpointing_func = counted
-            self._restore.append(lambda layer=layer, original=original: setattr(layer, "_gradient_checkpointing_func", original))
+            self._restore.append(
+                lambda layer=layer, original=original: setattr(layer, "_gradient_checkpointing_func", original)
+            )
         self._count_attention(attention_implementation(self.model))
         return self
 
@@ -127,9 +129,12 @@ def effective_options(case: Case, engine, counters: CallCounters, compute_dtype:
     model = engine.module
     layers = decoder_layers(model)
     expected_layers = case.shape.num_layers
-    found: dict[str, EffectiveOption] = {"zero_stage": effective.zero_stage(params.zero_stage, engine.zero_optimization_stage())}
-    found["attention"] = effective.attention(params.attention, attention_implementation(model), expected_layers,
-                                             counters.attention_calls)  # fmt: skip
+    found: dict[str, EffectiveOption] = {
+        "zero_stage": effective.zero_stage(params.zero_stage, engine.zero_optimization_stage())
+    }
+    found["attention"] = effective.attention(
+        params.attention, attention_implementation(model), expected_layers, counters.attention_calls
+    )
     if params.offload:
         found["offload"] = _offload(engine, params)
     if params.recompute:
@@ -141,7 +146,10 @@ def effective_options(case: Case, engine, counters: CallCounters, compute_dtype:
         )
     if params.quantization != "none":
         found["quantization"] = effective.quantization(
-            effective.expected_quantized_modules(case), compute_dtype, _quantized_linears(model))
+            effective.expected_quantized_modules(case), compute_dtype, _quantized_linears(model)
+        )
     if params.peft != "none":
-        found["lora"] = effective.lora(effective.expected_lora_parameters(case), _trainable_parameters(model), params.lora_rank)
+        found["lora"] = effective.lora(
+            effective.expected_lora_parameters(case), _trainable_parameters(model), params.lora_rank
+        )
     return found

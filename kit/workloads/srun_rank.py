@@ -18,7 +18,11 @@ import sys
 def rank_environment(slurm: dict[str, str]) -> dict[str, str]:
     """The rank variables from a task's Slurm variables (SLURM_STEP_TASKS_PER_NODE reads like
     `2(x2)`: two tasks on each of two nodes)."""
-    per_node = slurm.get("SLURM_NTASKS_PER_NODE") or slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE", "1")
+    per_node = (
+        slurm.get("SLURM_NTASKS_PER_NODE")
+        or slurm.get("SLURM_STEP_TASKS_PER_NODE")
+        or slurm.get("SLURM_TASKS_PER_NODE", "1")
+    )
     return {
         "RANK": slurm["SLURM_PROCID"],
         "LOCAL_RANK": slurm["SLURM_LOCALID"],
@@ -41,7 +45,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("usage: python -m kit.workloads.srun_rank -- COMMAND (as a task of srun)")
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID") if name not in os.environ]
     if missing:
-        sys.exit(f"kit.workloads.srun_rank: {', '.join(missing)} not set: run it as srun's task in the kit's batch script")
+        sys.exit(
+            f"kit.workloads.srun_rank: {', '.join(missing)} not set: run it as srun's task in the kit's batch script"
+        )
     os.environ.update(rank_environment(dict(os.environ)))
     os.execvp(command[0], command)
 

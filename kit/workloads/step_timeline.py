@@ -310,7 +310,9 @@ def _build_model(case: Case, recompute_ranges: RecomputeRanges):
     placement = f"cuda:{torch.cuda.current_device()}" if case.device == "cuda" else "cpu"
     dtype = getattr(torch, DTYPES[params.dtype])
     with torch.device(placement):
-        model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+        model = LlamaForCausalLM._from_config(
+            llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
+        )
     model.train()
     if params.recompute:
         _enable_recompute(model, context_fn=recompute_ranges)
@@ -332,8 +334,15 @@ def _scoped_profiler_available() -> bool:
     return hasattr(profile, "_prepare_trace") and "scopes" in (_enable_profiler.__doc__ or "")
 
 
-def record_trace(step: ProfileStep, model, device_kind: str, trace_path: Path, steps: int, scoped: bool,
-                 recompute_ranges: RecomputeRanges | None = None) -> str:  # fmt: skip
+def record_trace(
+    step: ProfileStep,
+    model,
+    device_kind: str,
+    trace_path: Path,
+    steps: int,
+    scoped: bool,
+    recompute_ranges: RecomputeRanges | None = None,
+) -> str:
     """One profiler warm-up step, then `steps` profiled steps with every module ranged; the
     gzipped Chrome trace written to `trace_path`, with the module calls' sequence numbers as
     its metadata. Returns what recorded it (PROFILERS). `scoped`: only the ranges and the
@@ -442,8 +451,15 @@ def measure(case: Case, device: Device, out_dir: Path) -> tuple[Breakdown, Devic
     trace_path = Path(out_dir) / f"profile-trace-rank{rank}.json.gz"
     # A GPU records only the ranges and the autograd nodes (cheap); a CPU every operator, whose
     # time is its busy time.
-    recorded_by = record_trace(step, model, case.device, trace_path, params.measured_steps,
-                               scoped=case.device == "cuda", recompute_ranges=recompute_ranges)  # fmt: skip
+    recorded_by = record_trace(
+        step,
+        model,
+        case.device,
+        trace_path,
+        params.measured_steps,
+        scoped=case.device == "cuda",
+        recompute_ranges=recompute_ranges,
+    )
     with gzip.open(trace_path, "rt", encoding="utf-8") as handle:
         traced = timeline(json.load(handle), case.device)
 

@@ -99,13 +99,17 @@ def _load_model(case: Case, dtype, device: str, details: TrainDetails):
     if not case.needs_checkpoint:
         details.weights = "random initialisation"
         if zero3:  # under HfDeepSpeedConfig transformers builds the model inside zero.Init
-            return LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+            return LlamaForCausalLM._from_config(
+                llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
+            )
         with torch.device(placement):
-            return LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+            return LlamaForCausalLM._from_config(
+                llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
+            )
 
     path = synthetic_checkpoint(case.model, case.shape, params.seed)
     details.weights = f"synthetic checkpoint {path.name} (sha256 {checkpoint_digest(path)})"
-    kwargs = dict(dtype=dtype, attn_implementation=params.attention)
+    kwargs = {"dtype": dtype, "attn_implementation": params.attention}
     if params.quantization == "nf4-double":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
@@ -206,7 +210,9 @@ def build(case: Case) -> TrainStep:
     )
     batches = [
         batch.to(engine.device)
-        for batch in random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank)
+        for batch in random_batches(
+            case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank
+        )
     ]
     inner = getattr(engine_optimizer, "optimizer", engine_optimizer)
     details.optimizer = type(inner).__name__

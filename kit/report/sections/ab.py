@@ -46,9 +46,17 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
             f"B = {b.info.run_id} (profile {b.info.profile}, {machine(b)}), evidence digest {b.evidence_digest}."
         ],
     )
-    section.tables.append(Table(caption="Who signed each run", header=["Run", "Signature"], widths=[25, 75],
-                                rows=[Row(cells=[Cell(text=f"{side} = {loaded.info.run_id}"), signature_cell(loaded.signature)])
-                                      for side, loaded in (("A", a), ("B", b))]))  # fmt: skip
+    section.tables.append(
+        Table(
+            caption="Who signed each run",
+            header=["Run", "Signature"],
+            widths=[25, 75],
+            rows=[
+                Row(cells=[Cell(text=f"{side} = {loaded.info.run_id}"), signature_cell(loaded.signature)])
+                for side, loaded in (("A", a), ("B", b))
+            ],
+        )
+    )
     common = [cid for cid in a.info.selected if cid in a.results and cid in b.results]
     stages = list(dict.fromkeys(a.results[cid].stage for cid in common))
     fa, fb = a.before.fingerprint, b.before.fingerprint

@@ -29,7 +29,9 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
     for name in dict.fromkeys(name for dump in dumps for name in dump):
         values: dict[str, list[str]] = {}
         for case, dump in zip(cases, dumps):
-            values.setdefault(_json(dump[name]) if name in dump else "not a parameter of its workload", []).append(case.method)
+            values.setdefault(_json(dump[name]) if name in dump else "not a parameter of its workload", []).append(
+                case.method
+            )
         if len(values) == 1:
             value = next(iter(values))
         else:
@@ -42,8 +44,9 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
             origin, tone = f"profile {profile} (protocol: {_json(defaults[name])})", "warn"
         elif name in defaults:
             origin, tone = "paper", "plain"
-        elif not (field := next(type(c.params).model_fields[name] for c, d in zip(cases, dumps) if name in d)).is_required() \
-                and value == _json(field.default):  # fmt: skip
+        elif not (
+            field := next(type(c.params).model_fields[name] for c, d in zip(cases, dumps) if name in d)
+        ).is_required() and value == _json(field.default):
             origin, tone = "kit default", "plain"
         else:
             origin, tone = "set by the method", "plain"

@@ -48,18 +48,28 @@ def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
     points = []
     for concurrency, measured in sorted(pooled.items()):
         rows = [row for _, _, run_rows in measured for row in run_rows]
-        duration = sum(max((row.ended_at for row in run_rows if row.ended_at is not None), default=0.0)
-                       for _, _, run_rows in measured)  # fmt: skip
+        duration = sum(
+            max((row.ended_at for row in run_rows if row.ended_at is not None), default=0.0)
+            for _, _, run_rows in measured
+        )
         bounds = [point.bounds for _, point, _ in measured]
         known = [bound.max_output_tokens_per_s for bound in bounds if isinstance(bound, ConcurrencyBound)]
-        limited = [f"run {index}: {'; '.join(point.saturation.reasons)}" for index, point, _ in measured
-                   if point.saturation.client_limited]  # fmt: skip
-        points.append(SweepPoint(
-            concurrency=concurrency, figures=latency_figures(rows, duration), judged=judge(rows, duration, slo),
-            bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
-            bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
-            cut_short=any(point.cut_short for _, point, _ in measured), client_limited="; ".join(limited) or None,
-        ))  # fmt: skip
+        limited = [
+            f"run {index}: {'; '.join(point.saturation.reasons)}"
+            for index, point, _ in measured
+            if point.saturation.client_limited
+        ]
+        points.append(
+            SweepPoint(
+                concurrency=concurrency,
+                figures=latency_figures(rows, duration),
+                judged=judge(rows, duration, slo),
+                bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
+                bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
+                cut_short=any(point.cut_short for _, point, _ in measured),
+                client_limited="; ".join(limited) or None,
+            )
+        )
     return points
 
 
@@ -82,7 +92,9 @@ def ms(seconds: float) -> str:
 def _percentiles(distribution, scale: float) -> str:
     if distribution is None:
         return "none finished"
-    return " / ".join(format_value(scale * value) for value in (distribution.median, distribution.p90, distribution.p99))
+    return " / ".join(
+        format_value(scale * value) for value in (distribution.median, distribution.p90, distribution.p99)
+    )
 
 
 def within_cell(point: SweepPoint) -> Cell:
@@ -100,20 +112,29 @@ def bound_cell(point: SweepPoint) -> Cell:
     if point.bound_tokens_per_s is None:
         return Cell(text="none", tone="muted")
     ratio = point.figures.output_throughput / point.bound_tokens_per_s
-    return Cell(text=format_value(point.bound_tokens_per_s), detail=f"measured {format_value(ratio)} × bound",
-                tone="bad" if ratio > 1 else "plain")  # fmt: skip
+    return Cell(
+        text=format_value(point.bound_tokens_per_s),
+        detail=f"measured {format_value(ratio)} × bound",
+        tone="bad" if ratio > 1 else "plain",
+    )
 
 
 def point_row(point: SweepPoint) -> Row:
     figures = point.figures
-    return Row(cells=[
-        Cell(text=str(point.concurrency)), Cell(text=str(figures.requests)),
-        Cell(text=format_value(figures.output_throughput)), Cell(text=format_value(figures.request_throughput)),
-        Cell(text=_percentiles(figures.ttft_s, 1)), Cell(text=_percentiles(figures.tpot_s, 1000)),
-        Cell(text=percent(figures.error_rate), tone="bad" if figures.errors else "plain"),
-        Cell(text=format_value(point.judged.goodput), detail=f"{percent(point.judged.good_share)} of requests"),
-        within_cell(point), bound_cell(point),
-    ])  # fmt: skip
+    return Row(
+        cells=[
+            Cell(text=str(point.concurrency)),
+            Cell(text=str(figures.requests)),
+            Cell(text=format_value(figures.output_throughput)),
+            Cell(text=format_value(figures.request_throughput)),
+            Cell(text=_percentiles(figures.ttft_s, 1)),
+            Cell(text=_percentiles(figures.tpot_s, 1000)),
+            Cell(text=percent(figures.error_rate), tone="bad" if figures.errors else "plain"),
+            Cell(text=format_value(point.judged.goodput), detail=f"{percent(point.judged.good_share)} of requests"),
+            within_cell(point),
+            bound_cell(point),
+        ]
+    )
 
 
 def case_label(case: Case) -> str:
@@ -125,10 +146,15 @@ def capacity_text(points: Sequence[SweepPoint]) -> tuple[str, str]:
     best = capacity(points)
     if best is None:
         first = points[0]
-        return "none within the objectives", f"concurrency {first.concurrency}: {first.not_judged or first.judged.why_not}"
-    return (f"{format_value(best.figures.output_throughput)} tokens/s at concurrency {best.concurrency}",
-            f"p99 TTFT {format_value(best.judged.ttft_p99_s)} s, p99 TPOT {ms(best.judged.tpot_p99_s)}; goodput "
-            f"{format_value(best.judged.goodput)} requests/s; {percent(best.figures.error_rate)} failed")  # fmt: skip
+        return (
+            "none within the objectives",
+            f"concurrency {first.concurrency}: {first.not_judged or first.judged.why_not}",
+        )
+    return (
+        f"{format_value(best.figures.output_throughput)} tokens/s at concurrency {best.concurrency}",
+        f"p99 TTFT {format_value(best.judged.ttft_p99_s)} s, p99 TPOT {ms(best.judged.tpot_p99_s)}; goodput "
+        f"{format_value(best.judged.goodput)} requests/s; {percent(best.figures.error_rate)} failed",
+    )
 
 
 def pareto_charts(run: LoadedRun, capacities: Capacities, slo: Slo) -> list[Chart]:
@@ -136,18 +162,33 @@ def pareto_charts(run: LoadedRun, capacities: Capacities, slo: Slo) -> list[Char
     cases = [case for case in run.info.plan.cases if case.id in capacities]
     charts_ = []
     for model in dict.fromkeys(case.model for case in cases):
-        series = [charts.ParetoSeries(label=f"{case.method}, {devices_text(case)}", points=[
-            charts.ParetoPoint(concurrency=p.concurrency, tokens_per_s=p.figures.output_throughput,
-                               ttft_p99_s=p.judged.ttft_p99_s, tpot_p99_s=p.judged.tpot_p99_s, meets=p.counted)
-            for p in capacities[case.id]]) for case in cases if case.model == model]  # fmt: skip
-        charts_.append(Chart(
-            title=f"Throughput against latency, {model}",
-            svg=charts.pareto_chart(f"serve-pareto-{model}", series, slo.ttft_s, slo.tpot_s),
-            caption=f"Each engine's sweep, one point per concurrency (its number beside it), output tokens/s against "
-                    f"the p99 of the time per output token and of the time to first token; a filled point meets both "
-                    f"objectives ({slo.describe()}, dashed) and is judged (neither cut short nor limited by the "
-                    "client). Up and to the left is better; the capacity is the highest filled point.",
-        ))  # fmt: skip
+        series = [
+            charts.ParetoSeries(
+                label=f"{case.method}, {devices_text(case)}",
+                points=[
+                    charts.ParetoPoint(
+                        concurrency=p.concurrency,
+                        tokens_per_s=p.figures.output_throughput,
+                        ttft_p99_s=p.judged.ttft_p99_s,
+                        tpot_p99_s=p.judged.tpot_p99_s,
+                        meets=p.counted,
+                    )
+                    for p in capacities[case.id]
+                ],
+            )
+            for case in cases
+            if case.model == model
+        ]
+        charts_.append(
+            Chart(
+                title=f"Throughput against latency, {model}",
+                svg=charts.pareto_chart(f"serve-pareto-{model}", series, slo.ttft_s, slo.tpot_s),
+                caption=f"Each engine's sweep, one point per concurrency (its number beside it), output tokens/s against "
+                f"the p99 of the time per output token and of the time to first token; a filled point meets both "
+                f"objectives ({slo.describe()}, dashed) and is judged (neither cut short nor limited by the "
+                "client). Up and to the left is better; the capacity is the highest filled point.",
+            )
+        )
     return charts_
 
 
@@ -177,36 +218,74 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
         "rendering it again.",
     ]
     if not capacities:
-        return Section(anchor=ANCHOR, title=title, paragraphs=paragraphs,
-                       not_run="no serve case of the run measured a sweep")  # fmt: skip
+        return Section(
+            anchor=ANCHOR, title=title, paragraphs=paragraphs, not_run="no serve case of the run measured a sweep"
+        )
     cases = [case for case in run.info.plan.cases if case.id in capacities]
     summary = Table(
         caption="Capacity: the most output tokens/s within the objectives, per engine and model",
         header=["Case", "Capacity", "At it", "Bound at it (tokens/s)"],
         widths=[25, 25, 34, 16],
-        rows=[Row(cells=[Cell(text=case_label(case), detail=case.id, tone="strong"),
-                         *(Cell(text=text) for text in capacity_text(capacities[case.id])),
-                         _capacity_bound(capacities[case.id])]) for case in cases],
-    )  # fmt: skip
+        rows=[
+            Row(
+                cells=[
+                    Cell(text=case_label(case), detail=case.id, tone="strong"),
+                    *(Cell(text=text) for text in capacity_text(capacities[case.id])),
+                    _capacity_bound(capacities[case.id]),
+                ]
+            )
+            for case in cases
+        ],
+    )
     rows = []
     for case in cases:
         rows.append(Row(heading=True, cells=[Cell(text=case_label(case), detail=case.id, tone="strong", colspan=10)]))
         rows += [point_row(point) for point in capacities[case.id]]
-    points = printed_if_short(Table(
-        caption="Every point of every sweep",
-        header=["N", "requests", "output tokens/s", "requests/s", "TTFT p50 / p90 / p99 (s)", "TPOT p50 / p90 / p99 (ms)",
-                "failed", "goodput (requests/s)", "within objectives", "bound (tokens/s)"],
-        widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
-        rows=rows,
-        dense=True,
-        notes=["Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
-               "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
-               "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
-               + "".join(f"; none: {note}" for note in sorted({p.bound_note for points in capacities.values() for p in points
-                                                                 if p.bound_tokens_per_s is None and p.bound_note})) + "."],
-    ), "in `kit report --format json`")  # fmt: skip
-    return Section(anchor=ANCHOR, title=title, paragraphs=paragraphs, tables=[summary, points],
-                   charts=pareto_charts(run, capacities, slo))  # fmt: skip
+    points = printed_if_short(
+        Table(
+            caption="Every point of every sweep",
+            header=[
+                "N",
+                "requests",
+                "output tokens/s",
+                "requests/s",
+                "TTFT p50 / p90 / p99 (s)",
+                "TPOT p50 / p90 / p99 (ms)",
+                "failed",
+                "goodput (requests/s)",
+                "within objectives",
+                "bound (tokens/s)",
+            ],
+            widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
+            rows=rows,
+            dense=True,
+            notes=[
+                "Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
+                "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
+                "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
+                + "".join(
+                    f"; none: {note}"
+                    for note in sorted(
+                        {
+                            p.bound_note
+                            for points in capacities.values()
+                            for p in points
+                            if p.bound_tokens_per_s is None and p.bound_note
+                        }
+                    )
+                )
+                + "."
+            ],
+        ),
+        "in `kit report --format json`",
+    )
+    return Section(
+        anchor=ANCHOR,
+        title=title,
+        paragraphs=paragraphs,
+        tables=[summary, points],
+        charts=pareto_charts(run, capacities, slo),
+    )
 
 
 def capacity_part(run: LoadedRun, slo: Slo) -> tuple[Section, Capacities]:

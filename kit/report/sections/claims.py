@@ -66,11 +66,14 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
                 cells=[
                     Cell(text=claim.id, tone="strong"),
                     Cell(text=claim.statement, detail=" ".join([meta, *extra]), colspan=4),
-                    Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict],
-                         detail=mine and against_expectation(mine.verdict)),
+                    Cell(
+                        text=claim.verdict,
+                        tone=VERDICT_TONES[claim.verdict],
+                        detail=mine and against_expectation(mine.verdict),
+                    ),
                 ],
             )
-        )  # fmt: skip
+        )
         relation_expectations = mine.relations if mine else [None] * len(claim.relations)
         for relation, expectation in zip(claim.relations, relation_expectations):
             rows += relation_rows(relation, expectation, claim.caveats)
@@ -95,15 +98,16 @@ def claims_table(outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimE
             "platform most like these GPUs; an absolute figure or a ratio of two platforms scales the paper's "
             "number by manifests/hardware.yaml (dense bf16 peak for training, memory bandwidth for serving, link "
             "bandwidth for communication). Where this host is not the claim's platform, the verdict against that "
-            "expectation is marked \"vs expectation\" and never counted as agreement with the paper. Where this "
+            'expectation is marked "vs expectation" and never counted as agreement with the paper. Where this '
             "host is the claim's platform, or the claim is of any GPU, the expectation is the paper's own value and "
             "its verdict the paper's.",
         ],
     )
 
 
-def relation_rows(relation: RelationOutcome, expectation: RelationExpectation | None,
-                  claim_caveats: Sequence[str] = ()) -> list[Row]:  # fmt: skip
+def relation_rows(
+    relation: RelationOutcome, expectation: RelationExpectation | None, claim_caveats: Sequence[str] = ()
+) -> list[Row]:
     """A relation's values and verdicts, then a row across the table: why, and the expectation's
     basis (caveats the whole claim shares are said once, with it)."""
     own = [caveat for caveat in relation.caveats if caveat not in claim_caveats]
@@ -119,16 +123,21 @@ def relation_rows(relation: RelationOutcome, expectation: RelationExpectation | 
             Cell(text=relation.published),
             expected_cell(expectation),
             Cell(text=measured or "—", tone="plain" if measured else "muted"),
-            Cell(text=relation.verdict, tone=VERDICT_TONES[relation.verdict],
-                 detail=expectation and against_expectation(expectation.verdict)),
+            Cell(
+                text=relation.verdict,
+                tone=VERDICT_TONES[relation.verdict],
+                detail=expectation and against_expectation(expectation.verdict),
+            ),
         ]
-    )  # fmt: skip
+    )
     against = expectation and against_expectation(expectation.verdict, expectation.finding)
     # where the expectation is the paper's own value (this host is the claim's platform, or the claim is
     # of any GPU), its basis would repeat the table's note on every relation
     basis = expectation and expectation.verdict != "paper verdict" and f"Expected on this host: {expectation.basis}"
     why = [*own, *stand_ins, *([basis] if basis else []), *([against] if against else [])]
-    why_cell = Cell(text=f"Why: {finding}", detail="; ".join(why) or None) if finding else Cell(text="; ".join(why) or "—")
+    why_cell = (
+        Cell(text=f"Why: {finding}", detail="; ".join(why) or None) if finding else Cell(text="; ".join(why) or "—")
+    )
     return [values, Row(cells=[Cell(text=""), why_cell.model_copy(update={"colspan": 5})])]
 
 

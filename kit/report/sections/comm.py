@@ -71,7 +71,9 @@ def case_span(result: Result | None, executor: str) -> str | None:
     return span or (None if executor == "slurm" else "intra-node")
 
 
-def case_bound(case: Case, result: Result, span: str | None, run: LoadedRun, hardware: HardwareTable | None) -> BusBandwidthBound:
+def case_bound(
+    case: Case, result: Result, span: str | None, run: LoadedRun, hardware: HardwareTable | None
+) -> BusBandwidthBound:
     """The bound a case's busbw is held against: its GPU links within a node, the network (from
     the fingerprint of each node its ranks ran on) across nodes."""
     sweep = sweep_of(result.samples[0])
@@ -102,8 +104,15 @@ def comm_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
         span = case_span(result, run.info.executor)
         label = Cell(text=_collective_label(case.method), detail=case.id, tone="strong")
         if span is None:
-            rows.setdefault(span, []).append(Row(cells=[label, Cell(text=str(case.gpus)),
-                                                        status_cell(result, case.id in run.info.selected, colspan=5)]))  # fmt: skip
+            rows.setdefault(span, []).append(
+                Row(
+                    cells=[
+                        label,
+                        Cell(text=str(case.gpus)),
+                        status_cell(result, case.id in run.info.selected, colspan=5),
+                    ]
+                )
+            )
             continue
         rows.setdefault(span, []).append(
             Row(
@@ -129,8 +138,15 @@ def comm_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
         section.tables.append(
             Table(
                 caption=caption,
-                header=["Collective", device, "peak busbw (GB/s)", "busbw, largest (GB/s)", "bound (GB/s)",
-                        "peak algbw (GB/s)", "time, smallest (µs)"],  # fmt: skip
+                header=[
+                    "Collective",
+                    device,
+                    "peak busbw (GB/s)",
+                    "busbw, largest (GB/s)",
+                    "bound (GB/s)",
+                    "peak algbw (GB/s)",
+                    "time, smallest (µs)",
+                ],
                 widths=[20, 9, 14, 14, 15, 14, 14],
                 rows=rows[span],
                 notes=[

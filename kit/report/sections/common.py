@@ -33,11 +33,16 @@ def first_clause(reason: str | None) -> str:
 def why_unmeasured(results: Sequence[Result | None], most: int | None = None, brief: bool = False) -> str:
     """Why cases ended without a measurement: each status and reason once, most first, counted;
     `brief`, each reason's first clause and no counts."""
-    reasons = Counter("no result: the run ended before it finished" if result is None else
-                      f"{result.status}: {first_clause(result.reason) if brief else RANK_PREFIX.sub('', result.reason or 'no reason recorded')}"
-                      for result in results)  # fmt: skip
-    return "; ".join(f"{reason} ({count} cases)" if count > 1 and not brief else reason
-                     for reason, count in reasons.most_common(most))  # fmt: skip
+    reasons = Counter(
+        "no result: the run ended before it finished"
+        if result is None
+        else f"{result.status}: {first_clause(result.reason) if brief else RANK_PREFIX.sub('', result.reason or 'no reason recorded')}"
+        for result in results
+    )
+    return "; ".join(
+        f"{reason} ({count} cases)" if count > 1 and not brief else reason
+        for reason, count in reasons.most_common(most)
+    )
 
 
 def unmeasured_line(caption: str, results: Sequence[Result | None]) -> str | None:
@@ -87,7 +92,11 @@ def gpu_capacity(run: LoadedRun) -> Limit | None:
         return Limit(value=min(sizes) / GIB, label=f"GPU memory {min(sizes) / GIB:.1f} GiB (NVML)")
     specs = [spec for name in run.measured.gpu_names if (spec := load_hardware().lookup(name))]
     datasheet = [size for spec in specs if (size := device_memory_bytes(spec))]
-    return Limit(value=min(datasheet) / GIB, label=f"GPU memory {min(datasheet) / GIB:.1f} GiB (datasheet)") if datasheet else None
+    return (
+        Limit(value=min(datasheet) / GIB, label=f"GPU memory {min(datasheet) / GIB:.1f} GiB (datasheet)")
+        if datasheet
+        else None
+    )
 
 
 def case_bar(run: LoadedRun, case: Case, metric: str, scale: float = 1.0, label: str | None = None) -> Bar | None:
@@ -100,8 +109,14 @@ def case_bar(run: LoadedRun, case: Case, metric: str, scale: float = 1.0, label:
     if result.status != "ok":
         return Bar(label=label, group=group, mark="OOM" if result.status == "oom" else result.status)
     figure = result.metrics[metric]
-    return Bar(label=label, group=group, value=figure.mean * scale, error=(figure.std or 0) * scale, runs=figure.n,
-               mark="invalid" if run.invalid.get(case.id) else None)  # fmt: skip
+    return Bar(
+        label=label,
+        group=group,
+        value=figure.mean * scale,
+        error=(figure.std or 0) * scale,
+        runs=figure.n,
+        mark="invalid" if run.invalid.get(case.id) else None,
+    )
 
 
 def memory_source(results: Iterable[Result]) -> str:
@@ -151,8 +166,18 @@ def generic_stage(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = 
             rows.append(Row(cells=[Cell(text=case.id, tone="mono"), status_cell(result, case.id in run.info.selected)]))
             continue
         invalid = run.invalid.get(case.id)
-        rows.append(Row(cells=[Cell(text=case.id + (f" (invalid: {invalid[0]})" if invalid else ""), tone="bad" if invalid else "mono",
-                                    colspan=2)], heading=True))  # fmt: skip
+        rows.append(
+            Row(
+                cells=[
+                    Cell(
+                        text=case.id + (f" (invalid: {invalid[0]})" if invalid else ""),
+                        tone="bad" if invalid else "mono",
+                        colspan=2,
+                    )
+                ],
+                heading=True,
+            )
+        )
         recorded = {name: metric for name, metric in result.metrics.items() if metric is not None}
         if not recorded:
             rows.append(

@@ -58,8 +58,14 @@ def energy_cell(result: Result, link: str | None = None, runs: bool = True) -> C
     return Cell(text="not measured", detail=energy_reason(result), tone="muted", link=link)
 
 
-def cost_cell(result: Result, throughput: str, gpu_hour_price: float | None, currency: str, link: str | None = None,
-              runs: bool = True) -> Cell:  # fmt: skip
+def cost_cell(
+    result: Result,
+    throughput: str,
+    gpu_hour_price: float | None,
+    currency: str,
+    link: str | None = None,
+    runs: bool = True,
+) -> Cell:
     """Cost per 1M tokens at the price given, run by run (one run's said to be, where `runs`), in
     the currency its column names; or why it is not priced (how to give a price is said once,
     under the table)."""
@@ -67,20 +73,35 @@ def cost_cell(result: Result, throughput: str, gpu_hour_price: float | None, cur
         return Cell(text="none: a CPU", tone="muted", link=link)
     if gpu_hour_price is None:
         return Cell(text="no price", tone="muted", link=link)
-    return Cell(text=mean_std(cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency), runs=runs),
-                link=link)  # fmt: skip
+    return Cell(
+        text=mean_std(cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency), runs=runs),
+        link=link,
+    )
 
 
-def _rows(run: LoadedRun, priced: list[tuple[Result, str]], gpu_hour_price: float | None, currency: str,
-          label) -> list[Row]:  # fmt: skip
+def _rows(
+    run: LoadedRun, priced: list[tuple[Result, str]], gpu_hour_price: float | None, currency: str, label
+) -> list[Row]:
     rows = []
     for result, name in priced:
         invalid = run.invalid.get(result.case_id)
         power = result.metrics.get(MEAN_POWER_PER_GPU)
-        cost = (Cell(text="not priced", detail=f"invalid: {invalid[0]}", tone="bad") if invalid
-                else cost_cell(result, name, gpu_hour_price, currency))  # fmt: skip
-        rows.append(Row(cells=[*label(result), Cell(text=mean_std(result.metrics[name])), energy_cell(result),
-                               Cell(text=mean_std(power)) if power else Cell(text="-", tone="muted"), cost]))  # fmt: skip
+        cost = (
+            Cell(text="not priced", detail=f"invalid: {invalid[0]}", tone="bad")
+            if invalid
+            else cost_cell(result, name, gpu_hour_price, currency)
+        )
+        rows.append(
+            Row(
+                cells=[
+                    *label(result),
+                    Cell(text=mean_std(result.metrics[name])),
+                    energy_cell(result),
+                    Cell(text=mean_std(power)) if power else Cell(text="-", tone="muted"),
+                    cost,
+                ]
+            )
+        )
     return rows
 
 
@@ -98,17 +119,29 @@ def most_frugal(run: LoadedRun, priced: list[tuple[Result, str]]) -> list[tuple[
 
 
 def energy_chart(frugal: list[tuple[Result, str]]) -> Chart:
-    bars = [charts.Bar(label=f"{r.case.model} {method_label(r.case.method)}", group=unit_of(r.case).title,
-                       value=r.metrics[JOULES_PER_TOKEN].mean, error=r.metrics[JOULES_PER_TOKEN].std,
-                       runs=r.metrics[JOULES_PER_TOKEN].n) for r, _ in frugal]  # fmt: skip
-    return Chart(title="Energy per token: the most frugal case of each model and stage",
-                 svg=charts.bar_chart("energy", bars, ENERGY_UNIT, log=True),
-                 caption=f"Joules per token, on a log axis. {bars_note(bar.runs for bar in bars)}")  # fmt: skip
+    bars = [
+        charts.Bar(
+            label=f"{r.case.model} {method_label(r.case.method)}",
+            group=unit_of(r.case).title,
+            value=r.metrics[JOULES_PER_TOKEN].mean,
+            error=r.metrics[JOULES_PER_TOKEN].std,
+            runs=r.metrics[JOULES_PER_TOKEN].n,
+        )
+        for r, _ in frugal
+    ]
+    return Chart(
+        title="Energy per token: the most frugal case of each model and stage",
+        svg=charts.bar_chart("energy", bars, ENERGY_UNIT, log=True),
+        caption=f"Joules per token, on a log axis. {bars_note(bar.runs for bar in bars)}",
+    )
 
 
 def energy_section(run: LoadedRun, gpu_hour_price: float | None, currency: str) -> Section:
-    priced = [(result, name) for result in run.results.values() if result.status == "ok"
-              and (name := token_throughput(result)) is not None]  # fmt: skip
+    priced = [
+        (result, name)
+        for result in run.results.values()
+        if result.status == "ok" and (name := token_throughput(result)) is not None
+    ]
     paragraphs = [
         f"{ENERGY_LABELS[JOULES_PER_TOKEN].capitalize()} ({ENERGY_UNIT}): the energy NVML's counter saw over the "
         "measured steps (serving: the burst), summed over the case's GPUs, divided by the tokens of that interval "
@@ -117,30 +150,68 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None, currency: str) 
         "never a zero.",
         "Cost per 1M tokens: the case's GPUs × the price of one GPU-hour × the hours a million tokens take at the "
         "measured throughput (rental time, not electricity); a figure marked invalid is not priced. "
-        + (f"Priced at {price_text(gpu_hour_price, currency)} (--gpu-hour-price, --currency)." if gpu_hour_price is not None
-           else f"No price was given: {PRICE_HINT}."),  # fmt: skip
+        + (
+            f"Priced at {price_text(gpu_hour_price, currency)} (--gpu-hour-price, --currency)."
+            if gpu_hour_price is not None
+            else f"No price was given: {PRICE_HINT}."
+        ),
     ]
     if not priced:
-        return Section(anchor="energy", title="Energy and cost", paragraphs=paragraphs,
-                       not_run="no completed case measured tokens/s")  # fmt: skip
-    cost_header = f"Cost per 1M tokens ({currency}" + (f", at {price_text(gpu_hour_price, currency)})" if gpu_hour_price else ")")
+        return Section(
+            anchor="energy",
+            title="Energy and cost",
+            paragraphs=paragraphs,
+            not_run="no completed case measured tokens/s",
+        )
+    cost_header = f"Cost per 1M tokens ({currency}" + (
+        f", at {price_text(gpu_hour_price, currency)})" if gpu_hour_price else ")"
+    )
     header = ["Tokens/s", f"Energy ({ENERGY_UNIT})", "Mean power per GPU (W)", cost_header]
     tables, charted = [], []
     frugal = most_frugal(run, priced)
     if frugal:
-        tables.append(Table(
-            caption="The most frugal case of each model and stage",
-            header=["Stage, model", "Case", *header], widths=[17, 23, 13, 14, 13, 20],
-            rows=_rows(run, frugal, gpu_hour_price, currency, lambda r: [
-                Cell(text=f"{unit_of(r.case).title}, {r.case.model}" if r.case.model else unit_of(r.case).title),
-                Cell(text=f"{method_label(r.case.method)}, {devices_text(r.case)}", detail=r.case_id, tone="mono")]),
-            notes=["The case of the fewest joules per token among each model's cases of a stage that measured energy "
-                   "(variants and invalid figures aside); every case is in the table after it."],
-        ))  # fmt: skip
+        tables.append(
+            Table(
+                caption="The most frugal case of each model and stage",
+                header=["Stage, model", "Case", *header],
+                widths=[17, 23, 13, 14, 13, 20],
+                rows=_rows(
+                    run,
+                    frugal,
+                    gpu_hour_price,
+                    currency,
+                    lambda r: [
+                        Cell(
+                            text=f"{unit_of(r.case).title}, {r.case.model}" if r.case.model else unit_of(r.case).title
+                        ),
+                        Cell(
+                            text=f"{method_label(r.case.method)}, {devices_text(r.case)}", detail=r.case_id, tone="mono"
+                        ),
+                    ],
+                ),
+                notes=[
+                    "The case of the fewest joules per token among each model's cases of a stage that measured energy "
+                    "(variants and invalid figures aside); every case is in the table after it."
+                ],
+            )
+        )
         charted.append(energy_chart(frugal))
     else:
-        paragraphs.append(f"No case measured energy ({energy_reason(priced[0][0])}): every case's row is in the HTML report.")
-    every = Table(caption="Energy and cost per case", header=["Case", *header], widths=[30, 14, 14, 16, 26], dense=True,
-                  rows=_rows(run, priced, gpu_hour_price, currency, lambda r: [Cell(text=r.case_id, tone="mono", detail=r.case.fitted)]))
-    tables.append(printed_if_short(every, "in `kit report --format csv`") if frugal else every.model_copy(update={"media": "screen"}))
+        paragraphs.append(
+            f"No case measured energy ({energy_reason(priced[0][0])}): every case's row is in the HTML report."
+        )
+    every = Table(
+        caption="Energy and cost per case",
+        header=["Case", *header],
+        widths=[30, 14, 14, 16, 26],
+        dense=True,
+        rows=_rows(
+            run, priced, gpu_hour_price, currency, lambda r: [Cell(text=r.case_id, tone="mono", detail=r.case.fitted)]
+        ),
+    )
+    tables.append(
+        printed_if_short(every, "in `kit report --format csv`")
+        if frugal
+        else every.model_copy(update={"media": "screen"})
+    )
     return Section(anchor="energy", title="Energy and cost", paragraphs=paragraphs, tables=tables, charts=charted)

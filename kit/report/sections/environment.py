@@ -110,8 +110,15 @@ def differing_facts(facts: dict[str, dict[str, str]]) -> tuple[list[Row], list[s
             equal.append(aspect)
             continue
         for index, (value, names) in enumerate(values.items()):
-            rows.append(Row(cells=[Cell(text=aspect if index == 0 else "", tone="strong"), Cell(text=value, tone="bad"),
-                                   Cell(text=", ".join(names))]))  # fmt: skip
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=aspect if index == 0 else "", tone="strong"),
+                        Cell(text=value, tone="bad"),
+                        Cell(text=", ".join(names)),
+                    ]
+                )
+            )
     return rows, equal
 
 
@@ -142,21 +149,33 @@ def node_fingerprints_section(run: LoadedRun) -> Section | None:
         f"The run's jobs ran on {len(run.nodes)} node(s): {', '.join(run.nodes)}. Each fingerprinted itself from inside a "
         "Slurm job (fingerprints/<node>.json); the fingerprint of the environment section is of the host kit ran on."
     )
-    section.tables.append(Table(
-        caption="Each node as it fingerprinted itself",
-        header=["Node", "GPUs", "Driver", "Kernel", "RDMA ports"],
-        widths=[14, 30, 14, 20, 22],
-        rows=[Row(cells=[Cell(text=node, tone="strong"), *(Cell(text=value) for value in _node_row(fingerprint))])
-              for node, fingerprint in taken.items()],
-    ))  # fmt: skip
+    section.tables.append(
+        Table(
+            caption="Each node as it fingerprinted itself",
+            header=["Node", "GPUs", "Driver", "Kernel", "RDMA ports"],
+            widths=[14, 30, 14, 20, 22],
+            rows=[
+                Row(cells=[Cell(text=node, tone="strong"), *(Cell(text=value) for value in _node_row(fingerprint))])
+                for node, fingerprint in taken.items()
+            ],
+        )
+    )
     if missing:
-        section.paragraphs.append("Without a fingerprint: " + "; ".join(f"{node}: {why}" for node, why in missing.items()) + ".")
+        section.paragraphs.append(
+            "Without a fingerprint: " + "; ".join(f"{node}: {why}" for node, why in missing.items()) + "."
+        )
     if len(taken) < 2:
         return section
     rows, equal = differing_facts(node_fingerprint_facts(taken))
     if rows:
-        section.tables.append(Table(caption="Facts that differ between the nodes", header=["Fact", "Value", "Nodes"],
-                                    widths=[25, 50, 25], rows=rows))  # fmt: skip
+        section.tables.append(
+            Table(
+                caption="Facts that differ between the nodes",
+                header=["Fact", "Value", "Nodes"],
+                widths=[25, 50, 25],
+                rows=rows,
+            )
+        )
     else:
         section.paragraphs.append("The nodes' fingerprints agree on every fact compared.")
     section.paragraphs.append(f"The same on every node: {', '.join(equal) or 'nothing'}.")
@@ -165,8 +184,12 @@ def node_fingerprints_section(run: LoadedRun) -> Section | None:
 
 def _node_row(fingerprint: Fingerprint) -> list[str]:
     facts = dict(fingerprint_facts(fingerprint, ""))
-    return [facts["GPUs"], fingerprint.gpus.driver_version or "not recorded", fingerprint.host.kernel or "not recorded",
-            facts["RDMA ports"]]  # fmt: skip
+    return [
+        facts["GPUs"],
+        fingerprint.gpus.driver_version or "not recorded",
+        fingerprint.host.kernel or "not recorded",
+        facts["RDMA ports"],
+    ]
 
 
 def peak_figures(gpu_names: Sequence[str], hardware: HardwareTable) -> str:
@@ -180,10 +203,9 @@ def peak_figures(gpu_names: Sequence[str], hardware: HardwareTable) -> str:
             continue
         peaks = [f"{dtype.upper()} {value:g}" for dtype in ("bf16", "fp16") if (value := peak_tflops(spec, dtype))]
         bandwidth = spec.memory_bandwidth_tb_per_s.value
-        figures = (
-            [f"{' / '.join(peaks)} TFLOPS dense" if peaks else "no tensor peak: MFU not computed"]
-            + [f"{bandwidth:g} TB/s" if bandwidth else "no memory bandwidth: bounds not computed"]
-        )
+        figures = [f"{' / '.join(peaks)} TFLOPS dense" if peaks else "no tensor peak: MFU not computed"] + [
+            f"{bandwidth:g} TB/s" if bandwidth else "no memory bandwidth: bounds not computed"
+        ]
         described.append(f"{name}: {spec.model}, {', '.join(figures)}")
     return "; ".join(described)
 
@@ -255,18 +277,34 @@ def environment_section(run: LoadedRun) -> Section:
                     ("Operating system", info.host.os or "not recorded"),
                     ("Python (host)", info.host.python or "not recorded"),
                     ("Devices", run.measured.devices),
-                    *([("Peak figures (manifests/hardware.yaml)", peak_figures(run.measured.gpu_names, load_hardware()))]
-                      if run.measured.gpu_names else []),  # fmt: skip
+                    *(
+                        [
+                            (
+                                "Peak figures (manifests/hardware.yaml)",
+                                peak_figures(run.measured.gpu_names, load_hardware()),
+                            )
+                        ]
+                        if run.measured.gpu_names
+                        else []
+                    ),
                     ("Executor", info.executor),
                     ("Command", " ".join(info.argv)),
                     ("Kit", kit_identity(info.kit)),
-                    ("Measuring code (SHA-256)", f"{info.kit.workload_sources_sha256} (the workloads and the stages' metric code: "
-                                                 f"{len(info.kit.workload_files)} files)"),  # fmt: skip
+                    (
+                        "Measuring code (SHA-256)",
+                        f"{info.kit.workload_sources_sha256} (the workloads and the stages' metric code: "
+                        f"{len(info.kit.workload_files)} files)",
+                    ),
                     ("Kit source (SHA-256)", info.kit.source_sha256 or "not recorded"),
-                    ("Manifests (SHA-256)", "; ".join(f"{name} {digest[:16]}…" for name, digest in info.kit.manifests_sha256.items())
-                     or "not recorded"),  # fmt: skip
-                    *[(f"Changes accepted on resume ({accepted.at})", "; ".join(accepted.files))
-                      for accepted in info.accepted_changes],  # fmt: skip
+                    (
+                        "Manifests (SHA-256)",
+                        "; ".join(f"{name} {digest[:16]}…" for name, digest in info.kit.manifests_sha256.items())
+                        or "not recorded",
+                    ),
+                    *[
+                        (f"Changes accepted on resume ({accepted.at})", "; ".join(accepted.files))
+                        for accepted in info.accepted_changes
+                    ],
                 ],
             )
         ],
@@ -304,10 +342,17 @@ def environment_section(run: LoadedRun) -> Section:
         )
     else:
         # What the preflight measured is a measurement, not a setting: kept out of the facts nodes are compared by.
-        calibration = (calibration_text(fingerprint.calibration) if fingerprint.calibration
-                       else "not measured (no preflight calibration is in this fingerprint)")  # fmt: skip
-        before.tables.append(_facts_table("The host as fingerprinted", [*fingerprint_facts(fingerprint, run.hostname),
-                                                                         ("Calibration (preflight)", calibration)]))  # fmt: skip
+        calibration = (
+            calibration_text(fingerprint.calibration)
+            if fingerprint.calibration
+            else "not measured (no preflight calibration is in this fingerprint)"
+        )
+        before.tables.append(
+            _facts_table(
+                "The host as fingerprinted",
+                [*fingerprint_facts(fingerprint, run.hostname), ("Calibration (preflight)", calibration)],
+            )
+        )
         checks, origin = host_checks(run)
         tones = {"pass": "good", "warn": "warn", "fail": "bad", "skip": "muted"}
         before.tables.append(

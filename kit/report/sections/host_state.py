@@ -28,8 +28,11 @@ def calibration_gap(run: LoadedRun) -> str:
     """Why a run has no calibration."""
     if run.info.no_preflight:
         return "the run started with --no-preflight"
-    failed = [line for line in run.info.preflight.lines
-              if line.check.startswith("calibration") and line.status == "fail"] if run.info.preflight else []  # fmt: skip
+    failed = (
+        [line for line in run.info.preflight.lines if line.check.startswith("calibration") and line.status == "fail"]
+        if run.info.preflight
+        else []
+    )
     if failed:
         return f"the preflight's calibration failed: {failed[0].detail}"
     if run.before.fingerprint is None:
@@ -48,7 +51,10 @@ def calibration_text(calibration: Calibration) -> str:
             shares["matmul"] = f" ({100 * calibration.matmul.value / peak:.0f} % of the datasheet's {peak:g} TFLOPS)"
         if bandwidth:
             shares["memory copy"] = f" ({calibration.memory_copy.value / 10 / bandwidth:.0f} % of {bandwidth:g} TB/s)"
-    parts = [part + next((share for word, share in shares.items() if word in part), "") for part in summary(calibration).split(", ")]
+    parts = [
+        part + next((share for word, share in shares.items() if word in part), "")
+        for part in summary(calibration).split(", ")
+    ]
     return f"{', '.join(parts)}; raw samples {calibration.raw_samples}/"
 
 
@@ -59,8 +65,10 @@ def _gpu_setting(gpu: Gpu) -> str | None:
     power = f"power limit {gpu.power_limit_w:g} W" if gpu.power_limit_w else "power limit not read"
     if clocks.applications_graphics_mhz is None:
         return f"{power}, application clocks not read"
-    return (f"{power}, application clocks {clocks.applications_graphics_mhz} / {clocks.applications_memory_mhz} MHz "
-            f"(max {clocks.max_graphics_mhz} / {clocks.max_memory_mhz})")  # fmt: skip
+    return (
+        f"{power}, application clocks {clocks.applications_graphics_mhz} / {clocks.applications_memory_mhz} MHz "
+        f"(max {clocks.max_graphics_mhz} / {clocks.max_memory_mhz})"
+    )
 
 
 def gpu_settings(fingerprint: Fingerprint) -> str | None:
@@ -73,18 +81,34 @@ def gpu_settings(fingerprint: Fingerprint) -> str | None:
 
 def throttling_text(run: LoadedRun) -> tuple[str, Tone]:
     """Whether any measured window was throttled, over the cases that sampled clock event reasons."""
-    sampled = [result for result in run.results.values()
-               if any(rank.telemetry is not None and rank.telemetry.clock_event_samples
-                      for sample in result.samples for rank in sample.ranks)]  # fmt: skip
+    sampled = [
+        result
+        for result in run.results.values()
+        if any(
+            rank.telemetry is not None and rank.telemetry.clock_event_samples
+            for sample in result.samples
+            for rank in sample.ranks
+        )
+    ]
     if not sampled:
-        readings = [rank.telemetry for result in run.results.values() for sample in result.samples for rank in sample.ranks
-                    if rank.telemetry is not None]  # fmt: skip
+        readings = [
+            rank.telemetry
+            for result in run.results.values()
+            for sample in result.samples
+            for rank in sample.ranks
+            if rank.telemetry is not None
+        ]
         why = next((t.unavailable for t in readings if t.unavailable), OLDER_KIT)
         return f"throttling not sampled: {why}", "muted"
     throttled = {result.case_id: found for result in sampled if (found := throttling(result.samples))}
     if not throttled:
-        return f"not throttled: no power cap, thermal or hardware slowdown in the {len(sampled)} cases that sampled NVML", "good"
-    listed = "; ".join(f"{case_id}: {found.short.removeprefix('throttled: ')}" for case_id, found in list(throttled.items())[:LISTED])
+        return (
+            f"not throttled: no power cap, thermal or hardware slowdown in the {len(sampled)} cases that sampled NVML",
+            "good",
+        )
+    listed = "; ".join(
+        f"{case_id}: {found.short.removeprefix('throttled: ')}" for case_id, found in list(throttled.items())[:LISTED]
+    )
     more = f"; and {len(throttled) - LISTED} more" if len(throttled) > LISTED else ""
     return f"{len(throttled)} of {len(sampled)} cases measured while throttled ({listed}{more})", "warn"
 
@@ -94,7 +118,11 @@ def measured_state_fact(run: LoadedRun) -> Fact:
     cases were measured: one fact, beside the peaks the expectation starts from."""
     calibration = run_calibration(run)
     throttled, tone = throttling_text(run)
-    if calibration is None and throttled == f"throttling not sampled: {OLDER_KIT}" and calibration_gap(run) == OLDER_KIT:
+    if (
+        calibration is None
+        and throttled == f"throttling not sampled: {OLDER_KIT}"
+        and calibration_gap(run) == OLDER_KIT
+    ):
         return Fact(label="Calibration", value=f"not measured, nor throttling sampled: {OLDER_KIT}", tone="muted")
     measured = calibration_text(calibration) if calibration is not None else f"not measured: {calibration_gap(run)}"
     if tone != "warn" and calibration is None:
@@ -108,4 +136,3 @@ def achievable(result: Result, spec, calibration: Calibration | None) -> Achieva
         return None
     found = Achievable(spec, calibration)
     return found if found.replaced else None
-

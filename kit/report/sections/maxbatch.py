@@ -24,12 +24,19 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
     rows = []
     for case in cases:
         result = run.results.get(case.id)
-        cells = [Cell(text=case.model or "-"), Cell(text=method_label(case.method), tone="strong"), Cell(text=str(case.gpus), detail=case.fitted)]
+        cells = [
+            Cell(text=case.model or "-"),
+            Cell(text=method_label(case.method), tone="strong"),
+            Cell(text=str(case.gpus), detail=case.fitted),
+        ]
         if has_metrics(result, "max_micro_batch", "tokens_per_s"):
             cap = search_cap(case, result.samples)
             largest = f"{result.metrics['max_micro_batch'].mean:.0f}"
-            cells += [Cell(text=f"≥ {largest}", detail=cap) if cap else Cell(text=largest),
-                      metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "peak_memory_gib")]  # fmt: skip
+            cells += [
+                Cell(text=f"≥ {largest}", detail=cap) if cap else Cell(text=largest),
+                metric_cell(result, "tokens_per_s", "10^3 tokens/s"),
+                metric_cell(result, "peak_memory_gib"),
+            ]
         else:
             cells.append(status_cell(result, case.id in run.info.selected, colspan=3))
         trials = result.samples if result else []
@@ -39,8 +46,15 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
     section.tables.append(
         Table(
             caption="Table IV: the largest micro-batch per method, its throughput and peak memory",
-            header=["Model", "Method", device, "largest micro-batch", "10^3 tokens/s", "peak memory (GiB)",
-                    "trials (micro-batch: status, in order)"],  # fmt: skip
+            header=[
+                "Model",
+                "Method",
+                device,
+                "largest micro-batch",
+                "10^3 tokens/s",
+                "peak memory (GiB)",
+                "trials (micro-batch: status, in order)",
+            ],
             widths=[11, 12, 7, 10, 13, 12, 35],
             rows=rows,
             notes=[
@@ -48,9 +62,15 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
                 "the start (the memory model's prediction on a GPU) doubling until one runs out of memory, then "
                 "bisecting. The figures are those of the trial at the largest micro-batch that ran; ≥ where the "
                 "search reached its cap before a micro-batch one larger ran out of memory.",
-                *([f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
-                   "standing in for a GPU's memory." for case in cases[:1] if case.train and case.train.memory_cap_gib]),
-            ],  # fmt: skip
+                *(
+                    [
+                        f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
+                        "standing in for a GPU's memory."
+                        for case in cases[:1]
+                        if case.train and case.train.memory_cap_gib
+                    ]
+                ),
+            ],
         )
     )
     return section

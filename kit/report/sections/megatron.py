@@ -31,17 +31,23 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
         twin = by_key.get((case.stage, case.model, "naive", case.gpus))
         when = "largest micro-batch" if case.stage == "maxbatch" else f"micro-batch {case.params.micro_batch}"
         for engine, member in (("Megatron-LM", case), ("DeepSpeed (naive)", twin)):
-            cells = [Cell(text=f"{case.model}, {case.gpus} {'GPUs' if case.device == 'cuda' else 'processes'}"),
-                     Cell(text=when), Cell(text=engine, tone="strong")]  # fmt: skip
+            cells = [
+                Cell(text=f"{case.model}, {case.gpus} {'GPUs' if case.device == 'cuda' else 'processes'}"),
+                Cell(text=when),
+                Cell(text=engine, tone="strong"),
+            ]
             result = run.results.get(member.id) if member else None
             members += [result] if member else []
             if member is None:
                 cells.append(Cell(text="not in the protocol", tone="muted", colspan=4))
             elif has_metrics(result, "tokens_per_s"):
                 batch = result.metrics.get("max_micro_batch")
-                cells += [Cell(text=f"{batch.mean:.0f}" if batch else str(member.params.micro_batch)),
-                          metric_cell(result, "tokens_per_s", "10^3 tokens/s"), metric_cell(result, "step_time_s"),
-                          metric_cell(result, "peak_memory_gib")]  # fmt: skip
+                cells += [
+                    Cell(text=f"{batch.mean:.0f}" if batch else str(member.params.micro_batch)),
+                    metric_cell(result, "tokens_per_s", "10^3 tokens/s"),
+                    metric_cell(result, "step_time_s"),
+                    metric_cell(result, "peak_memory_gib"),
+                ]
             else:
                 cells.append(status_cell(result, member.id in run.info.selected, colspan=4))
             rows.append(Row(cells=cells))
@@ -57,13 +63,16 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
             header=["Model", "Batch", "Engine", "micro-batch", "10^3 tokens/s", "step time (s)", "peak memory (GiB)"],
             widths=[18, 16, 16, 10, 14, 12, 14],
             rows=rows,
-            notes=["DeepSpeed naive: data parallel without ZeRO. Megatron-LM: megatron-core's data parallelism with "
-                   "its distributed optimizer (and tensor parallelism where the method says tp2). At the largest "
-                   "micro-batch each engine runs its own, found by the max-batch search."],  # fmt: skip
+            notes=[
+                "DeepSpeed naive: data parallel without ZeRO. Megatron-LM: megatron-core's data parallelism with "
+                "its distributed optimizer (and tensor parallelism where the method says tp2). At the largest "
+                "micro-batch each engine runs its own, found by the max-batch search."
+            ],
         )
     )
     return section
 
 
-MEGATRON = Comparison(name="framework", title="Megatron-LM beside DeepSpeed", cases=megatron_case,
-                      section=framework_section)  # fmt: skip
+MEGATRON = Comparison(
+    name="framework", title="Megatron-LM beside DeepSpeed", cases=megatron_case, section=framework_section
+)

@@ -21,10 +21,19 @@ if TYPE_CHECKING:
 
 # Metric -> the part as the paper's Tables V-VIII name it, in the order of a step.
 PART_LABELS = {
-    "embedding_s": "Embedding", "rmsnorm_s": "RMSNorm", "qkv_proj_s": "QKV proj.", "rope_s": "RoPE",
-    "attention_s": "Attention", "o_proj_s": "O proj.", "mlp_s": "MLP GEMMs", "silu_s": "SiLU",
-    "lm_head_s": "LM head", "loss_s": "Loss", "optimizer_s": "Optimizer", "other_s": "other",
-}  # fmt: skip
+    "embedding_s": "Embedding",
+    "rmsnorm_s": "RMSNorm",
+    "qkv_proj_s": "QKV proj.",
+    "rope_s": "RoPE",
+    "attention_s": "Attention",
+    "o_proj_s": "O proj.",
+    "mlp_s": "MLP GEMMs",
+    "silu_s": "SiLU",
+    "lm_head_s": "LM head",
+    "loss_s": "Loss",
+    "optimizer_s": "Optimizer",
+    "other_s": "other",
+}
 
 
 def _ms(result: Result, metric: str) -> float:
@@ -54,8 +63,11 @@ def parts_stack(case: Case, result: Result) -> charts.Stack:
     timeline) shows its parts, the optimizer phase and other, as it measured them."""
     timeline = "device_busy_s" in result.metrics
     labels = {**PART_LABELS, "optimizer_s": None} if timeline else PART_LABELS
-    segments = [charts.Segment(label=label, value=_ms(result, metric)) for metric, label in labels.items()
-                if label and metric in result.metrics and result.metrics[metric].mean > 0]  # fmt: skip
+    segments = [
+        charts.Segment(label=label, value=_ms(result, metric))
+        for metric, label in labels.items()
+        if label and metric in result.metrics and result.metrics[metric].mean > 0
+    ]
     if timeline:
         if "optimizer_busy_s" in result.metrics:
             segments.append(charts.Segment(label="Optimizer", value=_ms(result, "optimizer_busy_s")))
@@ -81,23 +93,34 @@ def phase_table(measured: list[tuple[Case, Result]]) -> Table:
             host = result.metrics.get(f"{phase}_host_s")
             window = sum(result.metrics[f"{phase}_{part}_s"].mean for part in ("busy", "idle"))
             bound = launch_bound(idle.mean if idle else None, host.mean if host else None, window)
-            rows.append(Row(cells=[
-                Cell(text=phase), Cell(text=_ms_text(result, f"{phase}_s")), Cell(text=f"{window * 1e3:.4g}"),
-                Cell(text=_ms_text(result, f"{phase}_busy_s")),
-                Cell(text=_ms_text(result, f"{phase}_idle_s") + (f" ({idle.mean:.0%})" if idle is not None else "")),
-                Cell(text=_ms_text(result, f"{phase}_host_s")),
-                Cell(text={True: "yes", False: "no", None: "—"}[bound], tone="warn" if bound else "plain"),
-            ]))  # fmt: skip
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=phase),
+                        Cell(text=_ms_text(result, f"{phase}_s")),
+                        Cell(text=f"{window * 1e3:.4g}"),
+                        Cell(text=_ms_text(result, f"{phase}_busy_s")),
+                        Cell(
+                            text=_ms_text(result, f"{phase}_idle_s")
+                            + (f" ({idle.mean:.0%})" if idle is not None else "")
+                        ),
+                        Cell(text=_ms_text(result, f"{phase}_host_s")),
+                        Cell(text={True: "yes", False: "no", None: "—"}[bound], tone="warn" if bound else "plain"),
+                    ]
+                )
+            )
     return Table(
         caption="Each phase on the device's timeline (ms per step, means over the runs)",
         header=["Phase", "Plain step", "Profiled", "Device busy", "Device idle", "Host issuing", "Launch-bound"],
         widths=[16, 14, 14, 14, 16, 14, 12],
         rows=rows,
-        notes=["Plain step: the phase in the steps timed at their phase edges only. Profiled: the phase's window on "
-               "the device in the profiled steps, the device busy (union of its kernels and copies; on a CPU: of its "
-               "operators) and idle within it. Host issuing: from the phase's start until its last launch returned "
-               "(GPU). Launch-bound: the host issued work until (nearly) the phase's end while the device sat idle "
-               f"for more than {LAUNCH_BOUND_IDLE:.0%} of it: the step waits for the host, not the device."],
+        notes=[
+            "Plain step: the phase in the steps timed at their phase edges only. Profiled: the phase's window on "
+            "the device in the profiled steps, the device busy (union of its kernels and copies; on a CPU: of its "
+            "operators) and idle within it. Host issuing: from the phase's start until its last launch returned "
+            "(GPU). Launch-bound: the host issued work until (nearly) the phase's end while the device sat idle "
+            f"for more than {LAUNCH_BOUND_IDLE:.0%} of it: the step waits for the host, not the device."
+        ],
     )
 
 
@@ -121,8 +144,14 @@ def _flash_bars(pairs) -> list[charts.Bar]:
                 name = f"{plain_case.model}: {label}" if len(pairs) > 1 else label
                 for group, result in (("without FlashAttention", plain), ("with FlashAttention-2", flash)):
                     metric_of = result.metrics[metric]
-                    bars.append(charts.Bar(label=name, group=group, value=metric_of.mean * 1e3,
-                                           error=None if metric_of.std is None else metric_of.std * 1e3))  # fmt: skip
+                    bars.append(
+                        charts.Bar(
+                            label=name,
+                            group=group,
+                            value=metric_of.mean * 1e3,
+                            error=None if metric_of.std is None else metric_of.std * 1e3,
+                        )
+                    )
     return bars
 
 
@@ -130,39 +159,50 @@ def profile_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None 
     """The breakdown as pictures first (phases with the GPU's idle share, the parts of a step,
     FlashAttention's effect per part), then every figure of every case."""
     section = generic_stage(stage, run)
-    measured = [(case, run.results[case.id]) for case in stage_cases(run, stage.name)
-                if has_metrics(run.results.get(case.id), "step_s")]  # fmt: skip
+    measured = [
+        (case, run.results[case.id])
+        for case in stage_cases(run, stage.name)
+        if has_metrics(run.results.get(case.id), "step_s")
+    ]
     if not measured:
         return section
     runs = bars_note(result.metrics["step_s"].n for _, result in measured)
-    section.charts.append(Chart(
-        title="Phases of a training step",
-        svg=charts.stacked_chart("profile-phases", [phase_stack(c, r) for c, r in measured], "ms per step"),
-        caption="Forward, backward and optimizer time of a step, mean over the measured steps; hatched: the share of "
-                "the phase in which the GPU ran no kernel, from the profiled step (GPU cases only: a CPU has no such "
-                f"measure). {runs}",
-    ))  # fmt: skip
-    section.charts.append(Chart(
-        title="Parts of a training step",
-        svg=charts.stacked_chart("profile-parts", [parts_stack(c, r) for c, r in measured], "ms per step"),
-        caption="Each part's device time per step (forward, backward and recomputation, summed over the layers), "
-                "grouped as the paper's Tables V-VIII group them, from the device's timeline of the profiled steps; "
-                "other: device time in no part; Optimizer: the optimizer phase's device time; idle (hatched): the "
-                "device running nothing (on a CPU: time outside any operator). Together: the profiled step. "
-                f"{runs}",
-    ))  # fmt: skip
+    section.charts.append(
+        Chart(
+            title="Phases of a training step",
+            svg=charts.stacked_chart("profile-phases", [phase_stack(c, r) for c, r in measured], "ms per step"),
+            caption="Forward, backward and optimizer time of a step, mean over the measured steps; hatched: the share of "
+            "the phase in which the GPU ran no kernel, from the profiled step (GPU cases only: a CPU has no such "
+            f"measure). {runs}",
+        )
+    )
+    section.charts.append(
+        Chart(
+            title="Parts of a training step",
+            svg=charts.stacked_chart("profile-parts", [parts_stack(c, r) for c, r in measured], "ms per step"),
+            caption="Each part's device time per step (forward, backward and recomputation, summed over the layers), "
+            "grouped as the paper's Tables V-VIII group them, from the device's timeline of the profiled steps; "
+            "other: device time in no part; Optimizer: the optimizer phase's device time; idle (hatched): the "
+            "device running nothing (on a CPU: time outside any operator). Together: the profiled step. "
+            f"{runs}",
+        )
+    )
     timed = [(case, result) for case, result in measured if "forward_busy_s" in result.metrics]
     if timed:  # before the listing of every metric
         section.tables.insert(0, phase_table(timed))
     pairs = flash_pairs(measured)
     if pairs:
-        section.charts.append(Chart(
-            title="FlashAttention's effect per part",
-            svg=charts.bar_chart("profile-flash", _flash_bars(pairs), "ms per step"),
-            caption="Each part's time per step without and with FlashAttention-2, the same model, micro-batch and "
-                    f"sequence. {runs}",
-        ))  # fmt: skip
+        section.charts.append(
+            Chart(
+                title="FlashAttention's effect per part",
+                svg=charts.bar_chart("profile-flash", _flash_bars(pairs), "ms per step"),
+                caption="Each part's time per step without and with FlashAttention-2, the same model, micro-batch and "
+                f"sequence. {runs}",
+            )
+        )
     else:
-        section.paragraphs.append("FlashAttention's effect per part is not drawn: no case with FlashAttention (f) "
-                                  "finished beside its twin without it.")  # fmt: skip
+        section.paragraphs.append(
+            "FlashAttention's effect per part is not drawn: no case with FlashAttention (f) "
+            "finished beside its twin without it."
+        )
     return section

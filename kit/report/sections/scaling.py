@@ -101,6 +101,8 @@ def scaling_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None 
             )
         )
     elif any(line.points for line in lines):
-        section.paragraphs.append(f"One {device_word} count measured in each series: no curve to draw, and no efficiency "
-                                  "but the baseline's; the table gives its figures.")  # fmt: skip
+        section.paragraphs.append(
+            f"One {device_word} count measured in each series: no curve to draw, and no efficiency "
+            "but the baseline's; the table gives its figures."
+        )
     return section

@@ -48,7 +48,11 @@ def _serving_bound(result: Result) -> Cell:
 
 def request_rows(run: LoadedRun, case_id: str) -> list[RequestRecord]:
     """Every request of every run of a serving case's burst, as its requests.jsonl recorded it."""
-    return [row for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl")) for row in rows_of(path)]
+    return [
+        row
+        for path in sorted((run.path / "cases" / case_id / "runs").glob("*/requests.jsonl"))
+        for row in rows_of(path)
+    ]
 
 
 def serve_charts(run: LoadedRun, cases: list[Case], served: list[tuple[Case, Result]]) -> list[Chart]:
@@ -61,27 +65,36 @@ def serve_charts(run: LoadedRun, cases: list[Case], served: list[tuple[Case, Res
         label = f"{case.model} {case.method}"
         ttft.append(charts.CdfSeries(label=label, values=[row.ttft for row in finished if row.ttft is not None]))
         latency.append(charts.CdfSeries(label=label, values=[row.latency for row in finished]))
-    throughput = Chart(title="Output throughput per engine",
-                       caption="Output tokens/s over each burst, one panel per model; a mark in the place of an engine "
-                               f"that served no figure, hatched where a figure is invalid. {bars_note(b.runs for b in bars if b.value)}",
-                       svg=charts.bar_chart("serve-throughput", bars, "output tokens/s", panels=True))  # fmt: skip
+    throughput = Chart(
+        title="Output throughput per engine",
+        caption="Output tokens/s over each burst, one panel per model; a mark in the place of an engine "
+        f"that served no figure, hatched where a figure is invalid. {bars_note(b.runs for b in bars if b.value)}",
+        svg=charts.bar_chart("serve-throughput", bars, "output tokens/s", panels=True),
+    )
     if not any(series.values for series in ttft + latency):
         return [throughput]  # no requests.jsonl kept (a run directory cut down to its results)
     return [
         throughput,
-        Chart(title="Latency distribution",
-              svg=charts.cdf_chart("serve-latency", [("Time to first token", ttft), ("End-to-end latency", latency)], "s"),
-              caption="Empirical CDF over every finished request of every run (requests.jsonl): the share of requests "
-                      "answered within a given time; a long tail shows where a median hides it."),
-    ]  # fmt: skip
+        Chart(
+            title="Latency distribution",
+            svg=charts.cdf_chart(
+                "serve-latency", [("Time to first token", ttft), ("End-to-end latency", latency)], "s"
+            ),
+            caption="Empirical CDF over every finished request of every run (requests.jsonl): the share of requests "
+            "answered within a given time; a long tail shows where a median hides it.",
+        ),
+    ]
 
 
 def serve_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = None) -> Section:
     """Each engine's burst: throughput and the latency distribution as pictures, then throughput
     beside its roofline bound and the latency percentiles, then every measured metric."""
     section = generic_stage(stage, run)
-    served = [(case, run.results[case.id]) for case in stage_cases(run, stage.name)
-              if has_metrics(run.results.get(case.id), "output_throughput")]  # fmt: skip
+    served = [
+        (case, run.results[case.id])
+        for case in stage_cases(run, stage.name)
+        if has_metrics(run.results.get(case.id), "output_throughput")
+    ]
     cases = [case for case in stage_cases(run, stage.name) if case.id in run.info.selected]
     if served:
         section.charts.extend(serve_charts(run, cases, served))
@@ -94,15 +107,22 @@ def serve_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = 
             continue
         measured = [metric_cell(result, metric) for metric, _ in SERVE_COLUMNS]
         if run.invalid.get(case.id):
-            measured[0] = measured[0].model_copy(update={"detail": f"invalid: {run.invalid[case.id][0]}", "tone": "bad"})
+            measured[0] = measured[0].model_copy(
+                update={"detail": f"invalid: {run.invalid[case.id][0]}", "tone": "bad"}
+            )
         failed = metric_cell(result, "error_rate", "%")
         rows.append(Row(cells=[name, measured[0], _serving_bound(result), *measured[1:], failed]))
     section.tables.insert(
         0,
         Table(
             caption=f"{section.title}: the burst of each engine",
-            header=["Case", SERVE_COLUMNS[0][1], "bound (tokens/s)", *[label for _, label in SERVE_COLUMNS[1:]],
-                    "failed (%)"],
+            header=[
+                "Case",
+                SERVE_COLUMNS[0][1],
+                "bound (tokens/s)",
+                *[label for _, label in SERVE_COLUMNS[1:]],
+                "failed (%)",
+            ],
             widths=[15, 10, 10, 9, 9, 9, 9, 10, 10, 9],
             rows=rows,
             dense=True,
@@ -118,6 +138,6 @@ def serve_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = 
                 "peak is known, with the reason. A throughput past it is impossible, marked invalid.",
                 runs_note(run.results[c.id] for c in cases if c.id in run.results),
             ],
-        )
+        ),
     )
     return section

@@ -40,19 +40,32 @@ class StageSection:
 
 SECTIONS: dict[str, StageSection] = {
     "pretrain": StageSection(train_matrix),
-    "maxbatch": StageSection(maxbatch_section, "the largest micro-batch each pre-training method holds, found by trials, "
-                                               "and the throughput and memory there (paper Table IV)"),
+    "maxbatch": StageSection(
+        maxbatch_section,
+        "the largest micro-batch each pre-training method holds, found by trials, "
+        "and the throughput and memory there (paper Table IV)",
+    ),
     "scaling": StageSection(scaling_section),
-    "profile": StageSection(profile_section, "time per phase and per module of one Llama2-7B step, and the GPU idle share "
-                                             "(paper Tables V-VIII)"),
+    "profile": StageSection(
+        profile_section,
+        "time per phase and per module of one Llama2-7B step, and the GPU idle share (paper Tables V-VIII)",
+    ),
     "finetune": StageSection(train_matrix),
-    "serve": StageSection(serve_section, "output tokens/s beside its roofline bound, requests/s and the per-request latency "
-                                         "distribution of each engine under a burst (paper Sec. V)"),
-    "comm": StageSection(comm_section, "bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe "
-                                       "(paper Sec. VI)"),
-    "soak": StageSection(soak_section, "one training case and the serving burst measured on end (kit run --soak MINUTES): "
-                                       "throughput, clocks and temperature over time, the first minute against the last"),
-}  # fmt: skip
+    "serve": StageSection(
+        serve_section,
+        "output tokens/s beside its roofline bound, requests/s and the per-request latency "
+        "distribution of each engine under a burst (paper Sec. V)",
+    ),
+    "comm": StageSection(
+        comm_section,
+        "bus bandwidth and time of each NCCL collective over message sizes, NVLink vs PCIe (paper Sec. VI)",
+    ),
+    "soak": StageSection(
+        soak_section,
+        "one training case and the serving burst measured on end (kit run --soak MINUTES): "
+        "throughput, clocks and temperature over time, the first minute against the last",
+    ),
+}
 GENERIC = StageSection(generic_stage)  # a stage the protocol names and the kit has no layout for
 
 
@@ -66,9 +79,14 @@ def stage_sections(run: LoadedRun, protocol: Protocol) -> list[Section]:
     """Built on the machine's cores at once (kit.report.forked): each draws its own charts."""
     planned = list(dict.fromkeys(case.stage for case in run.info.plan.cases))
     known = {stage.name for stage in (*STAGES, *ON_REQUEST)}
-    stages = [*STAGES, *(stage for stage in ON_REQUEST if stage.name in planned),
-              *(StageUnit(name=name, title=name) for name in planned if name not in known)]  # fmt: skip
-    compared = [comparison for comparison in (MEGATRON, VARIANTS) if any(comparison.cases(case) for case in run.info.plan.cases)]
+    stages = [
+        *STAGES,
+        *(stage for stage in ON_REQUEST if stage.name in planned),
+        *(StageUnit(name=name, title=name) for name in planned if name not in known),
+    ]
+    compared = [
+        comparison for comparison in (MEGATRON, VARIANTS) if any(comparison.cases(case) for case in run.info.plan.cases)
+    ]
     laid_out = without_variants(run)
     return in_parallel(
         [partial(_stage_section, stage, laid_out, protocol) for stage in stages]

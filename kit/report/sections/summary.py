@@ -60,34 +60,55 @@ def issues_section(
     else:
         section.paragraphs.append("Every selected case finished with a measurement.")
     if run.invalid:
-        section.tables.append(Table(
-            caption="Figures marked invalid: past their physical bound, or their case's own self-check failed",
-            header=["Case", "Why it is not a measurement"], widths=[36, 64],
-            rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text="; ".join(reasons), tone="bad")])
-                  for cid, reasons in run.invalid.items()],
-            notes=["Each case ended ok and keeps its numbers in result.json, but the report takes none of them for a "
-                   "measurement: they are marked invalid wherever shown, never a headline nor priced, and no claim is "
-                   "judged on them (kit/measure/validity.py)."],
-        ))  # fmt: skip
-    judged = (("Claims the run deviates from", "Deviation", outcomes),
-              ("Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
-               "Against the expectation", expectations))  # fmt: skip
+        section.tables.append(
+            Table(
+                caption="Figures marked invalid: past their physical bound, or their case's own self-check failed",
+                header=["Case", "Why it is not a measurement"],
+                widths=[36, 64],
+                rows=[
+                    Row(cells=[Cell(text=cid, tone="mono"), Cell(text="; ".join(reasons), tone="bad")])
+                    for cid, reasons in run.invalid.items()
+                ],
+                notes=[
+                    "Each case ended ok and keeps its numbers in result.json, but the report takes none of them for a "
+                    "measurement: they are marked invalid wherever shown, never a headline nor priced, and no claim is "
+                    "judged on them (kit/measure/validity.py)."
+                ],
+            )
+        )
+    judged = (
+        ("Claims the run deviates from", "Deviation", outcomes),
+        (
+            "Claims where this host's GPUs deviate from the kit's expectation (not the paper's verdict)",
+            "Against the expectation",
+            expectations,
+        ),
+    )
     for caption, heading, verdicts in judged:
         deviating = [v for v in verdicts if v.verdict == "deviates"]
         if deviating:
-            rows = [Row(cells=[Cell(text=v.id, tone="strong"),
-                               Cell(text="; ".join(r.finding for r in v.relations if r.verdict == "deviates"))])
-                    for v in deviating]  # fmt: skip
+            rows = [
+                Row(
+                    cells=[
+                        Cell(text=v.id, tone="strong"),
+                        Cell(text="; ".join(r.finding for r in v.relations if r.verdict == "deviates")),
+                    ]
+                )
+                for v in deviating
+            ]
             section.tables.append(Table(caption=caption, header=["Claim", heading], widths=[10, 90], rows=rows))
     notes = [(cid, note) for cid in selected if cid in run.results for note in run.results[cid].notes]
     if notes:
         section.tables.append(
-            printed_if_short(Table(
-                caption="Notes the results carry",
-                header=["Case", "Note"],
-                widths=[32, 68],
-                rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text=note)]) for cid, note in notes],
-            ), "in each case's result.json (notes)")  # fmt: skip
+            printed_if_short(
+                Table(
+                    caption="Notes the results carry",
+                    header=["Case", "Note"],
+                    widths=[32, 68],
+                    rows=[Row(cells=[Cell(text=cid, tone="mono"), Cell(text=note)]) for cid, note in notes],
+                ),
+                "in each case's result.json (notes)",
+            )
         )
     unselected = [case.id for case in run.info.plan.cases if case.id not in selected]
     if unselected:
@@ -117,25 +138,44 @@ def status_counts(run: LoadedRun) -> Counter:
 
 
 # The run's selected cases as a reviewer counts them, each with its tone; the first five always.
-TALLY_TONES: dict[str, Tone] = {"attempted": "plain", "measured": "good", "OOM": "warn", "unavailable": "muted",
-                                "skipped": "muted", "error": "bad", "timeout": "bad", "no result": "bad"}  # fmt: skip
+TALLY_TONES: dict[str, Tone] = {
+    "attempted": "plain",
+    "measured": "good",
+    "OOM": "warn",
+    "unavailable": "muted",
+    "skipped": "muted",
+    "error": "bad",
+    "timeout": "bad",
+    "no result": "bad",
+}
 
 
 def case_tally(run: LoadedRun) -> dict[str, int]:
     """attempted (every selected case but those skipped or without a result), measured (ok), OOM,
     unavailable and skipped; error, timeout and no result where there are some."""
     statuses = status_counts(run)
-    tally = {"attempted": sum(count for status, count in statuses.items() if status not in ("skipped", "no result")),
-             "measured": statuses["ok"], "OOM": statuses["oom"], "unavailable": statuses["unavailable"],
-             "skipped": statuses["skipped"]}  # fmt: skip
+    tally = {
+        "attempted": sum(count for status, count in statuses.items() if status not in ("skipped", "no result")),
+        "measured": statuses["ok"],
+        "OOM": statuses["oom"],
+        "unavailable": statuses["unavailable"],
+        "skipped": statuses["skipped"],
+    }
     return tally | {status: statuses[status] for status in ("error", "timeout", "no result") if statuses[status]}
 
 
 def _best_figures(run: LoadedRun, stage: str, words: str) -> list[str]:
     """Per kind of method (kit.report.ranking), the highest throughput and the lowest peak memory of
     the stage's cases as the protocol writes them (no variant), each valid, with its model and method."""
-    done = [r for c in run.info.plan.cases if c.stage == stage and c.variant is None and (r := run.results.get(c.id))
-            and has_metrics(r, "tokens_per_s", "peak_memory_gib") and not run.invalid.get(c.id)]  # fmt: skip
+    done = [
+        r
+        for c in run.info.plan.cases
+        if c.stage == stage
+        and c.variant is None
+        and (r := run.results.get(c.id))
+        and has_metrics(r, "tokens_per_s", "peak_memory_gib")
+        and not run.invalid.get(c.id)
+    ]
     found = []
     for kind, name in KINDS.items():
         mine = [r for r in done if method_kind(r.case) == kind]
@@ -179,8 +219,11 @@ def summary_section(
             + "."
         )
     if run.invalid:
-        paragraphs.append("Marked invalid, and left out of every figure below (see Deviations): "
-                          + "; ".join(f"{cid}: {reasons[0]}" for cid, reasons in run.invalid.items()) + ".")  # fmt: skip
+        paragraphs.append(
+            "Marked invalid, and left out of every figure below (see Deviations): "
+            + "; ".join(f"{cid}: {reasons[0]}" for cid, reasons in run.invalid.items())
+            + "."
+        )
     for stage, words_for in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
         paragraphs += _best_figures(run, stage, words_for)
     if outcomes is not None:
@@ -200,13 +243,17 @@ def summary_section(
             text += f" Deviating: {', '.join(deviating)} (see Deviations and failures)."
         undecided = [o.id for o in outcomes if o.verdict == "inconclusive"]
         if undecided:
-            text += (f" Inconclusive, the runs cannot decide (fewer than {MIN_RUNS} runs of a case, or a value within "
-                     f"its runs' spread of the bound): {', '.join(undecided)}.")  # fmt: skip
+            text += (
+                f" Inconclusive, the runs cannot decide (fewer than {MIN_RUNS} runs of a case, or a value within "
+                f"its runs' spread of the bound): {', '.join(undecided)}."
+            )
         against = expectation_counts(expectations)
         if any(against.values()):
             text += (
                 " Of the claims about other hardware, against what the kit expects of this host's GPUs (not the "
-                "paper's verdict): " + ", ".join(f"{count} {verdict}" for verdict, count in against.items() if count) + "."
+                "paper's verdict): "
+                + ", ".join(f"{count} {verdict}" for verdict, count in against.items() if count)
+                + "."
             )
         paragraphs.append(text)
     else:

@@ -22,8 +22,14 @@ def _preflight_table(preflight: Preflight) -> Table:
         header=["Image", "Check", "Result", "Detail"],
         widths=[14, 30, 8, 48],
         rows=[
-            Row(cells=[Cell(text=line.image), Cell(text=line.check), Cell(text=line.status, tone="good" if line.status == "ok" else "bad"),
-                       Cell(text=line.detail + (f" (what to do: {line.hint})" if line.hint else ""))])  # fmt: skip
+            Row(
+                cells=[
+                    Cell(text=line.image),
+                    Cell(text=line.check),
+                    Cell(text=line.status, tone="good" if line.status == "ok" else "bad"),
+                    Cell(text=line.detail + (f" (what to do: {line.hint})" if line.hint else "")),
+                ]
+            )
             for line in preflight.lines
         ],
     )
@@ -35,11 +41,16 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
     rows, per_stage = [], {}
     for case_id, result in run.results.items():
         estimate = estimates.get(case_id)
-        stage = per_stage.setdefault(result.stage, {"cases": 0, "skipped": 0, "actual": 0.0, "estimated": 0.0,
-                                                    "estimated_actual": 0.0})  # fmt: skip
+        stage = per_stage.setdefault(
+            result.stage, {"cases": 0, "skipped": 0, "actual": 0.0, "estimated": 0.0, "estimated_actual": 0.0}
+        )
         if result.status == "skipped":  # it took no time, and its estimate was never spent
             stage["skipped"] += 1
-            rows.append(Row(cells=[Cell(text=case_id), Cell(text=result.status), Cell(text="-"), Cell(text="-"), Cell(text="-")]))
+            rows.append(
+                Row(
+                    cells=[Cell(text=case_id), Cell(text=result.status), Cell(text="-"), Cell(text="-"), Cell(text="-")]
+                )
+            )
             continue
         actual = actual_seconds(result)
         stage["cases"] += 1
@@ -49,21 +60,38 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
             ratio = f"{actual / estimate.seconds:.2f}"
             stage["estimated"] += estimate.seconds
             stage["estimated_actual"] += actual
-        rows.append(Row(cells=[
-            Cell(text=case_id), Cell(text=result.status),
-            Cell(text=duration_text(estimate.seconds) if estimate else "not estimated", detail=estimate.basis if estimate else None),
-            Cell(text=duration_text(actual)), Cell(text=ratio),
-        ]))  # fmt: skip
+        rows.append(
+            Row(
+                cells=[
+                    Cell(text=case_id),
+                    Cell(text=result.status),
+                    Cell(
+                        text=duration_text(estimate.seconds) if estimate else "not estimated",
+                        detail=estimate.basis if estimate else None,
+                    ),
+                    Cell(text=duration_text(actual)),
+                    Cell(text=ratio),
+                ]
+            )
+        )
 
     def ratio_of(figures) -> str:
         return f"{figures['estimated_actual'] / figures['estimated']:.2f}" if figures["estimated"] else "-"
 
-    total = {key: sum(figures[key] for figures in per_stage.values())
-             for key in ("cases", "skipped", "actual", "estimated", "estimated_actual")}  # fmt: skip
+    total = {
+        key: sum(figures[key] for figures in per_stage.values())
+        for key in ("cases", "skipped", "actual", "estimated", "estimated_actual")
+    }
     summary = [
-        Row(cells=[Cell(text=name), Cell(text=str(figures["cases"]) + (f" ({figures['skipped']} skipped)" if figures["skipped"] else "")),
-                   Cell(text=duration_text(figures["estimated"]) if figures["estimated"] else "not estimated"),
-                   Cell(text=duration_text(figures["actual"])), Cell(text=ratio_of(figures))])  # fmt: skip
+        Row(
+            cells=[
+                Cell(text=name),
+                Cell(text=str(figures["cases"]) + (f" ({figures['skipped']} skipped)" if figures["skipped"] else "")),
+                Cell(text=duration_text(figures["estimated"]) if figures["estimated"] else "not estimated"),
+                Cell(text=duration_text(figures["actual"])),
+                Cell(text=ratio_of(figures)),
+            ]
+        )
         for name, figures in [*per_stage.items(), ("all stages", total)]
     ]
     notes = [
@@ -73,12 +101,21 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
         "and counts in neither."
     ]
     return [
-        Table(caption="Duration by stage: estimated before the run, and actual",
-              header=["Stage", "Cases", "Estimated", "Actual", "Actual / estimated"],
-              widths=[24, 16, 20, 20, 20], rows=summary, notes=notes),  # fmt: skip
-        Table(caption="Duration of each case: estimated before the run (and on what), and actual",
-              header=["Case", "Status", "Estimated", "Actual", "Actual / estimated"],
-              widths=[40, 10, 20, 15, 15], rows=rows, dense=True, media="screen"),  # fmt: skip
+        Table(
+            caption="Duration by stage: estimated before the run, and actual",
+            header=["Stage", "Cases", "Estimated", "Actual", "Actual / estimated"],
+            widths=[24, 16, 20, 20, 20],
+            rows=summary,
+            notes=notes,
+        ),
+        Table(
+            caption="Duration of each case: estimated before the run (and on what), and actual",
+            header=["Case", "Status", "Estimated", "Actual", "Actual / estimated"],
+            widths=[40, 10, 20, 15, 15],
+            rows=rows,
+            dense=True,
+            media="screen",
+        ),
     ]
 
 
@@ -89,9 +126,10 @@ def timing_section(run: LoadedRun) -> Section:
         section.tables.append(_preflight_table(info.preflight))
     else:
         section.paragraphs.append(
-            "No preflight ran: the run was started with --no-preflight." if info.no_preflight
+            "No preflight ran: the run was started with --no-preflight."
+            if info.no_preflight
             else "No preflight is recorded in run.json (a run started by a kit before the preflight existed)."
-        )  # fmt: skip
+        )
     if run.results:
         section.tables += _durations_tables(run)
     return section

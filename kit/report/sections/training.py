@@ -40,9 +40,7 @@ def train_matrix(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
     cases = stage_cases(run, stage.name)
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
-        groups.setdefault(
-            (case.gpus, case.micro_batch, case.step.seq_len if case.step else None), []
-        ).append(case)
+        groups.setdefault((case.gpus, case.micro_batch, case.step.seq_len if case.step else None), []).append(case)
     stage_results = [run.results[c.id] for c in cases if c.id in run.results]
     for (_, batch, seq_len), members in groups.items():
         models = list(dict.fromkeys(case.model for case in members))
@@ -97,16 +95,24 @@ def training_charts(stage: StageUnit, run: LoadedRun, cases: list[Case]) -> list
     if not any(bar.value is not None for bar in throughput):
         return []
     marks = "; a mark in the place of a case that ran out of memory (OOM) or failed, hatched where a figure is invalid"
-    found = [Chart(title=f"{stage.title} throughput by method",
-                   svg=charts.bar_chart(f"{stage.name}-throughput", throughput, "10^3 tokens/s", panels=True),
-                   caption=f"One panel per model, each on its own scale{marks}. {bars_note(b.runs for b in throughput if b.value)}")]  # fmt: skip
+    found = [
+        Chart(
+            title=f"{stage.title} throughput by method",
+            svg=charts.bar_chart(f"{stage.name}-throughput", throughput, "10^3 tokens/s", panels=True),
+            caption=f"One panel per model, each on its own scale{marks}. {bars_note(b.runs for b in throughput if b.value)}",
+        )
+    ]
     capacity = gpu_capacity(run)
     if capacity is not None:
         memory = [bar for case in selected if (bar := case_bar(run, case, "peak_memory_gib"))]
-        found.append(Chart(title=f"{stage.title}: peak memory against the GPU's capacity",
-                           svg=charts.bar_chart(f"{stage.name}-memory", memory, "GiB per GPU", panels=True, limit=capacity),
-                           caption=f"The allocator's peak per GPU (the largest over the processes), the dashed line the GPU's "
-                                   f"memory{marks}. {bars_note(b.runs for b in memory if b.value)}"))  # fmt: skip
+        found.append(
+            Chart(
+                title=f"{stage.title}: peak memory against the GPU's capacity",
+                svg=charts.bar_chart(f"{stage.name}-memory", memory, "GiB per GPU", panels=True, limit=capacity),
+                caption=f"The allocator's peak per GPU (the largest over the processes), the dashed line the GPU's "
+                f"memory{marks}. {bars_note(b.runs for b in memory if b.value)}",
+            )
+        )
     return found
 
 
@@ -126,8 +132,11 @@ def effective_table(title: str, results: list[Result]) -> Table | None:
     rows = []
     for result in shown:
         options = [
-            Cell(text=f"{name}: {option.observed}", detail=f"requested {option.requested}; {option.evidence}",
-                 tone="good" if option.in_effect else "bad")  # fmt: skip
+            Cell(
+                text=f"{name}: {option.observed}",
+                detail=f"requested {option.requested}; {option.evidence}",
+                tone="good" if option.in_effect else "bad",
+            )
             for name, option in result.effective.items()
         ] or [Cell(text="no option to prove (the method names none)", tone="muted")]
         memory = [
@@ -137,17 +146,20 @@ def effective_table(title: str, results: list[Result]) -> Table | None:
         case = Cell(text=f"{result.case.model} {method_label(result.case.method)}", detail=result.status)
         rows.append(Row(cells=[case, options[0], *memory]))
         rows += [Row(cells=[Cell(text=""), option, *[Cell(text="")] * len(MEMORY_VIEWS)]) for option in options[1:]]
-    return printed_if_short(Table(
-        caption=f"{title}: each option in effect, as the running engine reported it, and peak memory (GiB)",
-        header=["Case", "Option: observed", *[label for _, label in MEMORY_VIEWS]],
-        widths=[18, 46, 12, 12, 12],
-        rows=rows,
-        dense=True,
-        notes=[
-            "A case whose requested option was not in effect ends error, never ok (the option in red).",
-            "allocated: the framework allocator's peak (torch max_memory_allocated), or the host's peak RSS on a CPU; "
-            "reserved: what the allocator held from the GPU, cached blocks included (max_memory_reserved); "
-            "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
-            "every other allocation included, the figure a GPU is sized by. Each is the largest over the processes.",
-        ],
-    ), "in each case's result.json (effective)")
+    return printed_if_short(
+        Table(
+            caption=f"{title}: each option in effect, as the running engine reported it, and peak memory (GiB)",
+            header=["Case", "Option: observed", *[label for _, label in MEMORY_VIEWS]],
+            widths=[18, 46, 12, 12, 12],
+            rows=rows,
+            dense=True,
+            notes=[
+                "A case whose requested option was not in effect ends error, never ok (the option in red).",
+                "allocated: the framework allocator's peak (torch max_memory_allocated), or the host's peak RSS on a CPU; "
+                "reserved: what the allocator held from the GPU, cached blocks included (max_memory_reserved); "
+                "device used: the GPU's used memory sampled from NVML during the measured steps, the CUDA context and "
+                "every other allocation included, the figure a GPU is sized by. Each is the largest over the processes.",
+            ],
+        ),
+        "in each case's result.json (effective)",
+    )

@@ -39,13 +39,22 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
             cells = [Cell(text=case.variant_of, tone="mono"), Cell(text=metric_label(metric) if metric else "-")]
             if metric is None or not has_metrics(twin, metric) or not has_metrics(variant, metric):
                 missing = variant if not has_metrics(variant, metric or "") else twin
-                cells.append(status_cell(missing, case.id in run.info.selected or case.variant_of in run.info.selected, 3))
+                cells.append(
+                    status_cell(missing, case.id in run.info.selected or case.variant_of in run.info.selected, 3)
+                )
             else:
                 ratio = variant.metrics[metric].mean / twin.metrics[metric].mean if twin.metrics[metric].mean else None
-                cells += [metric_cell(twin, metric), metric_cell(variant, metric),
-                          Cell(text=f"{ratio:.2f} ×" if ratio is not None else "-")]  # fmt: skip
+                cells += [
+                    metric_cell(twin, metric),
+                    metric_cell(variant, metric),
+                    Cell(text=f"{ratio:.2f} ×" if ratio is not None else "-"),
+                ]
             rows.append(Row(cells=cells))
-        notes = [f"{spec.label}: {', '.join(f'{k}={v}' for k, v in spec.env.items())} on top of the twin's environment."] if spec else []
+        notes = (
+            [f"{spec.label}: {', '.join(f'{k}={v}' for k, v in spec.env.items())} on top of the twin's environment."]
+            if spec
+            else []
+        )
         if run.info.plan.device == "cpu" and spec:
             notes.append(spec.cpu_note + ": the pairs show run-to-run spread only.")
         collapsed = unmeasured_line(f"{name}: each case without and with the variant", pairs)
@@ -65,5 +74,6 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
     return section
 
 
-VARIANTS = Comparison(name="variants", title="Variants beside their twins", cases=variant_case,
-                      section=variants_section)  # fmt: skip
+VARIANTS = Comparison(
+    name="variants", title="Variants beside their twins", cases=variant_case, section=variants_section
+)
