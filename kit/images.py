@@ -302,6 +302,7 @@ def build_context(name: str, image: LockedImage, root: Path | None = None) -> It
                 else:  # cut short by a crash or a full disk: fetched again below or in the build
                     wheel.unlink()
         if spec.host_wheels:
+            assert spec.constraints, "BuildSpec requires a constraints file with host_wheels"
             pins = constraint_pins(root / spec.constraints)
             for distribution in spec.host_wheels:
                 version = pins.get(normalise(distribution))
@@ -395,8 +396,9 @@ def cuda_version_of(env: list[str] | None, labels: dict[str, str] | None) -> tup
         name, _, value = entry.partition("=")
         if name == CUDA_VERSION_ENV and value:
             return value, f"env {CUDA_VERSION_ENV} of the image"
-    if (labels or {}).get(CUDA_VERSION_LABEL):
-        return labels[CUDA_VERSION_LABEL], f"label {CUDA_VERSION_LABEL} of the image"
+    label = (labels or {}).get(CUDA_VERSION_LABEL)
+    if label:
+        return label, f"label {CUDA_VERSION_LABEL} of the image"
     return None, f"the image sets neither {CUDA_VERSION_ENV} nor the label {CUDA_VERSION_LABEL}"
 
 
@@ -549,7 +551,9 @@ def _keep_wheels(client, context: Path, name: str, buildargs: dict, say) -> None
                 if member.isfile() and member.name.endswith(".whl"):
                     destination = target / Path(member.name).name
                     if not destination.exists():
-                        data = archive.extractfile(member).read()
+                        extracted = archive.extractfile(member)
+                        assert extracted is not None, "a regular file's member has its data"
+                        data = extracted.read()
                         partial = destination.with_suffix(".partial")
                         partial.write_bytes(data)
                         partial.rename(destination)

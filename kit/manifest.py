@@ -68,7 +68,7 @@ def unique_key_loader():
     so a pasted block would override what is written above it)."""
     import yaml
 
-    class UniqueKeyLoader(safe_loader()):  # type: ignore[misc]
+    class UniqueKeyLoader(safe_loader()):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:  # the keys as written; those a merge (<<: *anchor) brings may be overridden

@@ -30,10 +30,10 @@ def topology_facts(ranks: int) -> TopologyFacts:
         return facts
     try:
         query = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
-        links = [
+        rows = [
             line.split(",") for line in _nvidia_smi(query, "--format=csv,noheader,nounits").splitlines() if line.strip()
         ]
-        links = [(int(gen), int(width)) for gen, width in links[:ranks]]
+        links = [(int(gen), int(width)) for gen, width in rows[:ranks]]
         facts.pcie_generation = min(gen for gen, _ in links)
         facts.pcie_lanes = min(width for _, width in links)
     except Exception as exc:  # noqa: BLE001

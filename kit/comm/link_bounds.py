@@ -156,11 +156,11 @@ def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -
             "CPU processes exchange data over TCP (gloo) on whatever network joins the nodes; "
             "the kit does not read its rate"
         )
-    per_node = {}
+    per_node: dict[str, list[float]] = {}  # a node's active RDMA ports' rates, Gb/s
     for node, network in node_networks.items():
         if network is None:
             return _no_bound(f"node {node} has no fingerprint")
-        active = [port for port in network.rdma_ports if port.state == "ACTIVE" and port.rate_gbps]
+        active = [rate for port in network.rdma_ports if port.state == "ACTIVE" and (rate := port.rate_gbps)]
         if not active:
             return _no_bound(
                 f"no active RDMA port in {node}'s fingerprint ({network.unavailable or 'none up'}); "
@@ -169,8 +169,8 @@ def internode_bound(device: str, node_networks: dict[str, NetworkInfo | None]) -
         per_node[node] = active
     if not per_node:
         return _no_bound("the nodes the ranks ran on are not recorded")
-    node, ports = min(per_node.items(), key=lambda item: sum(port.rate_gbps for port in item[1]))
-    total = sum(port.rate_gbps for port in ports)
+    node, ports = min(per_node.items(), key=lambda item: sum(item[1]))
+    total = sum(ports)
     return BusBandwidthBound(
         gbps=total / 8,
         link=f"the network: {node}'s {len(ports)} active RDMA port(s), {total:g} Gb/s together, {total / 8:g} GB/s each "

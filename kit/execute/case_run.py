@@ -20,6 +20,7 @@ from kit.rundir.directory import (
     atomic_write_model,
 )
 from kit.rundir.schema import (
+    Metric,
     Result,
     RunSample,
     utc_now,
@@ -41,8 +42,9 @@ def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str)
     metrics only when the case is ok and every option it asked for was in effect."""
     unit = unit_of(case)
     judgement = (unit.judge if unit else first_failure)(case, runs)
-    status, reason, case_metrics, notes = judgement.status, judgement.reason, {}, list(judgement.notes)
-    options, not_in_effect = effective.merge(case, judgement.evidence)
+    status, reason, notes = judgement.status, judgement.reason, list(judgement.notes)
+    case_metrics: dict[str, Metric | None] = {}
+    options, not_in_effect = effective.merge(case, list(judgement.evidence))
     if status == "ok" and not_in_effect is not None:
         status, reason = "error", not_in_effect
     elif status == "ok" and unit is not None and unit.case_metrics is not None:
@@ -127,9 +129,12 @@ def search_max_batch(
     case.json holds a trial's case while it runs (the executors launch what it says), each
     trial's own copy stays in its run folder, and the search's case is put back at the end."""
 
+    search = case.max_batch_search
+    assert search is not None, "a max-batch case has its search"
+
     def run_trial(trial: Case, index: int) -> RunSample:
-        progress.run_started(case, index, case.params.max_batch_search.max_trials)
-        log.write(f"\n=== trial {index}: micro-batch {trial.params.micro_batch}\n")
+        progress.run_started(case, index, search.max_trials)
+        log.write(f"\n=== trial {index}: micro-batch {trial.micro_batch}\n")
         atomic_write_model(case_dir / "case.json", trial)
         sample = effective.judged(trial, executor.run_once(trial, case_dir, index, log))
         atomic_write_model(case_dir / "runs" / str(index) / "case.json", trial)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -68,25 +68,31 @@ class ImageMissing(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-def image_reference(case: Case) -> str:
-    """The repo:tag the case runs in, as the lock names it."""
+def locked_image(case: Case) -> images.LockedImage:
+    """The lock's entry for the case's image."""
     found = images.image_for_case(case.image)
     if found is None:
         raise ImageMissing(f"the lock ({images.lock_path()}) has no image {case.image!r}")
-    return found[1].reference
+    return found[1]
+
+
+def image_reference(case: Case) -> str:
+    """The repo:tag the case runs in, as the lock names it."""
+    return locked_image(case).reference
 
 
 def unavailable_reason(case: Case) -> str | None:
     """Why this case cannot run in docker here (no engine, image not in the lock or not local)."""
     try:
-        reference = image_reference(case)
+        locked = locked_image(case)
+        reference = locked.reference
         images.engine()
     except (ImageMissing, images.EngineUnavailable) as exc:
         return str(exc)
-    if case.device not in images.image_for_case(case.image)[1].devices:
-        return f"image {reference} ({case.image}) runs on {', '.join(images.image_for_case(case.image)[1].devices)}, not {case.device}"
+    if case.device not in locked.devices:
+        return f"image {reference} ({case.image}) runs on {', '.join(locked.devices)}, not {case.device}"
     if images.local_image(reference) is None:
-        hint = "pull" if (images.image_for_case(case.image)[1].build is None) else "build"
+        hint = "pull" if (locked.build is None) else "build"
         return f"image {reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
     return None
 
@@ -112,7 +118,7 @@ def memory_cap_ulimit(case: Case) -> dict[str, tuple[int, int]]:
     return {} if cap is None else {"data": (cap, -1)}
 
 
-def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
+def container_environment(case: Case, host_environment: Mapping[str, str] | None = None) -> dict[str, str]:
     """The case's variables (NCCL_* and the like) over the kit's; a token only when the user set one."""
     host_environment = os.environ if host_environment is None else host_environment
     env = {
@@ -441,7 +447,7 @@ class ContainerPlacement:
         reference = image_reference(case)
         image = images.local_image(reference)
         if image is None:
-            hint = "pull" if images.image_for_case(case.image)[1].build is None else "build"
+            hint = "pull" if locked_image(case).build is None else "build"
             raise RuntimeError(f"image {reference} ({case.image}) is not present: kit images {hint} {case.image}")
         inside = f"{MODELS_MOUNT}/{model_dir.name}"
         command = [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)]
@@ -602,7 +608,9 @@ class DockerExecutor:
             if exit_code is None:
                 exit_code = state.get("ExitCode")
             if binary:
-                output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
+                stdout, stderr = (
+                    container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)
+                )
         finally:
             _remove(container)
             if watchdog is not None:
@@ -616,11 +624,12 @@ class DockerExecutor:
         )
         log.flush()
         if binary:  # the binary's output, read here into the run's one sample
-            raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
+            raw_name = nccl_tests.keep_output(out_dir, command[0], stdout, stderr)
             rank = nccl_tests.rank_sample(
                 case,
                 command,
-                *output,
+                stdout,
+                stderr,
                 exit_code,
                 raw_name,
                 started_at,

@@ -48,7 +48,7 @@ from kit.execute.docker import (
     container_environment,
 )
 from kit.execute.slurm_script import layout
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, ServeParams
 from kit.rundir.schema import SlurmOptions
 
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
@@ -152,7 +152,7 @@ def environment(case: Case, options: K8sOptions) -> list[dict]:
     env = container_environment(case, host_environment={})
     if case.device == "cpu" and "OMP_NUM_THREADS" not in case.params.env:
         env.pop("OMP_NUM_THREADS", None)
-    listed = [{"name": name, "value": value} for name, value in env.items()]
+    listed: list[dict] = [{"name": name, "value": value} for name, value in env.items()]
     if options.token_secret:
         listed += [
             {
@@ -307,10 +307,11 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
     from kit.plan.model_files import model_key
     from kit.serve.engines import engine_for
 
-    engine = engine_for(case.params)
-    key = model_key(case.model, case.shape, case.params.seed)
+    params = case.params_as(ServeParams)
+    engine = engine_for(params)
+    key = model_key(*case.named_model, params.seed)
     inside = f"{MODELS_MOUNT}/{key}"
-    env = {**engine.environment(case), **case.params.env}
+    env = {**engine.environment(case), **params.env}
     container = {
         "name": "engine",
         "image": pinned_image(case),

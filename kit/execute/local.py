@@ -34,7 +34,7 @@ from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
-from kit.workloads.forkserver import ForkServer
+from kit.workloads.forkserver import ForkServer, ServedLaunch
 from kit.workloads.harness import Unavailable
 
 NAME = "local"
@@ -72,7 +72,7 @@ def process_environment(case: Case) -> dict[str, str]:
     return env
 
 
-def kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen | ServedLaunch) -> None:
     """SIGTERM the process group, then SIGKILL whatever is still there after a grace period."""
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
         try:
@@ -162,6 +162,7 @@ class LocalExecutor:
         log.write(f"\n=== {what}: {how}\n")
         log.flush()
         started = time.monotonic()
+        process: subprocess.Popen | ServedLaunch
         if forked:
             process = fork_server().start(
                 processes(case), rank_command, process_environment(case), Path(log.name), memory_cap_bytes(case)
@@ -209,7 +210,7 @@ def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
     )
 
 
-def _wait(process: subprocess.Popen, case: Case, timeout_s: float | None = None) -> bool:
+def _wait(process: subprocess.Popen | ServedLaunch, case: Case, timeout_s: float | None = None) -> bool:
     """Wait up to the case's timeout (or `timeout_s`); True if it had to be killed for it."""
     try:
         process.wait(timeout=timeout_s or case.params.timeout_s)

@@ -17,7 +17,7 @@ from kit.comm.collectives import COLLECTIVES
 from kit.comm.nccl_tests_output import parse_nccl_tests
 from kit.comm.sweep import CommSweep, TopologyFacts
 from kit.files.atomic import atomic_write_text
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, CommParams
 from kit.rundir.schema import RankSample
 
 NCCL_TESTS_DIR_ENV = "KIT_NCCL_TESTS_DIR"  # where the binaries are (the comm image sets it)
@@ -27,18 +27,18 @@ TIME_STATISTIC = "mean over the timed iterations, averaged over the ranks (nccl-
 
 
 def runs_binary(case: Case) -> bool:
-    return case.workload == "comm" and case.params.backend == "nccl-tests"
+    return case.workload == "comm" and case.params_as(CommParams).backend == "nccl-tests"
 
 
 def binary_name(case: Case) -> str:
-    return COLLECTIVES[case.params.collective].nccl_tests_binary
+    return COLLECTIVES[case.params_as(CommParams).collective].nccl_tests_binary
 
 
 def command(case: Case, binary: str, gpus_per_process: int | None = None) -> list[str]:
     """The case's sweep as nccl-tests arguments, all its GPUs driven by this one process; or, for
     a binary built with MPI=1 that srun or mpirun starts once per GPU, `gpus_per_process=1`
     (MPI gives the number of processes)."""
-    params = case.params
+    params = case.params_as(CommParams)
     return [
         binary,
         "-b",
@@ -93,6 +93,7 @@ def rank_sample(
 ) -> RankSample:
     """What the binary's run amounts to: its sweep, or an error saying why there is none. Wrong
     elements (or "Out of bounds values: N FAILED") make it an error too, the rows kept."""
+    params = case.params_as(CommParams)
     parsed = parse_nccl_tests(stdout)
     base = {
         "rank": 0,
@@ -104,12 +105,12 @@ def rank_sample(
     }
     name = Path(argv[0]).name
     sweep = CommSweep(
-        collective=case.params.collective,
+        collective=params.collective,
         backend="nccl-tests",
         ranks=len(parsed.ranks) or case.gpus,
-        dtype=case.params.dtype,
-        warmup_iters=case.params.warmup_iters,
-        iters=case.params.iters,
+        dtype=params.dtype,
+        warmup_iters=params.warmup_iters,
+        iters=params.iters,
         time_statistic=TIME_STATISTIC,
         rows=parsed.rows,
         device_names=sorted(set(parsed.devices)),

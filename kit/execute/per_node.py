@@ -42,7 +42,8 @@ def node_arguments(arguments: Sequence[str], node: str, out: Path, folder_of: Ca
     return [*arguments, f"--out={out / folder_of(node)}", "--nodes=1", f"--nodelist={node}"]
 
 
-def _relay(node: str, process: subprocess.Popen, say: Callable[[str], None]) -> None:
+def _relay(node: str, process: subprocess.Popen[str], say: Callable[[str], None]) -> None:
+    assert process.stdout is not None  # a pipe (run_on_each_node)
     for line in process.stdout:
         say(f"[{node}] {line.rstrip()}")
 

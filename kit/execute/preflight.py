@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kit.execute.base import Executor
@@ -156,7 +157,7 @@ def _image_lines(image: str, executor_name: str) -> list[PreflightLine]:
     ]
 
 
-def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | None, str | None, Path]:
+def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | str, Path]:
     """One run of `case` for real, through the executor the plan will use, in work/<case id>/:
     its sample, or why the executor gave none, and the folder."""
     folder = work / case.id
@@ -166,9 +167,9 @@ def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | N
     atomic_write_model(folder / "case.json", case)
     with (folder / "log.txt").open("a", encoding="utf-8") as log:
         try:
-            return executor.run_once(case, folder, 1, log), None, folder
+            return executor.run_once(case, folder, 1, log), folder
         except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer
-            return None, f"{type(exc).__name__}: {exc}", folder
+            return f"{type(exc).__name__}: {exc}", folder
 
 
 def _case_line(case: Case, executor: Executor, work: Path, host_gpu_names: list[str]) -> PreflightLine:
@@ -182,9 +183,9 @@ def _case_line(case: Case, executor: Executor, work: Path, host_gpu_names: list[
         "comm": f"one collective of 1 KiB by {case.params.backend if isinstance(case.params, CommParams) else ''}",
     }[case.params.kind]
     check = f"{case.stage}: {what} ({case.method}, g{case.gpus})"
-    sample, failure, folder = run_check(miniature(case), executor, work)
-    if sample is None:
-        status, detail = "fail", failure
+    sample, folder = run_check(miniature(case), executor, work)
+    if isinstance(sample, str):
+        status, detail = "fail", sample
     else:
         status, detail = (
             ("ok", f"{executor.name}: ran in {sample.wall_s:.0f} s")
@@ -215,13 +216,15 @@ def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine
     from kit.measure.calibration import calibration_of, summary
 
     started = time.monotonic()
-    sample, failure, folder = run_check(case, executor, work)
+    sample, folder = run_check(case, executor, work)
     calibration = None
-    if sample is not None and sample.status == "ok":
+    if isinstance(sample, str):
+        status, detail = "fail", sample
+    elif sample.status == "ok":
         calibration = calibration_of(case, sample, (folder / "runs" / "1").resolve().as_posix())
         status, detail = "ok", summary(calibration)
     else:
-        status, detail = "fail", failure or f"{sample.status}: {sample.reason}"
+        status, detail = "fail", f"{sample.status}: {sample.reason}"
     return PreflightLine(
         image="host",
         check=f"calibration: what {'the GPUs achieve' if case.device == 'cuda' else 'the CPU achieves'} ({executor.name}, "
@@ -255,7 +258,7 @@ def run_preflight(
     checks,
     out_dir: Path | None = None,
     say=print,
-    host_gpu_names: list[str] = (),
+    host_gpu_names: Sequence[str] = (),
 ) -> Preflight:
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the

@@ -14,8 +14,9 @@ import platform
 import socket
 from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kit.host.clock_events import decode_clock_event_reasons, read_clock_event_mask
 from kit.host.facts import (
@@ -130,17 +131,19 @@ def _read_nvlink(nvml, handle, unreadable: dict[str, str]) -> NvLinkState:
     return NvLinkState(links=len(states), active_links=len(active), version_code=version)
 
 
+def _process_name(nvml, pid: int) -> str:
+    return nvml_text(nvml.nvmlSystemGetProcessName(pid))
+
+
 def _read_processes(nvml, handle, unreadable: dict[str, str]) -> list[GpuProcess]:
-    processes = {}
+    processes: dict[int, Any] = {}  # pid -> pynvml's process record
     for call in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
         for process in call(handle):
             processes.setdefault(process.pid, process)
     return [
         GpuProcess(
             pid=pid,
-            name=_attempt(
-                unreadable, f"processes.{pid}.name", lambda pid=pid: nvml_text(nvml.nvmlSystemGetProcessName(pid))
-            ),
+            name=_attempt(unreadable, f"processes.{pid}.name", partial(_process_name, nvml, pid)),
             # pynvml turns NVML_VALUE_NOT_AVAILABLE into None (no permission, or MIG).
             used_memory_bytes=process.usedGpuMemory,
         )
@@ -305,9 +308,7 @@ def _collect_container_runtime() -> ContainerRuntime:
     for tool in ("nvidia-ctk", "nvidia-container-cli"):
         output, problem = run_command([tool, "--version"])
         if problem is None:
-            toolkit = _attempt(
-                unreadable, "nvidia_container_toolkit", lambda output=output: parse_toolkit_version(output)
-            )
+            toolkit = _attempt(unreadable, "nvidia_container_toolkit", partial(parse_toolkit_version, output))
             break
         problems.append(problem)
     else:

@@ -98,7 +98,7 @@ def parse_topology_matrix(text: str) -> TopologyMatrix:
         if links[device][device] != "X":
             raise TopologyParseError(f"{device} is not 'X' on the diagonal")
 
-    legend = dict(match.groups() for line in lines if (match := NIC_LEGEND_LINE.match(line)))
+    legend = {match[1]: match[2] for line in lines if (match := NIC_LEGEND_LINE.match(line))}
     nics = [device for device in devices if not GPU_COLUMN.match(device)]
     return TopologyMatrix(
         devices=devices,

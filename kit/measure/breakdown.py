@@ -306,7 +306,7 @@ class StepTimeline(BaseModel):
         return sum(self.window_ms.values())
 
 
-def _phase_ranges(records: Iterable[HostRecord]) -> list[list[HostRecord | None]]:
+def _phase_ranges(records: Iterable[HostRecord]) -> list[list[HostRecord]]:
     """The phase ranges grouped into steps (a forward range opens a step), in time order."""
     names = {name: phase for phase, name in PHASE_RANGES.items()}
     steps: list[list[HostRecord | None]] = []
@@ -315,7 +315,7 @@ def _phase_ranges(records: Iterable[HostRecord]) -> list[list[HostRecord | None]
         if phase == "forward" or not steps:
             steps.append([None, None, None])
         steps[-1][PHASES.index(phase)] = record
-    return [step for step in steps if all(step)]
+    return [[record for record in step if record is not None] for step in steps if all(step)]
 
 
 def _device_activities(events: Sequence[Mapping[str, Any]]) -> list[Activity]:
@@ -331,7 +331,7 @@ def _device_activities(events: Sequence[Mapping[str, Any]]) -> list[Activity]:
         start = float(event["ts"])
         launch = launches.get(_args(event).get("correlation"))
         at = float(launch["ts"]) if launch else None
-        end_of_launch = at + float(launch.get("dur", 0.0)) if launch else None
+        end_of_launch = float(launch["ts"]) + float(launch.get("dur", 0.0)) if launch else None
         found.append(
             Activity(
                 start,
@@ -438,13 +438,13 @@ def timeline(trace: Mapping[str, Any], device: Literal["cuda", "cpu"]) -> list[S
             return edges[index][2], edges[index][3]
         return None
 
-    by_thread: dict[Any, list[int]] = defaultdict(list)
+    by_thread: dict[Any, list[tuple[int, float]]] = defaultdict(list)  # an activity's index and launch moment
     for index, activity in enumerate(activities):
         if activity.at is not None:
-            by_thread[activity.thread].append(index)
+            by_thread[activity.thread].append((index, activity.at))
     stacks: dict[int, tuple[HostRecord, ...]] = {}
-    for thread, indices in by_thread.items():
-        for index, stack in zip(indices, _stacks(threads.get(thread, []), [activities[i].at for i in indices])):
+    for thread, launched in by_thread.items():
+        for (index, _), stack in zip(launched, _stacks(threads.get(thread, []), [at for _, at in launched])):
             stacks[index] = stack
 
     per_step: list[list[tuple[Activity, Attributed]]] = [[] for _ in steps]
@@ -491,8 +491,8 @@ def _step_timeline(
     parts: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
     blocks: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
     other = dict.fromkeys(PHASES, 0.0)
-    operators: Counter = Counter()
-    operator_events: Counter = Counter()
+    operators: defaultdict[str, float] = defaultdict(float)
+    operator_events: Counter[str] = Counter()
     recompute = 0.0
     cursor = -float("inf")
     for activity, attributed in sorted(found, key=lambda pair: (pair[0].start, pair[0].end)):
@@ -532,7 +532,8 @@ def _step_timeline(
 class ModuleTimes(Protocol):
     """What part_figures reads of a breakdown: its modules' times (Breakdown, MarkedBreakdown)."""
 
-    modules: Sequence[Any]
+    @property
+    def modules(self) -> Sequence[Any]: ...
 
     def module(self, name: str) -> Any: ...
 
@@ -611,9 +612,10 @@ def summarize_steps(steps: Sequence[StepTimeline], plain: Sequence[Mapping[str, 
                 host_ms=None if any(h is None for h in hosts) else _mean(hosts),  # type: ignore[arg-type]
             )
         )
-    keys = Counter()
+    keys: defaultdict[str, float] = defaultdict(float)  # "phase|operator" -> device time over the steps
     for step in steps:
-        keys.update(step.operators)
+        for key, device_ms in step.operators.items():
+            keys[key] += device_ms
     operators = [
         OperatorTime(
             phase=key.split("|", 1)[0],
@@ -621,7 +623,7 @@ def summarize_steps(steps: Sequence[StepTimeline], plain: Sequence[Mapping[str, 
             device_ms=total / len(steps),
             events=sum(step.operator_events.get(key, 0) for step in steps) / len(steps),
         )
-        for key, total in keys.most_common(OPERATOR_ROWS)
+        for key, total in sorted(keys.items(), key=lambda item: item[1], reverse=True)[:OPERATOR_ROWS]
     ]
     step_per_step = [sum(walls.values()) for walls in plain]
     traced = [step.step_ms for step in steps]

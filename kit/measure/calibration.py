@@ -47,7 +47,7 @@ def linear_shapes(shape: LlamaShape, tokens: int) -> list[tuple[int, int, int]]:
 def plan_shapes(cases: Sequence[Case]) -> list[tuple[int, int, int]]:
     """Each trained model's linear shapes at the most tokens a step of its cases gives one device
     (micro-batch x sequence), in plan order, each once."""
-    tokens: dict[str, tuple[LlamaShape, int]] = {}
+    tokens: dict[str | None, tuple[LlamaShape, int]] = {}  # by model
     for case in cases:
         if (
             case.params.kind in CALIBRATED_KINDS
@@ -140,7 +140,7 @@ def calibration_of(case: Case, run: RunSample, raw_samples: str) -> Calibration:
     threads = f", with {' and with '.join(_threads(details))} threads" if case.device == "cpu" else ""
     per_rank = [_per_shape(each.matmul) for each in details]
     lowest = {key: min(found[key] for found in per_rank) for key in per_rank[0]}
-    best_shape = max(lowest, key=lowest.get)
+    best_shape = max(lowest, key=lowest.__getitem__)
     matmul = _lowest(
         [max(found.values()) for found in per_rank],
         "TFLOPS",

@@ -78,7 +78,7 @@ def comm_case_metrics(
         )
         return found, notes
     bound = sweep_bound(first, case.device, hardware)
-    if not bound.known:
+    if bound.gbps is None:
         notes.append(f"bus bandwidth bound: none ({bound.reason})")
         return found, notes
     notes.append(f"bus bandwidth bound: {bound.gbps:.1f} GB/s, {bound.link}")

@@ -140,12 +140,12 @@ def lora(predicted: int, counted: int, rank: int) -> EffectiveOption:
 
 def expected_lora_parameters(case: Case) -> int:
     params = case.params_as(TrainParams)
-    return lora_parameter_count(case.shape, params.lora_rank, params.lora_targets or DECODER_LINEARS)
+    return lora_parameter_count(case.model_shape, params.lora_rank, params.lora_targets or DECODER_LINEARS)
 
 
 def expected_quantized_modules(case: Case) -> int:
     """bitsandbytes replaces every decoder linear layer; the LM head stays (transformers keeps it)."""
-    return case.shape.num_layers * len(DECODER_LINEARS)
+    return case.model_shape.num_layers * len(DECODER_LINEARS)
 
 
 # --- Over the ranks and runs ----------------------------------------------------------------------
@@ -163,7 +163,9 @@ def merge(case: Case, runs: list[RunSample]) -> tuple[dict[str, EffectiveOption]
                 continue
             details = rank.details_as(TrainDetails)
             reported = details.effective if details is not None else {}
-            missing = [LABELS.get(name, name) for name in options_of(case.params) if name not in reported]
+            missing = [
+                LABELS.get(name, name) for name in options_of(case.params_as(TrainParams)) if name not in reported
+            ]
             if missing:
                 return merged, f"run {run.index}, rank {rank.rank} did not report its {', '.join(missing)}"
             for name, option in reported.items():

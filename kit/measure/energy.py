@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from kit.plan.protocol import Case
 from kit.rundir.breakdown import Breakdown, MarkedBreakdown
-from kit.rundir.schema import Metric, RankSample, RunSample
+from kit.rundir.schema import DeviceTelemetry, Metric, RankSample, RunSample
 from kit.rundir.serving import ServeDetails
 
 JOULES_PER_TOKEN = "joules_per_token"
@@ -71,21 +71,25 @@ INTERVAL_TOKENS = {"train": train_interval_tokens, "serve": serve_interval_token
 def run_energy(ranks: Sequence[RankSample], interval_tokens) -> tuple[float, float]:
     """(joules per token, mean power per GPU) of one run from its ranks' telemetry. A serving
     driver's telemetry already sums energy over the engine's GPUs and averages their power."""
-    readings = [rank.telemetry for rank in ranks]
-    for telemetry in readings:
+    readings: list[DeviceTelemetry] = []
+    for rank in ranks:
+        telemetry = rank.telemetry
         if telemetry is None:
             raise NoReading("a rank recorded no telemetry")
         if telemetry.unavailable:
             raise NoReading(telemetry.unavailable)
-    if any(t.energy_j is None for t in readings):
+        readings.append(telemetry)
+    energies = [t.energy_j for t in readings if t.energy_j is not None]
+    if len(energies) < len(readings):
         raise NoReading("NVML gave no energy counter reading (a GPU older than Volta, or a driver without it)")
-    if any(t.mean_power_w is None for t in readings):
+    powers = [t.mean_power_w for t in readings if t.mean_power_w is not None]
+    if len(powers) < len(readings):
         raise NoReading("NVML gave no power reading")
     tokens = sum(interval_tokens(rank) for rank in ranks)
     if tokens <= 0:
         raise NoReading("the measured interval produced no tokens")
-    energy = sum(t.energy_j for t in readings)
-    return energy / tokens, sum(t.mean_power_w for t in readings) / len(readings)
+    energy = sum(energies)
+    return energy / tokens, sum(powers) / len(readings)
 
 
 def per_run_energy(case: Case, runs: Sequence[RunSample]) -> list[tuple[float, float]]:

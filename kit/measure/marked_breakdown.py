@@ -20,9 +20,11 @@ def marked_figures(breakdown: MarkedBreakdown) -> dict[str, float]:
     for phase in breakdown.phases:
         figures[f"{phase.name}_s"] = phase.wall_ms / 1e3
         figures[f"{phase.name}_share"] = phase.wall_ms / breakdown.step_ms
-        if phase.activity is not None and phase.activity.idle_share is not None:
-            figures[f"{phase.name}_idle_share"] = phase.activity.idle_share
-            figures[f"{phase.name}_kernel_s"] = phase.activity.kernel_ms / 1e3
+        activity = phase.activity
+        if activity is not None and activity.idle_share is not None:
+            assert activity.kernel_ms is not None, "the marks' kits recorded a phase's kernel time with its busy time"
+            figures[f"{phase.name}_idle_share"] = activity.idle_share
+            figures[f"{phase.name}_kernel_s"] = activity.kernel_ms / 1e3
     figures.update(part_figures(breakdown))
     if breakdown.module("Decoder layers") is not None:
         figures["blocks_step_s"] = breakdown.blocks_step_ms / 1e3

@@ -18,7 +18,7 @@ from kit.measure.metrics import summarize
 from kit.measure.training import train_case_metrics
 from kit.measure.unit import Judgement, StageUnit
 from kit.plan.predictions import predicted_training_memory
-from kit.plan.protocol import Case, MaxBatchSearch
+from kit.plan.protocol import Case, MaxBatchSearch, TrainParams
 from kit.rundir.schema import Metric, RunSample
 from kit.theory.hardware import HardwareTable
 
@@ -34,10 +34,24 @@ def trial_case(case: Case, micro_batch: int) -> Case:
     return case.model_copy(update={"params": params})
 
 
+def search_settings(case: Case) -> MaxBatchSearch:
+    """A max-batch case's search (TypeError for a case that searches nothing)."""
+    if case.max_batch_search is None:
+        raise TypeError(f"case {case.id} is not a max-batch search")
+    return case.max_batch_search
+
+
+def trial_batch(trial: RunSample) -> int:
+    """The micro-batch a trial ran (`search` records it on every trial)."""
+    if trial.micro_batch is None:
+        raise ValueError(f"trial {trial.index} records no micro-batch")
+    return trial.micro_batch
+
+
 def predicted_start(case: Case, device_bytes: float | None) -> int:
     """The largest micro-batch the memory model says fits `device_bytes` (1 without a device or
     a prediction): where the search starts, so that a GPU needs few trials."""
-    search: MaxBatchSearch = case.params.max_batch_search
+    search = search_settings(case)
     if search.start is not None:
         return search.start
     if device_bytes is None:
@@ -70,15 +84,17 @@ def next_trial(trials: Sequence[tuple[int, str]], start: int, largest: int) -> i
 
 def search(case: Case, run_trial: Callable[[Case, int], RunSample], device_bytes: float | None) -> list[RunSample]:
     """The trials of a max-batch case, in order; `run_trial(trial case, index)` runs one."""
-    settings: MaxBatchSearch = case.params.max_batch_search
+    settings = search_settings(case)
     start = min(predicted_start(case, device_bytes), settings.largest)
     samples: list[RunSample] = []
+    trials: list[tuple[int, str]] = []  # (micro-batch, status) of each sample
     while len(samples) < settings.max_trials:
-        batch = next_trial([(s.micro_batch, s.status) for s in samples], start, settings.largest)
+        batch = next_trial(trials, start, settings.largest)
         if batch is None:
             break
         sample = run_trial(trial_case(case, batch), len(samples) + 1)
         samples.append(sample.model_copy(update={"micro_batch": batch}))
+        trials.append((batch, sample.status))
     return samples
 
 
@@ -86,9 +102,9 @@ def search_cap(case: Case, trials: Sequence[RunSample]) -> str | None:
     """Why the largest micro-batch that ran is only a lower bound of what the configuration holds:
     the search reached its largest micro-batch, or ran out of trials before the micro-batch above
     it ran out of memory; None where it found that boundary (or nothing ran)."""
-    settings: MaxBatchSearch = case.params.max_batch_search
-    ran = [t.micro_batch for t in trials if t.status == "ok"]
-    failed = [t.micro_batch for t in trials if t.status == "oom"]
+    settings = search_settings(case)
+    ran = [trial_batch(t) for t in trials if t.status == "ok"]
+    failed = [trial_batch(t) for t in trials if t.status == "oom"]
     if not ran or (failed and min(failed) == max(ran) + 1):
         return None
     if max(ran) >= settings.largest:
@@ -133,14 +149,15 @@ def maxbatch_case_metrics(
 ) -> tuple[dict[str, Metric | None], list[str]]:
     """The largest micro-batch that ran, and the training figures of that trial; its micro-batch
     checked against the tokens its ranks processed."""
-    best = max((t for t in trials if t.status == "ok"), key=lambda t: t.micro_batch)
+    best = max((t for t in trials if t.status == "ok"), key=trial_batch)
+    batch = trial_batch(best)
     tokens = {rank.tokens_per_step for rank in best.ranks} - {0}  # 0: a tensor-parallel peer (Megatron)
-    if tokens != {best.micro_batch * case.params.seq_len}:
+    if tokens != {batch * case.params_as(TrainParams).seq_len}:
         raise ValueError(
             f"trial {best.index} is recorded at micro-batch {best.micro_batch}, its ranks processed {sorted(tokens)} tokens per step"
         )
-    found, notes = train_case_metrics(trial_case(case, best.micro_batch), [best], hardware)
-    found = {"max_micro_batch": summarize([best.micro_batch], "sequences"), **found}
+    found, notes = train_case_metrics(trial_case(case, batch), [best], hardware)
+    found = {"max_micro_batch": summarize([batch], "sequences"), **found}
     cap = search_cap(case, trials)
     capped = [f"micro-batch {best.micro_batch} is a lower bound of the largest that fits: {cap}"] if cap else []
     return found, [trials_note(trials), f"figures of trial {best.index}, at the largest micro-batch", *capped, *notes]

@@ -104,7 +104,7 @@ def breakdown_notes(breakdown: Breakdown) -> list[str]:
 
 def profile_case_metrics(
     case: Case, runs: Sequence[RunSample], hardware: HardwareTable | None = None
-) -> tuple[dict[str, Metric | None], list[str]]:
+) -> tuple[dict[str, Metric], list[str]]:
     """Phase, part and block times of a profile case over its runs, tokens/s, model-FLOPs
     TFLOPS and MFU, peak memory; notes with the analytical model and every impossible value.
     A run recorded by a kit of the marks (kit.measure.marked_breakdown) keeps that kit's figures."""
@@ -115,8 +115,8 @@ def profile_case_metrics(
         notes = marked_notes(marked)
         cpu_note = f"GPU idle share: {marked[0].activity_method}"
     else:
-        breakdowns = [run.ranks[0].details_as(Breakdown) for run in runs]
-        if None in breakdowns:
+        breakdowns = [b for run in runs if (b := run.ranks[0].details_as(Breakdown)) is not None]
+        if len(breakdowns) < len(runs):
             raise ValueError("a profile run recorded no breakdown")
         per_run = [breakdown_figures(b) for b in breakdowns]
         notes = [note for b in breakdowns for note in breakdown_notes(b)]
@@ -126,13 +126,13 @@ def profile_case_metrics(
         name: summarize([figures[name] for figures in per_run], "s" if name.endswith("_s") else "fraction")
         for name in names
     }
-    tokens = case.params_as(StepParams).tokens_per_step
+    step = case.params_as(StepParams)
+    tokens = step.tokens_per_step
     found["tokens_per_s"] = summarize([tokens / figures["step_s"] for figures in per_run], "tokens/s")
     peaks = [max(peak_memory_gib(rank) for rank in run.ranks) for run in runs]
     found["peak_memory_gib"] = summarize(peaks, "GiB")
     tflops = [
-        achieved_tflops(model_flops_per_token(case.shape, case.params.seq_len), t)
-        for t in found["tokens_per_s"].per_run
+        achieved_tflops(model_flops_per_token(case.model_shape, step.seq_len), t) for t in found["tokens_per_s"].per_run
     ]
     found["achieved_tflops"] = summarize(tflops, "TFLOP/s")
 

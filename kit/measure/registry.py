@@ -45,6 +45,8 @@ def measure(case: Case, runs: Sequence[RunSample]) -> tuple[dict[str, Metric | N
     """Everything an ok case's result.json carries: its unit's figures and, beside them, joules
     per token and mean power per GPU (kit/measure/energy.py) or why they are absent, and whether a
     measured window was throttled (kit/measure/throttling.py)."""
-    found, notes = unit_of(case).case_metrics(case, runs)
+    unit = unit_of(case)
+    assert unit is not None and unit.case_metrics is not None, "measured only where the case's unit has figures"
+    found, notes = unit.case_metrics(case, runs)
     energy, energy_notes = energy_case_metrics(case, runs)
     return {**found, **energy}, [*notes, *energy_notes, *throttle_notes(runs)]

@@ -5,9 +5,10 @@ definitions), the section sets throughput beside its roofline bound and the late
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
@@ -34,15 +35,16 @@ if TYPE_CHECKING:
 Request = TypeVar("Request", bound=RequestTimes)  # a request's row as read: all of it, or its times alone
 
 # Case metrics: each figure of each run comes from that run's aggregates (rank 0 drives the
-# burst), which `aggregate` computed from the run's requests.jsonl rows.
-SERVE_FIGURES = {
+# burst), which `aggregate` computed from the run's requests.jsonl rows. A figure reads a run's
+# aggregates, or None where it has none (AttributeError: the figure is absent).
+SERVE_FIGURES: dict[str, tuple[str, Callable[[Any], float]]] = {
     "request_throughput": ("requests/s", lambda a: a.request_throughput),
     "output_throughput": ("tokens/s", lambda a: a.output_throughput),
     "total_token_throughput": ("tokens/s", lambda a: a.total_token_throughput),
     "duration_s": ("s", lambda a: a.duration_s),
     "error_rate": ("fraction", lambda a: a.errors / a.requests),
     **{
-        f"{name}_{stat}_s": ("s", lambda a, name=name, stat=stat: getattr(getattr(a, f"{name}_s"), stat))
+        f"{name}_{stat}_s": ("s", attrgetter(f"{name}_s.{stat}"))
         for name in ("ttft", "tpot", "itl", "latency")
         for stat in ("mean", "median", "p90", "p99")
     },
@@ -91,8 +93,8 @@ def serve_case_metrics(
             notes.append(
                 f"run {index}: {details.short_outputs} requests ended before max_output_tokens (EOS); see requests.jsonl"
             )
-    bounds = [details.bounds for details in driver]
-    if driver and all(isinstance(bound, ServingBounds) for bound in bounds):
+    bounds = [details.bounds for details in driver if isinstance(details.bounds, ServingBounds)]
+    if driver and len(bounds) == len(driver):
         found["output_throughput_bound"] = summarize([bound.max_output_tokens_per_s for bound in bounds], "tokens/s")
     elif driver:
         notes.append(f"output throughput bound: {no_bound_reason(driver[0])}")
@@ -137,7 +139,7 @@ def sweep_notes(sweep: SweepDetails | None) -> list[str]:
         )
     if sweep.not_measured:
         notes.append(f"sweep: {sweep.not_measured}")
-    if not sweep.tokens.equal:
+    if sweep.tokens is not None and not sweep.tokens.equal:
         notes.append(
             f"sweep: the client counted {sweep.tokens.client_counted} tokens, the engine "
             f"{sweep.tokens.server_counters.generated_tokens}"
@@ -150,7 +152,11 @@ def no_bound_reason(details: ServeDetails) -> str:
     return details.bounds.unavailable if isinstance(details.bounds, NoBound) else "not computed"
 
 
-def rows_of(path: Path, row: type[Request] = RequestRecord) -> list[Request]:
+@overload
+def rows_of(path: Path) -> list[RequestRecord]: ...
+@overload
+def rows_of(path: Path, row: type[Request]) -> list[Request]: ...
+def rows_of(path: Path, row: type[RequestTimes] = RequestRecord) -> Sequence[RequestTimes]:
     """The requests of one requests.jsonl, each read as `row`; a row that is not one is
     UnreadableRun, naming the file, the line and the key."""
     rows = []

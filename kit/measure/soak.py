@@ -52,16 +52,16 @@ def run_windows(run: RunSample) -> list[WindowFigures]:
         seconds = max(window.seconds for window in parts)
         readings = [window.telemetry for window in parts if window.telemetry is not None]
         telemetry = combine_gpus(readings) if readings else None
-        measured = telemetry is not None and telemetry.unavailable is None
+        measured = telemetry if telemetry is not None and telemetry.unavailable is None else None
         found.append(
             WindowFigures(
                 started_s=min(window.started_s for window in parts),
                 seconds=seconds,
                 throughput=sum(window.tokens for window in parts) / seconds,
-                sm_clock_mhz=telemetry.sm_clock_mhz_mean if measured else None,
-                temperature_c=telemetry.temperature_c_max if measured else None,
-                power_w=telemetry.mean_power_w if measured else None,
-                limiting=limiting_reasons(telemetry) if measured else {},
+                sm_clock_mhz=measured.sm_clock_mhz_mean if measured else None,
+                temperature_c=measured.temperature_c_max if measured else None,
+                power_w=measured.mean_power_w if measured else None,
+                limiting=limiting_reasons(measured) if measured else {},
             )
         )
     return found
@@ -74,6 +74,7 @@ def soak_case_metrics(
     last / first), and the first and last window's SM clock, temperature and power where NVML
     read them."""
     per_run = [run_windows(run) for run in runs]
+    soak_s = summarize([ws[-1].started_s + ws[-1].seconds for ws in per_run], "s")
     found: dict[str, Metric | None] = {
         "throughput": summarize(
             [sum(w.throughput * w.seconds for w in ws) / sum(w.seconds for w in ws) for ws in per_run], "tokens/s"
@@ -81,7 +82,7 @@ def soak_case_metrics(
         "throughput_first": summarize([ws[0].throughput for ws in per_run], "tokens/s"),
         "throughput_last": summarize([ws[-1].throughput for ws in per_run], "tokens/s"),
         "sustained_ratio": summarize([ws[-1].throughput / ws[0].throughput for ws in per_run], "fraction"),
-        "soak_s": summarize([ws[-1].started_s + ws[-1].seconds for ws in per_run], "s"),
+        "soak_s": soak_s,
     }
     for name, unit in READINGS.items():
         for end, pick in (("first", 0), ("last", -1)):
@@ -91,7 +92,7 @@ def soak_case_metrics(
     windows = per_run[0]
     notes = [
         f"{len(windows)} windows of about {format_value(statistics.fmean(w.seconds for w in windows))} s over "
-        f"{format_value(found['soak_s'].mean)} s; the first window against the last"
+        f"{format_value(soak_s.mean)} s; the first window against the last"
     ]
     if "sm_clock_mhz_first" not in found:
         notes.append("SM clock, temperature and power: not measured (no NVML reading of the windows)")

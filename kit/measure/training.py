@@ -24,7 +24,7 @@ from kit.measure.metrics import (
 )
 from kit.measure.unit import StageUnit
 from kit.plan.predictions import model_notes
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, TrainParams
 from kit.rundir.schema import Metric, RunSample
 from kit.theory.analytic import achieved_tflops, mfu, model_flops_per_token
 from kit.theory.hardware import HardwareTable, load_hardware, peak_tflops
@@ -55,16 +55,16 @@ def train_metrics(runs: Sequence[RunSample]) -> dict[str, Metric]:
     per_run = [train_run_figures(run) for run in runs]
     found = {name: summarize([figures[name] for figures in per_run], unit) for name, unit in TRAIN_UNITS.items()}
     for name, read in OPTIONAL_MEMORY.items():
-        values = [[read(rank) for rank in run.ranks] for run in runs]
-        if values and all(per_rank and None not in per_rank for per_rank in values):
-            found[name] = summarize([max(per_rank) for per_rank in values], "GiB")
+        known = [[value for rank in run.ranks if (value := read(rank)) is not None] for run in runs]
+        if known and all(per_rank and len(per_rank) == len(run.ranks) for per_rank, run in zip(known, runs)):
+            found[name] = summarize([max(per_rank) for per_rank in known], "GiB")
     return found
 
 
 def full_training(case: Case) -> bool:
     """Model FLOPs (forward + 2x forward backward) hold only when every weight gets a gradient;
     frozen 4-bit weights (Q) and LoRA bases skip the weight-gradient matmuls."""
-    params = case.params
+    params = case.params_as(TrainParams)
     return params.quantization == "none" and params.peft == "none"
 
 
@@ -73,20 +73,21 @@ def train_case_metrics(
 ) -> tuple[dict[str, Metric | None], list[str]]:
     """Throughput, step time and memory of every training case; achieved TFLOPS where the FLOPs
     model applies; MFU where the device's peak is known too. Each omission says why."""
-    found: dict[str, Metric | None] = dict(train_metrics(runs))
+    measured = train_metrics(runs)
+    found: dict[str, Metric | None] = dict(measured)
     # The analytical model beside the measurement: predicted memory, the step's lower bound, flags.
     notes: list[str] = model_notes(
         case,
         [rank.device_name for run in runs for rank in run.ranks],
-        found["step_time_s"].per_run,
-        found["peak_memory_gib"].per_run,
+        measured["step_time_s"].per_run,
+        measured["peak_memory_gib"].per_run,
         hardware,
     )
     if not full_training(case):
         notes.append("achieved TFLOPS and MFU: not computed, the FLOPs model covers full training only")
         return found, notes
-    flops = model_flops_per_token(case.shape, case.params.seq_len)
-    tflops = [achieved_tflops(flops, value) for value in found["tokens_per_s"].per_run]
+    flops = model_flops_per_token(case.model_shape, case.params_as(TrainParams).seq_len)
+    tflops = [achieved_tflops(flops, value) for value in measured["tokens_per_s"].per_run]
     found["achieved_tflops"] = summarize(tflops, "TFLOP/s")
     device_names = sorted({rank.device_name for run in runs for rank in run.ranks})
     if case.device != "cuda":
@@ -98,8 +99,9 @@ def train_case_metrics(
     if peak is None:
         notes.append(f"MFU: not computed, no {case.params.dtype} peak in hardware.yaml for {', '.join(device_names)}")
         return found, notes
-    found["mfu"] = summarize([mfu(value, peak, case.gpus) for value in tflops], "fraction")
-    if max(found["mfu"].per_run) > 1:
+    utilisation = summarize([mfu(value, peak, case.gpus) for value in tflops], "fraction")
+    found["mfu"] = utilisation
+    if max(utilisation.per_run) > 1:
         notes.append("MFU above 100 %: impossible, so the measurement or the device's peak is wrong")
     return found, notes
 

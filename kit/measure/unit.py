@@ -5,14 +5,14 @@ harness. How the report lays a stage out is the report's (kit.report.sections.st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kit.plan.protocol import Case
 from kit.rundir.schema import Metric, RunSample
 
 # (case, its runs, the hardware table or None for manifests/hardware.yaml) -> (metrics, notes)
-CaseMetrics = Callable[..., tuple[dict[str, Metric | None], list[str]]]
+CaseMetrics = Callable[..., tuple[Mapping[str, Metric | None], list[str]]]
 
 
 @dataclass(frozen=True)

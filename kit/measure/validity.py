@@ -78,7 +78,9 @@ def tokens_disagree(result: Result) -> str | None:
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
         details = driver.details_as(ServeDetails) if driver else None
         tokens = details.tokens if details else None
-        counted = tokens.server_counters.generated_tokens if tokens else None
+        if tokens is None:
+            continue
+        counted = tokens.server_counters.generated_tokens
         if counted is not None and not tokens.equal:
             return (
                 f"self-check failed in run {index}: the client counted {tokens.client_counted} tokens, "

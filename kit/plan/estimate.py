@@ -63,8 +63,9 @@ def run_history(root: Path) -> dict[str, list[float]]:
 
 def _training(case: Case, spec, capacity_bytes: int | None) -> Estimate | None:
     from kit.plan.predictions import predicted_oom, predicted_training_memory, training_step_bound
+    from kit.plan.protocol import StepParams
 
-    params = case.params
+    params = case.params_as(StepParams)
     runs = case.max_batch_search.max_trials if case.max_batch_search else params.runs
     if predicted_oom(case, spec, capacity_bytes):
         return Estimate(
@@ -107,10 +108,11 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
         serving_s /= SERVING_SHARE_OF_BOUND
         if params.sweep is not None:  # a point of N concurrent requests: its requests / N batches of N, or max_point_s
             levels, sweep = params.sweep.levels(params.prompts), params.sweep
-            points_s = [
-                sweep.requests_at(n) / n * concurrency_bound(case, spec, n).together.seconds / SERVING_SHARE_OF_BOUND
-                for n in levels
-            ]
+            points_s = []
+            for n in levels:
+                point = concurrency_bound(case, spec, n)
+                assert point is not None, "serving_bounds above found the peaks it needs"
+                points_s.append(sweep.requests_at(n) / n * point.together.seconds / SERVING_SHARE_OF_BOUND)
             serving_s += sum(min(seconds, sweep.max_point_s or seconds) for seconds in points_s)
             what += f" and the sweep's {len(levels)} points"
         seconds = params.runs * (ENGINE_START_S + serving_s)
@@ -151,9 +153,9 @@ def estimates(
 
 def remaining_seconds(pending: list[str], predicted: dict[str, Estimate], actual: dict[str, float]) -> float | None:
     """What is left, corrected by how long the finished cases took against their estimates."""
-    known = [predicted[case_id].seconds for case_id in pending if predicted[case_id].seconds is not None]
+    known = [seconds for case_id in pending if (seconds := predicted[case_id].seconds) is not None]
     if not known:
         return None
-    done = [(actual[c], predicted[c].seconds) for c in actual if predicted.get(c) and predicted[c].seconds]
+    done = [(actual[c], seconds) for c in actual if (found := predicted.get(c)) and (seconds := found.seconds)]
     correction = sum(a for a, _ in done) / sum(p for _, p in done) if done else 1.0
     return correction * sum(known)

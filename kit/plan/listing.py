@@ -4,7 +4,7 @@ listing reads the plan cache and imports no pydantic model."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kit.host.this_host import Host
 from kit.plan.fit import skip_reason
@@ -20,7 +20,7 @@ class Listing(NamedTuple):
 def listing(profile: str | None, host: Host) -> Listing:
     names = host.gpu_names
     plan = plan_data(profile or ("paper" if names else "smoke"), host.gpu_count or None, host.smallest_gpu_memory)
-    cases = [case_view(case) for case in plan["cases"]]
+    cases: list[Any] = [case_view(case) for case in plan["cases"]]  # read as kit.plan.protocol.Case reads
     skipped = {case.id: reason for case in cases if (reason := skip_reason(case, host))}
     runnable = [case for case in cases if case.id not in skipped]
     if any(case.device == "cuda" for case in runnable):  # the analytic estimate reads a GPU case as its model

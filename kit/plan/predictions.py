@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from kit.plan.protocol import Case, StepParams
+from kit.plan.protocol import Case, ServeParams, StepParams, TrainParams
 from kit.theory.analytic import (
     ADAM_MIXED_PRECISION_BYTES_PER_PARAM,
     DECODER_LINEARS,
@@ -158,11 +158,11 @@ def _megatron_memory(case: Case, element: int, optimizer_bytes: float) -> Memory
     """megatron-core as kit/workloads/megatron_train.py configures it: its distributed optimizer shards
     the fp32 main weights and Adam states over the data-parallel ranks (as ZeRO-1 does), and the
     gradients live whole in an fp32 buffer (grad_reduce_in_fp32)."""
-    params = case.params
+    params = case.params_as(TrainParams)
     if params.tensor_parallel > 1:
         return MemoryPrediction(memory=None, basis="not predicted: tensor parallelism is not in the memory model")
     memory = training_memory_per_gpu(
-        case.shape,
+        case.model_shape,
         world_size=case.gpus,
         zero_stage=1,
         micro_batch=params.micro_batch,
@@ -214,8 +214,8 @@ def predicted_oom(case: Case, spec: GpuSpec | None, capacity_bytes: int | None =
         return None
     if capacity_bytes is not None:
         capacity, where = float(capacity_bytes), f"the GPU has {capacity_bytes / GIB:.1f} GiB (NVML)"
-    elif spec is not None and device_memory_bytes(spec) is not None:
-        capacity = device_memory_bytes(spec)
+    elif spec is not None and (datasheet := device_memory_bytes(spec)) is not None:
+        capacity = datasheet
         where = f"device has {spec.memory.value:g} {spec.memory.unit} (datasheet, hardware.yaml)"
     else:
         return None
@@ -321,7 +321,8 @@ class ServingBounds(BaseModel):
     burst: LatencyBound  # the whole burst: every prompt prefilled, every output token generated
     basis: str
 
-    @computed_field
+    # mypy cannot type a decorator over a property: pydantic documents this ignore for computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def max_output_tokens_per_s(self) -> float:
         """Upper bound on the burst's generated tokens per second."""
@@ -346,7 +347,8 @@ def _served_together(case: Case, batch: int, generated: int, peak: float, bandwi
     FLOPs; memory the least traffic, the weights read once per decode step and each sequence's KV
     cache once per step. The larger of the two totals, however an engine overlaps prefill and
     decode."""
-    shape, prompt, element = case.shape, case.params.input_tokens, BYTES_PER_ELEMENT[case.params.dtype]
+    params = case.params_as(ServeParams)
+    shape, prompt, element = case.model_shape, params.input_tokens, BYTES_PER_ELEMENT[params.dtype]
     contexts = range(prompt + 1, prompt + generated)  # token k > 1 comes from a step over prompt + k - 1
     flops = batch * prefill_flops(shape, prompt) + batch * sum(decode_flops_per_token(shape, c) for c in contexts)
     traffic = prefill_bytes(shape, prompt, batch, element, element)
@@ -366,8 +368,8 @@ def serving_bounds(case: Case, gpu_spec: GpuSpec, output_tokens: int | None = No
     peaks = _serving_peaks(case, gpu_spec)
     if peaks is None:
         return None
-    params, (total_peak, total_bandwidth) = case.params, peaks
-    shape, element = case.shape, BYTES_PER_ELEMENT[params.dtype]
+    params, (total_peak, total_bandwidth) = case.params_as(ServeParams), peaks
+    shape, element = case.model_shape, BYTES_PER_ELEMENT[params.dtype]
     prompt, generated = params.input_tokens, output_tokens or params.max_output_tokens
     contexts = range(prompt + 1, prompt + generated)
     one_decode = [
@@ -408,7 +410,7 @@ class ConcurrencyBound(BaseModel):
     min_tpot_s: float  # the mean of the decode steps of N sequences over a request's contexts
     basis: str
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def max_output_tokens_per_s(self) -> float:
         return self.concurrency * self.output_tokens / self.together.seconds
@@ -422,11 +424,11 @@ def concurrency_bound(
     peaks = _serving_peaks(case, gpu_spec)
     if peaks is None:
         return None
-    params, (peak, bandwidth) = case.params, peaks
+    params, (peak, bandwidth), shape = case.params_as(ServeParams), peaks, case.model_shape
     element, prompt = BYTES_PER_ELEMENT[params.dtype], params.input_tokens
     generated = output_tokens or params.max_output_tokens
     steps = [
-        decode_latency_lower_bound(case.shape, c, concurrency, peak, bandwidth, element, element).seconds
+        decode_latency_lower_bound(shape, c, concurrency, peak, bandwidth, element, element).seconds
         for c in range(prompt + 1, prompt + generated)
     ]
     return ConcurrencyBound(
@@ -475,7 +477,7 @@ def model_notes(
         notes.append(flag)
     spec = device_spec(case, device_names, hardware)
     bound = training_step_bound(case, spec)
-    if bound is not None:
+    if spec is not None and bound is not None:
         notes.append(
             f"step time lower bound {bound.seconds:.4g} s ({bound.limited_by}-bound at the {spec.model} datasheet "
             "peak; kit.plan.predictions.training_step_bound)"

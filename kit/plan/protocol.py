@@ -8,8 +8,9 @@ Case ids are derived only from those axes, so two runs on two machines match cas
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -387,6 +388,19 @@ class Case(BaseModel):
         return self.params
 
     @property
+    def model_shape(self) -> ModelSpec:
+        """The shape of the case's model, for a workload that has one (train, profile, serve):
+        TypeError for a case of no model (a collective, a calibration)."""
+        return self.named_model[1]
+
+    @property
+    def named_model(self) -> tuple[str, ModelSpec]:
+        """The case's model by name and shape: TypeError for a case of no model."""
+        if self.model is None or self.shape is None:
+            raise TypeError(f"case {self.id} has no model")
+        return self.model, self.shape
+
+    @property
     def step(self) -> StepParams | None:
         """A training or profile case's step parameters; None for another kind."""
         return self.params if isinstance(self.params, StepParams) else None
@@ -561,12 +575,13 @@ def _method_params(method: str, options: dict[str, Option]) -> dict[str, Any]:
 
 def _case_image(stage: StageSpec, profile: Profile, method: str, options: dict[str, Option]) -> str:
     """The stage's image, or the one an option of the method names; then the profile's override."""
-    named = [options[token].image for token in method_tokens(method) if options[token].image]
+    named = [image for token in method_tokens(method) if (image := options[token].image)]
     image = named[0] if named else stage.image
     return profile.images.get(image, image)
 
 
-class HostGpus(NamedTuple):
+@dataclass(frozen=True)
+class HostGpus:
     """What a plan is fitted to: the host's GPU count, and the smallest GPU's memory in bytes
     where it is known (NVML, or a fingerprint's)."""
 
@@ -641,10 +656,10 @@ def _stage_cases(
                     "a GPU case is bounded by its GPU's memory; the cap is for CPU profiles",
                 )
             shape = protocol.models[model] if model else None
-            fitted = {}
+            fitted: dict[int, tuple[int, str | None, str | None]] = {}
             for written in gpu_counts:
-                gpus, *why = _fitted(fit, written, host, shape, params)
-                fitted.setdefault(gpus, (written, *why))  # the first count written that lands on it
+                gpus, why, does_not_fit = _fitted(fit, written, host, shape, params)
+                fitted.setdefault(gpus, (written, why, does_not_fit))  # the first count written that lands on it
             for gpus, (written, why, does_not_fit) in fitted.items():
                 cases.append(
                     Case(

@@ -8,7 +8,7 @@ its columns into unreadable stubs when piped (80 columns).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Any
 
 
@@ -30,7 +30,7 @@ def fitted_label(gpus: int, fitted_from: int | None) -> str | None:
 def plan_text(
     title: str,
     cases: Sequence[Any],
-    finished: set[str] = frozenset(),
+    finished: Set[str] = frozenset(),
     on_host: dict[str, str] | None = None,
     estimates: dict | None = None,
 ) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from pydantic import BaseModel
 
@@ -118,6 +118,24 @@ class Reading(NamedTuple):
     case_used: str | None = None
     result: Result | None = None
     metric: Metric | None = None
+
+
+class ReadingSource(TypedDict):
+    """The fields of a Reading that say where it comes from, whatever it found."""
+
+    caveats: tuple[str, ...]
+    stand_in: tuple[str, str] | None
+    run: str
+    case: str
+    case_used: str
+
+
+def known_value(reading: Reading) -> float:
+    """The value of a reading of a relation whose evidence has no gap (`ClaimContext.gather`): a
+    reading without one says why, as missing or inapplicable."""
+    if reading.value is None:
+        raise ValueError(f"a reading without a value: {reading.missing or reading.inapplicable}")
+    return reading.value
 
 
 def stand_in_case(case_id: str, run: MeasuredRun) -> str | None:
@@ -226,7 +244,13 @@ class ClaimContext:
         if case not in run.results and not run.comparable_to_reference:
             used = stand_in_case(case, run) or case
             stand_in = (case, used) if used != case else None
-        found = {"caveats": tuple(caveats), "stand_in": stand_in, "run": run.label, "case": case, "case_used": used}
+        found: ReadingSource = {
+            "caveats": tuple(caveats),
+            "stand_in": stand_in,
+            "run": run.label,
+            "case": case,
+            "case_used": used,
+        }
         result = run.results.get(used)
         fitted = fitted_in_place_of(used, run)
         if fitted is not None:  # the host's own figure, never a measure of the paper's GPU count
@@ -303,9 +327,10 @@ def spread_of(
     `relative` gives the relative errors where they are not the readings' own."""
     short = tuple(dict.fromkeys(_runs_text(r) for r in readings if r.metric is None or r.metric.n < MIN_RUNS))
     errors = list(relative) if relative is not None else [relative_error(r.metric) for r in readings]
-    if value is None or any(error is None for error in errors):
+    known = [error for error in errors if error is not None]
+    if value is None or len(known) < len(errors):
         return Spread(short, None)
-    return Spread(short, SPREAD_FACTOR * abs(value) * math.sqrt(sum(error**2 for error in errors)))  # type: ignore[operator]
+    return Spread(short, SPREAD_FACTOR * abs(value) * math.sqrt(sum(error**2 for error in known)))
 
 
 def median_spread(pairs: Sequence[Sequence[Reading]], median: float | None) -> Spread:
@@ -389,7 +414,7 @@ def bounded(
         return outcome(relation, shown, evidence)
     judged = [(label, published, *judge(published, value, spread, scale)) for label, published in readings]
     verdicts = {verdict for _, _, verdict, _ in judged}
-    verdict: Verdict = next(v for v in ("consistent", "inconclusive", "deviates") if v in verdicts)  # type: ignore[assignment]
+    verdict: Verdict = next(v for v in ("consistent", "inconclusive", "deviates") if v in verdicts)
     if len(judged) == 1:
         finding = judged[0][3]
     else:
@@ -572,7 +597,7 @@ def _evaluate_ordering(context: ClaimContext, relation: OrderingRelation) -> Rel
     if evidence.missing or evidence.inapplicable:
         return outcome(text, published, evidence)
     shown = sign.join(
-        ", ".join(f"{label(item)} {format_value(r.value)}" for item, r in zip(tier, values))  # type: ignore[arg-type]
+        ", ".join(f"{label(item)} {format_value(known_value(r))}" for item, r in zip(tier, values))
         for tier, values in zip(relation.tiers, readings)
     )
     spread = spread_of([r for tier in readings for r in tier], None)
@@ -580,20 +605,20 @@ def _evaluate_ordering(context: ClaimContext, relation: OrderingRelation) -> Rel
     for upper, lower, upper_items, lower_items in zip(readings, readings[1:], relation.tiers, relation.tiers[1:]):
         for a, item_a in zip(upper, upper_items):
             for b, item_b in zip(lower, lower_items):
-                gap = a.value - b.value if relation.direction == "descending" else b.value - a.value  # type: ignore[operator]
-                errors = [relative_error(a.metric), relative_error(b.metric)]
+                a_value, b_value = known_value(a), known_value(b)
+                gap = a_value - b_value if relation.direction == "descending" else b_value - a_value
+                a_error, b_error = relative_error(a.metric), relative_error(b.metric)
                 margin = (
                     None
-                    if None in errors
-                    # type: ignore[operator]
-                    else SPREAD_FACTOR * math.hypot(a.value * errors[0], b.value * errors[1])
+                    if a_error is None or b_error is None
+                    else SPREAD_FACTOR * math.hypot(a_value * a_error, b_value * b_error)
                 )
                 if gap > 0 and (not spread.short or margin is None or gap > margin):
                     continue  # in order (from a single run: the runs it lacks are said once, below)
                 pair = (
-                    f"{label(item_a)} ({format_value(a.value)}) is{'' if gap > 0 else ' not'}{sign.rstrip()} "  # type: ignore[arg-type]
-                    f"{label(item_b)} ({format_value(b.value)})"
-                )  # type: ignore[arg-type]
+                    f"{label(item_a)} ({format_value(a_value)}) is{'' if gap > 0 else ' not'}{sign.rstrip()} "
+                    f"{label(item_b)} ({format_value(b_value)})"
+                )
                 if spread.short:
                     undecided.append(pair if gap <= 0 else f"{pair}, by less than their runs' spread")
                 elif margin is None or -gap > margin:
@@ -627,7 +652,7 @@ def claim_verdict(relations: Sequence[RelationOutcome]) -> Verdict:
     verdicts = {relation.verdict for relation in relations}
     for verdict in ("deviates", "inconclusive", "consistent", "not measured"):
         if verdict in verdicts:
-            return verdict  # type: ignore[return-value]
+            return verdict
     return "not applicable"
 
 

@@ -397,7 +397,7 @@ class Claim(Strict):
         values = data.get("for_each") or {}
         if not isinstance(values, dict):
             return data
-        expanded = []
+        expanded: list[Any] = []  # the relations as written, before validation
         for relation in data["relations"]:
             used = sorted(_placeholders(relation))
             unknown = [name for name in used if name not in values]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from kit import __version__
 from kit.measure.energy import DEFAULT_CURRENCY
@@ -16,7 +16,7 @@ from kit.reference.expectation import ClaimExpectation, expect_claims, expectati
 from kit.reference.measured_run import MeasuredRun
 from kit.reference.published import Reference, load_reference
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
-from kit.report.forked import in_parallel
+from kit.report.forked import both_in_parallel
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
@@ -32,9 +32,10 @@ from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section,
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
+K = TypeVar("K", bound=str)  # a count's label: a verdict of either kind
 
 
-def _counts(values: dict[str, int], tones: dict[str, Tone]) -> list[Count]:
+def _counts(values: dict[K, int], tones: dict[K, Tone]) -> list[Count]:
     return [Count(label=label, count=count, tone=tones.get(label, "plain")) for label, count in values.items()]
 
 
@@ -53,12 +54,12 @@ def cover_of(
         # consistent and deviates always (a reviewer looks for "0 deviates"), the rest where there are any
         counted = verdict_counts(o.verdict for o in outcomes)
         shown = {v: n for v, n in counted.items() if n or v in ("consistent", "deviates")}
-        claim_counts = _counts(shown, VERDICT_TONES)  # type: ignore[arg-type]
+        claim_counts = _counts(shown, VERDICT_TONES)
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"
     against = expectation_counts(expectations)
-    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)  # type: ignore[arg-type]
+    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)
     compared = (["the paper's published findings"] if outcomes is not None else []) + [
         f"run {other.info.run_id}" for other in others
     ]
@@ -161,8 +162,8 @@ def build_report(
     runs = assessment.runs
     protocol = protocol or load_protocol()
     # the sweeps' rows are read and their charts drawn while the stages' sections are built
-    stages, (capacity, capacities) = in_parallel(
-        [partial(stage_sections, run, protocol), partial(capacity_part, run, slo)]
+    stages, (capacity, capacities) = both_in_parallel(
+        partial(stage_sections, run, protocol), partial(capacity_part, run, slo)
     )
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from kit.measure.throttling import throttling
 from kit.reference.claims import Verdict
+from kit.reference.expectation import ExpectationVerdict
 from kit.report.model import Cell, Tone
 from kit.rundir.schema import Metric, Result
 from kit.rundir.signing import SignatureCheck
@@ -29,7 +30,12 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not measured": "warn",
     "not applicable": "muted",
 }
-EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted", "judged in another claim": "muted"}
+# the verdicts' items: a dict of Verdict keys does not unpack into one of the wider ExpectationVerdict
+EXPECTATION_TONES: dict[ExpectationVerdict, Tone] = {
+    **dict(VERDICT_TONES.items()),
+    "no expectation": "muted",
+    "judged in another claim": "muted",
+}
 SIGNATURE_TONES: dict[str, Tone] = {
     "failed": "bad",
     "intact": "warn",
@@ -111,9 +117,17 @@ def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
     return throttle_marked(cell, result) if name in THROUGHPUTS else cell
 
 
-def has_metrics(result: Result | None, *names: str) -> bool:
+def has_metrics(result: Result | None, *names: str) -> TypeGuard[Result]:
     """An ok result that carries every metric named."""
     return result is not None and result.status == "ok" and all(result.metrics.get(name) for name in names)
+
+
+def metric_of(result: Result, name: str) -> Metric:
+    """A metric of a result that carries it (has_metrics said so, or its caller's filter)."""
+    metric = result.metrics[name]
+    if metric is None:
+        raise KeyError(f"{result.case_id} has no {name}")
+    return metric
 
 
 def signature_cell(check: SignatureCheck) -> Cell:

@@ -172,8 +172,10 @@ def _flattened(svg: str) -> str:
     neighbouring paths drawn alike are joined into one (_joined). (minidom keeps every name as
     written, xlink:href included, as an HTML parser needs it.)"""
     document = minidom.parseString(svg)
+    root = document.documentElement
+    assert root is not None  # a parsed document has its root element (minidom types it optional)
     markers = _inline_markers(document)
-    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', document.documentElement.toxml()))
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', root.toxml()))
 
     def flatten(node: minidom.Element) -> None:
         for child in list(node.childNodes):
@@ -196,8 +198,8 @@ def _flattened(svg: str) -> str:
                 node.removeChild(child)
         _joined(node, markers)
 
-    flatten(document.documentElement)
-    return document.documentElement.toxml()
+    flatten(root)
+    return root.toxml()
 
 
 def _moved(path: str, x: float, y: float) -> str:
@@ -231,7 +233,9 @@ def _inline_markers(document: minidom.Document) -> dict[minidom.Element, str]:
         for key, value in use.attributes.items():
             if key not in ("xlink:href", "x", "y"):
                 path.setAttribute(key, value)
-        use.parentNode.replaceChild(path, use)
+        parent = use.parentNode
+        assert parent is not None  # an element found in the document is in it
+        parent.replaceChild(path, use)
         markers[path] = name
     return markers
 
@@ -256,7 +260,7 @@ def _joined(node: minidom.Element, markers: dict[minidom.Element, str]) -> None:
         if child.nodeType != child.ELEMENT_NODE:
             continue
         this = kind(child)
-        if this is not None and this == previous_kind:
+        if this is not None and this == previous_kind and previous is not None:
             previous.setAttribute("d", previous.getAttribute("d") + " " + child.getAttribute("d"))
             node.removeChild(child)
         else:
@@ -447,10 +451,10 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
                     linewidth=0.8,
                     label=f"{line.label}: ideal (N × 1 {device_word})",
                 )
-            efficient = [p for p in line.points if p.efficiency is not None]
+            efficient = [(p.gpus, p.efficiency) for p in line.points if p.efficiency is not None]
             right.plot(
-                [p.gpus for p in efficient],
-                [100 * p.efficiency for p in efficient],  # type: ignore[operator]
+                [n for n, _ in efficient],
+                [100 * efficiency for _, efficiency in efficient],
                 marker="o",
                 color=colour,
                 linewidth=1,

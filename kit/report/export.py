@@ -25,6 +25,7 @@ from kit import __version__
 from kit.measure.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
 from kit.measure.validity import invalid_reasons
 from kit.report.build import Assessment
+from kit.report.cells import metric_of
 from kit.report.loaded_run import LoadedRun
 from kit.report.sections.capacity import sweep_capacities
 from kit.report.sections.energy import token_throughput
@@ -64,7 +65,7 @@ def case_metrics(result: Result, gpu_hour_price: float | None, currency: str = D
         and not invalid_reasons(result)
     ):
         found[COST_PER_MILLION_TOKENS] = cost_metric(
-            result.metrics[throughput], result.case.gpus, gpu_hour_price, currency
+            metric_of(result, throughput), result.case.gpus, gpu_hour_price, currency
         )
     return found
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from kit import __version__
 from kit.files.regular import RUN_FILE_LIMIT, read_regular
 from kit.measure.registry import unit_of
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, percent, signature_cell
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, metric_of, percent, signature_cell
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
@@ -98,7 +98,7 @@ def judge_case(case_id: str, nodes: Sequence[Node], tolerance: float) -> CaseAcr
         return CaseAcrossFleet(case_id, metric, None, flags, {})
     judged = judge_fleet(
         [
-            NodeFigure(node=name, mean=r.metrics[metric].mean, per_run=r.metrics[metric].per_run)
+            NodeFigure(node=name, mean=metric_of(r, metric).mean, per_run=metric_of(r, metric).per_run)
             for name, r in measured.items()
         ],
         tolerance,
@@ -106,7 +106,7 @@ def judge_case(case_id: str, nodes: Sequence[Node], tolerance: float) -> CaseAcr
     notes = {}
     apart = "every run below every run of the other nodes"
     for verdict in judged.verdicts:
-        if verdict.below_tolerance:
+        if verdict.below_tolerance and verdict.deviation is not None:  # a node below the tolerance has a deviation
             below = f"{percent(-verdict.deviation)} below the fleet median (tolerance {percent(tolerance)})"
             flags[verdict.node] = f"{below}; {apart}" if verdict.apart else below
         elif verdict.apart:
@@ -131,7 +131,7 @@ def figures_table(judged: Sequence[CaseAcrossFleet], nodes: Sequence[Node]) -> T
             ),
             None,
         )
-        unit = some.metrics[case.metric].unit if some else ""
+        unit = metric_of(some, case.metric).unit if some and case.metric else ""
         median = (
             f"fleet median {_value(case.judged.median, unit)}"
             if case.judged
@@ -147,7 +147,7 @@ def figures_table(judged: Sequence[CaseAcrossFleet], nodes: Sequence[Node]) -> T
         for node in nodes:
             result = node.run.results.get(case.case_id)
             if case.metric and has_metrics(result, case.metric):
-                metric = result.metrics[case.metric]
+                metric = metric_of(result, case.metric)
                 value = Cell(text=f"{mean_std(metric)} {metric.unit}")
                 runs = Cell(text=", ".join(format_value(v) for v in metric.per_run))
             else:

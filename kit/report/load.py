@@ -101,7 +101,7 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
     # Figures added to the measuring code since the run: the kit that made it is the one to render it.
     only_new = recomputed and all(line.endswith(NOT_STORED) for line in recomputed)
     measuring = sources_sha256(PACKAGE_DIR, measuring_sources()) if only_new else None
-    if only_new and info.kit.workload_sources_sha256 != measuring:
+    if measuring is not None and info.kit.workload_sources_sha256 != measuring:
         raise UnreadableRun(
             f"this kit computes other figures from the run's raw samples than the kit that measured it ({recomputed[0]}; "
             f"{len(recomputed)} in all): its measuring code differs (the run's {info.kit.workload_sources_sha256[:12]}, "

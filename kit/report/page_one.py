@@ -27,7 +27,7 @@ from kit.plan.predictions import (
     serving_bounds,
     training_throughput_bound,
 )
-from kit.plan.protocol import Case, Protocol
+from kit.plan.protocol import Case, Protocol, TrainParams
 from kit.reference.claims import ClaimOutcome
 from kit.reference.expectation import ClaimExpectation, Expecting
 from kit.reference.published import Reference, ValueRelation, reference_path
@@ -37,6 +37,7 @@ from kit.report.cells import (
     devices_text,
     has_metrics,
     method_label,
+    metric_of,
     percent,
     throttle_marked,
     with_unit,
@@ -199,7 +200,7 @@ HEADLINE = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}  # else 
 def fraction_of_bound(result: Result) -> float | None:
     """A headline figure over its physical bound (None where no bound is known)."""
     bound = headline_bound(result)
-    return result.metrics[HEADLINE.get(result.stage, "tokens_per_s")].mean / bound if bound else None
+    return metric_of(result, HEADLINE.get(result.stage, "tokens_per_s")).mean / bound if bound else None
 
 
 # --- The headline figures -----------------------------------------------------------------------
@@ -207,12 +208,13 @@ def fraction_of_bound(result: Result) -> float | None:
 
 def _training_gap(result: Result) -> str:
     """Why the model gives no throughput bound (nor MFU) for a training case."""
-    case, params = result.case, result.case.params
+    case = result.case
     if case.device != "cuda":
         return "no peak FLOPS is known for a CPU"
+    params = case.params_as(TrainParams)
     if params.quantization != "none" or params.peft != "none":
         return "FLOPs model: full training only"
-    if case.train is not None and case.train.tensor_parallel > 1:
+    if params.tensor_parallel > 1:
         return "the bound does not model tensor parallelism"
     return f"no {params.dtype} peak in manifests/hardware.yaml for {', '.join(sorted(set(_devices(result))))}"
 
@@ -293,7 +295,7 @@ def training_row(
     expecting: Expecting | None = None,
     calibration: Calibration | None = None,
 ) -> Row:
-    case, throughput = result.case, result.metrics["tokens_per_s"]
+    case, throughput = result.case, metric_of(result, "tokens_per_s")
     measured_cell = throttle_marked(
         Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result
     )
@@ -362,7 +364,10 @@ def _ttft_bound_s(result: Result) -> float | None:
     """The least time to first token of a prompt served alone (kit.plan.predictions.serving_bounds),
     as each run's driver recorded it."""
     bounds = _burst_bounds(result)
-    return statistics.fmean(bound.prefill_one.seconds for bound in bounds) if bounds and None not in bounds else None
+    known = [bound for bound in bounds if bound is not None]
+    return (
+        statistics.fmean(bound.prefill_one.seconds for bound in known) if bounds and len(known) == len(bounds) else None
+    )
 
 
 def _burst_bounds(result: Result) -> list[ServingBounds | None]:
@@ -384,9 +389,10 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> float 
     if measured_gpu is None or not tokens or None in tokens:
         return None
     found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
-    if None in found:
+    known = [bound for bound in found if bound is not None]
+    if len(known) < len(found):
         return None
-    return statistics.fmean(bound.max_output_tokens_per_s for bound in found)
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in known)
 
 
 def serving_row(
@@ -402,7 +408,7 @@ def serving_row(
     objectives, with its concurrency."""
     case = result.case
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
-    throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
+    throughput, median, p99 = (metric_of(result, name) for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
     said = [
         "1 run" if throughput.std is None else None,
         f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}",
@@ -462,7 +468,9 @@ def serving_rows(
     (kit.report.ranking), with the engines that failed named; a model without a valid figure in
     one line; the cases of an engine that did not run, for one reason, in one line (an engine's
     image missing is one fact, not three rows)."""
-    rows, unmeasured, by_model = [], {}, {}
+    rows: list[Row] = []
+    unmeasured: dict[tuple[str, str, str], list[Case]] = {}  # by engine, status and reason
+    by_model: dict[str | None, list[Case]] = {}
     for case in cases:
         result = run.results.get(case.id)
         if result is not None and result.status in ("skipped", "unavailable"):
@@ -517,7 +525,7 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
         return _invalid(label, run.invalid[case.id])
     if not has_metrics(result, "bus_bandwidth_gb_s"):
         return _without_measurement(label, result)
-    busbw = result.metrics["bus_bandwidth_gb_s"]
+    busbw = metric_of(result, "bus_bandwidth_gb_s")
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
     calibration = run_calibration(run)
     preflight = calibration.all_reduce_busbw if calibration is not None else None
@@ -525,10 +533,10 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
     expected = (
         Cell(
             text=f"≤ {format_value(bound.gbps)}",
-            detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]}){also}",
+            detail=f"{_ratio(busbw.mean, bound.gbps)} ({(bound.link or '').split(':')[0]}){also}",
         )
-        if bound.known
-        else Cell(text="no bound", detail=bound.reason + also, tone="muted")
+        if bound.gbps is not None  # known: a known bound names its link, an unknown one its reason
+        else Cell(text="no bound", detail=(bound.reason or "") + also, tone="muted")
     )
     measured_cell = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True)), result)
     return Row(

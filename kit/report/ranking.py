@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from kit.plan.protocol import Case
-from kit.report.cells import mean_std, method_label
+from kit.report.cells import mean_std, method_label, metric_of
 from kit.rundir.schema import Metric, Result
 from kit.units import format_value
 
@@ -44,24 +44,24 @@ def standing(results: Iterable[Result], metric: str, kind: str | None = None, na
     "fastest" only where its interval clears the next one's; overlapping intervals are a tie, and
     single runs, which have none, only give the highest. `kind` names what they are (default: their
     kind of method), `name` each one (default: its method's letters)."""
-    ranked = sorted(results, key=lambda result: result.metrics[metric].mean, reverse=True)
+    ranked = sorted(results, key=lambda result: metric_of(result, metric).mean, reverse=True)
     if not ranked:
         return None
     best, name = ranked[0], name or (lambda result: method_label(result.case.method))
     kind = kind or KINDS[method_kind(best.case)]
     if len(ranked) == 1:
         return Standing(best, f"the only {kind} measured")
-    top, runner = best.metrics[metric], ranked[1]
-    if any(result.metrics[metric].std is None for result in ranked[:2]):
+    top, runner = metric_of(best, metric), ranked[1]
+    if any(metric_of(result, metric).std is None for result in ranked[:2]):
         return Standing(
-            best, f"highest {kind} of single runs; next {name(runner)} {format_value(runner.metrics[metric].mean)}"
+            best, f"highest {kind} of single runs; next {name(runner)} {format_value(metric_of(runner, metric).mean)}"
         )
-    tied = [result for result in ranked[1:] if overlap(top, result.metrics[metric])]
+    tied = [result for result in ranked[1:] if overlap(top, metric_of(result, metric))]
     if tied:
-        named = ", ".join(f"{name(r)} {mean_std(r.metrics[metric])}" for r in tied[:2])
+        named = ", ".join(f"{name(r)} {mean_std(metric_of(r, metric))}" for r in tied[:2])
         more = f" and {len(tied) - 2} more" if len(tied) > 2 else ""
         return Standing(best, f"{kind}, tied with {named}{more}")
-    return Standing(best, f"fastest {kind}; next {name(runner)} {mean_std(runner.metrics[metric])}")
+    return Standing(best, f"fastest {kind}; next {name(runner)} {mean_std(metric_of(runner, metric))}")
 
 
 def by_model_and_kind(results: Iterable[Result]) -> dict[tuple[str | None, str], list[Result]]:

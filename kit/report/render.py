@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +18,7 @@ from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
 from kit.report.export import export_csv, export_json
-from kit.report.forked import in_parallel
+from kit.report.forked import both_in_parallel
 from kit.report.listing import listing_lines
 from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
@@ -232,7 +233,7 @@ def _render(
         ) if {"html", "pdf"} & set(wanted) else None
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
-    _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
+    _, (assessment, report) = both_in_parallel(lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
@@ -241,7 +242,7 @@ def _render(
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
     if "csv" in wanted:
         for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency)):
-            written.append(_replace(out_dir / name, lambda part, text=text: part.write_text(text, "utf-8")))
+            written.append(_replace(out_dir / name, functools.partial(Path.write_text, data=text, encoding="utf-8")))
     return written
 
 

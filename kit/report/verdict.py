@@ -12,7 +12,7 @@ from kit.measure.registry import BY_NAME
 from kit.plan.protocol import build_plan, load_protocol
 from kit.reference.claims import ClaimOutcome, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expectation_counts
-from kit.report.cells import has_metrics, method_label, with_unit
+from kit.report.cells import has_metrics, method_label, metric_of, with_unit
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
 from kit.report.ranking import KINDS, method_kind, standing
@@ -76,9 +76,13 @@ def host_does(run: LoadedRun) -> str:
             continue
         model = found[stage][0].case.model
         mine = [r for r in found[stage] if r.case.model == model]
-        first = next(kind for kind in KINDS if any(method_kind(r.case) == kind for r in mine))
-        best = standing([r for r in mine if method_kind(r.case) == first], metric).best
-        figure = with_unit(best.metrics[metric], unit, runs=True)
+        # the fastest of the first kind of method it has (standing is None for a kind it has none of)
+        best = next(
+            ranked.best
+            for kind in KINDS
+            if (ranked := standing([r for r in mine if method_kind(r.case) == kind], metric)) is not None
+        )
+        figure = with_unit(metric_of(best, metric), unit, runs=True)
         if stage == "comm":
             done.append(f"{verb} {figure}")
         else:
@@ -106,7 +110,8 @@ def against_expectation(
 ) -> tuple[str, Tone]:
     """The paper's verdicts on this host, the kit's own expectation for its GPUs, and how far the
     headline figures reach toward their physical bounds."""
-    parts, tone = [], "muted"
+    parts: list[str] = []
+    tone: Tone = "muted"
     if outcomes is None:
         parts.append("the paper's findings were not compared (render with --compare reference)")
     elif not run.info.plan.comparable_to_reference:

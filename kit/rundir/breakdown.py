@@ -39,7 +39,8 @@ class PartTime(BaseModel):
     recompute_ms: float = 0.0
     calls: int = 0  # forward calls per step (e.g. q_proj: one per layer)
 
-    @computed_field
+    # mypy cannot type a decorator over a property: pydantic documents this ignore for computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_ms(self) -> float:
         return self.forward_ms + self.backward_ms + self.recompute_ms
@@ -59,18 +60,18 @@ class PhaseTime(BaseModel):
     recompute_ms: float = 0.0  # device time of recomputation, in parts or not
     host_ms: float | None = None  # GPU: from the phase's start until its last launch returned
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def idle_ms(self) -> float:
         return self.window_ms - self.busy_ms
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def idle_share(self) -> float | None:
         """Share of the phase's window in which the device ran nothing."""
         return self.idle_ms / self.window_ms if self.window_ms > 0 else None
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def launch_bound(self) -> bool | None:
         """Did the device wait for the host? The host issued work until (nearly) the phase's end
@@ -121,52 +122,52 @@ class Breakdown(BaseModel):
     def module(self, name: str) -> PartTime | None:
         return next((m for m in [*self.modules, *self.blocks] if m.name == name), None)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def parts_ms(self) -> float:
         return sum(m.total_ms for m in self.modules)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def other_ms(self) -> float:
         """Device time of the forward and backward phases in no part."""
         return self.phase("forward").other_ms + self.phase("backward").other_ms
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def busy_ms(self) -> float:
         return sum(p.busy_ms for p in self.phases)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def idle_ms(self) -> float:
         return sum(p.idle_ms for p in self.phases)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def accounted_ms(self) -> float:
         """The parts + other + the optimizer's device time + the idle time (= the traced step)."""
         return self.parts_ms + self.other_ms + self.phase("optimizer").other_ms + self.idle_ms
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def accounted_vs_step(self) -> float:
         """accounted_ms against the plain step: the issue's goal is within ACCOUNTED_TOLERANCE."""
         return self.accounted_ms / self.step_ms - 1 if self.step_ms > 0 else 0.0
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def profiler_overhead(self) -> float:
         """How much longer the profiled step took than the plain one (goal: at most
         PROFILER_OVERHEAD_LIMIT on a GPU)."""
         return self.traced_step_ms / self.step_ms - 1 if self.step_ms > 0 else 0.0
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def other_share(self) -> float:
         return self.other_ms / self.traced_step_ms if self.traced_step_ms > 0 else 0.0
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def within_tolerance(self) -> bool:
         """Do the parts and the idle time account for the plain step within ACCOUNTED_TOLERANCE?"""

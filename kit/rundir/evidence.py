@@ -122,6 +122,7 @@ def verify(run_dir: Path) -> list[str]:
     if not_a_file(sums):
         return [f"{SUMS_FILE}: not a file; a run's evidence is the file the kit writes"]
     if not sums.is_file():
+        status: str
         try:
             status = run.read_info().status
         except ValueError as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -22,10 +22,10 @@ from kit.files.regular import sha256_file
 from kit.rundir.directory import SIGNATURE_FILES, SUMS_FILE, RunDir
 from kit.rundir.evidence import read_sums
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 # A type URI need not resolve (in-toto's field types). The kit has no domain of its own, and .invalid
 # (RFC 2606) is one no one can register, so no predicate type at a registered domain collides with it.
-PREDICATE_TYPE = "https://kit.invalid/run-provenance/v1"
+PREDICATE_TYPE: Final = "https://kit.invalid/run-provenance/v1"
 PROVENANCE_FILE = SIGNATURE_FILES[1]
 
 

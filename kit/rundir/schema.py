@@ -134,7 +134,7 @@ class CalibrationDetails(BaseModel):
 def details_kind(value: object) -> str:
     """The record a rank's details are: their `kind`, or, in a run written before the details said
     it, the kind their keys show."""
-    if isinstance(value, BaseModel):
+    if isinstance(value, (TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails)):
         return str(value.kind)
     if not isinstance(value, dict):
         return "train"  # pydantic then says what is wrong with it

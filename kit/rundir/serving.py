@@ -65,7 +65,7 @@ class RequestTimes(BaseModel):
 
     @property
     def tpot(self) -> float | None:
-        if not self.ok or self.ttft is None or self.output_tokens < 2:
+        if not self.ok or self.latency is None or self.ttft is None or self.output_tokens < 2:
             return None
         return (self.latency - self.ttft) / (self.output_tokens - 1)
 
@@ -210,7 +210,7 @@ def latency_figures(records: Sequence[RequestTimes], duration: float) -> Latency
         output_tokens=output,
         ttft_s=Distribution.of([r.ttft for r in done if r.ttft is not None]),
         tpot_s=Distribution.of([r.tpot for r in done if r.tpot is not None]),
-        latency_s=Distribution.of([r.latency for r in done]),
+        latency_s=Distribution.of([r.latency for r in done if r.latency is not None]),
         error_kinds=kinds,
     )
 

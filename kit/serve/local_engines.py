@@ -101,8 +101,8 @@ def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | Non
         module = rest[1] if rest[:1] == ["-m"] else None
         if module and importlib.util.find_spec(module.split(".")[0]) is not None:
             return [sys.executable, *rest], None, str(Path(sys.executable).parent)
-    elif shutil.which(program):
-        return [shutil.which(program), *rest], None, str(Path(shutil.which(program)).parent)
+    elif on_path := shutil.which(program):
+        return [on_path, *rest], None, str(Path(on_path).parent)
     raise Unavailable(
         f"{engine.label} is published as an image only and is not installed here ({' '.join(engine.entrypoint)}): "
         f"it runs in its image (kit images pull {engine.image}, then --executor docker)"

@@ -95,7 +95,7 @@ def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tu
     if engine.makes_random_weights:
         from kit.plan.model_files import weightless_model
 
-        path = weightless_model(case.model, case.shape, params.seed, say=say)
+        path = weightless_model(*case.named_model, params.seed, say=say)
         kind = "config and tokenizer; the engine makes random weights"
     else:
         path = placement.checkpoint(case, say)
@@ -241,6 +241,7 @@ def soak_bursts(
     repeated ones faster) with its rows in requests-window-<k>.jsonl and NVML over it; the
     windows, and why they stopped early (or None)."""
     params = case.params_as(ServeParams)
+    assert params.soak is not None, "soak bursts are a soak case's"
     windows = [first]
     while time.monotonic() - soak_started < params.soak.seconds:
         index = len(windows) + 1
@@ -417,7 +418,7 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
         log.write(line.rstrip("\n") + "\n")
         log.flush()
 
-    say(f"\n=== run {index}: serve {case.params.engine} ({placement.name})")
+    say(f"\n=== run {index}: serve {case.params_as(ServeParams).engine} ({placement.name})")
     started, begun = time.monotonic(), utc_now()
     base = {
         "rank": 0,

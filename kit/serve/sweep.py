@@ -39,8 +39,10 @@ class PlannedPoint(NamedTuple):
 def planned_points(tokenizer, params: ServeParams) -> list[PlannedPoint]:
     """Every point's prompts, built before the engine starts."""
     sweep = params.sweep
+    if sweep is None:
+        return []
     points = []
-    for concurrency in sweep.levels(params.prompts) if sweep else ():
+    for concurrency in sweep.levels(params.prompts):
         prompts = burst_prompts(
             tokenizer, sweep.requests_at(concurrency), params.input_tokens, params.seed + SEED_OFFSET + concurrency
         )
@@ -65,11 +67,12 @@ def run_sweep(
     """Each point in turn, until the case's time (`deadline`, on time.monotonic's clock) runs out;
     a point cut short by it is kept, and said to be, and the points above it are not run."""
     params = case.params_as(ServeParams)
+    max_point_s = params.sweep.max_point_s if params.sweep else None
     records: list[RequestRecord] = []
     details = SweepDetails(
         levels=[point.concurrency for point in points],
         planned={str(point.concurrency): len(point.prompts) for point in points},
-        max_point_s=params.sweep.max_point_s if params.sweep else None,
+        max_point_s=max_point_s,
         points=[],
     )
     for point in points:
@@ -88,7 +91,7 @@ def run_sweep(
             point.input_tokens,
             left,
             point.concurrency,
-            params.sweep.max_point_s,
+            max_point_s,
         )
         folder = out_dir / point_folder(point.concurrency)
         folder.mkdir(parents=True, exist_ok=True)

@@ -263,7 +263,8 @@ class ServingMemory(BaseModel):
     weights: float
     kv_cache: float
 
-    @computed_field
+    # mypy cannot type a decorator over a property: pydantic documents this ignore for computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> float:
         return self.weights + self.kv_cache
@@ -378,12 +379,12 @@ class TrainingMemory(BaseModel):
     offloaded_to_host: float
     gathered_parameters: float = 0.0  # ZeRO-3: the largest layer gathered, and the next prefetched
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> float:
         return self.weights + self.gradients + self.optimizer_states + self.activations + self.gathered_parameters
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def model_states(self) -> float:
         """Everything but the activations: what DeepSpeed's memory estimators count."""
@@ -530,12 +531,12 @@ class LatencyBound(BaseModel):
     compute_s: float
     memory_s: float
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def seconds(self) -> float:
         return max(self.compute_s, self.memory_s)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def limited_by(self) -> Literal["compute", "memory"]:
         return "compute" if self.compute_s >= self.memory_s else "memory"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kit.plan.protocol import Case
+from kit.plan.protocol import CalibrateParams, Case
 from kit.rundir.schema import (
     AllReduceTiming,
     CalibrationDetails,
@@ -88,19 +88,20 @@ def each_thread_count(measure: Callable[[], Timed], device: Device) -> list[tupl
 def _matmuls(case: Case, device: Device, where) -> list[MatmulTiming]:
     import torch
 
-    params = case.params
+    params = case.params_as(CalibrateParams)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[params.dtype]
     found = []
     for m, k, n in params.matmul_shapes:
         a = torch.randn(m, k, dtype=dtype, device=where)
         b = torch.randn(k, n, dtype=dtype, device=where)
         out = torch.empty(m, n, dtype=dtype, device=where)
-        for threads, times in each_thread_count(
-            lambda a=a, b=b, out=out: timed(
+
+        def timed_matmul(a=a, b=b, out=out) -> Timed:  # this shape's tensors, bound here
+            return timed(
                 lambda: torch.matmul(a, b, out=out), device.synchronize, params.seconds_per_repeat, params.repeats
-            ),
-            device,
-        ):
+            )
+
+        for threads, times in each_thread_count(timed_matmul, device):
             found.append(MatmulTiming(m=m, k=k, n=n, dtype=params.dtype, threads=threads, **dict(times)))
     return found
 
@@ -110,7 +111,7 @@ def _copies(case: Case, device: Device, where) -> dict[str, list[CopyTiming] | C
     to the device and back."""
     import torch
 
-    params = case.params
+    params = case.params_as(CalibrateParams)
     source = torch.ones(params.copy_bytes, dtype=torch.uint8, device=where)
     target = torch.empty_like(source)
     found: dict[str, list[CopyTiming] | CopyTiming] = {
@@ -145,7 +146,8 @@ def _all_reduce(case: Case, device: Device, where) -> AllReduceTiming:
     import torch
     import torch.distributed as dist
 
-    params = case.params
+    params = case.params_as(CalibrateParams)
+    assert params.all_reduce_bytes, "measure() runs the all-reduce only where the case sets its size"
     dist.init_process_group("nccl")
     try:
         tensor = torch.ones(params.all_reduce_bytes // 4, dtype=torch.float32, device=where)
@@ -178,7 +180,11 @@ def measure(case: Case, device: Device, out_dir: Path) -> tuple[CalibrationDetai
     sampler.start()
     try:
         details = CalibrationDetails(matmul=_matmuls(case, device, where), **_copies(case, device, where))
-        if device.kind == "cuda" and case.params.all_reduce_bytes and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if (
+            device.kind == "cuda"
+            and case.params_as(CalibrateParams).all_reduce_bytes
+            and int(os.environ.get("WORLD_SIZE", "1")) > 1
+        ):
             details.all_reduce = _all_reduce(case, device, where)
     finally:
         telemetry = sampler.stop()

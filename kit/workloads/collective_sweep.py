@@ -24,7 +24,7 @@ from kit.comm.collectives import (
 from kit.comm.gpu_links import topology_facts
 from kit.comm.sweep import CommRow, CommSweep, Timing, spread
 from kit.files.atomic import atomic_write_text
-from kit.plan.protocol import Case
+from kit.plan.protocol import Case, CommParams
 from kit.rundir.schema import DeviceTelemetry
 from kit.workloads.harness import Device, SelfTimedWorkload
 from kit.workloads.srun_rank import node_name
@@ -39,11 +39,12 @@ class CommFailure(RuntimeError):
 def measure(case: Case, device: Device, out_dir: Path) -> tuple[CommSweep, DeviceTelemetry]:
     """The sweep's rows, and NVML's telemetry over the sweep (clocks, temperature, throttling; no
     energy per token: a collective moves bytes, not tokens)."""
-    if case.params.collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {case.params.collective!r}")
-    if case.params.backend != "torch":
+    params = case.params_as(CommParams)
+    if params.collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {params.collective!r}")
+    if params.backend != "torch":
         raise ValueError(
-            f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
+            f"{case.id}: the {params.backend} backend runs its binary as the case's process "
             "(kit/execute/nccl_tests.py), not in this workload"
         )
     sampler = device.telemetry_sampler()
@@ -120,20 +121,22 @@ class _Buffers:
             result, expected = self.input, torch.full_like(self.input, total)
         elif self.name == "broadcast":
             result, expected = self.input, torch.ones_like(self.input)
-        elif self.name == "reduce_scatter":
-            result, expected = self.output, torch.full_like(self.output, total)
-        else:  # all_gather, alltoall: chunk j comes from rank j
-            result = self.output
-            values = torch.arange(1, self.ranks + 1, dtype=self.output.dtype, device=self.output.device)
-            expected = values.repeat_interleave(self.count)
+        else:  # reduce_scatter, all_gather, alltoall: into the output buffer
+            assert self.output is not None, f"{self.name} has an output buffer (__init__)"
+            if self.name == "reduce_scatter":
+                result, expected = self.output, torch.full_like(self.output, total)
+            else:  # all_gather, alltoall: chunk j comes from rank j
+                result = self.output
+                values = torch.arange(1, self.ranks + 1, dtype=self.output.dtype, device=self.output.device)
+                expected = values.repeat_interleave(self.count)
         return int((result != expected).sum().item())
 
 
-def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
+def torch_sweep(case: Case, device: Device, out_dir: Path) -> CommSweep:
     import torch
     import torch.distributed as dist
 
-    params = case.params
+    params = case.params_as(CommParams)
     backend = "nccl" if device.kind == "cuda" else "gloo"
     dist.init_process_group(backend)
     try:

@@ -54,7 +54,7 @@ def _import_built(name: str, folder: Path):
     """The op's Python module from its built library (what torch's JIT loader ends with)."""
     library = folder / f"{name}.so"
     spec = importlib.util.spec_from_file_location(name, library)
-    if spec is None or not library.is_file():
+    if spec is None or spec.loader is None or not library.is_file():
         raise ImportError(f"{library} is missing")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -125,12 +125,11 @@ def prepare_ops(names: list[str], say=print) -> dict[str, str]:
                 "to one), or run in the train image (--executor docker), which has it prebuilt"
             )
         target = root / op_name
-        ensure_entry(
-            target,
-            lambda staging, builder=builder_name, op=op_name: _build_into(staging, builder, op, say),
-            f"DeepSpeed op {op_name}",
-            say,
-        )
+
+        def build(staging: Path, builder: str = builder_name, op: str = op_name) -> dict:  # this op's, bound here
+            return _build_into(staging, builder, op, say)
+
+        ensure_entry(target, build, f"DeepSpeed op {op_name}", say)
         try:
             module = _import_built(op_name, target)
         except ImportError as exc:  # the right size, yet it does not load (another torch)

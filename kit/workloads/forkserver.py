@@ -194,6 +194,7 @@ class ServedLaunch:
     def wait(self, timeout: float | None = None) -> int:
         code = self.server.exit_of(self.pid, timeout)
         if code is None:
+            assert timeout is not None, "exit_of waits for the exit where no timeout is given"
             raise subprocess.TimeoutExpired(self.argv, timeout)
         self.returncode = code
         return code
@@ -215,6 +216,8 @@ class ForkServer:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
+        assert self.process.stdin is not None and self.process.stdout is not None  # both pipes, above
+        self.requests, self.replies = self.process.stdin, self.process.stdout
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
         self.forked: dict[int, int] = {}
@@ -235,8 +238,8 @@ class ForkServer:
                 "log": str(log),
                 "rlimit_data": rlimit_data,
             }
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+            self.requests.write((json.dumps(request) + "\n").encode())
+            self.requests.flush()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while ident not in self.forked:
             if not self._read(deadline - time.monotonic()) and (
@@ -259,7 +262,7 @@ class ForkServer:
     def _read(self, timeout: float | None) -> bool:
         """Take in the server's messages that arrive within `timeout`; False when none did."""
         with self.lock:
-            out = self.process.stdout.fileno()
+            out = self.replies.fileno()
             wait = POLL_S * 4 if timeout is None else max(0.0, min(timeout, POLL_S * 4))
             if not select.select([out], [], [], wait)[0]:
                 return False
@@ -285,7 +288,7 @@ class ForkServer:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.process.stdin.close()
+            self.requests.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

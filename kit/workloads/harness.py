@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kit.plan.protocol import Case, Soak
+from kit.plan.protocol import Case, Soak, StepParams
 from kit.plan.workload_modules import WORKLOADS
 from kit.rundir.directory import atomic_write_model
 from kit.rundir.schema import (
@@ -265,8 +265,10 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
             return sample, None
         built = workload.build(case)
         phases["build"] = time.perf_counter() - entered
-        warmup = timed_steps(built.step, case.params.warmup_steps, device.synchronize)
-        soak, windows = case.soak, []
+        params = case.params_as(StepParams)  # a stepped workload runs a case of steps
+        warmup = timed_steps(built.step, params.warmup_steps, device.synchronize)
+        soak = case.soak
+        windows: list[SoakWindow] = []
         if soak is not None and not warmup:  # a soak's windows are sized by a step's time
             warmup = timed_steps(built.step, 1, device.synchronize)
         sampler = device.telemetry_sampler()
@@ -275,7 +277,7 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
             if soak is not None:
                 measured, windows = soak_windows(built, device.synchronize, sampler, soak, warmup[-1])
             else:
-                measured = timed_steps(built.step, case.params.measured_steps, device.synchronize)
+                measured = timed_steps(built.step, params.measured_steps, device.synchronize)
         finally:
             telemetry = sampler.stop()
         sample = RankSample(

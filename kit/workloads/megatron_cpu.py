@@ -39,7 +39,7 @@ def adapted():
         # `torch.cuda.current_device()` places the gradient buffers, RoPE's frequencies and the
         # layers' parameters: on a CPU build it raises, so it names the CPU instead.
         current_device = torch.cuda.current_device
-        torch.cuda.current_device = lambda: torch.device("cpu")
+        torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[return-value]  # torch types it as an index
         try:
             with CudaNamesToCpu():
                 yield

@@ -93,7 +93,7 @@ def transformer_config(case: Case, tensor_parallel: int):
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    shape, params = case.shape, case.params
+    shape, params = case.model_shape, case.params_as(TrainParams)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[params.dtype]
     extra = {}
     if case.device == "cpu":
@@ -163,7 +163,7 @@ def build(case: Case) -> MegatronStep:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    params = case.params_as(TrainParams)
+    params, shape = case.params_as(TrainParams), case.model_shape
     context = contextlib.ExitStack()
     seed_options = {}
     if case.device == "cpu":
@@ -185,8 +185,8 @@ def build(case: Case) -> MegatronStep:
     model = GPTModel(
         config=config,
         transformer_layer_spec=spec,
-        vocab_size=case.shape.vocab_size,
-        max_sequence_length=case.shape.max_position_embeddings,
+        vocab_size=shape.vocab_size,
+        max_sequence_length=shape.max_position_embeddings,
         position_embedding_type="rope",
         share_embeddings_and_output_weights=False,
         rotary_base=10000,
@@ -214,7 +214,7 @@ def build(case: Case) -> MegatronStep:
     batches = [
         batch.to(device)
         for batch in random_batches(
-            case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + data_rank
+            shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + data_rank
         )
     ]
     tp = parallel_state.get_tensor_model_parallel_world_size()

@@ -111,8 +111,9 @@ def _quantized_linears(model) -> list[tuple[str, bool, str]]:
     found = []
     for module in model.modules():
         if isinstance(module, bnb.nn.Linear4bit):
-            state = module.weight.quant_state
-            quant_type = state.quant_type if state is not None else module.weight.quant_type
+            # The weight is bitsandbytes' Params4bit, though nn.Linear's annotation says a Tensor.
+            state = module.weight.quant_state  # type: ignore[attr-defined]
+            quant_type = state.quant_type if state is not None else module.weight.quant_type  # type: ignore[attr-defined]
             nested = bool(state.nested) if state is not None else False
             found.append((quant_type, nested, str(module.compute_dtype).removeprefix("torch.")))
     return found
@@ -128,7 +129,7 @@ def effective_options(case: Case, engine, counters: CallCounters, compute_dtype:
     params = case.params_as(TrainParams)
     model = engine.module
     layers = decoder_layers(model)
-    expected_layers = case.shape.num_layers
+    expected_layers = case.model_shape.num_layers
     found: dict[str, EffectiveOption] = {
         "zero_stage": effective.zero_stage(params.zero_stage, engine.zero_optimization_stage())
     }

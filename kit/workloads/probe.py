@@ -81,7 +81,7 @@ def _torch_versions(report: dict) -> None:
 
 def probe() -> dict:
     """Python, torch, CUDA runtime, cuDNN, NCCL and the frameworks' versions in this Python."""
-    report = {
+    report: dict = {
         "python": platform.python_version(),
         "torch": None,
         "cuda_runtime": None,

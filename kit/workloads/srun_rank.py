@@ -23,11 +23,13 @@ def rank_environment(slurm: dict[str, str]) -> dict[str, str]:
         or slurm.get("SLURM_STEP_TASKS_PER_NODE")
         or slurm.get("SLURM_TASKS_PER_NODE", "1")
     )
+    count = re.match(r"\d+", per_node)
+    assert count is not None, f"Slurm's tasks per node {per_node!r} start with no count"
     return {
         "RANK": slurm["SLURM_PROCID"],
         "LOCAL_RANK": slurm["SLURM_LOCALID"],
         "WORLD_SIZE": slurm["SLURM_NTASKS"],
-        "LOCAL_WORLD_SIZE": re.match(r"\d+", per_node).group(0),
+        "LOCAL_WORLD_SIZE": count.group(0),
         "GROUP_RANK": slurm.get("SLURM_NODEID", "0"),
     }
 

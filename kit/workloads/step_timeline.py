@@ -99,12 +99,12 @@ def _range_calls():
     except ImportError:  # another torch: the context manager's own calls
         from torch.profiler import record_function
 
-        def enter(name):
+        def enter_range(name):
             found = record_function(name)
             found.__enter__()
             return found
 
-        return enter, lambda found: found.__exit__(None, None, None)
+        return enter_range, lambda found: found.__exit__(None, None, None)
 
 
 class ModuleRanges:
@@ -306,13 +306,11 @@ def _build_model(case: Case, recompute_ranges: RecomputeRanges):
     import torch
     from transformers import LlamaForCausalLM
 
-    params = case.params_as(ProfileParams)
+    params, shape = case.params_as(ProfileParams), case.model_shape
     placement = f"cuda:{torch.cuda.current_device()}" if case.device == "cuda" else "cpu"
     dtype = getattr(torch, DTYPES[params.dtype])
     with torch.device(placement):
-        model = LlamaForCausalLM._from_config(
-            llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
-        )
+        model = LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
     model.train()
     if params.recompute:
         _enable_recompute(model, context_fn=recompute_ranges)
@@ -359,16 +357,17 @@ def record_trace(
                 _enable_profiler,
             )
             from torch._C._profiler import RecordScope
-            from torch.autograd.profiler import profile
+            from torch.autograd.profiler import profile as autograd_profile
 
-            profiler = profile(use_device="cuda" if device_kind == "cuda" else None, use_kineto=True)
+            profiler = autograd_profile(use_device="cuda" if device_kind == "cuda" else None, use_kineto=True)
             profiler._prepare_trace()  # the warm-up step: the device's activity is collected, then dropped
             step.run_profiled(ranges, loss)
             step.synchronize()
             ranges.calls.clear()
             scopes = {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION} if scoped else set()
             try:
-                _enable_profiler(profiler.config(), profiler.kineto_activities, scopes)
+                # Scopes are this torch's (_scoped_profiler_available), not its stub's.
+                _enable_profiler(profiler.config(), profiler.kineto_activities, scopes)  # type: ignore[call-arg]
             except (TypeError, RuntimeError):  # a torch that takes no scopes: every operator recorded
                 _enable_profiler(profiler.config(), profiler.kineto_activities)
                 scoped = False
@@ -419,7 +418,7 @@ def _gzip(source: Path, target: Path) -> None:
 
 def measure(case: Case, device: Device, out_dir: Path) -> tuple[Breakdown, DeviceTelemetry]:
     """The breakdown, and NVML's telemetry over the plain measured steps (kit.measure.energy)."""
-    params = case.params_as(ProfileParams)
+    params, shape = case.params_as(ProfileParams), case.model_shape
     check_available(case)
     import torch
 
@@ -431,7 +430,7 @@ def measure(case: Case, device: Device, out_dir: Path) -> tuple[Breakdown, Devic
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=fused)
     batches = [
         batch.to(placement)
-        for batch in random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed)
+        for batch in random_batches(shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed)
     ]
     clock = Clock(case.device)
     step = ProfileStep(model, optimizer, batches, clock, device.synchronize)

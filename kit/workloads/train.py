@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
-from kit.plan.protocol import Case, TrainParams, unavailable_by_design
+from kit.plan.protocol import Case, StepParams, TrainParams, unavailable_by_design
 from kit.rundir.schema import TrainDetails
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
-from kit.workloads.harness import SteppedWorkload, Unavailable
+from kit.workloads.harness import SteppedWorkload, StepWorkload, Unavailable
 from kit.workloads.observe import CallCounters, effective_options
 from kit.workloads.synthetic import (
     checkpoint_digest,
@@ -33,7 +33,7 @@ def check_available(case: Case) -> None:
     reason = unavailable_by_design(case)
     if reason is not None:
         raise Unavailable(reason)
-    if case.params.attention == "flash_attention_2":
+    if case.params_as(StepParams).attention == "flash_attention_2":
         from transformers.utils import is_flash_attn_2_available
 
         if not is_flash_attn_2_available():
@@ -48,18 +48,18 @@ class TrainStep:
     """
 
     def __init__(self, case: Case, engine, batches, details: TrainDetails, keep_alive=None):
-        self.case, self.engine, self.batches = case, engine, batches
-        self.tokens_per_step, self.details = case.params_as(TrainParams).tokens_per_step, details
+        self.case, self.params, self.engine, self.batches = case, case.params_as(TrainParams), engine, batches
+        self.tokens_per_step, self.details = self.params.tokens_per_step, details
         self._keep_alive = keep_alive  # HfDeepSpeedConfig must outlive model loading under ZeRO-3
         self._index = 0
 
     def step(self) -> None:
-        if self._index != self.case.params.warmup_steps:
+        if self._index != self.params.warmup_steps:
             self._step()
             return
         with CallCounters(self.engine.module) as counters:
             self._step()
-        self.details.effective = effective_options(self.case, self.engine, counters, DTYPES[self.case.params.dtype])
+        self.details.effective = effective_options(self.case, self.engine, counters, DTYPES[self.params.dtype])
 
     def _step(self) -> None:
         input_ids = self.batches[self._index % len(self.batches)]
@@ -93,21 +93,17 @@ def _load_model(case: Case, dtype, device: str, details: TrainDetails):
     import torch
     from transformers import BitsAndBytesConfig, LlamaForCausalLM
 
-    params = case.params_as(TrainParams)
+    params, shape = case.params_as(TrainParams), case.model_shape
     placement = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"
     zero3 = params.zero_stage == 3
     if not case.needs_checkpoint:
         details.weights = "random initialisation"
         if zero3:  # under HfDeepSpeedConfig transformers builds the model inside zero.Init
-            return LlamaForCausalLM._from_config(
-                llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
-            )
+            return LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
         with torch.device(placement):
-            return LlamaForCausalLM._from_config(
-                llama_config(case.shape), dtype=dtype, attn_implementation=params.attention
-            )
+            return LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
 
-    path = synthetic_checkpoint(case.model, case.shape, params.seed)
+    path = synthetic_checkpoint(*case.named_model, params.seed)
     details.weights = f"synthetic checkpoint {path.name} (sha256 {checkpoint_digest(path)})"
     kwargs = {"dtype": dtype, "attn_implementation": params.attention}
     if params.quantization == "nf4-double":
@@ -168,8 +164,8 @@ def _client_optimizer(params: TrainParams, trainable):
     return None
 
 
-def build(case: Case) -> TrainStep:
-    params = case.params_as(TrainParams)
+def build(case: Case) -> StepWorkload:
+    params, shape = case.params_as(TrainParams), case.model_shape
     check_available(case)
     if params.framework == "megatron":  # Megatron-LM's engine instead of DeepSpeed's
         from kit.workloads.megatron_train import build as build_megatron
@@ -211,7 +207,7 @@ def build(case: Case) -> TrainStep:
     batches = [
         batch.to(engine.device)
         for batch in random_batches(
-            case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank
+            shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank
         )
     ]
     inner = getattr(engine_optimizer, "optimizer", engine_optimizer)

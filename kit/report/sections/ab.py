@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from kit.host.environment import comparable, load_expectations
 from kit.report import charts
-from kit.report.cells import mean_std, signature_cell, status_cell
+from kit.report.cells import mean_std, metric_of, signature_cell, status_cell
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.sections.environment import machine
@@ -129,7 +129,7 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
             n for n in left.metrics if left.metrics.get(n) and right.metrics.get(n)
         ]
         for name in names:
-            ma, mb = left.metrics[name], right.metrics[name]
+            ma, mb = metric_of(left, name), metric_of(right, name)
             test = welch_t_test(ma.per_run, mb.per_run)
             ratio = mb.mean / ma.mean if ma.mean else None
             rows.append(

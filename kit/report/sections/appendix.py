@@ -50,7 +50,7 @@ def parameters_table(stage: str, cases: Sequence[Case], protocol: Protocol, prof
             origin, tone = "kit default", "plain"
         else:
             origin, tone = "set by the method", "plain"
-        rows.append(Row(cells=[Cell(text=name, tone="mono"), Cell(text=value), Cell(text=origin, tone=tone)]))  # type: ignore[arg-type]
+        rows.append(Row(cells=[Cell(text=name, tone="mono"), Cell(text=value), Cell(text=origin, tone=tone)]))
     return Table(
         caption=f"Parameters of stage {stage} ({len(cases)} cases)",
         header=["Parameter", "Value", "Origin"],
@@ -225,7 +225,7 @@ def appendix_section(run: LoadedRun, protocol: Protocol) -> Section:
             )
         )
     images = image_section(run)
-    sizes = {f.path: f.size for f in run.evidence}
+    sizes = {f.path: f.size for f in run.evidence if f.size is not None}  # kit.report.load measures every file
     groups = evidence_groups(run.evidence)
     raw = Section(
         anchor="raw-data",

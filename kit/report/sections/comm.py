@@ -103,7 +103,7 @@ def comm_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
         result = run.results.get(case.id)
         span = case_span(result, run.info.executor)
         label = Cell(text=_collective_label(case.method), detail=case.id, tone="strong")
-        if span is None:
+        if span is None or result is None:  # a case without a result has no span either
             rows.setdefault(span, []).append(
                 Row(
                     cells=[

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from kit.plan.predictions import GIB, device_memory_bytes
 from kit.plan.protocol import Case, Protocol
-from kit.report.cells import mean_std, method_label, status_cell
+from kit.report.cells import mean_std, method_label, metric_of, status_cell
 from kit.report.charts import Bar, Limit
 from kit.report.model import Cell, Row, Section, Table
 from kit.rundir.schema import Result
@@ -108,7 +108,7 @@ def case_bar(run: LoadedRun, case: Case, metric: str, scale: float = 1.0, label:
         return None
     if result.status != "ok":
         return Bar(label=label, group=group, mark="OOM" if result.status == "oom" else result.status)
-    figure = result.metrics[metric]
+    figure = metric_of(result, metric)
     return Bar(
         label=label,
         group=group,

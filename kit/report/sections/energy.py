@@ -16,7 +16,7 @@ from kit.measure.energy import (
 )
 from kit.measure.registry import unit_of
 from kit.report import charts
-from kit.report.cells import devices_text, mean_std, method_label
+from kit.report.cells import devices_text, mean_std, method_label, metric_of
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
 from kit.report.sections.common import bars_note
@@ -36,6 +36,13 @@ def token_throughput(result: Result) -> str | None:
     name = unit.headline if unit else None
     metric = result.metrics.get(name) if name else None
     return name if metric is not None and metric.unit == "tokens/s" else None
+
+
+def _unit_title(result: Result) -> str:
+    """The title of the unit whose headline a priced result's tokens/s is (token_throughput)."""
+    unit = unit_of(result.case)
+    assert unit is not None  # token_throughput found the headline in it
+    return unit.title
 
 
 def energy_reason(result: Result) -> str:
@@ -74,7 +81,9 @@ def cost_cell(
     if gpu_hour_price is None:
         return Cell(text="no price", tone="muted", link=link)
     return Cell(
-        text=mean_std(cost_metric(result.metrics[throughput], result.case.gpus, gpu_hour_price, currency), runs=runs),
+        text=mean_std(
+            cost_metric(metric_of(result, throughput), result.case.gpus, gpu_hour_price, currency), runs=runs
+        ),
         link=link,
     )
 
@@ -95,7 +104,7 @@ def _rows(
             Row(
                 cells=[
                     *label(result),
-                    Cell(text=mean_std(result.metrics[name])),
+                    Cell(text=mean_std(metric_of(result, name))),
                     energy_cell(result),
                     Cell(text=mean_std(power)) if power else Cell(text="-", tone="muted"),
                     cost,
@@ -113,7 +122,7 @@ def most_frugal(run: LoadedRun, priced: list[tuple[Result, str]]) -> list[tuple[
         if energy is None or result.case.variant or run.invalid.get(result.case_id):
             continue
         key = (result.stage, result.case.model)
-        if key not in best or energy.mean < best[key][0].metrics[JOULES_PER_TOKEN].mean:
+        if key not in best or energy.mean < metric_of(best[key][0], JOULES_PER_TOKEN).mean:
             best[key] = (result, name)
     return list(best.values())
 
@@ -122,10 +131,10 @@ def energy_chart(frugal: list[tuple[Result, str]]) -> Chart:
     bars = [
         charts.Bar(
             label=f"{r.case.model} {method_label(r.case.method)}",
-            group=unit_of(r.case).title,
-            value=r.metrics[JOULES_PER_TOKEN].mean,
-            error=r.metrics[JOULES_PER_TOKEN].std,
-            runs=r.metrics[JOULES_PER_TOKEN].n,
+            group=_unit_title(r),
+            value=metric_of(r, JOULES_PER_TOKEN).mean,
+            error=metric_of(r, JOULES_PER_TOKEN).std,
+            runs=metric_of(r, JOULES_PER_TOKEN).n,
         )
         for r, _ in frugal
     ]
@@ -181,9 +190,7 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None, currency: str) 
                     gpu_hour_price,
                     currency,
                     lambda r: [
-                        Cell(
-                            text=f"{unit_of(r.case).title}, {r.case.model}" if r.case.model else unit_of(r.case).title
-                        ),
+                        Cell(text=f"{_unit_title(r)}, {r.case.model}" if r.case.model else _unit_title(r)),
                         Cell(
                             text=f"{method_label(r.case.method)}, {devices_text(r.case)}", detail=r.case_id, tone="mono"
                         ),

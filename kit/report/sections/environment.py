@@ -364,7 +364,7 @@ def environment_section(run: LoadedRun) -> Section:
                     Row(
                         cells=[
                             Cell(text=c.name),
-                            Cell(text=c.status, tone=tones[c.status]),  # type: ignore[arg-type]
+                            Cell(text=c.status, tone=tones[c.status]),
                             Cell(text=c.observed),
                             Cell(text=c.expected),
                         ]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from kit.measure.unit import StageUnit
 from kit.plan.protocol import Protocol
-from kit.report.cells import has_metrics, method_label, metric_cell, status_cell
+from kit.report.cells import has_metrics, method_label, metric_cell, metric_of, status_cell
 from kit.report.model import Cell, Row, Section, Table
 from kit.report.sections.common import stage_cases
 
@@ -31,7 +31,7 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
         ]
         if has_metrics(result, "max_micro_batch", "tokens_per_s"):
             cap = search_cap(case, result.samples)
-            largest = f"{result.metrics['max_micro_batch'].mean:.0f}"
+            largest = f"{metric_of(result, 'max_micro_batch').mean:.0f}"
             cells += [
                 Cell(text=f"≥ {largest}", detail=cap) if cap else Cell(text=largest),
                 metric_cell(result, "tokens_per_s", "10^3 tokens/s"),
@@ -64,7 +64,7 @@ def maxbatch_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None
                 "search reached its cap before a micro-batch one larger ran out of memory.",
                 *(
                     [
-                        f"On CPU each process holds at most {case.params.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
+                        f"On CPU each process holds at most {case.train.memory_cap_gib:g} GiB of data (RLIMIT_DATA), "
                         "standing in for a GPU's memory."
                         for case in cases[:1]
                         if case.train and case.train.memory_cap_gib

@@ -29,7 +29,7 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
     rows, members = [], []
     for case in megatron:
         twin = by_key.get((case.stage, case.model, "naive", case.gpus))
-        when = "largest micro-batch" if case.stage == "maxbatch" else f"micro-batch {case.params.micro_batch}"
+        when = "largest micro-batch" if case.stage == "maxbatch" else f"micro-batch {case.micro_batch}"
         for engine, member in (("Megatron-LM", case), ("DeepSpeed (naive)", twin)):
             cells = [
                 Cell(text=f"{case.model}, {case.gpus} {'GPUs' if case.device == 'cuda' else 'processes'}"),
@@ -43,7 +43,7 @@ def framework_section(comparison: Comparison, run: LoadedRun, protocol: Protocol
             elif has_metrics(result, "tokens_per_s"):
                 batch = result.metrics.get("max_micro_batch")
                 cells += [
-                    Cell(text=f"{batch.mean:.0f}" if batch else str(member.params.micro_batch)),
+                    Cell(text=f"{batch.mean:.0f}" if batch else str(member.micro_batch)),
                     metric_cell(result, "tokens_per_s", "10^3 tokens/s"),
                     metric_cell(result, "step_time_s"),
                     metric_cell(result, "peak_memory_gib"),

@@ -9,7 +9,7 @@ from kit.measure.breakdown import PHASES
 from kit.measure.unit import StageUnit
 from kit.plan.protocol import Case, Protocol
 from kit.report import charts
-from kit.report.cells import has_metrics, method_label
+from kit.report.cells import has_metrics, method_label, metric_of
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.sections.common import bars_note, generic_stage, stage_cases
 from kit.rundir.breakdown import LAUNCH_BOUND_IDLE, launch_bound
@@ -37,11 +37,11 @@ PART_LABELS = {
 
 
 def _ms(result: Result, metric: str) -> float:
-    return result.metrics[metric].mean * 1e3
+    return metric_of(result, metric).mean * 1e3
 
 
 def _label(case: Case) -> str:
-    return f"{case.model} {method_label(case.method)} b{case.params.micro_batch}"
+    return f"{case.model} {method_label(case.method)} b{case.micro_batch}"
 
 
 def phase_stack(case: Case, result: Result) -> charts.Stack:
@@ -66,7 +66,7 @@ def parts_stack(case: Case, result: Result) -> charts.Stack:
     segments = [
         charts.Segment(label=label, value=_ms(result, metric))
         for metric, label in labels.items()
-        if label and metric in result.metrics and result.metrics[metric].mean > 0
+        if label and metric in result.metrics and metric_of(result, metric).mean > 0
     ]
     if timeline:
         if "optimizer_busy_s" in result.metrics:
@@ -91,7 +91,7 @@ def phase_table(measured: list[tuple[Case, Result]]) -> Table:
         for phase in PHASES:
             idle = result.metrics.get(f"{phase}_idle_share")
             host = result.metrics.get(f"{phase}_host_s")
-            window = sum(result.metrics[f"{phase}_{part}_s"].mean for part in ("busy", "idle"))
+            window = sum(metric_of(result, f"{phase}_{part}_s").mean for part in ("busy", "idle"))
             bound = launch_bound(idle.mean if idle else None, host.mean if host else None, window)
             rows.append(
                 Row(
@@ -130,7 +130,7 @@ def flash_pairs(measured: list[tuple[Case, Result]]) -> list[tuple[tuple[Case, R
 
     def twin_key(case: Case) -> tuple:
         others = frozenset(case.method.split("+")) - {"f", "base"}
-        return case.model, case.gpus, case.params.micro_batch, others
+        return case.model, case.gpus, case.micro_batch, others
 
     plain = {twin_key(c): (c, r) for c, r in measured if "f" not in c.method.split("+")}
     return [(plain[twin_key(c)], (c, r)) for c, r in measured if "f" in c.method.split("+") and twin_key(c) in plain]
@@ -143,13 +143,13 @@ def _flash_bars(pairs) -> list[charts.Bar]:
             if metric in plain.metrics and metric in flash.metrics:
                 name = f"{plain_case.model}: {label}" if len(pairs) > 1 else label
                 for group, result in (("without FlashAttention", plain), ("with FlashAttention-2", flash)):
-                    metric_of = result.metrics[metric]
+                    figure = metric_of(result, metric)
                     bars.append(
                         charts.Bar(
                             label=name,
                             group=group,
-                            value=metric_of.mean * 1e3,
-                            error=None if metric_of.std is None else metric_of.std * 1e3,
+                            value=figure.mean * 1e3,
+                            error=None if figure.std is None else figure.std * 1e3,
                         )
                     )
     return bars
@@ -166,7 +166,7 @@ def profile_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None 
     ]
     if not measured:
         return section
-    runs = bars_note(result.metrics["step_s"].n for _, result in measured)
+    runs = bars_note(metric_of(result, "step_s").n for _, result in measured)
     section.charts.append(
         Chart(
             title="Phases of a training step",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from kit.measure.unit import StageUnit
 from kit.plan.protocol import Case, Protocol
 from kit.report import charts
-from kit.report.cells import mean_std, method_label, metric_cell, percent, status_cell
+from kit.report.cells import mean_std, method_label, metric_cell, metric_of, percent, status_cell
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.sections.common import bars_note, runs_note, stage_cases
 from kit.rundir.schema import Metric
@@ -91,7 +91,9 @@ def scaling_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None 
         )
     curves = [line for line in lines if len(line.points) > 1]
     if curves:
-        runs = [run.results[point_case].metrics[THROUGHPUT].n for point_case, row in measured.items() if row.throughput]
+        runs = [
+            metric_of(run.results[point_case], THROUGHPUT).n for point_case, row in measured.items() if row.throughput
+        ]
         section.charts.append(
             Chart(
                 title="Scaling 1 → N",

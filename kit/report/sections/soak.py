@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kit.measure.unit import StageUnit
 from kit.plan.protocol import Protocol
 from kit.report import charts
-from kit.report.cells import status_cell, throttle_marked
+from kit.report.cells import metric_of, status_cell, throttle_marked
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.report.sections.common import stage_cases
 from kit.units import format_value
@@ -30,10 +30,14 @@ def _change(first: float | None, last: float | None, unit: str) -> Cell:
 def soak_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = None) -> Section:
     """A row per soak case (first window against last) and a chart of its windows over time."""
     section = Section(anchor=stage.name, title=stage.title)
-    rows, throughput, clocks, temperatures = [], [], [], []
+    rows: list[Row] = []
+    throughput: list[charts.TimeSeries] = []
+    clocks: list[charts.TimeSeries] = []
+    temperatures: list[charts.TimeSeries] = []
     for case in stage_cases(run, stage.name):
         result = run.results.get(case.id)
-        soak = case.params.soak
+        soak = case.soak
+        assert soak is not None  # a soak stage's cases are soak cases (kit/plan/soak.py)
         label = Cell(
             text=case.id,
             detail=f"{format_value(soak.seconds / 60)} min, windows of {format_value(soak.window_s)} s",
@@ -45,7 +49,7 @@ def soak_section(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
             continue
         windows = run_windows(result.samples[0])
         first, last = windows[0], windows[-1]
-        ratio = result.metrics["sustained_ratio"].mean
+        ratio = metric_of(result, "sustained_ratio").mean
         held = throttle_marked(
             Cell(
                 text=f"{format_value(first.throughput)} → {format_value(last.throughput)} tokens/s",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from kit.reference.claims import MIN_RUNS, ClaimOutcome, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expectation_counts
-from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label
+from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label, metric_of
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
@@ -179,15 +179,15 @@ def _best_figures(run: LoadedRun, stage: str, words: str) -> list[str]:
     found = []
     for kind, name in KINDS.items():
         mine = [r for r in done if method_kind(r.case) == kind]
-        if not mine:
-            continue
         fast = standing(mine, "tokens_per_s")
-        light = min(mine, key=lambda r: r.metrics["peak_memory_gib"].mean)
+        if fast is None:  # none of this kind
+            continue
+        light = min(mine, key=lambda r: metric_of(r, "peak_memory_gib").mean)
         found.append(
             f"{words.capitalize()}, {name}: the highest throughput is {method_label(fast.best.case.method)} on "
-            f"{fast.best.case.model}, {mean_std(fast.best.metrics['tokens_per_s'], '10^3 tokens/s')} × 10^3 tokens/s "
+            f"{fast.best.case.model}, {mean_std(metric_of(fast.best, 'tokens_per_s'), '10^3 tokens/s')} × 10^3 tokens/s "
             f"({fast.words}); the lowest peak memory {method_label(light.case.method)} on {light.case.model}, "
-            f"{mean_std(light.metrics['peak_memory_gib'])} GiB."
+            f"{mean_std(metric_of(light, 'peak_memory_gib'))} GiB."
         )
     return found
 

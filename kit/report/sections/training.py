@@ -50,19 +50,19 @@ def train_matrix(stage: StageUnit, run: LoadedRun, protocol: Protocol | None = N
         for method in methods:
             cells = [Cell(text=method_label(method), tone="strong")]
             for model in models:
-                case = by_key.get((model, method))
-                if case is None:
+                cell_case = by_key.get((model, method))
+                if cell_case is None:
                     cells.append(Cell(text="not in the protocol", tone="muted", colspan=2))
                     continue
-                result = run.results.get(case.id)
+                result = run.results.get(cell_case.id)
                 if result is not None and result.status == "ok":
-                    invalid = {"detail": "invalid", "tone": "bad"} if run.invalid.get(case.id) else {}
+                    invalid = {"detail": "invalid", "tone": "bad"} if run.invalid.get(cell_case.id) else {}
                     cells.append(metric_cell(result, "tokens_per_s", "10^3 tokens/s").model_copy(update=invalid))
                     cells.append(metric_cell(result, "peak_memory_gib"))
                 elif result is not None and result.status == "oom":
                     cells += [Cell(text="-", tone="warn"), Cell(text="-", tone="warn")]
                 else:
-                    cells.append(status_cell(result, case.id in run.info.selected, colspan=2))
+                    cells.append(status_cell(result, cell_case.id in run.info.selected, colspan=2))
             rows.append(Row(cells=cells))
         section.tables.append(
             Table(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from kit.measure.registry import unit_of
 from kit.plan.protocol import Case, Protocol
-from kit.report.cells import has_metrics, metric_cell, status_cell
+from kit.report.cells import has_metrics, metric_cell, metric_of, status_cell
 from kit.report.model import Cell, Row, Section, Table
 from kit.report.sections.common import unmeasured_line
 from kit.report.sections.comparison import Comparison
@@ -28,13 +28,13 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
     with NVLink and without it on one host (claims C4, C8, C27)."""
     variants = [case for case in run.info.plan.cases if comparison.cases(case)]
     section = Section(anchor=comparison.name, title=comparison.title)
-    for name in dict.fromkeys(case.variant for case in variants):
+    for name in dict.fromkeys(case.variant for case in variants if case.variant is not None):
         spec = protocol.variants.get(name)
         rows, pairs = [], []
         for case in (c for c in variants if c.variant == name):
             unit = unit_of(case)
             metric = unit.headline if unit else None
-            twin, variant = run.results.get(case.variant_of), run.results.get(case.id)
+            twin, variant = run.results.get(case.variant_of or ""), run.results.get(case.id)  # set with `variant`
             pairs.append(variant if has_metrics(twin, metric or "") else twin)
             cells = [Cell(text=case.variant_of, tone="mono"), Cell(text=metric_label(metric) if metric else "-")]
             if metric is None or not has_metrics(twin, metric) or not has_metrics(variant, metric):
@@ -43,7 +43,8 @@ def variants_section(comparison: Comparison, run: LoadedRun, protocol: Protocol)
                     status_cell(missing, case.id in run.info.selected or case.variant_of in run.info.selected, 3)
                 )
             else:
-                ratio = variant.metrics[metric].mean / twin.metrics[metric].mean if twin.metrics[metric].mean else None
+                theirs = metric_of(twin, metric).mean
+                ratio = metric_of(variant, metric).mean / theirs if theirs else None
                 cells += [
                     metric_cell(twin, metric),
                     metric_cell(variant, metric),
