@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.deadline import ends_within
 
 from kit.manifest import manifests_dir
 from kit.plan.protocol import build_plan, load_protocol
@@ -54,26 +53,6 @@ def real_smoke_run(tmp_path_factory) -> Path:
         f"{run}: not every smoke case"
     )
     return run
-
-
-class RanTooLong(BaseException):
-    """Not an Exception: no `except Exception` (nor OSError, as TimeoutError is) of the kit takes it."""
-
-
-@contextlib.contextmanager
-def ends_within(seconds: int, what: str):
-    """Fails what runs in it after `seconds` (SIGALRM), where a hang would stop the session."""
-
-    def too_long(signum, frame):
-        raise RanTooLong(f"{what} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

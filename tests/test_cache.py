@@ -16,8 +16,6 @@ import pytest
 from kit.cache import MARKER, CacheEntryInvalid, ensure_entry, read_marker
 from kit.plan.protocol import load_protocol
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _make_counted(staging: Path, log: Path) -> dict:
     with log.open("a") as handle:

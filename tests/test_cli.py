@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from support import FIXTURES
 
 
 def kit(*args, cwd=None):
@@ -104,9 +105,8 @@ def test_resume_needs_a_run_directory(tmp_path):
 def test_a_resume_goes_on_with_the_executor_its_run_json_records(tmp_path):
     """The recorded one-H100 run (tests/fixtures/h100x1-run), made with --executor local."""
     import tarfile
-    from pathlib import Path
 
-    with tarfile.open(Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz") as archive:
+    with tarfile.open(FIXTURES / "h100x1-run" / "run.tgz") as archive:
         archive.extractall(tmp_path, filter="data")
     run = tmp_path / "runh100"
     same = kit("run", "--resume", str(run), "--executor", "local", "--dry-run")

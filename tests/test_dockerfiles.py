@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from dockerfile_parse import DockerfileParser
+from support import REPO
 
 from kit.images import PINNED_REFERENCE, constraint_pins, load_lock, normalise
 
-CONTAINERS = Path(__file__).resolve().parent.parent / "containers"
-REPO = CONTAINERS.parent
+CONTAINERS = REPO / "containers"
 DOCKERFILES = sorted(CONTAINERS.glob("*/Dockerfile"))
 NAMES = [path.parent.name for path in DOCKERFILES]
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from interrupted import KIT, killed_and_resumed
+from support.interrupted import KIT, killed_and_resumed
 
 from kit.measure.effective import options_of
 from kit.measure.registry import unit_of
@@ -53,7 +53,7 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
         assert result.status == "ok", f"{case.id}: {result.reason}"
         if unit_of(case).name == "maxbatch":
             # A search's samples are its trials: its figure is the largest ok micro-batch, and the
-            # cap made a real out-of-memory above it (tests/test_maxbatch.py checks the rest).
+            # cap made a real out-of-memory above it (tests/measure/test_maxbatch.py checks the rest).
             trials = {sample.micro_batch: sample.status for sample in result.samples}
             best = int(result.metrics["max_micro_batch"].mean)
             assert trials[best] == "ok" and "oom" in {status for batch, status in trials.items() if batch > best}, (
@@ -79,7 +79,7 @@ def test_run_all_completes_every_smoke_case(real_smoke_run):
             assert all(len(rank.step_s) == case.params.measured_steps for rank in sample.ranks)
     check = subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
-    # The report of the real run, rendered beside it (tests/test_report_scale.py reads one back).
+    # The report of the real run, rendered beside it (tests/report/test_report_scale.py reads one back).
     report = subprocess.run([*KIT, "report", str(run), "--compare", "reference"], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (run / "report.html").stat().st_size and (run / "report.pdf").stat().st_size

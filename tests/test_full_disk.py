@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from interrupted import KIT, in_evidence, killed_after_first_case
+from support.interrupted import KIT, in_evidence, killed_after_first_case
 
 
 @pytest.fixture

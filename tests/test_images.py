@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from docker_engine import engine_or_skip, smoke_image_or_skip
+from support.docker_engine import engine_or_skip, smoke_image_or_skip
 
 from kit import images
 from kit.images import (

@@ -1,7 +1,8 @@
 """No circle in the kit's import graph: a module never needs, directly or through others, a module
 that needs it. A circle is what let the metrics, the comm maths, the breakdown and the serving
 aggregates each import the others late, inside functions; each stage now has one home
-(kit/measure/) that imports the shared maths, never the reverse.
+(kit/measure/) that imports the shared maths, never the reverse; and the packages are layers
+(LAYERS below), each importing only those beneath it.
 
 The graph is read from the source with `ast`, without importing anything. Every import counts,
 at the top of a module, inside a function (an import run late is still a dependency) or under

@@ -12,11 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support import FIXTURES, REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 # What the distribution is built from (pyproject.toml names the readme and the licence file).
 DISTRIBUTION_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "kit", "manifests", "report_templates")
-RECORDED_RUN = Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz"
+RECORDED_RUN = FIXTURES / "h100x1-run" / "run.tgz"
 
 
 @pytest.fixture(scope="module")

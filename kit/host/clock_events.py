@@ -11,7 +11,7 @@ from __future__ import annotations
 # The bits of nvmlDeviceGetCurrentClocksEventReasons' mask, as nvml.h defines them (group
 # nvmlClocksEventReasons in the NVML API reference; R535 renamed nvmlClocksThrottleReason* to
 # nvmlClocksEventReason*), equal to pynvml's nvmlClocksEventReason* constants
-# (tests/test_clock_events.py holds them to those).
+# (tests/measure/test_throttling.py holds them to those).
 CLOCK_EVENT_REASON_BITS = {
     0x1: "gpu_idle",
     0x2: "applications_clocks_setting",
