@@ -131,10 +131,10 @@ def test_a_resumed_redacted_run_pins_its_jobs_to_the_nodes_its_options_name_by_t
     node names; the executor it resumes with asks Slurm which of its nodes has each token."""
     monkeypatch.setenv(REDACTION_SALT_ENV, "this machine's salt")
     n2 = node_token("n2")
-    executor = configured({"nodelist": n2, "sbatch_args": [f"--exclude={node_token('n1')}", "--exclusive"]})
+    executor = configured(SlurmOptions(nodelist=n2, sbatch_args=[f"--exclude={node_token('n1')}", "--exclusive"]))
     assert executor.options.nodelist == "n2" and executor.options.sbatch_args == ["--exclude=n1", "--exclusive"]
     assert (
-        configured({"nodelist": "redacted-0123456789abcdef"}).options.nodelist == "redacted-0123456789abcdef"
+        configured(SlurmOptions(nodelist="redacted-0123456789abcdef")).options.nodelist == "redacted-0123456789abcdef"
     )  # no such node
 
 
