@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kit.regular_files import MiB, read_regular
+from kit.files.regular import MiB, read_regular
 
 CACHE_ENV = "KIT_CACHE"
 MARKER = "kit-cache-entry.json"
@@ -70,7 +70,7 @@ def exclusive(lock_path: Path, what: str, say: Callable[[str], None] = print) ->
 
 def file_digests(folder: Path) -> dict[str, dict]:
     """Every file under `folder` (but the marker): its SHA-256 and size."""
-    from kit.results import sha256_file
+    from kit.files.regular import sha256_file
 
     found = {}
     for path in sorted(folder.rglob("*")):
@@ -152,7 +152,7 @@ def ensure_entry(
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        from kit.atomic_write import atomic_write_text
+        from kit.files.atomic import atomic_write_text
 
         atomic_write_text(target / MARKER, json.dumps(marker, indent=2) + "\n")  # last: the entry is whole
         (target / MARKER).chmod(0o644)

@@ -9,15 +9,29 @@ from collections import Counter
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kit import output, runner
-from kit.environment import Check
-from kit.protocol import Case
-from kit.results import Result
-from kit.stages.registry import unit_of
+from kit import output
+from kit.execute.case_run import Progress as CaseProgress
+from kit.host.environment import Check
+from kit.measure.registry import unit_of
+from kit.plan.estimate import Estimate
+from kit.plan.protocol import Case
+from kit.rundir.schema import Preflight, Result
 
 CHECK_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
-STATUS_STYLE = {"ok": "green", "oom": "yellow", "unavailable": "cyan", "skipped": "dim", "error": "red", "timeout": "red"}
-SIGNATURE_STYLE = {"verified": "green", "intact": "yellow", "unsigned": "dim", "failed": "red"}  # kit.signing.SignatureCheck
+STATUS_STYLE = {
+    "ok": "green",
+    "oom": "yellow",
+    "unavailable": "cyan",
+    "skipped": "dim",
+    "error": "red",
+    "timeout": "red",
+}
+SIGNATURE_STYLE = {
+    "verified": "green",
+    "intact": "yellow",
+    "unsigned": "dim",
+    "failed": "red",
+}  # kit.rundir.signing.SignatureCheck
 
 
 def checks_table(checks: list[Check]) -> Table:
@@ -75,15 +89,13 @@ def summary_table(results: list[Result]) -> Table:
     return table
 
 
-class RichProgress(runner.Progress):
+class RichProgress(CaseProgress):
     """A live bar: which case, which run of it, how many cases left, time elapsed."""
 
-    def __init__(self, total: int, finished: set[str], estimates: dict | None = None):
+    def __init__(self, total: int, finished: set[str], estimates: dict[str, Estimate] | None = None):
         """`estimates`: of the cases that take time (run.json's; a skipped case has none)."""
-        from kit.estimate import Estimate
-
         self.started = time.monotonic()
-        self.predicted = {case_id: Estimate.model_validate(e) for case_id, e in (estimates or {}).items()}
+        self.predicted = dict(estimates or {})
         self.actual: dict[str, float] = {}
         self.pending = set(self.predicted) - finished
         self.case_started_at = self.started
@@ -102,8 +114,8 @@ class RichProgress(runner.Progress):
 
     def eta_text(self) -> str:
         """What is left by the estimates, corrected by how the finished cases compared."""
-        from kit.estimate import remaining_seconds
-        from kit.plan_view import duration_text
+        from kit.plan.estimate import remaining_seconds
+        from kit.plan.view import duration_text
 
         left = remaining_seconds(sorted(self.pending), self.predicted, self.actual)
         return f"ETA {duration_text(left)}" if left is not None else ""
@@ -134,6 +146,26 @@ class RichProgress(runner.Progress):
         if result.status == "ok":
             self.actual[result.case_id] = time.monotonic() - self.case_started_at
         self.bar.update(self.task, completed=position, eta=self.eta_text())
+
+
+class ConsoleUi:
+    """What a run says on the terminal: log lines and progress on standard error (silent with -q),
+    warnings always; data (a path, a reason) never read as markup."""
+
+    def say(self, line: str) -> None:
+        output.log().print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def warn(self, line: str) -> None:
+        output.alerts().print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+    def show_checks(self, checks: list[Check]) -> None:
+        output.alerts().print(checks_table(checks))
+
+    def show_preflight(self, checked: Preflight) -> None:
+        output.log().print(preflight_table(checked))
+
+    def progress(self, total: int, finished: set[str], estimates: dict[str, Estimate]) -> RichProgress:
+        return RichProgress(total=total, finished=finished, estimates=estimates)
 
 
 VERIFY_STYLE = {"ok": "green", "differs": "red", "missing": "yellow", "unpinned": "yellow"}
@@ -174,7 +206,10 @@ def verify_table(states) -> Table:
     for state in states:
         lines = [f"{d.field}: {d.lock} -> {d.local}" for d in state.differences] + state.notes
         if state.image_id and state.status in ("ok", "unpinned"):
-            lines.insert(0, f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""))
+            lines.insert(
+                0,
+                f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""),
+            )
         style = VERIFY_STYLE[state.status]
         table.add_row(state.name, f"[{style}]{state.status}[/]", "\n".join(lines) or "")
     return table
@@ -189,3 +224,47 @@ def preflight_table(preflight) -> Table:
         style = "green" if line.status == "ok" else "red"
         table.add_row(line.image, line.check, f"[{style}]{line.status}[/]", line.detail, line.hint or "")
     return table
+
+
+def show_run(outcome) -> None:
+    """What `kit run` found (kit.runner.RunOutcome): a dry run's plan, or the cases' table and the
+    run's evidence, or that a resumed run had nothing left to run."""
+    found = output.results()
+    if outcome.plan_text is not None:
+        found.print(outcome.plan_text, markup=False, highlight=False, soft_wrap=True)
+    elif outcome.finished_before is not None:
+        found.print(outcome.finished_before, markup=False, soft_wrap=True)
+    else:
+        found.print(summary_table(outcome.results))
+        found.print(f"evidence: {outcome.run_dir.root / 'SHA256SUMS'}", markup=False, soft_wrap=True)
+
+
+def show_report(outcome) -> None:
+    """What `kit report` did (kit.report.request.ReportOutcome): the evidence verified, the files
+    written, and each run's signature, red where it fails."""
+    shown = output.results()
+    if outcome.verified is not None:
+        folder, problems, digest = outcome.verified
+        for problem in problems:
+            shown.print(problem, style="red", markup=False, soft_wrap=True)
+        said = (
+            "does not match its evidence"
+            if problems
+            else "every file matches SHA256SUMS" + (f", whose digest is the one expected ({digest})" if digest else "")
+        )
+        shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
+        shown.print(said, style="red" if problems else "green", markup=False, soft_wrap=True)
+    for path in outcome.written:
+        shown.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    for folder, check in outcome.signatures:
+        shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
+        shown.print(check.summary, style=SIGNATURE_STYLE[check.state], markup=False, soft_wrap=True)
+
+
+def show_doctor(profile: str, fingerprint, checks: list[Check]) -> None:
+    """`kit doctor`: the host in one line (profile, GPUs, topology), then its checks."""
+    topology = fingerprint.topology
+    shape = topology.topology_class.label if topology.topology_class else topology.unavailable or "unknown"
+    results = output.results()
+    results.print(f"profile {profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}", markup=False)
+    results.print(checks_table(checks))

@@ -3,7 +3,7 @@ shape (Hugging Face, GitHub, GitLab, AWS, Slack, OpenAI, Google, a JWT, a privat
 a password in a URL.
 
 A case's variables are written into run.json, case.json and the report, so one that looks like a
-credential is refused where the manifest is read (kit.protocol). The variables the kit records of
+credential is refused where the manifest is read (kit.plan.protocol). The variables the kit records of
 the environment it runs in (NCCL_* in the fingerprints, which the report shows) are written with
 such a value masked, whatever the name, with --redact and without. Tokens an engine needs
 (HF_TOKEN) come from that environment and are handed on, never written down.
@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import re
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|COOKIE|(^|_)(API_?)?KEY($|_)|(^|_)AUTH",
-                         re.IGNORECASE)  # fmt: skip
-SECRET_VALUE = re.compile("|".join([
-    r"\bhf_[A-Za-z0-9]{16,}",  # Hugging Face
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}", r"\bgithub_pat_[A-Za-z0-9_]{20,}",  # GitHub
-    r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab
-    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",  # AWS access key id
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
-    r"\bsk-[A-Za-z0-9_-]{20,}",  # OpenAI and alike
-    r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
-    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.",  # a JSON Web Token
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@",  # scheme://user:password@host
-]))  # fmt: skip
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|COOKIE|(^|_)(API_?)?KEY($|_)|(^|_)AUTH", re.IGNORECASE
+)
+SECRET_VALUE = re.compile(
+    "|".join(
+        [
+            r"\bhf_[A-Za-z0-9]{16,}",  # Hugging Face
+            r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+            r"\bgithub_pat_[A-Za-z0-9_]{20,}",  # GitHub
+            r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab
+            r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",  # AWS access key id
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+            r"\bsk-[A-Za-z0-9_-]{20,}",  # OpenAI and alike
+            r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
+            r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.",  # a JSON Web Token
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+            r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@",  # scheme://user:password@host
+        ]
+    )
+)
 MASKED = "<masked: looks like a credential>"
 
 

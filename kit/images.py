@@ -23,27 +23,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from kit.cache import cache_dir, exclusive
 from kit.manifest import ManifestError, load_manifest, manifests_dir, whole_number
-from kit.results import ImagePreparation
+from kit.plan.protocol import Strict
+from kit.rundir.schema import ImagePreparation
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 # repo:tag as docker reads a reference: an optional registry (host[:port]/), lowercase path
 # components, a tag of word characters, '.' and '-'; nothing that could be read as an option.
-REFERENCE = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-                       r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
+)
 PINNED_REFERENCE = re.compile(REFERENCE.pattern.removesuffix("$") + r"@sha256:[0-9a-f]{64}$")
 LABEL_PREFIX = "kit."
 CONTEXT_LABEL = "kit.context-sha256"
 BASE_LABEL = "org.opencontainers.image.base.name"
 # Certificate bundles pip may need inside a build stage (the first that exists is copied).
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class BuildSpec(Strict):
@@ -59,7 +58,7 @@ class BuildSpec(Strict):
     constraints: str | None = Field(default=None, description="constraints file that pins host_wheels")
 
     @model_validator(mode="after")
-    def _pinned(self) -> "BuildSpec":
+    def _pinned(self) -> BuildSpec:
         if not PINNED_REFERENCE.match(self.base):
             raise ValueError(f"base {self.base!r} is not pinned as repo:tag@sha256:<64 hex>")
         if self.host_wheels and not self.constraints:
@@ -80,7 +79,7 @@ class LockedImage(Strict):
     context_sha256: str | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "LockedImage":
+    def _consistent(self) -> LockedImage:
         if not REFERENCE.match(self.reference):
             raise ValueError(f"reference {self.reference[:80]!r} must be repo:tag (the digest goes under digest)")
         if self.reference.endswith(":latest"):
@@ -115,11 +114,13 @@ class LockedEnvironment(Strict):
     source: str = Field(description="where the distribution comes from, and what it is")
     remove: tuple[str, ...] = Field(default=(), description="distributions uninstalled after the install")
     remove_reason: str | None = None
-    provides: str | None = Field(default=None, description="name==version of dist-info the engine's command looks itself up by")
+    provides: str | None = Field(
+        default=None, description="name==version of dist-info the engine's command looks itself up by"
+    )
     entrypoint: tuple[str, ...] = Field(description="the command in the environment's bin/ that starts the engine")
 
     @model_validator(mode="after")
-    def _pinned(self) -> "LockedEnvironment":
+    def _pinned(self) -> LockedEnvironment:
         if "==" not in self.requirement:
             raise ValueError(f"requirement {self.requirement!r} is not pinned as name==version")
         if self.remove and not self.remove_reason:
@@ -173,7 +174,9 @@ def context_files(spec: BuildSpec, root: Path | None = None) -> dict[str, Path]:
     root = root or repo_root()
     folder = root / spec.context
     if not has_build_context(spec, root):
-        raise NoBuildContext(f"{folder / 'Dockerfile'} not found: the kit builds its images from a source checkout (git clone)")
+        raise NoBuildContext(
+            f"{folder / 'Dockerfile'} not found: the kit builds its images from a source checkout (git clone)"
+        )
     ignored = _dockerignore(folder)
     files = {}
     for path in sorted(folder.rglob("*")):
@@ -299,11 +302,16 @@ def build_context(name: str, image: LockedImage, root: Path | None = None) -> It
                 else:  # cut short by a crash or a full disk: fetched again below or in the build
                     wheel.unlink()
         if spec.host_wheels:
+            assert spec.constraints, "BuildSpec requires a constraints file with host_wheels"
             pins = constraint_pins(root / spec.constraints)
             for distribution in spec.host_wheels:
                 version = pins.get(normalise(distribution))
                 if version is None:
-                    raise ManifestError(lock_path(), f"images.{name}.build.host_wheels", f"{distribution} is not pinned in {spec.constraints}")
+                    raise ManifestError(
+                        lock_path(),
+                        f"images.{name}.build.host_wheels",
+                        f"{distribution} is not pinned in {spec.constraints}",
+                    )
                 if not has_wheel(wheels, distribution, version):
                     fetch_host_wheel(f"{distribution}=={version}", wheels, image.versions.get("python"))
         (context / "build-ca.pem").write_bytes(host_ca_bundle().read_bytes())
@@ -388,14 +396,15 @@ def cuda_version_of(env: list[str] | None, labels: dict[str, str] | None) -> tup
         name, _, value = entry.partition("=")
         if name == CUDA_VERSION_ENV and value:
             return value, f"env {CUDA_VERSION_ENV} of the image"
-    if (labels or {}).get(CUDA_VERSION_LABEL):
-        return labels[CUDA_VERSION_LABEL], f"label {CUDA_VERSION_LABEL} of the image"
+    label = (labels or {}).get(CUDA_VERSION_LABEL)
+    if label:
+        return label, f"label {CUDA_VERSION_LABEL} of the image"
     return None, f"the image sets neither {CUDA_VERSION_ENV} nor the label {CUDA_VERSION_LABEL}"
 
 
 def images_cuda(names: list[str], lock: ImagesLock | None = None) -> list:
-    """The CUDA version of each named image as present here (kit.fingerprint.ImageCuda)."""
-    from kit.fingerprint import ImageCuda
+    """The CUDA version of each named image as present here (kit.host.fingerprint.ImageCuda)."""
+    from kit.host.fingerprint import ImageCuda
 
     lock = lock or load_lock()
     found = []
@@ -457,8 +466,14 @@ def build(
         labels = (existing.labels or {}) if existing is not None else {}
         if not force and labels.get(CONTEXT_LABEL) == context_hash and labels.get(BASE_LABEL) == base:
             say(f"{name}: {image.reference} is up to date ({existing.id[:19]}); --force rebuilds")
-            return BuildOutcome(name=name, reference=image.reference, image_id=existing.id, built=False,
-                                seconds=time.monotonic() - started, base=base)  # fmt: skip
+            return BuildOutcome(
+                name=name,
+                reference=image.reference,
+                image_id=existing.id,
+                built=False,
+                seconds=time.monotonic() - started,
+                base=base,
+            )
         client = engine()
         with build_context(name, image, root) as context:
             say(f"{name}: building {image.reference} on {base}")
@@ -470,8 +485,14 @@ def build(
                 tail = "".join(chunk.get("stream", "") for chunk in exc.build_log if isinstance(chunk, dict))[-3000:]
                 raise RuntimeError(f"building {name} failed: {exc.msg}\n{tail}") from None
     say(f"{name}: built {image.reference} ({built.id[:19]}) in {time.monotonic() - started:.0f} s")
-    return BuildOutcome(name=name, reference=image.reference, image_id=built.id, built=True,
-                        seconds=time.monotonic() - started, base=base)  # fmt: skip
+    return BuildOutcome(
+        name=name,
+        reference=image.reference,
+        image_id=built.id,
+        built=True,
+        seconds=time.monotonic() - started,
+        base=base,
+    )
 
 
 def _build_streamed(client, context: Path, tag: str, buildargs: dict, say, target: str | None = None):
@@ -481,9 +502,15 @@ def _build_streamed(client, context: Path, tag: str, buildargs: dict, say, targe
     log = []
     image_id = None
     stream = client.api.build(
-        path=str(context), tag=tag, buildargs=buildargs, rm=True, forcerm=True, decode=True,
-        target=target, pull=False,
-    )  # fmt: skip
+        path=str(context),
+        tag=tag,
+        buildargs=buildargs,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        target=target,
+        pull=False,
+    )
     for chunk in stream:
         log.append(chunk)
         if "stream" in chunk:
@@ -524,7 +551,9 @@ def _keep_wheels(client, context: Path, name: str, buildargs: dict, say) -> None
                 if member.isfile() and member.name.endswith(".whl"):
                     destination = target / Path(member.name).name
                     if not destination.exists():
-                        data = archive.extractfile(member).read()
+                        extracted = archive.extractfile(member)
+                        assert extracted is not None, "a regular file's member has its data"
+                        data = extracted.read()
                         partial = destination.with_suffix(".partial")
                         partial.write_bytes(data)
                         partial.rename(destination)
@@ -569,7 +598,9 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
     pulled.tag(image.repository, image.reference.rsplit(":", 1)[1])
     if image.digest is None:
         digests = ", ".join(pulled.attrs.get("RepoDigests") or []) or "none"
-        say(f"{name}: UNPINNED - the lock has no digest; this pull got {digests}. Review it and record it in {lock_path()}.")
+        say(
+            f"{name}: UNPINNED - the lock has no digest; this pull got {digests}. Review it and record it in {lock_path()}."
+        )
     return pulled.id
 
 
@@ -578,7 +609,9 @@ def pull(name: str, lock: ImagesLock | None = None, say: Callable[[str], None] =
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print) -> list[ImagePreparation]:
+def prepare(
+    names: list[str], lock: ImagesLock | None = None, say: Callable[[str], None] = print
+) -> list[ImagePreparation]:
     """Each named image present locally, else built (the kit's own) or pulled (an engine's, by its
     pinned digest). A failure is recorded and the others go on: the cases of that image then end
     `error` saying the image is missing. Needs a reachable engine (EngineUnavailable otherwise)."""
@@ -591,22 +624,32 @@ def prepare(names: list[str], lock: ImagesLock | None = None, say: Callable[[str
         present = local_image(image.reference)
         if present is not None:
             say(f"[{position}/{len(names)}] {name}: {image.reference} is present")
-            done.append(ImagePreparation(name=name, reference=image.reference, action="present", seconds=0.0,
-                                         image_id=present.id))  # fmt: skip
+            done.append(
+                ImagePreparation(
+                    name=name, reference=image.reference, action="present", seconds=0.0, image_id=present.id
+                )
+            )
             continue
         action = "built" if image.build is not None else "pulled"
-        say(f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it")
+        say(
+            f"[{position}/{len(names)}] {name}: {image.reference} is not here; {'building' if image.build else 'pulling'} it"
+        )
         try:
             image_id = build(name, lock, say=say).image_id if image.build is not None else pull(name, lock, say=say)
         except (RuntimeError, PullFailed, ValueError) as exc:
             seconds = time.monotonic() - started
             say(f"[{position}/{len(names)}] {name}: failed after {seconds:.0f} s: {exc}")
-            done.append(ImagePreparation(name=name, reference=image.reference, action="failed", seconds=seconds,
-                                         error=str(exc)[:2000]))  # fmt: skip
+            done.append(
+                ImagePreparation(
+                    name=name, reference=image.reference, action="failed", seconds=seconds, error=str(exc)[:2000]
+                )
+            )
             continue
         seconds = time.monotonic() - started
         say(f"[{position}/{len(names)}] {name}: {action} in {seconds:.0f} s")
-        done.append(ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id))
+        done.append(
+            ImagePreparation(name=name, reference=image.reference, action=action, seconds=seconds, image_id=image_id)
+        )
     return done
 
 
@@ -667,9 +710,13 @@ def probe_versions(reference: str, names: list[str]) -> dict[str, str | None]:
         for python in ("python3", "python"):
             try:
                 output = client.containers.run(
-                    reference, [python, "-c", VERSION_PROBE, *wanted], entrypoint=[], remove=True,
-                    network_disabled=True, labels={f"{LABEL_PREFIX}purpose": "version-probe"},
-                )  # fmt: skip
+                    reference,
+                    [python, "-c", VERSION_PROBE, *wanted],
+                    entrypoint=[],
+                    remove=True,
+                    network_disabled=True,
+                    labels={f"{LABEL_PREFIX}purpose": "version-probe"},
+                )
             except Exception:
                 continue
             lines = [line for line in output.decode(errors="replace").splitlines() if line.strip()]
@@ -689,12 +736,18 @@ def version_matches(locked: str, local: str | None) -> bool:
 def verify_one(name: str, image: LockedImage, probe: bool = True, root: Path | None = None) -> ImageState:
     state = ImageState(name=name, reference=image.reference, pinned_reference=image.pinned_reference, status="ok")
     if image.build is not None and not has_build_context(image.build, root):
-        state.notes.append(f"{image.build.context} is not here: a source checkout builds the image and checks its context")
+        state.notes.append(
+            f"{image.build.context} is not here: a source checkout builds the image and checks its context"
+        )
     elif image.build is not None:
         current = context_sha256(image.build, root)
         if current != image.context_sha256:
-            state.differences.append(Difference(field="lock.context_sha256 (vs the working tree)", lock=image.context_sha256, local=current))
-            state.notes.append(f"{image.build.context} changed since the lock was written: rebuild, then update context_sha256")
+            state.differences.append(
+                Difference(field="lock.context_sha256 (vs the working tree)", lock=image.context_sha256, local=current)
+            )
+            state.notes.append(
+                f"{image.build.context} changed since the lock was written: rebuild, then update context_sha256"
+            )
     local = local_image(image.reference)
     if local is None and image.digest:
         local = local_image(f"{image.repository}@{image.digest}")
@@ -709,10 +762,18 @@ def verify_one(name: str, image: LockedImage, probe: bool = True, root: Path | N
     labels = local.labels or {}
     if image.digest:
         if f"{image.repository}@{image.digest}" not in state.repo_digests:
-            state.differences.append(Difference(field="digest", lock=image.digest, local=", ".join(state.repo_digests) or f"none (image id {local.id})"))
+            state.differences.append(
+                Difference(
+                    field="digest",
+                    lock=image.digest,
+                    local=", ".join(state.repo_digests) or f"none (image id {local.id})",
+                )
+            )
     if image.build is not None:
         if labels.get(CONTEXT_LABEL) != image.context_sha256:
-            state.differences.append(Difference(field="context_sha256", lock=image.context_sha256, local=labels.get(CONTEXT_LABEL)))
+            state.differences.append(
+                Difference(field="context_sha256", lock=image.context_sha256, local=labels.get(CONTEXT_LABEL))
+            )
         if labels.get(BASE_LABEL) != image.build.base:
             state.differences.append(Difference(field="base", lock=image.build.base, local=labels.get(BASE_LABEL)))
     if probe and image.versions:
@@ -748,8 +809,11 @@ class LocalSummary(BaseModel):
 
 def local_summary(lock: ImagesLock | None = None) -> LocalSummary:
     lock = lock or load_lock()
-    hashes = {name: context_sha256(image.build) for name, image in lock.images.items()
-              if image.build and has_build_context(image.build)}  # fmt: skip
+    hashes = {
+        name: context_sha256(image.build)
+        for name, image in lock.images.items()
+        if image.build and has_build_context(image.build)
+    }
     try:
         engine()
     except EngineUnavailable as exc:
@@ -759,3 +823,23 @@ def local_summary(lock: ImagesLock | None = None) -> LocalSummary:
         local = local_image(image.reference)
         present[name] = local.id if local is not None else None
     return LocalSummary(engine=None, present=present, current_context_sha256=hashes)
+
+
+def build_all(names: tuple[str, ...], base: str | None = None, force: bool = False, say=print) -> None:
+    """`kit images build`: each image named (default: every image the kit builds itself)."""
+    lock = load_lock()
+    for name in names or tuple(name for name, image in lock.images.items() if image.build is not None):
+        build(name, lock, base=base, force=force, say=say)
+
+
+def pull_all(names: tuple[str, ...], say=print) -> list[str]:
+    """`kit images pull`: each image named (default: every image the kit does not build) by its
+    pinned digest; why each that could not be pulled was not (KeyError for a name the lock lacks)."""
+    lock = load_lock()
+    failures = []
+    for name in names or tuple(name for name, image in lock.images.items() if image.build is None):
+        try:
+            pull(name, lock, say=say)
+        except (EngineUnavailable, PullFailed) as exc:
+            failures.append(str(exc))
+    return failures

@@ -6,7 +6,7 @@ reason, and never a traceback.
 
 PyYAML and pydantic are imported when a manifest is read, not with this module: where the
 manifests are (`manifests_dir`) is asked by commands that answer from the plan cache
-(kit.plan_cache) without reading any.
+(kit.plan.plan_cache) without reading any.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
+    from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -68,14 +68,16 @@ def unique_key_loader():
     so a pasted block would override what is written above it)."""
     import yaml
 
-    class UniqueKeyLoader(safe_loader()):  # type: ignore[misc]
+    class UniqueKeyLoader(safe_loader()):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:  # the keys as written; those a merge (<<: *anchor) brings may be overridden
                 if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
                     continue
                 if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                    )
                 seen.add(key_node.value)
             return super().construct_mapping(node, deep)
 
@@ -106,7 +108,7 @@ def read_yaml(path: Path) -> object:
     becomes a ManifestError."""
     import yaml
 
-    from kit.regular_files import MANIFEST_LIMIT, read_regular_text
+    from kit.files.regular import MANIFEST_LIMIT, read_regular_text
 
     if not path.exists():
         raise ManifestError(path, "", "file not found")
@@ -147,9 +149,13 @@ def _as_written(path: Path, data: object) -> object:
         value, location, depth = stack.pop()
         count += 1
         if count > MAX_VALUES:
-            raise ManifestError(path, _key_path(location), f"more than {MAX_VALUES} values once its aliases are expanded")
+            raise ManifestError(
+                path, _key_path(location), f"more than {MAX_VALUES} values once its aliases are expanded"
+            )
         if depth > MAX_DEPTH:
-            raise ManifestError(path, _key_path(location), f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded")
+            raise ManifestError(
+                path, _key_path(location), f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise ManifestError(path, _key_path(location), f"{value} is not a finite number")
         if isinstance(value, dict):
@@ -191,3 +197,9 @@ def validate(path: Path, data: object, model: type[M]) -> M:
 def load_manifest(path: Path, model: type[M]) -> M:
     """Read and validate one manifest file."""
     return validate(path, read_yaml(path), model)
+
+
+def first_problem(exc: ValidationError) -> str:
+    """The first thing pydantic found wrong, in one line: the key, and what."""
+    first = exc.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or '(top level)'}: {first['msg']}"

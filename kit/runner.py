@@ -9,49 +9,65 @@ A failing case is a recorded result; only an interruption (Ctrl-C, kill) stops t
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import platform
 import shutil
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal, NamedTuple, Protocol
 
-from kit import effective
-from kit.environment import Check, drift, evaluate, load_expectations
-from kit.estimate import RUNS_ROOT
-from kit.execute.choice import choose as choose_executor
-from kit.fingerprint import Calibration, Fingerprint
-from kit.fingerprint_collection import collect
-from kit.host import Host, skip_reason
-from kit.preflight import Preflight
-from kit.probe_cache import probe_this_python
-from kit.protocol import Case, Plan, unavailable_by_design
-from kit.results import (
+from pydantic import BaseModel, ConfigDict
+
+from kit.execute.base import Executor
+from kit.execute.case_run import Progress, execute_case
+from kit.execute.choice import describe_choice, named, needs_local_frameworks
+from kit.execute.preflight import check_host, failing, run_preflight
+from kit.execute.slurm import SlurmExecutor, configured
+from kit.host.collection import collect
+from kit.host.environment import Check, drift
+from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.this_host import Host, this_host
+from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
+from kit.plan.fit import skip_reason
+from kit.plan.protocol import Case, Plan, plan_for, select
+from kit.plan.view import plan_text
+from kit.rundir.directory import (
     ATOMIC_TEMP,
     SUMS_FILE,
-    AcceptedChanges,
-    Result,
     RunDir,
-    RunInfo,
-    RunSample,
     UnreadableRun,
     atomic_write_model,
     not_a_file,
     read_model,
+)
+from kit.rundir.evidence import EvidenceChanged, changes_since_evidence, unsealed_cases
+from kit.rundir.schema import (
+    AcceptedChanges,
+    HostSummary,
+    ImagePreparation,
+    Preflight,
+    Result,
+    RunInfo,
+    SlurmOptions,
     utc_now,
 )
-from kit.stages import maxbatch
-from kit.stages.registry import measure, unit_of
-from kit.stages.unit import first_failure
 
-
-class Progress:
-    """Callbacks the CLI uses to show progress; the default shows nothing."""
-
-    def case_started(self, case: Case, position: int, total: int) -> None: ...
-
-    def run_started(self, case: Case, index: int, runs: int) -> None: ...
-
-    def case_finished(self, result: Result, position: int, total: int) -> None: ...
+# `kit run`'s options for the Slurm executor (SlurmOptions), and --per-node.
+SLURM_OPTIONS = (
+    "partition",
+    "account",
+    "nodes",
+    "gpus_per_node",
+    "time_limit",
+    "sbatch_args",
+    "container_mode",
+    "nodelist",
+    "per_node",
+)
+SMOKE_NOTICE = "No GPU found: running the smoke profile (tiny Llama on CPU; not comparable to the reference)."
 
 
 def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
@@ -59,34 +75,10 @@ def default_run_dir(profile: str, root: Path = RUNS_ROOT) -> Path:
     return root / f"{stamp}-{profile}"
 
 
-def host_summary(host: Host) -> dict:
-    return {
-        "hostname": platform.node(),  # a redacted run's is made a token when the run directory is sealed
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "gpus": host.gpu_names,
-    }
-
-
-def expected_gpus(plan: Plan) -> int | None:
-    """The GPU count a GPU profile's largest case is written for (before the plan was fitted to
-    this host); None for a CPU profile."""
-    counts = [case.fitted_from or case.gpus for case in plan.cases if case.device == "cuda"]
-    return max(counts) if counts else None
-
-
-def preflight(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
-    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
-    plan runs in unless it runs here) and check it for the plan."""
-    from kit.images import images_cuda
-
-    names = [] if executor == "local" else sorted({case.image for case in plan.cases})
-    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
-    return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
-
-
-def failing(checks: list[Check]) -> list[Check]:
-    return [check for check in checks if check.status == "fail"]
+def host_summary(host: Host) -> HostSummary:
+    return HostSummary(
+        hostname=platform.node(), os=platform.platform(), python=platform.python_version(), gpus=host.gpu_names
+    )
 
 
 def start_run(
@@ -102,7 +94,7 @@ def start_run(
     skip_predicted_oom: bool = False,
     image_preparation: list | None = None,
     redact: bool = False,
-    slurm: dict | None = None,
+    slurm: SlurmOptions | None = None,
 ) -> RunDir:
     run = RunDir(out)
     run.lock()
@@ -145,112 +137,20 @@ def record_calibration(run: RunDir, calibration: Calibration) -> None:
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
     """A redacted run's files, redacted now (before its evidence is first written)."""
     if info.redacted:
-        from kit.redact import Redactor
+        from kit.rundir.redact import Redactor
 
         nodes = []
         if info.executor == "slurm":  # the node names, which Slurm's outputs and the nodes' files carry
             from kit.execute.slurm import cluster_nodes
-            from kit.redact import recorded_node_names
+            from kit.rundir.redact import recorded_node_names
 
             nodes = [*cluster_nodes(), *recorded_node_names(run.root, info, run.results())]
         Redactor(run.root, nodes).tree(run.root)
 
 
-def result_of(case: Case, runs: list[RunSample], executor: str, started_at: str) -> Result:
-    """Status and metrics of a case from its runs, as its stage's unit judges and measures them;
-    metrics only when the case is ok and every option it asked for was in effect."""
-    unit = unit_of(case)
-    judgement = (unit.judge if unit else first_failure)(case, runs)
-    status, reason, case_metrics, notes = judgement.status, judgement.reason, {}, list(judgement.notes)
-    options, not_in_effect = effective.merge(case, judgement.evidence)
-    if status == "ok" and not_in_effect is not None:
-        status, reason = "error", not_in_effect
-    elif status == "ok" and unit is not None and unit.case_metrics is not None:
-        case_metrics, notes = measure(case, runs)
-    if case.variant is not None:
-        notes = [f"variant {case.variant}: {case.interpretation['variant']}", *notes]
-    if case.fitted:
-        notes = [f"{case.fitted}: {case.interpretation['fitted']}", *notes]
-    return Result(
-        case_id=case.id,
-        stage=case.stage,
-        status=status,
-        reason=reason,
-        case=case,
-        metrics=case_metrics,
-        effective=options,
-        notes=notes,
-        samples=runs,
-        executor=executor,
-        started_at=started_at,
-        finished_at=utc_now(),
-    )
-
-
-def execute_case(
-    run: RunDir, case: Case, host: Host, progress: Progress, requested: str | None, skip_predicted_oom: bool = False,
-    preflight_failed: dict[str, str] | None = None,
-) -> Result:
-    started = utc_now()
-    case_dir = run.prepare_case(case)
-    reason = skip_reason(case, host, skip_predicted_oom, cluster=getattr(requested, "NAME", None) == "slurm")
-    status = "skipped"
-    if reason is None and (reason := unavailable_by_design(case)) is not None:
-        status = "unavailable"  # said without starting a process that could only say the same
-    if reason is None and (reason := (preflight_failed or {}).get(case.image)) is not None:
-        status = "error"
-    if reason is not None:
-        result = Result(
-            case_id=case.id, stage=case.stage, status=status, reason=reason,
-            case=case, executor="none", started_at=started, finished_at=utc_now(),
-        )  # fmt: skip
-        run.write_result(result)
-        return result
-    executor = choose_executor(case, requested)
-    runs: list[RunSample] = []
-    indices = list(range(1, case.params.runs + 1))
-    with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
-        if getattr(case.params, "max_batch_search", None) is not None:
-            runs = search_max_batch(case, case_dir, executor, log, progress, host)
-        elif getattr(case.params, "launch", "per_run") == "shared" and hasattr(executor, "run_launch"):
-            progress.run_started(case, 1, case.params.runs)
-            for sample in executor.run_launch(case, case_dir, indices, log):
-                runs.append(effective.judged(case, sample))
-                if runs[-1].status != "ok":
-                    break
-        else:
-            for index in indices:
-                progress.run_started(case, index, case.params.runs)
-                runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
-                if runs[-1].status != "ok":
-                    break  # a configuration that failed once (OOM, unavailable, option off) fails every time
-    result = result_of(case, runs, executor.NAME, started)
-    run.write_result(result)
-    return result
-
-
-def search_max_batch(case: Case, case_dir: Path, executor, log, progress: Progress, host: Host) -> list[RunSample]:
-    """The trials of a max-batch case (kit.stages.maxbatch), each a run of the executor; the case's
-    case.json holds a trial's case while it runs (the executors launch what it says), each
-    trial's own copy stays in its run folder, and the search's case is put back at the end."""
-    def run_trial(trial: Case, index: int) -> RunSample:
-        progress.run_started(case, index, case.params.max_batch_search.max_trials)
-        log.write(f"\n=== trial {index}: micro-batch {trial.params.micro_batch}\n")
-        atomic_write_model(case_dir / "case.json", trial)
-        sample = effective.judged(trial, executor.run_once(trial, case_dir, index, log))
-        atomic_write_model(case_dir / "runs" / str(index) / "case.json", trial)
-        return sample
-
-    memory = host.gpu_memory_bytes[: case.gpus] if case.device == "cuda" else []
-    try:
-        return maxbatch.search(case, run_trial, min(memory) if memory else None)
-    finally:
-        atomic_write_model(case_dir / "case.json", case)
-
-
 def record_images(info: RunInfo, result: Result) -> bool:
     """Add the images a case ran in to run.json's `images` (reference -> digest); True if new."""
-    images = dict((info.model_extra or {}).get("images") or {})
+    images = dict(info.images)
     before = dict(images)
     for sample in result.samples:
         if sample.container is not None:
@@ -261,13 +161,13 @@ def record_images(info: RunInfo, result: Result) -> bool:
     return True
 
 
-def executor_of(info: RunInfo):
+def executor_of(info: RunInfo) -> Executor | None:
     """The executor run.json asks for (None: chosen per case), the Slurm executor with its options."""
     if info.executor == "slurm":
         from kit.execute.slurm import configured
 
         return configured(info.slurm, info.redacted)
-    return None if info.executor == "auto" else info.executor
+    return None if info.executor == "auto" else named(info.executor)
 
 
 def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[Result]:
@@ -279,7 +179,7 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     pending = [cases[cid] for cid in info.selected if not run.is_finished(cid)]
     total = len(info.selected)
     done = total - len(pending)
-    preflight_failed = Preflight.model_validate(info.preflight).failed_images() if info.preflight else {}
+    preflight_failed = info.preflight.failed_images() if info.preflight else {}
     try:
         for case in pending:
             done += 1
@@ -295,9 +195,12 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
             run.write_info(info)
             seal(run, info)
         raise
-    if info.executor == "slurm":  # where the numbers were measured: every node a job ran on
-        info.node_fingerprints = requested.fingerprint_nodes(run.root, [s for r in run.results() for s in r.samples],
-                                                             info.redacted)  # fmt: skip
+    from kit.execute.slurm import SlurmExecutor
+
+    if isinstance(requested, SlurmExecutor):  # where the numbers were measured: every node a job ran on
+        info.node_fingerprints = requested.fingerprint_nodes(
+            run.root, [s for r in run.results() for s in r.samples], info.redacted
+        )
     after = collect(redact=info.redacted)
     atomic_write_model(run.fingerprint_after_path, after)
     try:
@@ -329,51 +232,6 @@ def status_counts(results: list[Result]) -> dict[str, int]:
     return {status: count for status, count in counts.items() if count}
 
 
-class EvidenceChanged(ValueError):
-    """Files of a run directory that differ from the evidence the run wrote (SHA256SUMS)."""
-
-
-def listed_in_evidence(run: RunDir) -> set[str] | None:
-    """The paths SHA256SUMS lists; None where the run wrote none; ValueError where it is not a
-    sums file."""
-    if not (run.root / SUMS_FILE).exists():
-        return None
-    from kit.report.evidence import read_sums
-
-    return {entry.path for entry in read_sums(run.root)}
-
-
-def unsealed_cases(run: RunDir, info: RunInfo) -> list[str]:
-    """Cases with a result.json that SHA256SUMS does not list: killed between a case's result and
-    the evidence after it, or taken out of SHA256SUMS by hand. Nothing vouches for them, so a
-    resume runs them again instead of keeping them."""
-    try:
-        listed = listed_in_evidence(run)
-    except (ValueError, OSError):
-        return []  # unreadable evidence: a change the resume was told to accept, and keeps
-    if listed is None:
-        return []
-    return [cid for cid in info.selected if run.is_finished(cid) and f"cases/{cid}/result.json" not in listed]
-
-
-def changes_since_evidence(run: RunDir, info: RunInfo) -> list[str]:
-    """What differs from SHA256SUMS, leaving out the folders of cases the evidence does not show
-    finished (a resume discards and redoes those). Without SHA256SUMS a run that has finished
-    cases lost its evidence: that is a change too (only a run killed in its first case, before
-    any evidence, has none to check)."""
-    try:
-        listed = listed_in_evidence(run)
-    except (ValueError, OSError) as exc:  # cut short, binary, not a sums file: nothing can be trusted
-        return [f"unreadable: {SUMS_FILE} ({str(exc)[:200]})"]
-    if listed is None:
-        finished = [cid for cid in info.selected if run.is_finished(cid)]
-        return [f"missing: {SUMS_FILE} ({len(finished)} finished cases without evidence)"] if finished else []
-    from kit.report.evidence import differences
-
-    redone = tuple(f"cases/{cid}/" for cid in info.selected if f"cases/{cid}/result.json" not in listed)
-    return [f"{kind}: {path}" for kind, path in differences(run) if not path.startswith(redone)]
-
-
 def resume(path: Path, accept_changes: bool = False) -> RunDir:
     """The run directory, held, checked against its evidence (a tampered run is refused unless
     the changes are accepted, which run.json records), its cases without evidence discarded to
@@ -384,7 +242,7 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     if not run.info_path.is_file():
         raise FileNotFoundError(f"{path} is not a run directory (no run.json)")
     run.lock()
-    # A write the kill cut short left its temporary file (kit.atomic_write): the file it was
+    # A write the kill cut short left its temporary file (kit.files.atomic): the file it was
     # writing is whole or absent, and the temporary, in no evidence, is litter.
     for leftover in run.root.rglob(".*.tmp"):
         if ATOMIC_TEMP.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
@@ -396,8 +254,10 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     changed = changes_since_evidence(run, info)
     if changed and not accept_changes:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-        raise EvidenceChanged(f"{path} differs from its {SUMS_FILE} ({shown}); inspect it, or resume with "
-                              "--accept-changes (recorded in run.json)")  # fmt: skip
+        raise EvidenceChanged(
+            f"{path} differs from its {SUMS_FILE} ({shown}); inspect it, or resume with "
+            "--accept-changes (recorded in run.json)"
+        )
     if changed:
         info.accepted_changes.append(AcceptedChanges(at=utc_now(), files=changed))
     for case_id in unsealed_cases(run, info):
@@ -421,3 +281,428 @@ def is_complete(run: RunDir, info: RunInfo) -> bool:
 def current_argv() -> list[str]:
     return [Path(sys.argv[0]).name, *sys.argv[1:]]
 
+
+class RequestError(ValueError):
+    """A run asked for in a way that cannot be done: one line, the user's to fix (exit 2)."""
+
+
+class RefusedToStart(RuntimeError):
+    """The run did not start, or stopped before its cases, for a reason the host must fix (exit 1)."""
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or `kit` stopped during the cases: the run directory to resume."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(f"interrupted: finish it with `kit run --resume {run_dir}`")
+        self.run_dir = run_dir
+
+
+class RunRequest(BaseModel):
+    """What `kit run` was asked: which cases, where their run directory goes (or which run to
+    resume), and how they run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_all: bool = False
+    stages: tuple[str, ...] = ()
+    case_ids: tuple[str, ...] = ()
+    profile: str | None = None
+    out: Path | None = None
+    resume: Path | None = None
+    dry_run: bool = False
+    force: bool = False
+    executor: Literal["docker", "local", "slurm"] | None = None
+    slurm: SlurmOptions | None = None  # with the Slurm executor: its options
+    skip_predicted_oom: bool = False
+    soak_minutes: float | None = None
+    no_preflight: bool = False
+    redact: bool = False
+    accept_changes: bool = False
+    sign_key: Path | None = None
+    per_node: bool = False  # Slurm: the same run on every node of the allocation, each into OUT/<node>/
+
+    @classmethod
+    def of_options(cls, options: dict) -> RunRequest:
+        """The request `kit run`'s options make; RequestError for Slurm's options without its executor."""
+        slurm = {name: options.pop(name) for name in SLURM_OPTIONS}
+        if any(slurm.values()) and options.get("executor") != "slurm":
+            raise RequestError(
+                "--partition, --account, --nodes, --gpus-per-node, --time-limit, --sbatch-arg, --container-mode, "
+                "--nodelist and --per-node go with --executor slurm"
+            )
+        per_node = slurm.pop("per_node")
+        slurm = {
+            **slurm,
+            "sbatch_args": list(slurm["sbatch_args"]),
+            "container_mode": slurm["container_mode"] or "none",
+        }
+        given = options["executor"] == "slurm" and not options.get("resume")
+        return cls(**options, per_node=per_node, slurm=SlurmOptions(**slurm) if given else None)
+
+    def refused(self) -> str | None:
+        """Why these options cannot go together, or None."""
+        if self.per_node and (self.resume or self.slurm and (self.slurm.nodes or self.slurm.nodelist)):
+            return (
+                "--per-node runs each case on one node of its own: it sets --nodes and --nodelist, and each node's run is "
+                "resumed alone (kit run --resume OUT/<node>)"
+            )
+        if self.accept_changes and not self.resume:
+            return "--accept-changes goes with --resume RUN_DIR"
+        if self.sign_key and shutil.which("ssh-keygen") is None:  # said before the run, not after it
+            from kit.rundir.signing import INSTALL_HINT
+
+            return f"--sign signs with ssh-keygen, which is not on PATH: {INSTALL_HINT}"
+        if self.resume:
+            new_run = (
+                self.run_all,
+                self.stages,
+                self.case_ids,
+                self.profile,
+                self.out,
+                self.force,
+                self.skip_predicted_oom,
+                self.soak_minutes,
+                self.no_preflight,
+                self.redact,
+            )
+            return "--resume takes the run directory alone: the run keeps its own plan" if any(new_run) else None
+        if (
+            self.run_all
+            and (self.stages or self.case_ids)
+            or not (self.run_all or self.stages or self.case_ids or self.soak_minutes)
+        ):
+            return "say what to run: --all, or --stage/--case, and/or --soak MINUTES (or --resume RUN_DIR)"
+        return None
+
+
+class RunUi(Protocol):
+    """What a run tells the person who started it."""
+
+    def say(self, line: str) -> None:
+        """What the run is doing (a log line)."""
+
+    def warn(self, line: str) -> None:
+        """What a person must see even when the log is quiet."""
+
+    def show_checks(self, checks: list[Check]) -> None:
+        """The host's checks, when some fail."""
+
+    def show_preflight(self, checked: Preflight) -> None:
+        """The preflight's lines, once it ran."""
+
+    def progress(
+        self, total: int, finished: set[str], estimates: dict[str, Estimate]
+    ) -> AbstractContextManager[Progress]:
+        """What watches the cases as they run."""
+
+
+class RunOutcome(NamedTuple):
+    run_dir: RunDir | None
+    results: list[Result] = []
+    plan_text: str | None = None  # a dry run's plan
+    finished_before: str | None = None  # a resume with nothing left to run: what to do instead
+
+    @property
+    def summary(self) -> str:
+        """How many cases ended in each status, most telling first: the run's last line."""
+        counts = status_counts(self.results)
+        cases = f"{len(self.results)} case" + ("" if len(self.results) == 1 else "s")
+        return f"{cases}: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+    @property
+    def failed(self) -> bool:
+        """A case the kit could not measure (error, timeout): the run exits 1."""
+        return any(result.status in FAILED_STATUSES for result in self.results)
+
+
+class Planned(NamedTuple):
+    """A run's cases before it starts: the plan, the cases it runs, those finished already."""
+
+    plan: Plan
+    cases: list[Case]
+    finished: set[str]
+    title: str
+    executor: str | None
+    slurm: SlurmOptions | None
+    redact: bool
+
+
+def run(request: RunRequest, ui: RunUi) -> RunOutcome:
+    """A run request end to end: the plan (or the run to resume), the host checked, images and
+    engines prepared and checked (preflight), every case run into the run directory, sealed and,
+    where asked, signed."""
+    if (why := request.refused()) is not None:
+        raise RequestError(why)
+    host = this_host()
+    planned = _resumed(request, ui) if request.resume else _planned(request, host, ui)
+    if isinstance(planned, RunOutcome):
+        return planned
+    if request.dry_run:
+        return RunOutcome(None, plan_text=plan_text(planned.title, planned.cases, planned.finished))
+    from kit.execute.leftovers import remove_leftovers
+
+    remove_leftovers(ui.say)
+    if planned.redact:
+        from kit.rundir.redact import use_machine_salt
+
+        use_machine_salt()  # the same tokens in the fingerprints before and after, and on resume
+    if planned.executor == "docker":  # asked for by name: without an engine nothing could run
+        from kit import images
+
+        images.engine()
+    executor = planned.executor
+    pending = [case for case in planned.cases if case.id not in planned.finished]
+    if request.resume:
+        run_dir = RunDir(request.resume)
+        chosen = _executor_named(executor, planned.slurm, planned.redact)
+        _require_frameworks(pending, chosen)
+        ui.say(describe_choice(pending, chosen))
+        if isinstance(chosen, SlurmExecutor):  # the nodes a resumed run's jobs land on may not be those of its start
+            check_shared_run_dir(run_dir, pending, chosen, ui)
+    else:
+        out = request.out or default_run_dir(planned.plan.profile)
+        if (out / "run.json").exists():
+            raise RequestError(f"{out} already holds a run; use --resume {out} or another --out")
+        ui.say("checking the environment (kit doctor)...")
+        fingerprint, checks = check_host(planned.plan, redact=planned.redact, executor=executor)
+        failed = failing(checks)
+        if failed and not request.force:
+            ui.show_checks(checks)
+            raise RefusedToStart(
+                f"refusing to start: {len(failed)} environment check(s) fail "
+                f"({', '.join(check.name for check in failed)}); fix them, or run with --force"
+            )
+        prepared: list[ImagePreparation] = []
+        if planned.plan.device == "cuda" and executor not in ("local", "slurm"):
+            prepared, executor = prepare_images(pending, ui), "docker"
+        chosen = _executor_named(executor, planned.slurm, planned.redact)
+        _require_frameworks(pending, chosen)
+        ui.say(describe_choice(pending, chosen))
+        run_dir = start_run(
+            planned.plan,
+            planned.cases,
+            out,
+            host,
+            current_argv(),
+            executor=executor,
+            fingerprint=fingerprint,
+            checks=checks,
+            forced=bool(failed),
+            skip_predicted_oom=request.skip_predicted_oom,
+            image_preparation=prepared,
+            redact=planned.redact,
+            slurm=planned.slurm,
+        )
+        if failed:
+            ui.warn(
+                f"--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json"
+            )
+        if isinstance(chosen, SlurmExecutor):
+            check_shared_run_dir(run_dir, pending, chosen, ui)
+        before_the_cases(run_dir, planned.cases, host, chosen, checks, request, ui)
+    ui.say(f"run directory: {run_dir.root}")
+    try:
+        with ui.progress(len(planned.cases), planned.finished, run_dir.read_info().estimates) as progress:
+            results = execute(run_dir, host, progress)
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_dir.root) from None
+    return RunOutcome(run_dir, results)
+
+
+def _planned(request: RunRequest, host: Host, ui: RunUi) -> Planned:
+    """A new run's plan: the profile fitted to this host, the cases asked for, and the soak's."""
+    if request.profile is None and not host.gpu_names:
+        ui.warn(SMOKE_NOTICE)
+    plan = plan_for(host, request.profile)
+    soaking: list[Case] = []
+    if request.soak_minutes:
+        from kit.plan.soak import with_soak
+
+        plan, soaking = with_soak(plan, host, request.soak_minutes)
+        if not soaking:
+            raise RequestError(f"--soak: the {plan.profile} profile has no training or serving case this host can run")
+    asked = request.run_all or request.stages or request.case_ids
+    try:
+        chosen = select(plan, request.stages, request.case_ids) if asked else []
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    alone = any(case in chosen for case in soaking) and not request.run_all  # --case soak.<...>: that soak alone
+    cases = chosen if alone else [*chosen, *(case for case in soaking if case not in chosen)]
+    return Planned(
+        plan,
+        cases,
+        set(),
+        f"profile {plan.profile}: {len(cases)} cases",
+        request.executor,
+        request.slurm,
+        request.redact,
+    )
+
+
+def _resumed(request: RunRequest, ui: RunUi) -> Planned | RunOutcome:
+    """A run to resume: its own plan and executor, held and checked against its evidence (unless
+    a dry run); a run with nothing left to run says so and is signed where asked."""
+    assert request.resume is not None
+    run_dir = RunDir(request.resume)
+    if not run_dir.info_path.is_file():
+        raise RequestError(f"{request.resume} is not a run directory (no run.json)")
+    info = run_dir.read_info()
+    if request.executor is not None and request.executor != info.executor:
+        raise RequestError(
+            f"{request.resume} runs its cases with the executor its run.json records ({info.executor}); "
+            f"a resume goes on the same way: leave out --executor {request.executor}"
+        )
+    cases = [c for c in info.plan.cases if c.id in set(info.selected)]
+    for case in cases:  # a finished case that cannot be read is refused here, never run again over it
+        if run_dir.is_finished(case.id):
+            run_dir.read_result(case.id)
+    if not request.dry_run:  # held from here on, and checked against its evidence before anything is said or done
+        try:
+            run_dir = resume(request.resume, request.accept_changes)
+        except EvidenceChanged as exc:
+            raise RequestError(str(exc)) from None
+        resumed = run_dir.read_info()
+        complete = is_complete(run_dir, resumed)
+        if not complete or len(resumed.accepted_changes) > len(info.accepted_changes):  # its evidence is sealed anew
+            from kit.rundir.signing import remove_signature
+
+            unsigned = remove_signature(run_dir)
+            if unsigned and not request.sign_key:
+                ui.warn(
+                    f"removed {', '.join(unsigned)}: they signed the evidence before this resume; sign the run again "
+                    f"with `kit sign {request.resume} --key KEY`"
+                )
+        if complete:
+            return RunOutcome(
+                run_dir,
+                finished_before=f"{request.resume}: every case is finished; nothing to resume "
+                f"(kit report {request.resume})",
+            )
+    ui.say(f"executor: {info.executor}, as {request.resume / 'run.json'} records")
+    finished = {c.id for c in cases if run_dir.is_finished(c.id)}  # without those the evidence did not list
+    return Planned(
+        info.plan,
+        cases,
+        finished,
+        f"resume {request.resume}: {len(finished)} of {len(cases)} cases done",
+        None if info.executor == "auto" else info.executor,
+        info.slurm,
+        info.redacted,
+    )
+
+
+def _executor_named(name: str | None, slurm: SlurmOptions | None, redact: bool) -> Executor | None:
+    if name == "slurm":
+        return configured(slurm, redact)
+    return named(name) if name else None
+
+
+def _require_frameworks(cases: list[Case], executor: Executor | None) -> None:
+    if needs_local_frameworks(cases, executor) and importlib.util.find_spec("torch") is None:
+        raise RequestError("the local executor runs the frameworks in this Python: pip install -e '.[local]'")
+
+
+def before_the_cases(
+    run_dir: RunDir,
+    cases: list[Case],
+    host: Host,
+    executor: Executor | None,
+    checks: list[Check],
+    request: RunRequest,
+    ui: RunUi,
+) -> None:
+    """What a new run records before its first case: each case's estimate, and the preflight (its
+    lines in run.json, what it measured of the host in the fingerprint)."""
+    info = run_dir.read_info()  # with the node fingerprints a Slurm check recorded
+    # a case the host cannot attempt takes no time: the ETA and run.json count the others
+    cluster = executor is not None and executor.on_cluster
+    runnable = [case for case in cases if skip_reason(case, host, request.skip_predicted_oom, cluster=cluster) is None]
+    info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
+    if request.no_preflight:
+        info.no_preflight = True
+    else:
+        ui.say("preflight: each image checked with a miniature of its stages (kit preflight)")
+        try:
+            checked = run_preflight(
+                runnable, executor, checks, run_dir.root / "preflight", say=ui.say, host_gpu_names=host.gpu_names
+            )
+        except BaseException:  # Ctrl-C or kit being stopped: the run says so, as during its cases
+            info.status = "interrupted"
+            run_dir.write_info(info)
+            raise
+        ui.show_preflight(checked)
+        info.preflight = checked.model_copy(update={"calibration": None})  # kept in fingerprint.json
+        if checked.calibration is not None:
+            record_calibration(run_dir, checked.calibration)
+    run_dir.write_info(info)
+    redact_in_place(run_dir, info)
+
+
+def prepare_images(cases: list[Case], ui: RunUi) -> list[ImagePreparation]:
+    """A GPU run's images, present, built or pulled before its first case (with the time each
+    took); without an engine the run does not start (--executor local runs in this Python)."""
+    from kit import images
+
+    names = sorted({case.image for case in cases})
+    ui.say(f"preparing the {len(names)} image(s) the plan runs in: {', '.join(names)}")
+    prepared = images.prepare(names, say=lambda line: ui.say(f"  {line}"))
+    total = sum(step.seconds for step in prepared)
+    failed = [step.name for step in prepared if step.action == "failed"]
+    ui.say(
+        f"images ready in {total:.0f} s"
+        + (f"; not available: {', '.join(failed)} (their cases will fail)" if failed else "")
+    )
+    return prepared
+
+
+def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExecutor, ui: RunUi) -> None:
+    """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
+    could come back, and the run stops here (resumable once the directory is shared)."""
+    from kit.execute import slurm
+    from kit.execute.node_fingerprint import fingerprinted
+
+    nodes = slurm.nodes_needed(cases, executor.options)
+    ui.say(f"checking that {nodes} compute node(s) see the run directory (one tiny Slurm job)")
+    info = run_dir.read_info()
+    try:
+        seen = slurm.check_shared_run_dir(
+            run_dir.root, nodes, executor.options, say=lambda line: ui.say(f"  {line}"), redact=info.redacted
+        )
+    except (slurm.RunDirNotShared, slurm.SlurmUnavailable) as exc:
+        info.status = "interrupted"
+        run_dir.write_info(info)
+        raise RefusedToStart(str(exc)) from None
+    info.node_fingerprints = fingerprinted(run_dir.root)
+    run_dir.write_info(info)
+    ui.say(
+        f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
+        f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}"
+    )
+
+
+def run_per_node(arguments: list[str], request: RunRequest, say: Callable[[str], None]) -> dict[str, tuple[Path, int]]:
+    """This run on each node of the allocation at once, into OUT/<node>/ (with --redact,
+    OUT/<the node's token>/): each node's run directory and exit status. ValueError where no node
+    is up."""
+    from kit.execute.node_fingerprint import node_token
+    from kit.execute.per_node import fleet_nodes, run_on_each_node
+
+    if (why := request.refused()) is not None:
+        raise RequestError(why)
+    out = request.out or default_run_dir(plan_for(this_host(), request.profile).profile)
+    partition = request.slurm.partition if request.slurm else None
+    folder_of: Callable[[str], str] = str
+    if request.redact:
+        from kit.rundir.redact import use_machine_salt
+
+        use_machine_salt()
+        folder_of = node_token
+    nodes = fleet_nodes(partition)
+    if not nodes:
+        raise RequestError(
+            "--per-node found no Slurm node up (sinfo)" + (f" in partition {partition}" if partition else "")
+        )
+    say(f"one run per node, at once: {', '.join(nodes)}, into {out}/<node>/")
+    codes = run_on_each_node(arguments, nodes, out, say=say, folder_of=folder_of)
+    return {node: (out / folder_of(node), code) for node, code in codes.items()}

@@ -9,7 +9,6 @@ from typing import Annotated, NamedTuple
 
 from pydantic import AfterValidator
 
-
 # Units a published value may be written in: each is (dimension, factor to the dimension's base).
 UNITS: dict[str, tuple[str, float]] = {
     "tokens/s": ("throughput", 1.0),

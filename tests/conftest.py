@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.deadline import ends_within
 
 from kit.manifest import manifests_dir
-from kit.protocol import build_plan, load_protocol
+from kit.plan.protocol import build_plan, load_protocol
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,37 +38,21 @@ def real_smoke_run(tmp_path_factory) -> Path:
     step, the README's main command on an empty cache), else one made here. A full smoke run takes
     many minutes on two cores, so every test that reads real results of the smoke profile's cases
     reads this one run; a test that changes it works on a copy."""
-    from kit.results import RunDir
+    from kit.rundir.directory import RunDir
 
     given = os.environ.get("KIT_SMOKE_RUN")
     run = Path(given) if given else tmp_path_factory.mktemp("smoke") / "run"
     if not given:
-        done = subprocess.run([sys.executable, "-m", "kit.cli", "run", "--all", "--out", str(run)], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "kit.cli", "run", "--all", "--out", str(run)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     info = RunDir(run).read_info()
     assert (info.profile, info.status) == ("smoke", "finished"), f"{run}: not a finished smoke run"
-    assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], f"{run}: not every smoke case"
+    assert info.selected == [case.id for case in build_plan(load_protocol(), "smoke").cases], (
+        f"{run}: not every smoke case"
+    )
     return run
-
-
-class RanTooLong(BaseException):
-    """Not an Exception: no `except Exception` (nor OSError, as TimeoutError is) of the kit takes it."""
-
-
-@contextlib.contextmanager
-def ends_within(seconds: int, what: str):
-    """Fails what runs in it after `seconds` (SIGALRM), where a hang would stop the session."""
-
-    def too_long(signum, frame):
-        raise RanTooLong(f"{what} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

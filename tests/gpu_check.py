@@ -32,15 +32,29 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # What a GPU host with a CUDA build of torch, transformers, peft and accelerate lacks of the kit's
 # dependencies (a one-GPU test host, 2026-11-27, had none of these), pinned as the CPU path pins
 # them (constraints-cpu.txt, the smoke image's versions). Resolved with their own dependencies:
-LIGHT = ["pydantic==2.13.4", "docker==7.1.0", "hjson", "msgpack", "ninja", "einops", "py-cpuinfo", "psutil",
-         "weasyprint==70.0", "pypdf", "setuptools", "wheel"]  # fmt: skip
+LIGHT = [
+    "pydantic==2.13.4",
+    "docker==7.1.0",
+    "hjson",
+    "msgpack",
+    "ninja",
+    "einops",
+    "py-cpuinfo",
+    "psutil",
+    "weasyprint==70.0",
+    "pypdf",
+    "setuptools",
+    "wheel",
+]
 # Without their dependencies (each would pull a torch build): DeepSpeed as its source
 # distribution, built there with DS_BUILD_OPS=0 (ops are built when a case needs one).
 HEAVY_WHEELS = ["bitsandbytes==0.50.2"]
 HEAVY_SOURCES = ["deepspeed==0.19.8"]
 TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"] + [
-    argument for tag in ("manylinux_2_28", "manylinux_2_27", "manylinux_2_24", "manylinux_2_17", "manylinux2014")
-    for argument in ("--platform", f"{tag}_x86_64")]  # fmt: skip
+    argument
+    for tag in ("manylinux_2_28", "manylinux_2_27", "manylinux_2_24", "manylinux_2_17", "manylinux2014")
+    for argument in ("--platform", f"{tag}_x86_64")
+]
 # Dependencies of those that such a host has already (matplotlib's, transformers'): left out of
 # the folder, which then travels in less than 64 MiB.
 ON_THE_HOST = {"pillow", "fonttools", "typing-extensions", "packaging", "numpy", "tqdm", "pyyaml"}
@@ -88,15 +102,24 @@ class Check:
     def left_s(self) -> float:
         return self.deadline - time.monotonic()
 
-    def step(self, name: str, argv: list[str], timeout_s: float | None = None, env: dict | None = None) -> subprocess.CompletedProcess | None:
+    def step(
+        self, name: str, argv: list[str], timeout_s: float | None = None, env: dict | None = None
+    ) -> subprocess.CompletedProcess | None:
         timeout_s = max(1.0, min(timeout_s or self.left_s(), self.left_s()))
         started = time.monotonic()
         print(f"[{name}] {' '.join(argv)} (at most {timeout_s:.0f} s)", flush=True)
         log = self.out / f"{name}.log"
         try:
             with log.open("w") as handle:
-                done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=handle, text=True, timeout=timeout_s,
-                                      cwd=CHECKOUT, env={**os.environ, **(env or {})})  # fmt: skip
+                done = subprocess.run(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=handle,
+                    text=True,
+                    timeout=timeout_s,
+                    cwd=CHECKOUT,
+                    env={**os.environ, **(env or {})},
+                )
             status = done.returncode
         except subprocess.TimeoutExpired:
             done, status = None, "timeout"
@@ -121,8 +144,10 @@ def install(check: Check, wheels: Path | None) -> None:
         return
     missing = sorted(path for path in wheels.iterdir() if not installed(distribution_of(path)))
     offline = ("install", "--no-index", "--no-deps", "--no-build-isolation")
-    for name, group in (("install-wheels", [p for p in missing if p.suffix == ".whl"]),
-                        ("install-sources", [p for p in missing if p.suffix != ".whl"])):  # fmt: skip
+    for name, group in (
+        ("install-wheels", [p for p in missing if p.suffix == ".whl"]),
+        ("install-sources", [p for p in missing if p.suffix != ".whl"]),
+    ):
         if group:
             check.step(name, pip(*offline, *map(str, group)), timeout_s=600, env={"DS_BUILD_OPS": "0"})
     done = check.step("install-kit", pip(*offline, "-e", str(CHECKOUT)), timeout_s=120)
@@ -142,8 +167,13 @@ def chosen_cases(listed: dict, every: bool) -> list[str]:
         return [case["id"] for case in runnable]
     chosen = []
     for stage in STAGE_ORDER:
-        fits = [case["id"] for case in runnable if case["stage"] == stage and case["variant"] is None
-                and not estimates.get(case["id"], {}).get("basis", "").startswith("analytic: predicted OOM")]  # fmt: skip
+        fits = [
+            case["id"]
+            for case in runnable
+            if case["stage"] == stage
+            and case["variant"] is None
+            and not estimates.get(case["id"], {}).get("basis", "").startswith("analytic: predicted OOM")
+        ]
         if fits:
             chosen.append(min(fits, key=lambda cid: estimates.get(cid, {}).get("seconds") or float("inf")))
     return chosen
@@ -162,18 +192,39 @@ def run_check(out: Path, wheels: Path | None, every: bool, budget_s: float) -> i
     run_dir = out / "run"
     if listed is not None and listed.returncode == 0:
         cases = chosen_cases(json.loads(listed.stdout), every)
-        check.kit("run", "run", "--profile", "quick", "--executor", "local", "--no-preflight", "--out", str(run_dir),
-                  *[argument for case in cases for argument in ("--case", case)])  # fmt: skip
+        check.kit(
+            "run",
+            "run",
+            "--profile",
+            "quick",
+            "--executor",
+            "local",
+            "--no-preflight",
+            "--out",
+            str(run_dir),
+            *[argument for case in cases for argument in ("--case", case)],
+        )
     if (run_dir / "run.json").is_file():
         formats = "html,pdf,json" if installed("weasyprint") else "html,json"
-        check.kit("report", "report", str(run_dir), "--compare", "reference", "--format", formats, timeout_s=max(check.left_s(), 60))
+        check.kit(
+            "report",
+            "report",
+            str(run_dir),
+            "--compare",
+            "reference",
+            "--format",
+            formats,
+            timeout_s=max(check.left_s(), 60),
+        )
     with tarfile.open(out / "gpu-check.tgz", "w:gz") as archive:
         for path in sorted(out.iterdir()):
             if path.name != "gpu-check.tgz":
                 archive.add(path, arcname=path.name)
     failed = [step["step"] for step in check.steps if step["status"] not in (0,)]
-    print(f"gpu check: {len(check.steps)} steps, {sum(s['seconds'] for s in check.steps):.0f} s; "
-          f"not 0: {', '.join(failed) or 'none'}; {out / 'gpu-check.tgz'}")  # fmt: skip
+    print(
+        f"gpu check: {len(check.steps)} steps, {sum(s['seconds'] for s in check.steps):.0f} s; "
+        f"not 0: {', '.join(failed) or 'none'}; {out / 'gpu-check.tgz'}"
+    )
     return 0
 
 
@@ -184,7 +235,9 @@ def main() -> int:
     wheels.add_argument("folder", type=Path)
     run = commands.add_parser("run", help="the check, on the GPU host")
     run.add_argument("--wheels", type=Path, help="install from this folder, without network")
-    run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check"), help="where results go ($OUT)")
+    run.add_argument(
+        "--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check"), help="where results go ($OUT)"
+    )
     run.add_argument("--all", action="store_true", help="every case of the quick profile, not one per stage")
     run.add_argument("--budget-s", type=float, default=540.0, help="stop starting steps after this many seconds")
     args = parser.parse_args()

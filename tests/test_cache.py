@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 
 from kit.cache import MARKER, CacheEntryInvalid, ensure_entry, read_marker
-from kit.protocol import load_protocol
-
-REPO = Path(__file__).resolve().parent.parent
+from kit.plan.protocol import load_protocol
 
 
 def _make_counted(staging: Path, log: Path) -> dict:
@@ -73,7 +71,7 @@ def test_an_entry_with_a_marker_but_a_missing_or_cut_file_is_invalid(tmp_path):
 RANKS_SCRIPT = """
 import os, sys, time
 import torch.distributed as dist
-from kit.protocol import load_protocol
+from kit.plan.protocol import load_protocol
 from kit.workloads.synthetic import synthetic_checkpoint
 dist.init_process_group("gloo")
 if dist.get_rank() == 0:
@@ -94,8 +92,11 @@ def test_two_ranks_against_one_cold_checkpoint_get_one_whole_loadable_checkpoint
     script.write_text(RANKS_SCRIPT)
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     paths = {answer.read_text() for answer in (tmp_path / "paths").iterdir()}
     assert len(list((tmp_path / "paths").iterdir())) == 2 and len(paths) == 1
@@ -111,7 +112,7 @@ def test_two_ranks_against_one_cold_checkpoint_get_one_whole_loadable_checkpoint
 
 def test_a_checkpoint_left_with_a_marker_and_no_weights_is_rebuilt(tmp_path):
     pytest.importorskip("torch")
-    from kit.model_files import model_key
+    from kit.plan.model_files import model_key
     from kit.workloads.synthetic import synthetic_checkpoint
 
     shape = load_protocol().models["tiny-llama"]
@@ -137,8 +138,13 @@ def test_a_deepspeed_op_builds_in_a_process_under_a_cpu_cases_data_cap(smoke_pla
     case = next(c for c in smoke_plan.cases if memory_cap_bytes(c) is not None)
     cap = memory_cap_bytes(case)
     script = "from kit.workloads.deepspeed_ops import prepare_ops; print(prepare_ops(['ShareMemCommBuilder']))"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)},
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY)))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY)),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert str(tmp_path) in done.stdout

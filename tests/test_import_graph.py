@@ -1,7 +1,8 @@
 """No circle in the kit's import graph: a module never needs, directly or through others, a module
 that needs it. A circle is what let the metrics, the comm maths, the breakdown and the serving
 aggregates each import the others late, inside functions; each stage now has one home
-(kit/stages/) that imports the shared maths, never the reverse.
+(kit/measure/) that imports the shared maths, never the reverse; and the packages are layers
+(LAYERS below), each importing only those beneath it.
 
 The graph is read from the source with `ast`, without importing anything. Every import counts,
 at the top of a module, inside a function (an import run late is still a dependency) or under
@@ -132,32 +133,88 @@ def test_imports_inside_functions_and_type_checking_ones_count():
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from kit.report.loaded_run import LoadedRun\n"
-        "def f():\n    from kit.metrics import summarize\n"
+        "def f():\n    from kit.measure.metrics import summarize\n"
     )
     found = imported_names(tree, "kit.x", False)
-    assert found == {"typing", "typing.TYPE_CHECKING", "kit.report.loaded_run", "kit.report.loaded_run.LoadedRun",
-                     "kit.metrics", "kit.metrics.summarize"}
+    assert found == {
+        "typing",
+        "typing.TYPE_CHECKING",
+        "kit.report.loaded_run",
+        "kit.report.loaded_run.LoadedRun",
+        "kit.measure.metrics",
+        "kit.measure.metrics.summarize",
+    }
 
 
 def test_a_module_depends_on_the_packages_around_what_it_imports():
     graph = import_graph()
-    assert {"kit.report", "kit.report.cells"} <= graph["kit.stages.training"]
-    assert "kit.stages" not in graph["kit.stages.training"]  # its own package
+    assert {"kit.rundir", "kit.rundir.schema"} <= graph["kit.measure.training"]
+    assert "kit.measure" not in graph["kit.measure.training"]  # its own package
 
 
-# From what runs in a workload process up to the command line: each imports none of those after it,
-# so the code a workload process runs is never the code that launches it, and a serving session
-# is the same wherever an executor places its engine.
-LAYERS = ("kit.workloads", "kit.serve", "kit.execute", "kit.runner", "kit.cli")
+# The kit's packages (and its loose modules) from the bottom up: each imports only from its own
+# layer or those below it. Records and their definitions sit low (the run directory's schema is
+# read by everything above); measuring (kit.measure) sits below the code that runs workloads,
+# serves and places processes, which sits below the runner; the report reads runs and sits above
+# the runner, which therefore never loads it; the command line is on top.
+LAYERS = (
+    ("kit.units", "kit.credentials", "kit.child_process", "kit.output", "kit.files"),
+    ("kit.manifest", "kit.cache"),
+    ("kit.theory",),
+    ("kit.host",),
+    ("kit.comm",),
+    ("kit.plan",),
+    ("kit.rundir",),
+    ("kit.measure",),
+    ("kit.reference",),
+    ("kit.images",),
+    ("kit.workloads",),
+    ("kit.serve",),
+    ("kit.execute",),
+    ("kit.runner",),
+    ("kit.console",),
+    ("kit.report",),
+    ("kit.cli", "kit.__main__"),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer a module belongs to: that of the package (or loose module) it is, or is in."""
+    for depth, layer in enumerate(LAYERS):
+        if any(module == name or module.startswith(name + ".") for name in layer):
+            return depth
+    return None
+
+
+def test_every_module_is_in_a_layer():
+    assert not sorted(module for module in import_graph() if module != "kit" and layer_of(module) is None)
 
 
 def test_no_layer_imports_one_above_it():
     graph = import_graph()
-    upward = sorted(f"{module} -> {needed}" for module, needs in graph.items() for needed in needs
-                    for low, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")
-                    for high in LAYERS[low + 1:] if needed == high or needed.startswith(high + "."))  # fmt: skip
+    upward = sorted(
+        f"{module} -> {needed}"
+        for module, needs in graph.items()
+        for needed in needs
+        if module != "kit" and needed != "kit" and (layer_of(needed) or 0) > (layer_of(module) or 0)
+    )
     assert not upward, "imports of a layer above:\n" + "\n".join(upward)
 
 
+def test_importing_the_runner_loads_nothing_of_the_report():
+    graph = import_graph()
+    reached, pending = set(), ["kit.runner"]
+    while pending:
+        module = pending.pop()
+        if module not in reached:
+            reached.add(module)
+            pending += graph[module]
+    assert not {module for module in reached if module.startswith("kit.report")}
+
+
+def test_an_upward_import_is_found():
+    assert layer_of("kit.report.page_one") > layer_of("kit.measure.training") > layer_of("kit.rundir.schema")
+
+
 def test_the_host_checks_know_the_workloads_without_importing_them():
-    assert not {name for name in import_graph()["kit.host"] if name.startswith("kit.workloads")}
+    assert not {name for name in import_graph()["kit.plan.fit"] if name.startswith("kit.workloads")}

@@ -12,11 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support import FIXTURES, REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 # What the distribution is built from (pyproject.toml names the readme and the licence file).
 DISTRIBUTION_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "kit", "manifests", "report_templates")
-RECORDED_RUN = Path(__file__).parent / "fixtures" / "h100x1-run" / "run.tgz"
+RECORDED_RUN = FIXTURES / "h100x1-run" / "run.tgz"
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,22 @@ def wheel(tmp_path_factory) -> Path:
         else:
             shutil.copy2(path, source / name)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir", "-q",
-                    str(source), "-w", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "-q",
+            str(source),
+            "-w",
+            str(out),
+        ],
+        check=True,
+    )
     [built] = out.glob("*.whl")
     return built
 
@@ -43,13 +58,24 @@ def installed(wheel, tmp_path_factory):
     beside it, for the dependencies), run in an empty folder with a fresh kit cache and no
     PYTHONPATH, so that nothing of the checkout is in reach."""
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KIT_MANIFESTS", "KIT_REPORT_TEMPLATES")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "KIT_MANIFESTS", "KIT_REPORT_TEMPLATES")
+    }
     env.update(KIT_CACHE=str(tmp_path_factory.mktemp("cache")), COLUMNS="200")
     environment = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(environment)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(environment)], check=True
+    )
     python = environment / "bin" / "python"
     # Away from the checkout, whose metadata (an editable install's egg-info) would pass for the kit installed.
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True, cwd=elsewhere, env=env)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        cwd=elsewhere,
+        env=env,
+    )
 
     def run(*args: str, program: tuple[str, ...] = (str(environment / "bin" / "kit"),)) -> subprocess.CompletedProcess:
         return subprocess.run([*program, *args], capture_output=True, text=True, cwd=elsewhere, env=env, timeout=300)
@@ -62,10 +88,17 @@ def installed(wheel, tmp_path_factory):
 def test_the_wheel_is_its_own_distribution_and_carries_the_manifests_the_templates_and_the_licence(wheel):
     assert wheel.name.startswith("llm_runtime_kit-")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"kit/__main__.py", "kit/manifests/protocol.yaml", "kit/manifests/references/arxiv-2311.03687.yaml",
-            "kit/report_templates/report.html.j2", "kit/report_templates/style.css"} <= names  # fmt: skip
+    assert {
+        "kit/__main__.py",
+        "kit/manifests/protocol.yaml",
+        "kit/manifests/references/arxiv-2311.03687.yaml",
+        "kit/report_templates/report.html.j2",
+        "kit/report_templates/style.css",
+    } <= names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
-    metadata = zipfile.ZipFile(wheel).read(next(name for name in names if name.endswith(".dist-info/METADATA"))).decode()
+    metadata = (
+        zipfile.ZipFile(wheel).read(next(name for name in names if name.endswith(".dist-info/METADATA"))).decode()
+    )
     assert "License-Expression: Apache-2.0" in metadata.splitlines()
 
 
@@ -89,7 +122,9 @@ def test_an_installed_kit_checks_the_host(installed):
 def test_an_installed_kit_renders_a_recorded_run_and_runs_as_a_module(installed):
     with tarfile.open(RECORDED_RUN) as archive:
         archive.extractall(installed.folder, filter="data")
-    done = installed("-m", "kit", "report", "runh100", "--format", "html", "--out", "report", program=(installed.python,))
+    done = installed(
+        "-m", "kit", "report", "runh100", "--format", "html", "--out", "report", program=(installed.python,)
+    )
     assert done.returncode == 0, done.stderr
     html = (installed.folder / "report" / "report.html").read_text()
     stylesheet = (ROOT / "report_templates" / "style.css").read_text()

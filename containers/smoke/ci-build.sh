@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What CI needs before its tests to drive the real docker executor: a docker engine, a base
 # image made without a registry, and the smoke image built on it (the tests run smoke cases in
-# it: tests/test_docker_executor.py). Each step is skipped when its result is already there
+# it: tests/execute/test_docker.py). Each step is skipped when its result is already there
 # (engine running, base imported, image of the same context and base built), and the slow
 # inputs are cached under $KIT_CACHE: the debootstrap root filesystem and the wheels.
 #

@@ -16,20 +16,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
 
-from kit import images, nccl_tests
+from kit import images
 from kit.cache import cache_dir
 from kit.child_process import die_with_parent
-from kit.execute import memory_cap_bytes, processes
+from kit.comm.gpu_links import topology_facts
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.local import launcher_command
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, serve_run
-from kit.gpu_links import topology_facts
-from kit.host import gpu_names
-from kit.protocol import Case
-from kit.results import ContainerRun, RunSample, atomic_write_model, utc_now
+from kit.host.this_host import gpu_names
+from kit.plan.protocol import Case
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import ContainerRun, RunSample, utc_now
+from kit.rundir.serving import ContainerPort, EngineRecord, EngineStop
 
 NAME = "docker"
 KILL_GRACE_S = 10
@@ -65,25 +68,31 @@ class ImageMissing(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-def image_reference(case: Case) -> str:
-    """The repo:tag the case runs in, as the lock names it."""
+def locked_image(case: Case) -> images.LockedImage:
+    """The lock's entry for the case's image."""
     found = images.image_for_case(case.image)
     if found is None:
         raise ImageMissing(f"the lock ({images.lock_path()}) has no image {case.image!r}")
-    return found[1].reference
+    return found[1]
+
+
+def image_reference(case: Case) -> str:
+    """The repo:tag the case runs in, as the lock names it."""
+    return locked_image(case).reference
 
 
 def unavailable_reason(case: Case) -> str | None:
     """Why this case cannot run in docker here (no engine, image not in the lock or not local)."""
     try:
-        reference = image_reference(case)
+        locked = locked_image(case)
+        reference = locked.reference
         images.engine()
     except (ImageMissing, images.EngineUnavailable) as exc:
         return str(exc)
-    if case.device not in images.image_for_case(case.image)[1].devices:
-        return f"image {reference} ({case.image}) runs on {', '.join(images.image_for_case(case.image)[1].devices)}, not {case.device}"
+    if case.device not in locked.devices:
+        return f"image {reference} ({case.image}) runs on {', '.join(locked.devices)}, not {case.device}"
     if images.local_image(reference) is None:
-        hint = "pull" if (images.image_for_case(case.image)[1].build is None) else "build"
+        hint = "pull" if (locked.build is None) else "build"
         return f"image {reference} ({case.image}) is not present locally: kit images {hint} {case.image}"
     return None
 
@@ -109,7 +118,7 @@ def memory_cap_ulimit(case: Case) -> dict[str, tuple[int, int]]:
     return {} if cap is None else {"data": (cap, -1)}
 
 
-def container_environment(case: Case, host_environment: dict[str, str] | None = None) -> dict[str, str]:
+def container_environment(case: Case, host_environment: Mapping[str, str] | None = None) -> dict[str, str]:
     """The case's variables (NCCL_* and the like) over the kit's; a token only when the user set one."""
     host_environment = os.environ if host_environment is None else host_environment
     env = {
@@ -260,9 +269,12 @@ def _start_watchdog(container_id: str) -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "kit.execute.docker", "watch", container_id],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_watchdog_child_setup,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_watchdog_child_setup,
+        )
     except OSError:
         return None  # the labels and the next start's cleanup remain
     finally:
@@ -280,8 +292,9 @@ def _create_and_start(client, settings: dict, log):
     ulimits = dict(settings["ulimits"])
     mark_this_process()
     while True:
-        container = client.containers.create(**{
-            **settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]})
+        container = client.containers.create(
+            **{**settings, "ulimits": [docker.types.Ulimit(name=n, soft=s, hard=h) for n, (s, h) in ulimits.items()]}
+        )
         try:
             container.start()
             return container, ulimits
@@ -348,15 +361,17 @@ class EngineContainer:
         state = _state(self.container)
         return None if state.get("Running") else state.get("ExitCode", -1)
 
-    def stop(self) -> dict:
+    def stop(self) -> EngineStop:
         """docker stop (SIGTERM, SIGKILL after the grace period), then the container goes."""
         code = self.exit_code()
-        outcome = {"stopped_by": "itself"} if code is not None else {"stopped_by": f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)"}
+        outcome = EngineStop(
+            stopped_by="itself" if code is not None else f"docker stop (SIGTERM; SIGKILL after {STOP_GRACE_S} s)"
+        )
         try:
             if code is None:
                 self.container.stop(timeout=STOP_GRACE_S)
             state = _state(self.container)
-            outcome.update(exit_code=state.get("ExitCode"), oom_killed=bool(state.get("OOMKilled")))
+            outcome.exit_code, outcome.oom_killed = state.get("ExitCode"), bool(state.get("OOMKilled"))
         finally:
             self._pump.join(timeout=KILL_GRACE_S)
             _remove(self.container)
@@ -387,7 +402,9 @@ class ContainerPlacement:
         kit_image = KIT_IMAGES[case.device]
         reference = images.load_lock().images[kit_image].reference
         if images.local_image(reference) is None:
-            raise RuntimeError(f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}")
+            raise RuntimeError(
+                f"the kit's {kit_image} image ({reference}) makes the checkpoint and is not here: kit images build {kit_image}"
+            )
         host_folder = checkpoint_path(case).parent
         host_folder.mkdir(parents=True, exist_ok=True)
         hand_over(host_folder)
@@ -395,12 +412,25 @@ class ContainerPlacement:
         def run(arguments: list[str]) -> tuple[int, str]:
             mark_this_process()
             container = images.engine().containers.run(
-                reference, ["python", "-m", *arguments], detach=True, network_disabled=True,
-                user="{}:{}".format(*container_user()), labels=self._labels(case), cap_drop=["ALL"], security_opt=["no-new-privileges"],
-                environment={"KIT_CACHE": CACHE_MOUNT, "HF_HOME": "/tmp/hf", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
-                volumes={str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
-                         str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"}},
-            )  # fmt: skip
+                reference,
+                ["python", "-m", *arguments],
+                detach=True,
+                network_disabled=True,
+                user="{}:{}".format(*container_user()),
+                labels=self._labels(case),
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                environment={
+                    "KIT_CACHE": CACHE_MOUNT,
+                    "HF_HOME": "/tmp/hf",
+                    "HF_HUB_OFFLINE": "1",
+                    "PYTHONUNBUFFERED": "1",
+                },
+                volumes={
+                    str(images.kit_source_dir()): {"bind": SOURCE_MOUNT, "mode": "ro"},
+                    str(host_folder.resolve()): {"bind": f"{CACHE_MOUNT}/checkpoints", "mode": "rw"},
+                },
+            )
             try:
                 code = container.wait()["StatusCode"]
                 output = container.logs().decode("utf-8", errors="replace")
@@ -417,7 +447,7 @@ class ContainerPlacement:
         reference = image_reference(case)
         image = images.local_image(reference)
         if image is None:
-            hint = "pull" if images.image_for_case(case.image)[1].build is None else "build"
+            hint = "pull" if locked_image(case).build is None else "build"
             raise RuntimeError(f"image {reference} ({case.image}) is not present: kit images {hint} {case.image}")
         inside = f"{MODELS_MOUNT}/{model_dir.name}"
         command = [*engine.command, *engine.arguments(case, inside, "0.0.0.0", engine.container_port)]
@@ -425,160 +455,214 @@ class ContainerPlacement:
         host_port = free_port()
         mark_this_process()
         container = images.engine().containers.run(
-            image.id, command or None, detach=True, environment=environment,
+            image.id,
+            command or None,
+            detach=True,
+            environment=environment,
             ports={f"{engine.container_port}/tcp": ("127.0.0.1", host_port)},  # reachable from this host only
             volumes={str(model_dir.resolve()): {"bind": inside, "mode": "ro"}},
             shm_size=engine.shm_size,
             # As the image's USER (the engines' own images run as root), without capabilities: an
             # engine serves from its model folder and /dev/shm and needs none of root's powers.
-            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
             device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
             cpuset_cpus=",".join(map(str, cpus)) if cpus else None,
             labels=self._labels(case),
-        )  # fmt: skip
+        )
         say(f"engine container {container.id[:12]} of {reference} ({image.id}), published on 127.0.0.1:{host_port}")
         handle = EngineContainer(container, host_port, out_dir / "engine.log")
         config = image.attrs.get("Config") or {}
-        return handle, {
-            "image": reference, "image_digest": image.id, "repo_digests": list(image.attrs.get("RepoDigests") or []),
-            "entrypoint": config.get("Entrypoint"), "user": config.get("User") or "root (the image sets none)",
-            "command": command, "environment": environment, "container_id": container.id,
-            "port": {"container": engine.container_port, "host": f"127.0.0.1:{host_port}"},
-            "version": images.load_lock().images[case.image].versions.get(engine.name),
-            "confinement": {key: (container.attrs.get("HostConfig") or {}).get(key)
-                            for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")},
-        }  # fmt: skip
+        return handle, EngineRecord(
+            name=engine.name,
+            label=engine.label,
+            placement=self.name,
+            image=reference,
+            image_digest=image.id,
+            repo_digests=list(image.attrs.get("RepoDigests") or []),
+            entrypoint=config.get("Entrypoint"),
+            user=config.get("User") or "root (the image sets none)",
+            command=command,
+            environment=environment,
+            container_id=container.id,
+            port=ContainerPort(container=engine.container_port, host=f"127.0.0.1:{host_port}"),
+            version=images.load_lock().images[case.image].versions.get(engine.name),
+            confinement={
+                key: (container.attrs.get("HostConfig") or {}).get(key)
+                for key in ("CapDrop", "SecurityOpt", "NetworkMode", "CpusetCpus")
+            },
+        )
 
 
-def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
-    """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
-    if case.workload == "serve":
-        return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
-    return run_launch(case, case_dir, [index], log)[0]
+class DockerExecutor:
+    """Runs a case's independent runs in its pinned image, one container each."""
 
+    name = NAME
+    uses_this_python = False
+    on_cluster = False
 
-def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
-    """One container doing the runs `indices` one after another (one run unless the case shares
-    a launch between its runs); the runs it finished, in order."""
-    import requests
+    def run_once(self, case: Case, case_dir: Path, index: int, log: TextIO) -> RunSample:
+        """One independent run in a fresh container: start, stream its log, wait up to the timeout."""
+        if case.workload == "serve":
+            return serve_run(case, case_dir, index, log, ContainerPlacement(case_dir, index))
+        return self.run_launch(case, case_dir, [index], log)[0]
 
-    index = indices[0]
-    out_dirs = [case_dir / "runs" / str(i) for i in indices]
-    for folder in out_dirs:
-        folder.mkdir(parents=True, exist_ok=True)
-    out_dir = out_dirs[0]
-    started = time.monotonic()
+    def run_launch(self, case: Case, case_dir: Path, indices: list[int], log: TextIO) -> list[RunSample]:
+        """One container doing the runs `indices` one after another (one run unless the case shares
+        a launch between its runs); the runs it finished, in order."""
+        import requests
 
-    def failed(reason: str) -> list[RunSample]:
-        log.write(f"=== run {index}: {reason}\n")
+        index = indices[0]
+        out_dirs = [case_dir / "runs" / str(i) for i in indices]
+        for folder in out_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+        out_dir = out_dirs[0]
+        started = time.monotonic()
+
+        def failed(reason: str) -> list[RunSample]:
+            log.write(f"=== run {index}: {reason}\n")
+            log.flush()
+            return [
+                RunSample(
+                    index=index,
+                    status="error",
+                    reason=reason,
+                    exit_code=None,
+                    wall_s=time.monotonic() - started,
+                    ranks=[],
+                )
+            ]
+
+        reason = unavailable_reason(case)
+        if reason is not None:
+            return failed(reason)
+        import docker
+
+        client = images.engine()
+        reference = image_reference(case)
+        try:
+            image = client.images.get(reference)
+        except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
+            return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
+
+        if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
+            try:
+                ContainerPlacement(case_dir, index).checkpoint(
+                    case, say=lambda line: (log.write(f"{line}\n"), log.flush())
+                )
+            except (RuntimeError, docker.errors.DockerException) as exc:
+                return failed(f"the synthetic checkpoint could not be made: {exc}")
+        binary = nccl_tests.runs_binary(case)
+        command = container_command(case, indices)
+        environment = container_environment(case)
+        started_at = utc_now()
+        settings = {
+            "image": image.id,
+            "command": command,
+            "environment": environment,
+            "volumes": {} if binary else mounts(case_dir, case.image),
+            "working_dir": None if binary else CASE_MOUNT,
+            "user": "{}:{}".format(*container_user()),
+            # One host's ranks talk over loopback and shared memory: no network, no capabilities.
+            # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
+            # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
+            "network_mode": "none",
+            "hostname": "localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "shm_size": SHM_SIZE,
+            "ulimits": {**ULIMITS, **memory_cap_ulimit(case)},
+            "device_requests": gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
+            "init": True,
+            "labels": owner_labels(case, run_dir_of(case_dir), index),
+            "detach": True,
+        }
+        visible = {
+            k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()
+        }
+        log.write(
+            f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n"
+        )
         log.flush()
-        return [RunSample(index=index, status="error", reason=reason, exit_code=None, wall_s=time.monotonic() - started, ranks=[])]
-
-    reason = unavailable_reason(case)
-    if reason is not None:
-        return failed(reason)
-    import docker
-
-    client = images.engine()
-    reference = image_reference(case)
-    try:
-        image = client.images.get(reference)
-    except docker.errors.DockerException as exc:  # removed since the check, or the engine went away
-        return failed(f"docker could not read image {reference}: {daemon_message(exc)}")
-
-    if case.needs_checkpoint:  # made first, by the kit's own image: the case's mount of it is read-only
+        if not binary:
+            hand_over(case_dir, image_cache(case.image))
         try:
-            ContainerPlacement(case_dir, index).checkpoint(case, say=lambda line: (log.write(f"{line}\n"), log.flush()))
-        except (RuntimeError, docker.errors.DockerException) as exc:
-            return failed(f"the synthetic checkpoint could not be made: {exc}")
-    binary = nccl_tests.runs_binary(case)
-    command = container_command(case, indices)
-    environment = container_environment(case)
-    started_at = utc_now()
-    settings = dict(
-        image=image.id,
-        command=command,
-        environment=environment,
-        volumes={} if binary else mounts(case_dir, case.image),
-        working_dir=None if binary else CASE_MOUNT,
-        user="{}:{}".format(*container_user()),
-        # One host's ranks talk over loopback and shared memory: no network, no capabilities.
-        # A large /dev/shm instead of the host's IPC namespace: the ranks share the container's
-        # own, which is all NCCL's shared-memory and CUDA IPC transports need within one container.
-        network_mode="none",
-        hostname="localhost",  # resolves to loopback in the /etc/hosts docker writes: the rendezvous and gloo find it
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        shm_size=SHM_SIZE,
-        ulimits={**ULIMITS, **memory_cap_ulimit(case)},
-        device_requests=gpu_request(case, len(gpu_names()) if case.device == "cuda" else 0),
-        init=True,
-        labels=owner_labels(case, run_dir_of(case_dir), index),
-        detach=True,
-    )
-    visible = {k: ("(from the environment, not recorded)" if k in TOKEN_VARIABLES else v) for k, v in environment.items()}
-    log.write(f"\n=== run {index}: docker image {reference} ({image.id})\n=== command: {' '.join(command)}\n=== environment: {visible}\n")
-    log.flush()
-    if not binary:
-        hand_over(case_dir, image_cache(case.image))
-    try:
-        container, ulimits = _create_and_start(client, settings, log)
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
-        # mount, no space): this case is an error with the daemon's words, the run goes on.
-        return failed(f"docker could not start the container: {daemon_message(exc)}")
-    watchdog, timed_out = None, False
-    try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
-        watchdog = _start_watchdog(container.id)
-        pump = _LogPump(container, log)
-        pump.start()
-        try:
-            exit_code = container.wait(timeout=case.params.timeout_s * len(indices))["StatusCode"]
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            timed_out = True
-            container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
-            exit_code = None
-        pump.join(timeout=KILL_GRACE_S)
-        state = _state(container)
-        if exit_code is None:
-            exit_code = state.get("ExitCode")
-        if binary:
-            output = [container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)]
-    finally:
-        _remove(container)
-        if watchdog is not None:
-            watchdog.kill()
-            watchdog.wait()
-    wall_s = time.monotonic() - started
-    oom_killed = bool(state.get("OOMKilled"))
-    log.write(f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
-              f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n")  # fmt: skip
-    log.flush()
-    if binary:  # the binary's output, read here into the run's one sample
-        raw_name = nccl_tests.keep_output(out_dir, command[0], *output)
-        rank = nccl_tests.rank_sample(case, command, *output, exit_code, raw_name, started_at, utc_now(),
-                                      topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
-        atomic_write_model(out_dir / "rank-0.json", rank)
-    samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=exit_code,
-                             wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
-    if oom_killed and samples[-1].status == "error":
-        reason = "the container was killed by the kernel's OOM killer (host memory)"
-        samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
-    ran_in = ContainerRun(
-        image=reference,
-        image_digest=image.id,
-        repo_digests=list(image.attrs.get("RepoDigests") or []),
-        container_id=container.id,
-        exit_code=exit_code,
-        oom_killed=oom_killed,
-        ulimits={name: soft for name, (soft, _) in ulimits.items()},
-    )
-    return [sample.model_copy(update={"container": ran_in}) for sample in samples]
+            container, ulimits = _create_and_start(client, settings, log)
+        except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+            # The daemon refused the container (a GPU request without the NVIDIA runtime, a bad
+            # mount, no space): this case is an error with the daemon's words, the run goes on.
+            return failed(f"docker could not start the container: {daemon_message(exc)}")
+        watchdog, timed_out = None, False
+        try:  # from here on, whatever happens (Ctrl-C included), the container goes at the end
+            watchdog = _start_watchdog(container.id)
+            pump = _LogPump(container, log)
+            pump.start()
+            try:
+                exit_code = container.wait(timeout=case.params.timeout_s * len(indices))["StatusCode"]
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                timed_out = True
+                container.stop(timeout=KILL_GRACE_S)  # SIGTERM to the launcher, SIGKILL after the grace
+                exit_code = None
+            pump.join(timeout=KILL_GRACE_S)
+            state = _state(container)
+            if exit_code is None:
+                exit_code = state.get("ExitCode")
+            if binary:
+                stdout, stderr = (
+                    container.logs(stdout=out, stderr=not out).decode(errors="replace") for out in (True, False)
+                )
+        finally:
+            _remove(container)
+            if watchdog is not None:
+                watchdog.kill()
+                watchdog.wait()
+        wall_s = time.monotonic() - started
+        oom_killed = bool(state.get("OOMKilled"))
+        log.write(
+            f"\n=== run {index}: container {container.id[:12]} exit code {exit_code}"
+            f"{' (killed by the kernel OOM killer)' if oom_killed else ''} after {wall_s:.1f} s; removed\n"
+        )
+        log.flush()
+        if binary:  # the binary's output, read here into the run's one sample
+            raw_name = nccl_tests.keep_output(out_dir, command[0], stdout, stderr)
+            rank = nccl_tests.rank_sample(
+                case,
+                command,
+                stdout,
+                stderr,
+                exit_code,
+                raw_name,
+                started_at,
+                utc_now(),
+                topology_facts(case.gpus) if case.device == "cuda" else None,
+            )
+            atomic_write_model(out_dir / "rank-0.json", rank)
+        samples = launch_samples(
+            indices=indices,
+            out_dirs=out_dirs,
+            expected_ranks=processes(case),
+            exit_code=exit_code,
+            wall_s=wall_s,
+            timed_out=timed_out,
+            timeout_s=case.params.timeout_s,
+        )
+        if oom_killed and samples[-1].status == "error":
+            reason = "the container was killed by the kernel's OOM killer (host memory)"
+            samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
+        ran_in = ContainerRun(
+            image=reference,
+            image_digest=image.id,
+            repo_digests=list(image.attrs.get("RepoDigests") or []),
+            container_id=container.id,
+            exit_code=exit_code,
+            oom_killed=oom_killed,
+            ulimits={name: soft for name, (soft, _) in ulimits.items()},
+        )
+        return [sample.model_copy(update={"container": ran_in}) for sample in samples]
 
-
-# ---------------------------------------------------------------------------------------------
-# The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`
-# ---------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------------------------
+    # The watchdog: `python -m kit.execute.docker watch CONTAINER_ID`
+    # ---------------------------------------------------------------------------------------------
 
 
 def watch(container_id: str) -> None:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from kit import images, nccl_tests
-from kit.execute import memory_cap_bytes, processes
+from kit import images
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.docker import (
     CACHE_MOUNT,
     CASE_MOUNT,
@@ -47,8 +47,9 @@ from kit.execute.docker import (
     container_command,
     container_environment,
 )
-from kit.execute.slurm_script import SlurmOptions, layout
-from kit.protocol import Case
+from kit.execute.slurm_script import layout
+from kit.plan.protocol import Case, ServeParams
+from kit.rundir.schema import SlurmOptions
 
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin
 TOKEN_SECRET_KEY = "HF_TOKEN"
@@ -56,18 +57,27 @@ NAME_LIMIT = 52  # a PyTorchJob's pods and services are named <name>-worker-<n>:
 RUN_VOLUME = "run"
 SHM_VOLUME = "dshm"
 BINARY_UNITS = {"g": "Gi", "m": "Mi", "k": "Ki"}  # docker's sizes count in powers of 1024
-CONFINED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}  # as the docker executor: no capabilities
+CONFINED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}  # as the docker executor: no capabilities
 PYTORCHJOB_PORT = 23456  # the training operator's default for the port it names pytorchjob-port
 
 
 class K8sOptions(BaseModel):
     """`kit k8s manifests`'s options."""
 
-    pvc: str = Field(description="the PersistentVolumeClaim holding the run directory (ReadWriteMany for several nodes)")
+    pvc: str = Field(
+        description="the PersistentVolumeClaim holding the run directory (ReadWriteMany for several nodes)"
+    )
     namespace: str | None = None
     image_pull_secret: str | None = None
-    token_secret: str | None = Field(default=None, description=f"a Secret whose key {TOKEN_SECRET_KEY} holds a token for gated models")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs of a node; a case with more becomes a PyTorchJob")
+    token_secret: str | None = Field(
+        default=None, description=f"a Secret whose key {TOKEN_SECRET_KEY} holds a token for gated models"
+    )
+    gpus_per_node: int | None = Field(
+        default=None, ge=1, description="GPUs of a node; a case with more becomes a PyTorchJob"
+    )
 
 
 class NotWritable(ValueError):
@@ -78,7 +88,7 @@ def object_name(case_id: str) -> str:
     """The case id as a DNS label: lowercase, dashes for dots, shortened with a hash if long."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"kit-{case_id}".lower()).strip("-")
     if len(name) > NAME_LIMIT:
-        name = f"{name[:NAME_LIMIT - 9].rstrip('-')}-{hashlib.sha256(case_id.encode()).hexdigest()[:8]}"
+        name = f"{name[: NAME_LIMIT - 9].rstrip('-')}-{hashlib.sha256(case_id.encode()).hexdigest()[:8]}"
     return name
 
 
@@ -93,10 +103,14 @@ def pinned_image(case: Case) -> str:
     if found is None:
         raise NotWritable(f"the lock ({images.lock_path()}) has no image {case.image!r}")
     if found[1].digest is None:
-        raise NotWritable(f"image {found[1].reference} ({case.image}) has no registry digest in the lock: push it to a registry "
-                          "the cluster pulls from and pin its digest in manifests/images.lock.yaml")  # fmt: skip
+        raise NotWritable(
+            f"image {found[1].reference} ({case.image}) has no registry digest in the lock: push it to a registry "
+            "the cluster pulls from and pin its digest in manifests/images.lock.yaml"
+        )
     if case.device not in found[1].devices:
-        raise NotWritable(f"image {found[1].reference} ({case.image}) runs on {', '.join(found[1].devices)}, not {case.device}")
+        raise NotWritable(
+            f"image {found[1].reference} ({case.image}) runs on {', '.join(found[1].devices)}, not {case.device}"
+        )
     return found[1].pinned_reference
 
 
@@ -109,7 +123,10 @@ def limits_prelude(case: Case) -> list[str]:
     """Shell lines raising the soft limits the docker executor sets (memlock, stack) as far as the
     hard ones allow, and a CPU case's memory cap as its soft data limit."""
     stack_kib = ULIMITS["stack"][0] // 1024
-    lines = ['ulimit -S -l "$(ulimit -H -l)"', f"ulimit -S -s {stack_kib} 2>/dev/null || ulimit -S -s \"$(ulimit -H -s)\""]
+    lines = [
+        'ulimit -S -l "$(ulimit -H -l)"',
+        f'ulimit -S -s {stack_kib} 2>/dev/null || ulimit -S -s "$(ulimit -H -s)"',
+    ]
     cap = memory_cap_bytes(case)
     return lines + ([f"ulimit -S -d {cap // 1024}"] if cap is not None else [])
 
@@ -118,7 +135,7 @@ def launches(case: Case, command_of) -> list[list[str]]:
     """The command lines of the case's runs: one launch doing them all where the case shares one,
     else one launch per run, one after another (`command_of(indices)`)."""
     indices = list(range(1, case.params.runs + 1))
-    if getattr(case.params, "launch", "per_run") == "shared":
+    if case.shares_launch:
         return [command_of(indices)]
     return [command_of([index]) for index in indices]
 
@@ -135,10 +152,17 @@ def environment(case: Case, options: K8sOptions) -> list[dict]:
     env = container_environment(case, host_environment={})
     if case.device == "cpu" and "OMP_NUM_THREADS" not in case.params.env:
         env.pop("OMP_NUM_THREADS", None)
-    listed = [{"name": name, "value": value} for name, value in env.items()]
+    listed: list[dict] = [{"name": name, "value": value} for name, value in env.items()]
     if options.token_secret:
-        listed += [{"name": name, "valueFrom": {"secretKeyRef": {"name": options.token_secret, "key": TOKEN_SECRET_KEY,
-                                                                  "optional": True}}} for name in TOKEN_VARIABLES]  # fmt: skip
+        listed += [
+            {
+                "name": name,
+                "valueFrom": {
+                    "secretKeyRef": {"name": options.token_secret, "key": TOKEN_SECRET_KEY, "optional": True}
+                },
+            }
+            for name in TOKEN_VARIABLES
+        ]
     return listed
 
 
@@ -148,7 +172,12 @@ def workload_mounts(case: Case) -> list[dict]:
         {"name": RUN_VOLUME, "mountPath": SOURCE_MOUNT, "subPath": "kit", "readOnly": True},
         {"name": RUN_VOLUME, "mountPath": CASE_MOUNT, "subPath": f"run/cases/{case.id}"},
         {"name": RUN_VOLUME, "mountPath": CACHE_MOUNT, "subPath": f"cache/{case.image}"},
-        {"name": RUN_VOLUME, "mountPath": f"{CACHE_MOUNT}/checkpoints", "subPath": "cache/checkpoints", "readOnly": True},
+        {
+            "name": RUN_VOLUME,
+            "mountPath": f"{CACHE_MOUNT}/checkpoints",
+            "subPath": "cache/checkpoints",
+            "readOnly": True,
+        },
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
     ]
 
@@ -174,8 +203,11 @@ def pod_template(options: K8sOptions, container: dict, shm_size: str) -> dict:
 
 
 def metadata(case: Case, options: K8sOptions) -> dict:
-    meta = {"name": object_name(case.id), "labels": {"app.kubernetes.io/part-of": "kit", "kit/stage": case.stage},
-            "annotations": {"kit/case": case.id, "kit/image": case.image}}  # fmt: skip
+    meta = {
+        "name": object_name(case.id),
+        "labels": {"app.kubernetes.io/part-of": "kit", "kit/stage": case.stage},
+        "annotations": {"kit/case": case.id, "kit/image": case.image},
+    }
     if options.namespace:
         meta["namespace"] = options.namespace
     return meta
@@ -205,7 +237,9 @@ def single_node_job(case: Case, options: K8sOptions) -> dict:
         "command": shell_command(case, launches(case, lambda indices: container_command(case, indices))),
         "env": environment(case, options),
         "securityContext": CONFINED,
-        "volumeMounts": [m for m in workload_mounts(case) if m["name"] == SHM_VOLUME] if binary else workload_mounts(case),
+        "volumeMounts": [m for m in workload_mounts(case) if m["name"] == SHM_VOLUME]
+        if binary
+        else workload_mounts(case),
     }
     if not binary:
         container["workingDir"] = CASE_MOUNT
@@ -217,9 +251,19 @@ def torchrun_command(case: Case, nodes: int, per_node: int, indices: list[int]) 
     and port, which the training operator adds to each pod's environment ($(VAR): Kubernetes
     expands it in the command). torchrun sets each rank's variables as the kit's launcher does."""
     outs = [part for index in indices for part in ("--out", f"{CASE_MOUNT}/runs/{index}")]
-    return ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", "--node-rank=$(RANK)",
-            "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)",
-            "-m", "kit.workloads", "--case", f"{CASE_MOUNT}/case.json", *outs]  # fmt: skip
+    return [
+        "torchrun",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={per_node}",
+        "--node-rank=$(RANK)",
+        "--master-addr=$(MASTER_ADDR)",
+        "--master-port=$(MASTER_PORT)",
+        "-m",
+        "kit.workloads",
+        "--case",
+        f"{CASE_MOUNT}/case.json",
+        *outs,
+    ]
 
 
 def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> dict:
@@ -228,7 +272,9 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
         "name": "pytorch",  # the container the operator gives the rendezvous variables to
         "image": pinned_image(case),
         "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}],  # where the master listens
-        "command": shell_command(case, launches(case, lambda indices: torchrun_command(case, nodes, per_node, indices))),
+        "command": shell_command(
+            case, launches(case, lambda indices: torchrun_command(case, nodes, per_node, indices))
+        ),
         "env": environment(case, options),
         "securityContext": CONFINED,
         "volumeMounts": workload_mounts(case),
@@ -236,8 +282,11 @@ def pytorch_job(case: Case, options: K8sOptions, nodes: int, per_node: int) -> d
     }
     pod = with_gpus(container, case, per_node)
     replicas = {"Master": 1, "Worker": nodes - 1}
-    specs = {kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, pod, SHM_SIZE)}
-             for kind, count in replicas.items() if count}  # fmt: skip
+    specs = {
+        kind: {"replicas": count, "restartPolicy": "Never", "template": pod_template(options, pod, SHM_SIZE)}
+        for kind, count in replicas.items()
+        if count
+    }
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -255,13 +304,14 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
     variables), the model folder from the claim, /dev/shm as its docs ask. The kit's client that
     fires the burst runs on the host (kit.serve.session) and has no place in the pod yet, so the
     engine stays up until the Job's deadline."""
-    from kit.model_files import model_key
+    from kit.plan.model_files import model_key
     from kit.serve.engines import engine_for
 
-    engine = engine_for(case.params)
-    key = model_key(case.model, case.shape, case.params.seed)
+    params = case.params_as(ServeParams)
+    engine = engine_for(params)
+    key = model_key(*case.named_model, params.seed)
     inside = f"{MODELS_MOUNT}/{key}"
-    env = {**engine.environment(case), **case.params.env}
+    env = {**engine.environment(case), **params.env}
     container = {
         "name": "engine",
         "image": pinned_image(case),
@@ -269,8 +319,10 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
         "ports": [{"name": "http", "containerPort": engine.container_port}],
         "readinessProbe": {"httpGet": {"path": engine.health_path, "port": engine.container_port}},
         "securityContext": CONFINED,
-        "volumeMounts": [{"name": RUN_VOLUME, "mountPath": inside, "subPath": f"models/{key}", "readOnly": True},
-                         {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],  # fmt: skip
+        "volumeMounts": [
+            {"name": RUN_VOLUME, "mountPath": inside, "subPath": f"models/{key}", "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
     }
     if env:
         container["env"] = [{"name": name, "value": value} for name, value in env.items()]
@@ -279,12 +331,14 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
 
 def manifest(case: Case, options: K8sOptions) -> dict:
     """The one object the case becomes (raises NotWritable, with why, where it has none)."""
-    if getattr(case.params, "max_batch_search", None) is not None:
+    if case.max_batch_search is not None:
         raise NotWritable("a max-batch search picks each run from the one before; not a fixed job")
     one_process = case.workload == "serve" or nccl_tests.runs_binary(case)
     if one_process and case.device == "cuda" and case.gpus > (options.gpus_per_node or case.gpus):
-        raise NotWritable(f"its one process drives all {case.gpus} GPUs, more than a node of {options.gpus_per_node} holds "
-                          "(a serving engine or nccl-tests across nodes is not written yet)")  # fmt: skip
+        raise NotWritable(
+            f"its one process drives all {case.gpus} GPUs, more than a node of {options.gpus_per_node} holds "
+            "(a serving engine or nccl-tests across nodes is not written yet)"
+        )
     if case.workload == "serve":
         return serve_job(case, options)
     place = layout(processes(case), case.device, SlurmOptions(gpus_per_node=options.gpus_per_node))
@@ -312,7 +366,8 @@ def manifest_yaml(case: Case, options: K8sOptions) -> str:
 def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[str, str]:
     """Each case's manifest as OUT/<case-id>.yaml, and its case.json as OUT/cases/<case-id>/ (to
     be copied to the claim's run/cases/); the cases left out, with why."""
-    from kit.results import atomic_write_model, atomic_write_text
+    from kit.files.atomic import atomic_write_text
+    from kit.rundir.directory import atomic_write_model
 
     left_out = {}
     for case in cases:
@@ -324,3 +379,14 @@ def write_manifests(cases: list[Case], options: K8sOptions, out: Path) -> dict[s
         atomic_write_text(out / f"{case.id}.yaml", text)
         atomic_write_model(out / "cases" / case.id / "case.json", case)
     return left_out
+
+
+def write_profile_manifests(
+    profile: str, stages: tuple[str, ...], case_ids: tuple[str, ...], options: K8sOptions, out: Path
+) -> tuple[int, dict[str, str]]:
+    """`kit k8s manifests`: the manifests of the profile's cases asked for (ValueError naming an
+    unknown stage or case); how many cases, and why each left out was."""
+    from kit.plan.protocol import build_plan, load_protocol, select
+
+    cases = select(build_plan(load_protocol(), profile, host_gpus=None), stages, case_ids)
+    return len(cases), write_manifests(cases, options, out)

@@ -19,20 +19,22 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
-from kit import nccl_tests
 from kit.cache import torch_extensions_dir
 from kit.child_process import die_with_parent
-from kit.execute import memory_cap_bytes, processes
+from kit.comm.gpu_links import topology_facts
+from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.samples import launch_samples, run_sample, serve_run
-from kit.gpu_links import topology_facts
-from kit.protocol import Case
-from kit.results import RankSample, RunSample, atomic_write_model, utc_now
+from kit.plan.protocol import Case
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import RankSample, RunSample, utc_now
+from kit.rundir.serving import EngineRecord
 from kit.serve.checkpoints import make_checkpoint
 from kit.serve.local_engines import local_command
 from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
-from kit.workloads.forkserver import ForkServer
+from kit.workloads.forkserver import ForkServer, ServedLaunch
 from kit.workloads.harness import Unavailable
 
 NAME = "local"
@@ -44,9 +46,19 @@ def launcher_command(case: Case, case_file: Path, out_dirs: list[Path], python: 
     finds the rank environment set the same way; one `--out` per run the launch does."""
     outs = [part for out_dir in out_dirs for part in ("--out", str(out_dir))]
     return [
-        python, "-m", "kit.workloads.launch", "--nproc", str(processes(case)), "--",
-        python, "-m", "kit.workloads", "--case", str(case_file), *outs,
-    ]  # fmt: skip
+        python,
+        "-m",
+        "kit.workloads.launch",
+        "--nproc",
+        str(processes(case)),
+        "--",
+        python,
+        "-m",
+        "kit.workloads",
+        "--case",
+        str(case_file),
+        *outs,
+    ]
 
 
 def process_environment(case: Case) -> dict[str, str]:
@@ -60,7 +72,7 @@ def process_environment(case: Case) -> dict[str, str]:
     return env
 
 
-def kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen | ServedLaunch) -> None:
     """SIGTERM the process group, then SIGKILL whatever is still there after a grace period."""
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
         try:
@@ -81,8 +93,10 @@ class LocalPlacement:
 
     def checkpoint(self, case: Case, say) -> Path:
         if importlib.util.find_spec("torch") is None:
-            raise Unavailable("a synthetic checkpoint is made with torch, which this Python lacks: "
-                              "pip install -e '.[local]', or --executor docker")  # fmt: skip
+            raise Unavailable(
+                "a synthetic checkpoint is made with torch, which this Python lacks: "
+                "pip install -e '.[local]', or --executor docker"
+            )
 
         def run(arguments: list[str]) -> tuple[int, str]:
             done = subprocess.run([sys.executable, "-m", *arguments], capture_output=True, text=True)
@@ -99,46 +113,75 @@ class LocalPlacement:
         env = clean_environment(devices, engine.environment(case, cpus), case.params.env)
         env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
         handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
-        return handle, {"argv": argv, "port": port, "pid": handle.pid, "version": version,
-                        "environment": sorted(env)}  # fmt: skip
+        return handle, EngineRecord(
+            name=engine.name,
+            label=engine.label,
+            placement=self.name,
+            argv=argv,
+            port=port,
+            pid=handle.pid,
+            version=version,
+            environment=sorted(env),
+        )
 
 
-def run_once(case: Case, case_dir: Path, index: int, log) -> RunSample:
-    """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
-    if case.workload == "serve":
-        return serve_run(case, case_dir, index, log, LocalPlacement())
-    if nccl_tests.runs_binary(case):
-        out_dir = case_dir / "runs" / str(index)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return run_binary(case, out_dir, index, log)
-    return run_launch(case, case_dir, [index], log)[0]
+class LocalExecutor:
+    """Runs a case's independent runs as processes of this Python."""
 
+    name = NAME
+    uses_this_python = True
+    on_cluster = False
 
-def run_launch(case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
-    """One launch of the case's processes doing the runs `indices` one after another (one run
-    unless the case shares a launch between its runs); the runs it finished, in order."""
-    out_dirs = [case_dir / "runs" / str(index) for index in indices]
-    for out_dir in out_dirs:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    command = launcher_command(case, case_dir / "case.json", out_dirs)
-    rank_command = command[command.index("--") + 1:]
-    forked = case.device == "cpu"  # imports are most of a CPU run: its ranks are forked from a process that did them
-    what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
-    how = f"{processes(case)} ranks forked by kit.workloads.forkserver, each {' '.join(rank_command)}" if forked else ' '.join(command)
-    log.write(f"\n=== {what}: {how}\n")
-    log.flush()
-    started = time.monotonic()
-    if forked:
-        process = fork_server().start(processes(case), rank_command, process_environment(case), Path(log.name),
-                                      memory_cap_bytes(case))  # fmt: skip
-    else:
-        process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
-    timed_out = _wait(process, case, case.params.timeout_s * len(indices))
-    wall_s = time.monotonic() - started
-    log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
-    log.flush()
-    return launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=process.returncode,
-                          wall_s=wall_s, timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+    def run_once(self, case: Case, case_dir: Path, index: int, log: TextIO) -> RunSample:
+        """One independent run: launch, wait up to the case's timeout, collect the rank samples."""
+        if case.workload == "serve":
+            return serve_run(case, case_dir, index, log, LocalPlacement())
+        if nccl_tests.runs_binary(case):
+            out_dir = case_dir / "runs" / str(index)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            return run_binary(case, out_dir, index, log)
+        return self.run_launch(case, case_dir, [index], log)[0]
+
+    def run_launch(self, case: Case, case_dir: Path, indices: list[int], log: TextIO) -> list[RunSample]:
+        """One launch of the case's processes doing the runs `indices` one after another (one run
+        unless the case shares a launch between its runs); the runs it finished, in order."""
+        out_dirs = [case_dir / "runs" / str(index) for index in indices]
+        for out_dir in out_dirs:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        command = launcher_command(case, case_dir / "case.json", out_dirs)
+        rank_command = command[command.index("--") + 1 :]
+        forked = (
+            case.device == "cpu"
+        )  # imports are most of a CPU run: its ranks are forked from a process that did them
+        what = f"run {indices[0]}" if len(indices) == 1 else f"runs {indices[0]}-{indices[-1]} (one launch)"
+        how = (
+            f"{processes(case)} ranks forked by kit.workloads.forkserver, each {' '.join(rank_command)}"
+            if forked
+            else " ".join(command)
+        )
+        log.write(f"\n=== {what}: {how}\n")
+        log.flush()
+        started = time.monotonic()
+        process: subprocess.Popen | ServedLaunch
+        if forked:
+            process = fork_server().start(
+                processes(case), rank_command, process_environment(case), Path(log.name), memory_cap_bytes(case)
+            )
+        else:
+            process = _start(command, case, stdout=log, stderr=subprocess.STDOUT)
+        timed_out = _wait(process, case, case.params.timeout_s * len(indices))
+        wall_s = time.monotonic() - started
+        log.write(f"=== {what}: exit code {process.returncode} after {wall_s:.1f} s\n")
+        log.flush()
+        return launch_samples(
+            indices=indices,
+            out_dirs=out_dirs,
+            expected_ranks=processes(case),
+            exit_code=process.returncode,
+            wall_s=wall_s,
+            timed_out=timed_out,
+            timeout_s=case.params.timeout_s,
+        )
 
 
 _fork_server: ForkServer | None = None
@@ -162,10 +205,12 @@ def _start(command: list[str], case: Case, **streams) -> subprocess.Popen:
         if cap is not None:  # soft only: a one-off build of an op lifts it (deepspeed_ops)
             resource.setrlimit(resource.RLIMIT_DATA, (cap, resource.RLIM_INFINITY))
 
-    return subprocess.Popen(command, env=process_environment(case), start_new_session=True, preexec_fn=before_exec, **streams)
+    return subprocess.Popen(
+        command, env=process_environment(case), start_new_session=True, preexec_fn=before_exec, **streams
+    )
 
 
-def _wait(process: subprocess.Popen, case: Case, timeout_s: float | None = None) -> bool:
+def _wait(process: subprocess.Popen | ServedLaunch, case: Case, timeout_s: float | None = None) -> bool:
     """Wait up to the case's timeout (or `timeout_s`); True if it had to be killed for it."""
     try:
         process.wait(timeout=timeout_s or case.params.timeout_s)
@@ -186,10 +231,25 @@ def run_binary(case: Case, out_dir: Path, index: int, log) -> RunSample:
     if binary is None:
         log.write(f"\n=== run {index}: {missing}\n")
         log.flush()
-        rank = RankSample(rank=0, world_size=1, status="unavailable", reason=missing, device=case.device,
-                          device_name="unknown", started_at=started_at, finished_at=utc_now())  # fmt: skip
-        return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=None, wall_s=0.0,
-                          timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+        rank = RankSample(
+            rank=0,
+            world_size=1,
+            status="unavailable",
+            reason=missing,
+            device=case.device,
+            device_name="unknown",
+            started_at=started_at,
+            finished_at=utc_now(),
+        )
+        return run_sample(
+            index=index,
+            ranks=[rank],
+            expected_ranks=1,
+            exit_code=None,
+            wall_s=0.0,
+            timed_out=False,
+            timeout_s=case.params.timeout_s,
+        )
     command = nccl_tests.command(case, str(binary))
     log.write(f"\n=== run {index}: {' '.join(command)}\n")
     log.flush()
@@ -201,10 +261,28 @@ def run_binary(case: Case, out_dir: Path, index: int, log) -> RunSample:
         out, err = stdout.read(), stderr.read()
     wall_s = time.monotonic() - started
     raw_name = nccl_tests.keep_output(out_dir, command[0], out, err)
-    log.write(out + err + f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s; output in {raw_name}\n")
+    log.write(
+        out + err + f"=== run {index}: exit code {process.returncode} after {wall_s:.1f} s; output in {raw_name}\n"
+    )
     log.flush()
-    rank = nccl_tests.rank_sample(case, command, out, err, process.returncode, raw_name, started_at, utc_now(),
-                                  topology_facts(case.gpus) if case.device == "cuda" else None)  # fmt: skip
+    rank = nccl_tests.rank_sample(
+        case,
+        command,
+        out,
+        err,
+        process.returncode,
+        raw_name,
+        started_at,
+        utc_now(),
+        topology_facts(case.gpus) if case.device == "cuda" else None,
+    )
     atomic_write_model(out_dir / "rank-0.json", rank)
-    return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=process.returncode, wall_s=wall_s,
-                      timed_out=timed_out, timeout_s=case.params.timeout_s)  # fmt: skip
+    return run_sample(
+        index=index,
+        ranks=[rank],
+        expected_ranks=1,
+        exit_code=process.returncode,
+        wall_s=wall_s,
+        timed_out=timed_out,
+        timeout_s=case.params.timeout_s,
+    )

@@ -17,17 +17,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from kit.results import atomic_write_model
+from kit.rundir.directory import NODE_FINGERPRINTS, atomic_write_model
 from kit.workloads.srun_rank import node_name
-
-FOLDER = "fingerprints"  # in the run directory
-CHECK_MARKS = "slurm/shared-run-dir-check/nodes"  # the check job's nodes, a file each (kit.execute.slurm_script.check_script)
 
 
 def node_token(node: str) -> str:
-    """A node's name as a redacted run writes it: its salted token (kit.redact), the same in
+    """A node's name as a redacted run writes it: its salted token (kit.rundir.redact), the same in
     every file of the run; a name that is a token already stays as it is."""
-    from kit.redaction_tokens import redaction_salt, redaction_token
+    from kit.host.redaction_tokens import redaction_salt, redaction_token
 
     return node if node.startswith("redacted-") else redaction_token(node, redaction_salt())
 
@@ -41,13 +38,17 @@ def fingerprint_step(python: str, folder: Path, redact: bool) -> str:
 
 def fingerprinted(run_root: Path) -> dict[str, str]:
     """Node -> its fingerprint file, relative to the run directory (as run.json keeps them)."""
-    folder = run_root / FOLDER
-    return {path.stem: f"{FOLDER}/{path.name}" for path in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    folder = run_root / NODE_FINGERPRINTS
+    return (
+        {path.stem: f"{NODE_FINGERPRINTS}/{path.name}" for path in sorted(folder.glob("*.json"))}
+        if folder.is_dir()
+        else {}
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kit.fingerprint_collection import collect
-    from kit.probe_cache import probe_this_python
+    from kit.host.collection import collect
+    from kit.host.probe_cache import probe_this_python
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith("-"):

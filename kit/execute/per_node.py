@@ -42,23 +42,36 @@ def node_arguments(arguments: Sequence[str], node: str, out: Path, folder_of: Ca
     return [*arguments, f"--out={out / folder_of(node)}", "--nodes=1", f"--nodelist={node}"]
 
 
-def _relay(node: str, process: subprocess.Popen, say: Callable[[str], None]) -> None:
+def _relay(node: str, process: subprocess.Popen[str], say: Callable[[str], None]) -> None:
+    assert process.stdout is not None  # a pipe (run_on_each_node)
     for line in process.stdout:
         say(f"[{node}] {line.rstrip()}")
 
 
-def run_on_each_node(arguments: Sequence[str], nodes: Sequence[str], out: Path, say: Callable[[str], None],
-                     folder_of: Callable[[str], str] = str) -> dict[str, int]:  # fmt: skip
+def run_on_each_node(
+    arguments: Sequence[str],
+    nodes: Sequence[str],
+    out: Path,
+    say: Callable[[str], None],
+    folder_of: Callable[[str], str] = str,
+) -> dict[str, int]:
     """One `kit run` per node, all at once; each one's exit status. Each runs in a session of its
     own and gets from this kit the Ctrl-C (SIGINT) or SIGTERM this kit gets, once, then cancels its
     own jobs before it ends; KeyboardInterrupt is raised again once they all have."""
     processes = {
-        node: subprocess.Popen([sys.executable, "-m", "kit.cli", "run", *node_arguments(arguments, node, out, folder_of)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                               start_new_session=True)
+        node: subprocess.Popen(
+            [sys.executable, "-m", "kit.cli", "run", *node_arguments(arguments, node, out, folder_of)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
         for node in nodes
-    }  # fmt: skip
-    relays = [threading.Thread(target=_relay, args=(node, process, say), daemon=True) for node, process in processes.items()]
+    }
+    relays = [
+        threading.Thread(target=_relay, args=(node, process, say), daemon=True) for node, process in processes.items()
+    ]
     for relay in relays:
         relay.start()
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kit.protocol import Case
-from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.results import RankSample, RunSample
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.plan.protocol import Case
+from kit.rundir.schema import RankSample, RunSample
 from kit.serve.session import Placement, run_driver
 
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors
@@ -48,8 +48,15 @@ def serve_run(case: Case, case_dir: Path, index: int, log, placement: Placement)
     """One independent run of a serve case, wherever its engine is placed: the driver's sample,
     judged like any other run."""
     driver, wall_s = run_driver(case, case_dir, index, log, placement)
-    return run_sample(index=index, ranks=[driver], expected_ranks=1, exit_code=0 if driver.status == "ok" else 1,
-                      wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+    return run_sample(
+        index=index,
+        ranks=[driver],
+        expected_ranks=1,
+        exit_code=0 if driver.status == "ok" else 1,
+        wall_s=wall_s,
+        timed_out=False,
+        timeout_s=case.params.timeout_s,
+    )
 
 
 def read_rank_samples(out_dir: Path) -> list[RankSample]:
@@ -60,8 +67,14 @@ def read_rank_samples(out_dir: Path) -> list[RankSample]:
 
 
 def launch_samples(
-    *, indices: list[int], out_dirs: list[Path], expected_ranks: int, exit_code: int | None, wall_s: float,
-    timed_out: bool, timeout_s: int,
+    *,
+    indices: list[int],
+    out_dirs: list[Path],
+    expected_ranks: int,
+    exit_code: int | None,
+    wall_s: float,
+    timed_out: bool,
+    timeout_s: int,
 ) -> list[RunSample]:
     """The runs one launch did, in order, up to the first that did not end ok (the launch stops
     there, as the runner does). A launch of one run is that run; in a shared launch, each run's
@@ -74,10 +87,14 @@ def launch_samples(
         last = index == indices[-1] or not whole
         own = max((sum(rank.phases_s.values()) for rank in ranks), default=0.0)
         sample = run_sample(
-            index=index, ranks=ranks, expected_ranks=expected_ranks, exit_code=exit_code if last else 0,
-            wall_s=wall_s if len(indices) == 1 or (timed_out and last) else own, timed_out=timed_out and last,
+            index=index,
+            ranks=ranks,
+            expected_ranks=expected_ranks,
+            exit_code=exit_code if last else 0,
+            wall_s=wall_s if len(indices) == 1 or (timed_out and last) else own,
+            timed_out=timed_out and last,
             timeout_s=timeout_s,
-        )  # fmt: skip
+        )
         samples.append(sample)
         if sample.status != "ok":
             break

@@ -12,7 +12,6 @@ outright are cancelled by the next kit start.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -23,9 +22,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from kit import images, nccl_tests
-from kit.execute import memory_cap_bytes, processes
-from kit.execute.node_fingerprint import CHECK_MARKS, FOLDER as FINGERPRINTS, fingerprint_step, fingerprinted, node_token
+from kit import images
+from kit.execute import memory_cap_bytes, nccl_tests, processes
+from kit.execute.node_fingerprint import fingerprint_step, fingerprinted, node_token
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import launch_samples, run_sample
 from kit.execute.slurm_jobs import (
@@ -40,16 +39,17 @@ from kit.execute.slurm_jobs import (
     parse_submitted,
 )
 from kit.execute.slurm_script import (
-    SlurmOptions,
     batch_script,
     check_script,
     layout,
     node_fingerprint_script,
     pyxis_arguments,
 )
-from kit.hostlist import expand_hostlist
-from kit.protocol import Case
-from kit.results import RankSample, RunSample, SlurmJob, atomic_write_model, utc_now
+from kit.host.hostlist import expand_hostlist
+from kit.plan.protocol import Case
+from kit.rundir.directory import CHECK_MARKS, atomic_write_model
+from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
+from kit.rundir.schema import RankSample, RunSample, SlurmJob, SlurmOptions, utc_now
 
 NAME = "slurm"
 # srun's MPI plugin for nccl-tests across nodes: the binaries built with MPI=1 (NVIDIA/nccl-tests
@@ -75,9 +75,13 @@ def slurm_command(arguments: list[str], stdin: str | None = None) -> subprocess.
     try:
         return subprocess.run(arguments, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     except FileNotFoundError:
-        raise SlurmUnavailable(f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do") from None
+        raise SlurmUnavailable(
+            f"{arguments[0]} is not installed here: the slurm executor runs where Slurm's commands do"
+        ) from None
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s")
+        return subprocess.CompletedProcess(
+            arguments, 124, "", f"{arguments[0]} did not answer in {COMMAND_TIMEOUT_S} s"
+        )
 
 
 def submit(script: Path, text: str) -> str:
@@ -104,7 +108,9 @@ def job_state(job_id: str) -> JobState | None:
     for source in ([], ["-c"]):
         if job is not None:
             return job
-        job = parse_sacct(slurm_command(["sacct", *source, "-n", "-P", "-o", SACCT_FORMAT, "-j", job_id]).stdout, job_id)
+        job = parse_sacct(
+            slurm_command(["sacct", *source, "-n", "-P", "-o", SACCT_FORMAT, "-j", job_id]).stdout, job_id
+        )
     return job or JobState(job_id=job_id, state="UNKNOWN", reason="neither scontrol nor sacct knows the job any more")
 
 
@@ -131,7 +137,9 @@ def cancel_leftovers(say=None) -> list[str] | None:
     cancelled, or None where squeue could not be asked (they may still be there)."""
     if shutil.which("squeue") is None:
         return []
-    done = subprocess.run(["squeue", "-h", "--me", "-o", "%i|%k"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    done = subprocess.run(
+        ["squeue", "-h", "--me", "-o", "%i|%k"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
     if done.returncode != 0:
         return None
     cancelled = []
@@ -164,10 +172,10 @@ def cancel(job_id: str, say) -> None:
 
 def kept_copy(script_text: str, run_dir: Path, redact: bool) -> str | None:
     """The copy of a job's script that a redacted run keeps: its nodes (a --nodelist) by token,
-    its host and paths as kit.redact writes them; None (the script itself) for any other run."""
+    its host and paths as kit.rundir.redact writes them; None (the script itself) for any other run."""
     if not redact:
         return None
-    from kit.redact import Redactor
+    from kit.rundir.redact import Redactor
 
     return Redactor(run_dir, cluster_nodes()).text(script_text)
 
@@ -219,30 +227,46 @@ def judged(samples: list[RunSample], job: JobState, job_output: str = "") -> lis
             return samples
         first = failed.tasks.split(",")[0].split("-")[0]
         log_name = f"slurm/job-{job.job_id}-rank-{first}.log"
-        status, reason = "error", f"rank {failed.tasks} on {failed.node}: {failed.how} (srun; its log: {log_name}); {last.reason}"
+        status, reason = (
+            "error",
+            f"rank {failed.tasks} on {failed.node}: {failed.how} (srun; its log: {log_name}); {last.reason}",
+        )
     return [*samples[:-1], last.model_copy(update={"status": status, "reason": reason})]
 
 
 def not_run(case: Case, index: int, status: str, reason: str) -> RunSample:
     """A run the executor could not start, with why."""
     now = utc_now()
-    rank = RankSample(rank=0, world_size=processes(case), status=status, reason=reason, device=case.device,
-                      device_name="unknown", started_at=now, finished_at=now)  # fmt: skip
-    return run_sample(index=index, ranks=[rank], expected_ranks=1, exit_code=None, wall_s=0.0, timed_out=False,
-                      timeout_s=case.params.timeout_s)  # fmt: skip
+    rank = RankSample(
+        rank=0,
+        world_size=processes(case),
+        status=status,
+        reason=reason,
+        device=case.device,
+        device_name="unknown",
+        started_at=now,
+        finished_at=now,
+    )
+    return run_sample(
+        index=index,
+        ranks=[rank],
+        expected_ranks=1,
+        exit_code=None,
+        wall_s=0.0,
+        timed_out=False,
+        timeout_s=case.params.timeout_s,
+    )
 
 
 class SlurmExecutor:
     """The executor with its options (partition, nodes, container mode...), as run.json keeps them."""
 
-    NAME = NAME
+    name = NAME
+    on_cluster = True
 
     def __init__(self, options: SlurmOptions | None = None, redact: bool = False):
         self.options = options or SlurmOptions()
         self.redact = redact  # the scripts a redacted run keeps name no node (kept_copy)
-
-    def __str__(self) -> str:
-        return NAME
 
     @property
     def uses_this_python(self) -> bool:
@@ -251,7 +275,12 @@ class SlurmExecutor:
 
     def run_once(self, case: Case, case_dir: Path, index: int, log) -> RunSample:
         if case.workload == "serve":
-            return not_run(case, index, "unavailable", "serving cases run on one host (--executor docker or local), not as Slurm jobs")
+            return not_run(
+                case,
+                index,
+                "unavailable",
+                "serving cases run on one host (--executor docker or local), not as Slurm jobs",
+            )
         return self.run_launch(case, case_dir, [index], log)[0]
 
     def container_arguments(self, case: Case, run_dir: Path) -> list[str]:
@@ -269,16 +298,31 @@ class SlurmExecutor:
         case_dir = case_dir.resolve()
         python = sys.executable if self.options.container_mode == "none" else "python"
         if nccl_tests.runs_binary(case):
-            command, ranks, mpi = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1), case.gpus, NCCL_TESTS_MPI
+            command, ranks, mpi = (
+                nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1),
+                case.gpus,
+                NCCL_TESTS_MPI,
+            )
         else:
             outs = [part for index in indices for part in ("--out", str(case_dir / "runs" / str(index)))]
-            command, ranks, mpi = [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs], processes(case), None
+            command, ranks, mpi = (
+                [python, "-m", "kit.workloads", "--case", str(case_dir / "case.json"), *outs],
+                processes(case),
+                None,
+            )
         return batch_script(
-            case, command, python=python, options=self.options, ranks=ranks,
-            timeout_s=case.params.timeout_s * len(indices), output=job_files / "job-%j.out",
-            rank_logs=job_files / "job-%j-rank-%t.log", memory_cap_bytes=memory_cap_bytes(case),
-            container=self.container_arguments(case, case_dir.parent.parent), mpi=mpi,
-        )  # fmt: skip
+            case,
+            command,
+            python=python,
+            options=self.options,
+            ranks=ranks,
+            timeout_s=case.params.timeout_s * len(indices),
+            output=job_files / "job-%j.out",
+            rank_logs=job_files / "job-%j-rank-%t.log",
+            memory_cap_bytes=memory_cap_bytes(case),
+            container=self.container_arguments(case, case_dir.parent.parent),
+            mpi=mpi,
+        )
 
     def read_binary_output(self, case: Case, job: JobState, job_files: Path, out_dir: Path, job_output: str) -> None:
         """An nccl-tests job's sample: rank 0 prints the sweep (nccl-tests prints from its first
@@ -286,7 +330,9 @@ class SlurmExecutor:
         printed = read_text(job_files / f"job-{job.job_id}-rank-0.log")
         argv = nccl_tests.command(case, nccl_tests.binary_name(case), gpus_per_process=1)
         raw_name = nccl_tests.keep_output(out_dir, argv[0], printed, job_output)
-        rank = nccl_tests.rank_sample(case, argv, printed, job_output, job.exit_code, raw_name, utc_now(), utc_now(), None)
+        rank = nccl_tests.rank_sample(
+            case, argv, printed, job_output, job.exit_code, raw_name, utc_now(), utc_now(), None
+        )
         atomic_write_model(out_dir / "rank-0.json", rank)
 
     def run_launch(self, case: Case, case_dir: Path, indices: list[int], log) -> list[RunSample]:
@@ -306,19 +352,32 @@ class SlurmExecutor:
             log.flush()
 
         try:
-            job, wall_s = run_job(text, job_files / f"launch-{indices[0]}.sbatch", say,
-                                  kept_copy(text, case_dir.parent.parent, self.redact))  # fmt: skip
+            job, wall_s = run_job(
+                text,
+                job_files / f"launch-{indices[0]}.sbatch",
+                say,
+                kept_copy(text, case_dir.parent.parent, self.redact),
+            )
         except SlurmUnavailable as exc:  # sbatch refused the job (a partition, an account): the case's answer
             say(str(exc))
             return [not_run(case, indices[0], "error", str(exc))]
         job_output = append_job_logs(log, job.job_id, job_files)
         if nccl_tests.runs_binary(case):
             self.read_binary_output(case, job, job_files, out_dirs[0], job_output)
-        log.write(f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
-                  f"after {wall_s:.1f} s\n")  # fmt: skip
+        log.write(
+            f"=== {what}: Slurm job {job.job_id} ended {job.state}, exit code {job.exit_code}:{job.signal} "
+            f"after {wall_s:.1f} s\n"
+        )
         log.flush()
-        samples = launch_samples(indices=indices, out_dirs=out_dirs, expected_ranks=processes(case), exit_code=job.exit_code,
-                                 wall_s=wall_s, timed_out=False, timeout_s=case.params.timeout_s)  # fmt: skip
+        samples = launch_samples(
+            indices=indices,
+            out_dirs=out_dirs,
+            expected_ranks=processes(case),
+            exit_code=job.exit_code,
+            wall_s=wall_s,
+            timed_out=False,
+            timeout_s=case.params.timeout_s,
+        )
         return judged(samples, job, job_output)
 
     def fingerprint_nodes(self, run_dir: Path, samples: list[RunSample], redact: bool) -> dict[str, str]:
@@ -330,18 +389,19 @@ class SlurmExecutor:
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / "log.txt").open("a", encoding="utf-8") as log:
             try:
-                return fingerprint_missing_nodes(run_dir, samples, self.options, lambda line: print(line, file=log, flush=True),
-                                                 redact)  # fmt: skip
+                return fingerprint_missing_nodes(
+                    run_dir, samples, self.options, lambda line: print(line, file=log, flush=True), redact
+                )
             except SlurmUnavailable as exc:
                 log.write(f"{exc}\n")
                 return fingerprinted(run_dir)
 
 
-def configured(options: dict | None, redact: bool = False) -> SlurmExecutor:
-    """The executor with the options run.json keeps (SlurmOptions, as a dict). A redacted run's
+def configured(options: SlurmOptions | None, redact: bool = False) -> SlurmExecutor:
+    """The executor with the options run.json keeps. A redacted run's
     options name its nodes by token (--nodelist, an sbatch argument): each token of a node of this
     cluster is that node's name again, so that a resumed run's jobs are pinned as its first were."""
-    text = json.dumps(options or {})
+    text = (options or SlurmOptions()).model_dump_json()
     if "redacted-" in text:
         named = nodes_by_token()
         text = re.sub(r"redacted-[0-9a-f]+", lambda found: named.get(found.group(0), found.group(0)), text)
@@ -375,7 +435,7 @@ def check_shared_run_dir(run_dir: Path, nodes: int, options: SlurmOptions, say, 
             f"the compute nodes do not see the run directory {run_dir.resolve()}: of the {nodes} node(s) of check job "
             f"{job.job_id} (ended {job.state}), {len(seen)} wrote their file ({', '.join(seen) or 'none'}). Put the run "
             "directory (--out) on a file system every compute node mounts at the same path (a home or project share)"
-        )  # fmt: skip
+        )
     return seen
 
 
@@ -385,8 +445,9 @@ def job_nodes(samples: Iterable[RunSample]) -> list[str]:
     return sorted({node for nodelist in lists for node in expand_hostlist(nodelist)})
 
 
-def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say,
-                              redact: bool = False) -> dict[str, str]:  # fmt: skip
+def fingerprint_missing_nodes(
+    run_dir: Path, samples: Iterable[RunSample], options: SlurmOptions, say, redact: bool = False
+) -> dict[str, str]:
     """Fingerprint the nodes the run's jobs ran on that have none yet (one small job pinned to
     them); every node's fingerprint file, as run.json keeps them (kit.execute.node_fingerprint).
     A redacted run's files name nodes by token: the job is pinned to the nodes of the cluster
@@ -397,7 +458,9 @@ def fingerprint_missing_nodes(run_dir: Path, samples: Iterable[RunSample], optio
         named = nodes_by_token() if redact else {}
         folder = (run_dir / "slurm" / "node-fingerprints").resolve()
         step = fingerprint_step(sys.executable, (run_dir / FINGERPRINTS).resolve(), redact)
-        script = node_fingerprint_script([named.get(node, node) for node in missing], options, folder / "job-%j.out", step)
+        script = node_fingerprint_script(
+            [named.get(node, node) for node in missing], options, folder / "job-%j.out", step
+        )
         run_job(script, folder / f"{missing[0]}.sbatch", say, kept_copy(script, run_dir, redact))
     return fingerprinted(run_dir)
 
@@ -414,4 +477,3 @@ def cluster_nodes() -> list[str]:
 def nodes_by_token() -> dict[str, str]:
     """Each node of this cluster under its redaction token: what a redacted run's files name."""
     return {node_token(node): node for node in cluster_nodes()}
-

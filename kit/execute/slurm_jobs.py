@@ -9,11 +9,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kit.results import SlurmJob
+from kit.rundir.schema import SlurmJob
 
 # A job in one of these states may still run; any other state is its end.
-ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT",
-                 "SIGNALING", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED")  # fmt: skip
+ACTIVE_STATES = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "RESIZING",
+    "STAGE_OUT",
+    "SIGNALING",
+    "RESV_DEL_HOLD",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+)
 # How a job that Slurm ended (rather than its ranks) ends the run: the case's status, and what
 # Slurm's state means in words. COMPLETED and FAILED are left to the ranks' own samples.
 ENDED_BY_SLURM = {
@@ -51,7 +65,7 @@ def parse_fields(line: str) -> dict[str, str]:
     fields = {}
     for match, following in zip(starts, [*starts[1:], None]):
         end = following.start() if following is not None else len(text)
-        fields[match.group(1)] = text[match.end():end].strip()
+        fields[match.group(1)] = text[match.end() : end].strip()
     return fields
 
 
@@ -68,8 +82,15 @@ def parse_scontrol_job(output: str) -> JobState | None:
         return None
     fields = parse_fields(line)
     code, sig = _exit_status(fields.get("ExitCode", ""))
-    return JobState(job_id=fields["JobId"], state=fields.get("JobState", "UNKNOWN"), reason=fields.get("Reason", ""),
-                    exit_code=code, signal=sig, time_limit=fields.get("TimeLimit", ""), nodes=fields.get("NodeList", ""))  # fmt: skip
+    return JobState(
+        job_id=fields["JobId"],
+        state=fields.get("JobState", "UNKNOWN"),
+        reason=fields.get("Reason", ""),
+        exit_code=code,
+        signal=sig,
+        time_limit=fields.get("TimeLimit", ""),
+        nodes=fields.get("NodeList", ""),
+    )
 
 
 SACCT_FORMAT = "JobID,State,ExitCode,Timelimit,NodeList"
@@ -81,7 +102,9 @@ def parse_sacct(output: str, job_id: str) -> JobState | None:
         parts = line.split("|")
         if len(parts) >= 5 and parts[0] == job_id:
             code, sig = _exit_status(parts[2])
-            return JobState(job_id=job_id, state=parts[1], exit_code=code, signal=sig, time_limit=parts[3], nodes=parts[4])
+            return JobState(
+                job_id=job_id, state=parts[1], exit_code=code, signal=sig, time_limit=parts[3], nodes=parts[4]
+            )
     return None
 
 
@@ -104,7 +127,6 @@ def ended_by_slurm(job: JobState) -> tuple[str, str] | None:
     reason = text.format(limit=job.time_limit or "unknown", nodes=job.nodes or "unknown", by=by)
     detail = f"; Slurm's reason: {job.reason}" if job.reason and job.reason != "None" else ""
     return status, f"Slurm job {job.job_id}: {reason}{detail}"
-
 
 
 @dataclass(frozen=True)
@@ -137,5 +159,5 @@ def owner_of(comment: str) -> tuple[str, str, str] | None:
     """(host, pid, start ticks) from a job comment the kit wrote; None for anyone else's job."""
     if not comment.startswith(OWNER_PREFIX):
         return None
-    parts = comment[len(OWNER_PREFIX):].rsplit(":", 2)
+    parts = comment[len(OWNER_PREFIX) :].rsplit(":", 2)
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None

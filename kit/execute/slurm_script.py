@@ -14,29 +14,16 @@ from __future__ import annotations
 import math
 import shlex
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from kit.protocol import Case
+from kit.plan.protocol import Case
+from kit.rundir.schema import SlurmOptions
 
 CONTAINER_MODES = ("none", "pyxis")
 KIT_SOURCE_IN_CONTAINER = "/opt/kit/src/kit"  # where the images find the kit (as the docker executor mounts it)
 MASTER_PORT_BASE = 20000  # the job's rendezvous port: base + job id modulo the span, unique per running job
 MASTER_PORT_SPAN = 20000
-
-
-class SlurmOptions(BaseModel):
-    """`kit run --executor slurm`'s options, kept in run.json so that a resume submits alike."""
-
-    partition: str | None = None
-    account: str | None = None
-    nodes: int | None = Field(default=None, ge=1, description="nodes per job (default: as many as the ranks need)")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs of a node; a GPU case's ranks fill nodes of this size")
-    time_limit: str | None = Field(default=None, description="Slurm's --time (default: the case's timeout)")
-    sbatch_args: list[str] = []
-    container_mode: Literal["none", "pyxis"] = "none"
-    nodelist: str | None = Field(default=None, description="every job on these nodes (sbatch --nodelist): a per-node run's node")
 
 
 class Layout(BaseModel):
@@ -105,10 +92,15 @@ def pyxis_arguments(image: str, run_dir: Path, kit_source: Path) -> list[str]:
     that every path in the script holds inside), the kit's source read-only where the images
     look for it."""
     if "@sha256:" not in image:
-        raise ValueError(f"pyxis runs an image by its registry digest; {image} has none in the lock "
-                         "(push it to a registry the cluster reaches and pin its digest in manifests/images.lock.yaml)")  # fmt: skip
-    return [f"--container-image={image}", f"--container-mounts={run_dir}:{run_dir},{kit_source}:{KIT_SOURCE_IN_CONTAINER}:ro",
-            "--no-container-mount-home"]  # fmt: skip
+        raise ValueError(
+            f"pyxis runs an image by its registry digest; {image} has none in the lock "
+            "(push it to a registry the cluster reaches and pin its digest in manifests/images.lock.yaml)"
+        )
+    return [
+        f"--container-image={image}",
+        f"--container-mounts={run_dir}:{run_dir},{kit_source}:{KIT_SOURCE_IN_CONTAINER}:ro",
+        "--no-container-mount-home",
+    ]
 
 
 def batch_script(
@@ -131,8 +123,11 @@ def batch_script(
     `mpi`: srun's MPI plugin for a command that is an MPI program itself (nccl-tests built with
     MPI=1), whose ranks then come from MPI, not from kit.workloads.srun_rank."""
     place = layout(ranks, case.device, options)
-    launch = [f"--mpi={mpi}", *(container or []), *rank_command] if mpi else \
-        [*(container or []), python, "-m", "kit.workloads.srun_rank", "--", *rank_command]  # fmt: skip
+    launch = (
+        [f"--mpi={mpi}", *(container or []), *rank_command]
+        if mpi
+        else [*(container or []), python, "-m", "kit.workloads.srun_rank", "--", *rank_command]
+    )
     srun = ["srun", "--kill-on-bad-exit=1", f"--output={rank_logs}", *launch]
     lines = [
         "#!/bin/bash",
@@ -150,7 +145,9 @@ def batch_script(
     return "\n".join(lines) + "\n"
 
 
-def check_script(marks: Path, nodes: int, options: SlurmOptions, output: Path, fingerprint_step: str | None = None) -> str:
+def check_script(
+    marks: Path, nodes: int, options: SlurmOptions, output: Path, fingerprint_step: str | None = None
+) -> str:
     """A tiny job whose every node writes a file named after it into `marks` (in the run
     directory): the kit reads them back to know that the compute nodes see the run directory.
     `fingerprint_step` (kit.execute.node_fingerprint) then fingerprints each of those nodes."""

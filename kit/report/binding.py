@@ -23,7 +23,9 @@ CONTENTS_SIZE_PT, CONTENTS_GRAY = 8.5, 0x1A / 255  # style.css: the body text
 LEADER_DOT_PT, LEADER_PITCH_PT, LEADER_GAP_PT, LEADER_GRAY = 0.8, 2.4, 3.0, 0x77 / 255
 
 # Advance widths of Helvetica (Adobe's AFM, per 1000 units of the font size) for what is drawn.
-HELVETICA_WIDTHS = {" ": 278, "f": 278, "a": 556, "e": 556, "g": 556, "o": 556, "p": 556} | dict.fromkeys("0123456789", 556)
+HELVETICA_WIDTHS = {" ": 278, "f": 278, "a": 556, "e": 556, "g": 556, "o": 556, "p": 556} | dict.fromkeys(
+    "0123456789", 556
+)
 FONT_NAME = "/KitPageNumbers"
 
 CONTENTS_LINE = "contents-"  # the id of a section's line in the contents is this + its anchor (report.html.j2),
@@ -55,7 +57,11 @@ def contents_lines(pages) -> dict[str, tuple[int, float, float, float]]:
                 marks[section.removesuffix(BASELINE)] = index, left, top
             else:
                 right_edges[section] = right
-    return {section: (index, left, right_edges[section], top) for section, (index, left, top) in marks.items() if section in right_edges}
+    return {
+        section: (index, left, right_edges[section], top)
+        for section, (index, left, top) in marks.items()
+        if section in right_edges
+    }
 
 
 def bind(parts: list[PrintedPart], target: Path) -> None:
@@ -76,13 +82,19 @@ def bind(parts: list[PrintedPart], target: Path) -> None:
     drawn: dict[int, list[str]] = {}
     for index, page in enumerate(writer.pages):
         right = float(page.mediabox.width) - FOOTER_RIGHT_MARGIN_PT
-        drawn[index] = [_right_aligned(f"page {index + 1} of {total}", FOOTER_SIZE_PT, FOOTER_GRAY, right, FOOTER_BASELINE_PT)]
+        drawn[index] = [
+            _right_aligned(f"page {index + 1} of {total}", FOOTER_SIZE_PT, FOOTER_GRAY, right, FOOTER_BASELINE_PT)
+        ]
     for part, offset in zip(parts, offsets):
         for section, (index, title_end, right, baseline) in part.contents_lines.items():
             if section in section_pages:
                 height = float(writer.pages[offset + index].mediabox.height)
-                drawn[offset + index] += _contents_entry(str(section_pages[section] + 1), title_end * PT_PER_PX,
-                                                         right * PT_PER_PX, height - baseline * PT_PER_PX)
+                drawn[offset + index] += _contents_entry(
+                    str(section_pages[section] + 1),
+                    title_end * PT_PER_PX,
+                    right * PT_PER_PX,
+                    height - baseline * PT_PER_PX,
+                )
     for index, texts in drawn.items():
         _draw(writer, writer.pages[index], texts)
     with open(target, "wb") as out:
@@ -100,14 +112,24 @@ def _name_destinations(writer, parts, readers, offsets) -> dict[str, int]:
             if name in part.stand_ins or name in destinations:
                 continue
             index = offset + reader.get_destination_page_number(destination)
-            destinations[name] = index, ArrayObject([
-                writer.pages[index].indirect_reference, NameObject("/XYZ"),
-                FloatObject(destination.left or 0), FloatObject(destination.top or 0), NumberObject(0),
-            ])
+            destinations[name] = (
+                index,
+                ArrayObject(
+                    [
+                        writer.pages[index].indirect_reference,
+                        NameObject("/XYZ"),
+                        FloatObject(destination.left or 0),
+                        FloatObject(destination.top or 0),
+                        NumberObject(0),
+                    ]
+                ),
+            )
     names = ArrayObject()
     for name in sorted(destinations):
         names.extend([TextStringObject(name), destinations[name][1]])
-    writer.root_object[NameObject("/Names")] = DictionaryObject({NameObject("/Dests"): DictionaryObject({NameObject("/Names"): names})})
+    writer.root_object[NameObject("/Names")] = DictionaryObject(
+        {NameObject("/Dests"): DictionaryObject({NameObject("/Names"): names})}
+    )
     return {name: index for name, (index, _) in destinations.items()}
 
 
@@ -118,8 +140,10 @@ def _contents_entry(number: str, title_end: float, right: float, baseline: float
     dots_end = right - _width(number, CONTENTS_SIZE_PT) - LEADER_GAP_PT
     if dots_end - title_end < 2 * LEADER_GAP_PT:
         return [number_text]
-    dots = (f"q {LEADER_GRAY:.3f} G {LEADER_DOT_PT} w 1 J [0 {LEADER_PITCH_PT}] 0 d "
-            f"{title_end + LEADER_GAP_PT:.2f} {baseline + LEADER_DOT_PT:.2f} m {dots_end:.2f} {baseline + LEADER_DOT_PT:.2f} l S Q")
+    dots = (
+        f"q {LEADER_GRAY:.3f} G {LEADER_DOT_PT} w 1 J [0 {LEADER_PITCH_PT}] 0 d "
+        f"{title_end + LEADER_GAP_PT:.2f} {baseline + LEADER_DOT_PT:.2f} m {dots_end:.2f} {baseline + LEADER_DOT_PT:.2f} l S Q"
+    )
     return [dots, number_text]
 
 
@@ -139,10 +163,16 @@ def _draw(writer, page, texts: list[str]) -> None:
     resources = page[NameObject("/Resources")].get_object()
     fonts = resources.setdefault(NameObject("/Font"), DictionaryObject()).get_object()
     if FONT_NAME not in fonts:
-        fonts[NameObject(FONT_NAME)] = writer._add_object(DictionaryObject({
-            NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-            NameObject("/BaseFont"): NameObject("/Helvetica"), NameObject("/Encoding"): NameObject("/WinAnsiEncoding"),
-        }))
+        fonts[NameObject(FONT_NAME)] = writer._add_object(
+            DictionaryObject(
+                {
+                    NameObject("/Type"): NameObject("/Font"),
+                    NameObject("/Subtype"): NameObject("/Type1"),
+                    NameObject("/BaseFont"): NameObject("/Helvetica"),
+                    NameObject("/Encoding"): NameObject("/WinAnsiEncoding"),
+                }
+            )
+        )
     before, after = DecodedStreamObject(), DecodedStreamObject()
     before.set_data(b"q\n")
     after.set_data(("\nQ\n" + "\n".join(texts) + "\n").encode("ascii"))

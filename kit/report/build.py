@@ -6,35 +6,36 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from kit import __version__
-from kit.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
-from kit.energy import DEFAULT_CURRENCY
-from kit.expectation import ClaimExpectation, expect_claims, expectation_counts
-from kit.measured_run import MeasuredRun
-from kit.protocol import Protocol, load_protocol
-from kit.reference import Reference, load_reference
-from kit.report.ab_section import comparison_section
-from kit.report.appendix_section import appendix_section
-from kit.report.capacity_section import capacity_part
+from kit.measure.energy import DEFAULT_CURRENCY
+from kit.plan.protocol import Protocol, load_protocol
+from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
+from kit.reference.expectation import ClaimExpectation, expect_claims, expectation_counts
+from kit.reference.measured_run import MeasuredRun
+from kit.reference.published import Reference, load_reference
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
-from kit.report.claims_section import claims_section
-from kit.report.energy_section import energy_section
-from kit.report.environment_section import environment_section, machine, node_fingerprints_section
-from kit.report.forked import in_parallel
+from kit.report.forked import both_in_parallel
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
 from kit.report.page_one import page_one
-from kit.report.stage_sections import stage_sections
-from kit.report.summary_section import TALLY_TONES, case_tally, issues_section, summary_section
+from kit.report.sections.ab import comparison_section
+from kit.report.sections.appendix import appendix_section
+from kit.report.sections.capacity import capacity_part
+from kit.report.sections.claims import claims_section
+from kit.report.sections.energy import energy_section
+from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
+from kit.report.sections.stages import stage_sections
+from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
+K = TypeVar("K", bound=str)  # a count's label: a verdict of either kind
 
 
-def _counts(values: dict[str, int], tones: dict[str, Tone]) -> list[Count]:
+def _counts(values: dict[K, int], tones: dict[K, Tone]) -> list[Count]:
     return [Count(label=label, count=count, tone=tones.get(label, "plain")) for label, count in values.items()]
 
 
@@ -53,12 +54,12 @@ def cover_of(
         # consistent and deviates always (a reviewer looks for "0 deviates"), the rest where there are any
         counted = verdict_counts(o.verdict for o in outcomes)
         shown = {v: n for v, n in counted.items() if n or v in ("consistent", "deviates")}
-        claim_counts = _counts(shown, VERDICT_TONES)  # type: ignore[arg-type]
+        claim_counts = _counts(shown, VERDICT_TONES)
         claims_summary = f"{len(outcomes)} published findings of {protocol.paper}"
         if not info.plan.comparable_to_reference:
             claims_summary += ": none judged, the run is not comparable to the reference"
     against = expectation_counts(expectations)
-    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)  # type: ignore[arg-type]
+    expected_counts = _counts({v: n for v, n in against.items() if n}, EXPECTATION_TONES)
     compared = (["the paper's published findings"] if outcomes is not None else []) + [
         f"run {other.info.run_id}" for other in others
     ]
@@ -79,7 +80,7 @@ def cover_of(
                 label="CPU",
                 value=(fingerprint.host.cpu.model or "not in the fingerprint") if fingerprint else run.before.missing,
             ),
-            Fact(label="Operating system", value=str(info.host.get("os") or "not recorded")),
+            Fact(label="Operating system", value=info.host.os or "not recorded"),
             Fact(label="Date (UTC)", value=f"{info.started_at} to {info.finished_at or 'not recorded'}"),
             Fact(label="Kit", value=f"{info.kit.version} (report by kit {__version__})"),
             Fact(
@@ -109,7 +110,7 @@ class Assessment(NamedTuple):
     reference: Reference | None
     outcomes: list[ClaimOutcome] | None  # None: the reference is not compared
     tables: list[TableComparison]
-    expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.expectation)
+    expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.reference.expectation)
 
     @property
     def runs(self) -> list[MeasuredRun]:
@@ -117,7 +118,10 @@ class Assessment(NamedTuple):
 
 
 def assess(
-    run_dir: Path, compare: Sequence[str] = (REFERENCE,), redact: bool = False, reference: Reference | None = None,
+    run_dir: Path,
+    compare: Sequence[str] = (REFERENCE,),
+    redact: bool = False,
+    reference: Reference | None = None,
     allowed_signers: Path | None = None,
 ) -> Assessment:
     """A (verified) run directory and the runs it is compared with, the claims evaluated on them
@@ -129,8 +133,12 @@ def assess(
     if REFERENCE not in compare:
         return unjudged
     reference, runs = reference or load_reference(), unjudged.runs
-    return unjudged._replace(reference=reference, outcomes=evaluate_claims(reference, runs),
-                             tables=evaluate_tables(reference, runs), expectations=expect_claims(reference, runs))  # fmt: skip
+    return unjudged._replace(
+        reference=reference,
+        outcomes=evaluate_claims(reference, runs),
+        tables=evaluate_tables(reference, runs),
+        expectations=expect_claims(reference, runs),
+    )
 
 
 def build_report(
@@ -154,7 +162,9 @@ def build_report(
     runs = assessment.runs
     protocol = protocol or load_protocol()
     # the sweeps' rows are read and their charts drawn while the stages' sections are built
-    stages, (capacity, capacities) = in_parallel([partial(stage_sections, run, protocol), partial(capacity_part, run, slo)])
+    stages, (capacity, capacities) = both_in_parallel(
+        partial(stage_sections, run, protocol), partial(capacity_part, run, slo)
+    )
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
     banner = footer_warning = None
@@ -186,7 +196,17 @@ def build_report(
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
-        page_one=page_one(run, reference, sections, protocol, outcomes=outcomes, expectations=expectations or [],
-                          gpu_hour_price=gpu_hour_price, currency=currency, capacities=capacities, slo=slo),
+        page_one=page_one(
+            run,
+            reference,
+            sections,
+            protocol,
+            outcomes=outcomes,
+            expectations=expectations or [],
+            gpu_hour_price=gpu_hour_price,
+            currency=currency,
+            capacities=capacities,
+            slo=slo,
+        ),
         footer=footer,
     )

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
-from kit.claims import Verdict
+from kit.measure.throttling import throttling
+from kit.reference.claims import Verdict
+from kit.reference.expectation import ExpectationVerdict
 from kit.report.model import Cell, Tone
-from kit.results import Metric, Result
-from kit.signing import SignatureCheck
-from kit.throttling import throttling
+from kit.rundir.schema import Metric, Result
+from kit.rundir.signing import SignatureCheck
 from kit.units import convert, format_value
 
 if TYPE_CHECKING:
-    from kit.protocol import Case
+    from kit.plan.protocol import Case
 
 STATUS_TONES: dict[str, Tone] = {
     "ok": "good",
@@ -29,8 +30,18 @@ VERDICT_TONES: dict[Verdict, Tone] = {
     "not measured": "warn",
     "not applicable": "muted",
 }
-EXPECTATION_TONES: dict[str, Tone] = {**VERDICT_TONES, "no expectation": "muted", "judged in another claim": "muted"}
-SIGNATURE_TONES: dict[str, Tone] = {"failed": "bad", "intact": "warn", "unsigned": "muted", "verified": "good"}  # worst first
+# the verdicts' items: a dict of Verdict keys does not unpack into one of the wider ExpectationVerdict
+EXPECTATION_TONES: dict[ExpectationVerdict, Tone] = {
+    **dict(VERDICT_TONES.items()),
+    "no expectation": "muted",
+    "judged in another claim": "muted",
+}
+SIGNATURE_TONES: dict[str, Tone] = {
+    "failed": "bad",
+    "intact": "warn",
+    "unsigned": "muted",
+    "verified": "good",
+}  # worst first
 
 
 def _decimals(text: str) -> int:
@@ -81,7 +92,7 @@ def status_cell(result: Result | None, selected: bool, colspan: int = 1) -> Cell
     return Cell(text=result.status, tone=STATUS_TONES.get(result.status, "plain"), colspan=colspan)
 
 
-# The figure a throttled GPU lowers first: its cell says so (kit.throttling).
+# The figure a throttled GPU lowers first: its cell says so (kit.measure.throttling).
 THROUGHPUTS = ("tokens_per_s", "output_throughput", "bus_bandwidth_gb_s")
 
 
@@ -91,7 +102,9 @@ def throttle_marked(cell: Cell, result: Result) -> Cell:
     found = throttling(result.samples)
     if found is None:
         return cell
-    return cell.model_copy(update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)})
+    return cell.model_copy(
+        update={"tone": "warn", "detail": "; ".join(part for part in (found.short, cell.detail) if part)}
+    )
 
 
 def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
@@ -104,9 +117,17 @@ def metric_cell(result: Result, name: str, unit: str | None = None) -> Cell:
     return throttle_marked(cell, result) if name in THROUGHPUTS else cell
 
 
-def has_metrics(result: Result | None, *names: str) -> bool:
+def has_metrics(result: Result | None, *names: str) -> TypeGuard[Result]:
     """An ok result that carries every metric named."""
     return result is not None and result.status == "ok" and all(result.metrics.get(name) for name in names)
+
+
+def metric_of(result: Result, name: str) -> Metric:
+    """A metric of a result that carries it (has_metrics said so, or its caller's filter)."""
+    metric = result.metrics[name]
+    if metric is None:
+        raise KeyError(f"{result.case_id} has no {name}")
+    return metric
 
 
 def signature_cell(check: SignatureCheck) -> Cell:

@@ -60,7 +60,7 @@ class ScalingSeries(BaseModel):
     points: list[ScalingPoint]
 
 
-class SweepPoint(BaseModel):
+class SizePoint(BaseModel):
     size_bytes: int
     bus_bandwidth_gb_s: float
     time_us: float
@@ -70,7 +70,7 @@ class Sweep(BaseModel):
     """One collective over message sizes (the mean over its runs at each size)."""
 
     label: str
-    points: list[SweepPoint]
+    points: list[SizePoint]
 
 
 class RatioBar(BaseModel):
@@ -141,7 +141,9 @@ def _fixed_layout(figure, panels, bottom_extra_in: float = 0.0) -> None:
     x = 0.0
     for axes, left in zip(panels, lefts):
         x += left
-        axes.set_position([x / width_in, bottom / height_in, panel_in / width_in, (height_in - bottom - top) / height_in])
+        axes.set_position(
+            [x / width_in, bottom / height_in, panel_in / width_in, (height_in - bottom - top) / height_in]
+        )
         x += panel_in + right_in
 
 
@@ -170,8 +172,10 @@ def _flattened(svg: str) -> str:
     neighbouring paths drawn alike are joined into one (_joined). (minidom keeps every name as
     written, xlink:href included, as an HTML parser needs it.)"""
     document = minidom.parseString(svg)
+    root = document.documentElement
+    assert root is not None  # a parsed document has its root element (minidom types it optional)
     markers = _inline_markers(document)
-    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', document.documentElement.toxml()))
+    referenced = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', root.toxml()))
 
     def flatten(node: minidom.Element) -> None:
         for child in list(node.childNodes):
@@ -194,8 +198,8 @@ def _flattened(svg: str) -> str:
                 node.removeChild(child)
         _joined(node, markers)
 
-    flatten(document.documentElement)
-    return document.documentElement.toxml()
+    flatten(root)
+    return root.toxml()
 
 
 def _moved(path: str, x: float, y: float) -> str:
@@ -215,7 +219,9 @@ def _moved(path: str, x: float, y: float) -> str:
 def _inline_markers(document: minidom.Document) -> dict[minidom.Element, str]:
     """Each <use> of a path replaced by that path at the use's place, with the use's other
     attributes (its style, its clip-path); returns each new path with the marker it draws."""
-    definitions = {path.getAttribute("id"): path for path in document.getElementsByTagName("path") if path.hasAttribute("id")}
+    definitions = {
+        path.getAttribute("id"): path for path in document.getElementsByTagName("path") if path.hasAttribute("id")
+    }
     markers = {}
     for use in list(document.getElementsByTagName("use")):
         name = use.getAttribute("xlink:href").removeprefix("#")
@@ -227,7 +233,9 @@ def _inline_markers(document: minidom.Document) -> dict[minidom.Element, str]:
         for key, value in use.attributes.items():
             if key not in ("xlink:href", "x", "y"):
                 path.setAttribute(key, value)
-        use.parentNode.replaceChild(path, use)
+        parent = use.parentNode
+        assert parent is not None  # an element found in the document is in it
+        parent.replaceChild(path, use)
         markers[path] = name
     return markers
 
@@ -252,7 +260,7 @@ def _joined(node: minidom.Element, markers: dict[minidom.Element, str]) -> None:
         if child.nodeType != child.ELEMENT_NODE:
             continue
         this = kind(child)
-        if this is not None and this == previous_kind:
+        if this is not None and this == previous_kind and previous is not None:
             previous.setAttribute("d", previous.getAttribute("d") + " " + child.getAttribute("d"))
             node.removeChild(child)
         else:
@@ -288,22 +296,32 @@ def _plain_log_ticks(axis) -> None:
 MARK_COLOURS = {"OOM": "#8a5a00", "invalid": "#b00020"}  # any other mark (error, timeout...) in grey
 
 
-def _draw_bars(axes, bars: list[Bar], labels: list[str], offset: float, thickness: float, colour: str,
-               label: str | None = None) -> None:  # fmt: skip
+def _draw_bars(
+    axes, bars: list[Bar], labels: list[str], offset: float, thickness: float, colour: str, label: str | None = None
+) -> None:
     """Bars at their label's row (+ offset); a mark in the place of a bar without a value, and
     beside a hatched bar with one."""
     drawn = [bar for bar in bars if bar.value is not None]
     rows = [labels.index(bar.label) + offset for bar in drawn]
-    axes.barh(rows, [bar.value for bar in drawn], height=thickness * 0.9, xerr=[bar.error or 0 for bar in drawn],
-              color=[colour if bar.mark is None else "white" for bar in drawn],
-              edgecolor=[colour if bar.mark is None else MARK_COLOURS.get(bar.mark, "#777") for bar in drawn],
-              hatch=[None if bar.mark is None else "////" for bar in drawn], linewidth=0.6,
-              error_kw={"elinewidth": 0.8, "capsize": 2}, label=label)  # fmt: skip
+    axes.barh(
+        rows,
+        [bar.value for bar in drawn],
+        height=thickness * 0.9,
+        xerr=[bar.error or 0 for bar in drawn],
+        color=[colour if bar.mark is None else "white" for bar in drawn],
+        edgecolor=[colour if bar.mark is None else MARK_COLOURS.get(bar.mark, "#777") for bar in drawn],
+        hatch=[None if bar.mark is None else "////" for bar in drawn],
+        linewidth=0.6,
+        error_kw={"elinewidth": 0.8, "capsize": 2},
+        label=label,
+    )
     for bar in bars:  # the mark beside a hatched bar's end, or where a bar without a value would start
         if bar.mark is not None:
             at, colour = labels.index(bar.label) + offset, MARK_COLOURS.get(bar.mark, "#777")
             if bar.value is None:
-                axes.text(0.01, at, bar.mark, transform=axes.get_yaxis_transform(), va="center", fontsize=7, color=colour)
+                axes.text(
+                    0.01, at, bar.mark, transform=axes.get_yaxis_transform(), va="center", fontsize=7, color=colour
+                )
             else:
                 axes.text(bar.value + (bar.error or 0), at, f" {bar.mark}", va="center", fontsize=7, color=colour)
 
@@ -335,8 +353,9 @@ def log_axis_limits(smallest: float, largest: float) -> tuple[float, float]:
     return (start / 10 if smallest < 2 * start else start), 10.0 ** (floor(log10(largest)) + 1)
 
 
-def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False,
-              limit: Limit | None = None) -> str:  # fmt: skip
+def bar_chart(
+    salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False, limit: Limit | None = None
+) -> str:
     """Horizontal bars, error bars where there are several runs. One colour per group (model) on
     one axis, or, with `panels`, one panel per group, each on its own scale (a 70B model's bars
     are not a sliver beside a 7B's); `log` scales the axis by powers of ten; `limit` is drawn as
@@ -350,7 +369,9 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
             figure, grid = pyplot().subplots(1, len(groups), figsize=(WIDTH_IN, height), squeeze=False)
             all_axes = list(grid[0])
             for index, (axes, group) in enumerate(zip(all_axes, groups)):
-                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)])
+                _draw_bars(
+                    axes, [bar for bar in bars if bar.group == group], labels, 0.0, 0.8, PALETTE[index % len(PALETTE)]
+                )
                 axes.set_title(group)
                 axes.set_ylim(len(labels) - 0.5, -0.5)  # the first label on top, as in every panel
                 axes.set_yticks([])
@@ -362,8 +383,15 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
             all_axes = [axes]
             for index, group in enumerate(groups):
                 offset = index * thickness - 0.4 + thickness / 2 if side_by_side else 0.0
-                _draw_bars(axes, [bar for bar in bars if bar.group == group], labels, offset, thickness,
-                           PALETTE[index % len(PALETTE)], label=group)  # fmt: skip
+                _draw_bars(
+                    axes,
+                    [bar for bar in bars if bar.group == group],
+                    labels,
+                    offset,
+                    thickness,
+                    PALETTE[index % len(PALETTE)],
+                    label=group,
+                )
             if len(groups) > 1:
                 below = _legend_below(figure, len(groups), columns=3)
                 figure.set_figheight(figure.get_figheight() + below)
@@ -379,8 +407,17 @@ def bar_chart(salt: str, bars: list[Bar], unit: str, *, log: bool = False, panel
                     axes.set_xlim(*log_axis_limits(min(low for low, _ in ends), max(high for _, high in ends)))
             if limit is not None:
                 axes.axvline(limit.value, color=MARK_COLOURS["invalid"], linestyle="--", linewidth=0.8)
-                axes.text(limit.value, 0.0, f"{limit.label} ", transform=axes.get_xaxis_transform(), va="bottom",
-                          ha="right", rotation=90, fontsize=7, color=MARK_COLOURS["invalid"])  # fmt: skip
+                axes.text(
+                    limit.value,
+                    0.0,
+                    f"{limit.label} ",
+                    transform=axes.get_xaxis_transform(),
+                    va="bottom",
+                    ha="right",
+                    rotation=90,
+                    fontsize=7,
+                    color=MARK_COLOURS["invalid"],
+                )
             axes.set_xlabel(unit)
             axes.grid(axis="x", linewidth=0.3)
         _fixed_layout(figure, all_axes, bottom_extra_in=below)
@@ -414,10 +451,10 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
                     linewidth=0.8,
                     label=f"{line.label}: ideal (N × 1 {device_word})",
                 )
-            efficient = [p for p in line.points if p.efficiency is not None]
+            efficient = [(p.gpus, p.efficiency) for p in line.points if p.efficiency is not None]
             right.plot(
-                [p.gpus for p in efficient],
-                [100 * p.efficiency for p in efficient],  # type: ignore[operator]
+                [n for n, _ in efficient],
+                [100 * efficiency for _, efficiency in efficient],
                 marker="o",
                 color=colour,
                 linewidth=1,
@@ -523,9 +560,17 @@ def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
             left, colour = 0.0, PALETTE[0]
             for segment in stack.segments:
                 colour = colour if segment.hatched else colours[segment.label]
-                axes.barh(row, segment.value, left=left, height=0.7, color=colour,
-                          hatch="////" if segment.hatched else None, edgecolor="white", linewidth=0.4,
-                          label=None if segment.label in shown else segment.label)  # fmt: skip
+                axes.barh(
+                    row,
+                    segment.value,
+                    left=left,
+                    height=0.7,
+                    color=colour,
+                    hatch="////" if segment.hatched else None,
+                    edgecolor="white",
+                    linewidth=0.4,
+                    label=None if segment.label in shown else segment.label,
+                )
                 shown.add(segment.label)
                 left += segment.value
         axes.set_yticks(range(len(stacks)), [stack.label for stack in stacks])
@@ -552,7 +597,9 @@ def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -
             for index, line in enumerate(series):
                 values = sorted(line.values)
                 fractions = [(rank + 1) / len(values) for rank in range(len(values))]
-                axes.step(values, fractions, where="post", color=PALETTE[index % len(PALETTE)], linewidth=1, label=line.label)
+                axes.step(
+                    values, fractions, where="post", color=PALETTE[index % len(PALETTE)], linewidth=1, label=line.label
+                )
             axes.set_title(title)
             axes.set_xlabel(unit)
             axes.set_ylabel("fraction of requests")
@@ -593,12 +640,21 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
                 placed = [p for p in line.points if getattr(p, latency) < float("inf")]
                 xs, ys = [scale * getattr(p, latency) for p in placed], [p.tokens_per_s for p in placed]
                 axes.plot(xs, ys, color=colour, linewidth=1, label=line.label if axes is left else None)
-                axes.scatter(xs, ys, s=14, zorder=3, edgecolors=colour,
-                             facecolors=[colour if p.meets else "white" for p in placed], linewidths=1)  # fmt: skip
+                axes.scatter(
+                    xs,
+                    ys,
+                    s=14,
+                    zorder=3,
+                    edgecolors=colour,
+                    facecolors=[colour if p.meets else "white" for p in placed],
+                    linewidths=1,
+                )
                 for x, y, point in zip(xs, ys, placed):
                     axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
-        for axes, objective, label in ((left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
-                                       (right, ttft_objective_s, "p99 time to first token (s)")):  # fmt: skip
+        for axes, objective, label in (
+            (left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
+            (right, ttft_objective_s, "p99 time to first token (s)"),
+        ):
             axes.axvline(objective, color="grey", linestyle="--", linewidth=0.8)
             axes.set_xscale("log")
             axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -627,8 +683,15 @@ def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> st
         figure, all_axes = pyplot().subplots(1, len(panels), figsize=(WIDTH_IN, 2.6), squeeze=False)
         for axes, (title, unit, series) in zip(all_axes[0], panels):
             for index, line in enumerate(series):
-                axes.plot([x for x, _ in line.points], [y for _, y in line.points], marker="s", markersize=2,
-                          color=PALETTE[index % len(PALETTE)], linewidth=1, label=line.label)  # fmt: skip
+                axes.plot(
+                    [x for x, _ in line.points],
+                    [y for _, y in line.points],
+                    marker="s",
+                    markersize=2,
+                    color=PALETTE[index % len(PALETTE)],
+                    linewidth=1,
+                    label=line.label,
+                )
             axes.set_title(title)
             axes.set_xlabel("minutes since the soak began")
             axes.set_ylabel(unit)

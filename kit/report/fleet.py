@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
-from kit.regular_files import RUN_FILE_LIMIT, read_regular
-from kit.report.appendix_section import image_section
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, percent, signature_cell
-from kit.report.environment_section import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.measure.registry import unit_of
+from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, metric_of, percent, signature_cell
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Count, Cover, Fact, PageOne, Report, Row, Section, Table
 from kit.report.outliers import DEFAULT_TOLERANCE, FleetFigure, NodeFigure, judge_fleet
 from kit.report.render import chosen_formats, verify_runs, write_documents
-from kit.stages.registry import unit_of
+from kit.report.sections.appendix import image_section
+from kit.report.sections.environment import PER_RUN_FACTS, differing_facts, fingerprint_facts, framework_versions
 from kit.units import format_value, metric_label
 
 FLEET_FILES = ("fleet-report.html", "fleet-report.pdf")
@@ -97,13 +97,16 @@ def judge_case(case_id: str, nodes: Sequence[Node], tolerance: float) -> CaseAcr
     if metric is None or len(measured) < 2:
         return CaseAcrossFleet(case_id, metric, None, flags, {})
     judged = judge_fleet(
-        [NodeFigure(node=name, mean=r.metrics[metric].mean, per_run=r.metrics[metric].per_run) for name, r in measured.items()],
+        [
+            NodeFigure(node=name, mean=metric_of(r, metric).mean, per_run=metric_of(r, metric).per_run)
+            for name, r in measured.items()
+        ],
         tolerance,
     )
     notes = {}
     apart = "every run below every run of the other nodes"
     for verdict in judged.verdicts:
-        if verdict.below_tolerance:
+        if verdict.below_tolerance and verdict.deviation is not None:  # a node below the tolerance has a deviation
             below = f"{percent(-verdict.deviation)} below the fleet median (tolerance {percent(tolerance)})"
             flags[verdict.node] = f"{below}; {apart}" if verdict.apart else below
         elif verdict.apart:
@@ -120,27 +123,47 @@ def figures_table(judged: Sequence[CaseAcrossFleet], nodes: Sequence[Node]) -> T
     rows = []
     for case in judged:
         label = metric_label(case.metric) if case.metric else "no headline figure"
-        some = next((n.run.results[case.case_id] for n in nodes if has_metrics(n.run.results.get(case.case_id), case.metric or "")), None)
-        unit = some.metrics[case.metric].unit if some else ""
-        median = f"fleet median {_value(case.judged.median, unit)}" if case.judged else "no fleet median (fewer than 2 nodes measured it)"
-        rows.append(Row(heading=True, cells=[Cell(text=f"{case.case_id}: {label}", tone="mono", colspan=3),
-                                              Cell(text=median, colspan=2)]))  # fmt: skip
+        some = next(
+            (
+                n.run.results[case.case_id]
+                for n in nodes
+                if has_metrics(n.run.results.get(case.case_id), case.metric or "")
+            ),
+            None,
+        )
+        unit = metric_of(some, case.metric).unit if some and case.metric else ""
+        median = (
+            f"fleet median {_value(case.judged.median, unit)}"
+            if case.judged
+            else "no fleet median (fewer than 2 nodes measured it)"
+        )
+        rows.append(
+            Row(
+                heading=True,
+                cells=[Cell(text=f"{case.case_id}: {label}", tone="mono", colspan=3), Cell(text=median, colspan=2)],
+            )
+        )
         deviations = {v.node: v.deviation for v in case.judged.verdicts} if case.judged else {}
         for node in nodes:
             result = node.run.results.get(case.case_id)
             if case.metric and has_metrics(result, case.metric):
-                metric = result.metrics[case.metric]
+                metric = metric_of(result, case.metric)
                 value = Cell(text=f"{mean_std(metric)} {metric.unit}")
                 runs = Cell(text=", ".join(format_value(v) for v in metric.per_run))
             else:
                 status = result.status if result else "no result"
-                value = Cell(text=status, detail=result.reason if result else None, tone=STATUS_TONES.get(status, "bad"))
+                value = Cell(
+                    text=status, detail=result.reason if result else None, tone=STATUS_TONES.get(status, "bad")
+                )
                 runs = Cell(text="—", tone="muted")
             deviation = deviations.get(node.name)
             shown = "—" if deviation is None else f"{'+' if deviation >= 0 else '−'}{percent(abs(deviation))}"
             flag = case.flags.get(node.name)
-            verdict = (Cell(text="flagged", detail=flag, tone="bad") if flag
-                       else Cell(text="not flagged", detail=case.notes.get(node.name), tone="good"))  # fmt: skip
+            verdict = (
+                Cell(text="flagged", detail=flag, tone="bad")
+                if flag
+                else Cell(text="not flagged", detail=case.notes.get(node.name), tone="good")
+            )
             rows.append(Row(cells=[Cell(text=node.name, tone="strong"), value, runs, Cell(text=shown), verdict]))
     return Table(
         caption="Each case's headline figure on every node, beside the fleet median",
@@ -163,17 +186,23 @@ def node_facts(run: LoadedRun) -> dict[str, str]:
     )
     kit = run.info.kit
     images = image_section(run)
-    facts.update({
-        "Python (host)": str(run.info.host.get("python") or "not recorded"),
-        "Executor": run.info.executor,
-        "Kit version, commit": f"{kit.version}, {kit.git_commit or 'not recorded'}"
-                               + (", with uncommitted changes" if kit.dirty else ""),
-        "Kit source (SHA-256)": kit.source_sha256 or "not recorded",
-        "Measuring code (SHA-256)": kit.workload_sources_sha256,
-        "Manifests (SHA-256)": "; ".join(f"{name} {digest}" for name, digest in kit.manifests_sha256.items()) or "not recorded",
-        "Images": images.not_run or "; ".join(f"{row.cells[0].text} {row.cells[1].text}" for row in images.tables[0].rows),
-    })  # fmt: skip
-    devices = {rank.device_name for result in run.results.values() for sample in result.samples for rank in sample.ranks}
+    facts.update(
+        {
+            "Python (host)": run.info.host.python or "not recorded",
+            "Executor": run.info.executor,
+            "Kit version, commit": f"{kit.version}, {kit.git_commit or 'not recorded'}"
+            + (", with uncommitted changes" if kit.dirty else ""),
+            "Kit source (SHA-256)": kit.source_sha256 or "not recorded",
+            "Measuring code (SHA-256)": kit.workload_sources_sha256,
+            "Manifests (SHA-256)": "; ".join(f"{name} {digest}" for name, digest in kit.manifests_sha256.items())
+            or "not recorded",
+            "Images": images.not_run
+            or "; ".join(f"{row.cells[0].text} {row.cells[1].text}" for row in images.tables[0].rows),
+        }
+    )
+    devices = {
+        rank.device_name for result in run.results.values() for sample in result.samples for rank in sample.ranks
+    }
     facts["Devices (workloads)"] = ", ".join(sorted(devices)) or "no rank recorded one"
     for package, found in sorted(framework_versions(run).items()):
         facts[f"{package} (workloads)"] = ", ".join(sorted(found))
@@ -198,8 +227,11 @@ def signatures_fact(nodes: Sequence[Node]) -> Fact:
     for node in nodes:
         verdicts.setdefault(node.run.signature.summary, []).append(node.name)
     worst = min((node.run.signature.state for node in nodes), key=list(SIGNATURE_TONES).index)
-    return Fact(label="Signatures", value="; ".join(f"{', '.join(names)}: {summary}" for summary, names in verdicts.items()),
-                tone=SIGNATURE_TONES[worst])  # fmt: skip
+    return Fact(
+        label="Signatures",
+        value="; ".join(f"{', '.join(names)}: {summary}" for summary, names in verdicts.items()),
+        tone=SIGNATURE_TONES[worst],
+    )
 
 
 def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) -> Report:
@@ -213,7 +245,9 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
             flagged[node.name] = [node.run.signature.summary]
     for case in judged:
         for name, why in case.flags.items():
-            flagged.setdefault(name, []).append(f"{case.case_id}{f' {metric_label(case.metric)}' if case.metric else ''}: {why}")
+            flagged.setdefault(name, []).append(
+                f"{case.case_id}{f' {metric_label(case.metric)}' if case.metric else ''}: {why}"
+            )
     differing, equal = fingerprint_differences(nodes)
     names = ", ".join(node.name for node in nodes)
     rule = (
@@ -228,34 +262,55 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
         "of a fraction of a per cent that no purchase is refused for."
     )
     verdict = (
-        Fact(label="Flagged", value="; ".join(f"{name}: {' | '.join(why)}" for name, why in flagged.items()), tone="bad")
+        Fact(
+            label="Flagged", value="; ".join(f"{name}: {' | '.join(why)}" for name, why in flagged.items()), tone="bad"
+        )
         if flagged
-        else Fact(label="Flagged", value=f"no node: none more than {percent(tolerance)} below the fleet median on a "
-                                         "headline figure, none with every run below the others'", tone="good")  # fmt: skip
+        else Fact(
+            label="Flagged",
+            value=f"no node: none more than {percent(tolerance)} below the fleet median on a "
+            "headline figure, none with every run below the others'",
+            tone="good",
+        )
     )
     summary = Table(
         caption="Each case across the fleet",
         header=["Case", "Headline figure", "Fleet median", "Nodes flagged"],
         widths=[35, 15, 20, 30],
         rows=[
-            Row(cells=[
-                Cell(text=case.case_id, tone="mono", link="#fleet-figures"),
-                Cell(text=metric_label(case.metric) if case.metric else "none"),
-                Cell(text=format_value(case.judged.median) if case.judged else "—"),
-                Cell(text=", ".join(case.flags) or "none", tone="bad" if case.flags else "good"),
-            ])  # fmt: skip
+            Row(
+                cells=[
+                    Cell(text=case.case_id, tone="mono", link="#fleet-figures"),
+                    Cell(text=metric_label(case.metric) if case.metric else "none"),
+                    Cell(text=format_value(case.judged.median) if case.judged else "—"),
+                    Cell(text=", ".join(case.flags) or "none", tone="bad" if case.flags else "good"),
+                ]
+            )
             for case in judged
         ],
     )
     page = PageOne(
         host=[
-            Fact(label="Fleet", value=f"{len(nodes)} nodes ({names}), profile {first.profile}: {first.plan.description}"),
+            Fact(
+                label="Fleet", value=f"{len(nodes)} nodes ({names}), profile {first.profile}: {first.plan.description}"
+            ),
             verdict,
             signatures_fact(nodes),
-            Fact(label="Fingerprints", value=("differ in: " + ", ".join(dict.fromkeys(row.cells[0].text for row in differing if row.cells[0].text)))
-                 if differing else "the same on every node", tone="warn" if differing else "good"),  # fmt: skip
-            Fact(label="Rule", value=f"more than {percent(tolerance)} below the fleet median, or every run below every "
-                                     "other node's (see Headline figures across the fleet)"),  # fmt: skip
+            Fact(
+                label="Fingerprints",
+                value=(
+                    "differ in: "
+                    + ", ".join(dict.fromkeys(row.cells[0].text for row in differing if row.cells[0].text))
+                )
+                if differing
+                else "the same on every node",
+                tone="warn" if differing else "good",
+            ),
+            Fact(
+                label="Rule",
+                value=f"more than {percent(tolerance)} below the fleet median, or every run below every "
+                "other node's (see Headline figures across the fleet)",
+            ),
         ],
         headline=summary,
     )
@@ -264,20 +319,35 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
         title="Fleet acceptance report",
         subtitle=f"{len(nodes)} runs of the profile {first.profile}, one per node: which node is not like the others",
         facts=[
-            *(Fact(label=f"Node {node.name}", value=f"run {node.run.info.run_id} on {node.run.hostname}, {node.run.path}; "
-                                                    f"evidence digest {node.run.evidence_digest}") for node in nodes),  # fmt: skip
+            *(
+                Fact(
+                    label=f"Node {node.name}",
+                    value=f"run {node.run.info.run_id} on {node.run.hostname}, {node.run.path}; "
+                    f"evidence digest {node.run.evidence_digest}",
+                )
+                for node in nodes
+            ),
             Fact(label="Kit", value=f"report by kit {__version__}"),
             Fact(label="Rendered (UTC)", value=datetime.now(timezone.utc).isoformat(timespec="seconds")),
         ],
-        claim_counts=[Count(label="flagged", count=len(flagged), tone="bad"),
-                      Count(label="not flagged", count=len(nodes) - len(flagged), tone="good")],  # fmt: skip
+        claim_counts=[
+            Count(label="flagged", count=len(flagged), tone="bad"),
+            Count(label="not flagged", count=len(nodes) - len(flagged), tone="good"),
+        ],
         claims_summary=f"Nodes of the fleet ({len(nodes)})",
-        case_counts=[Count(label=status, count=count, tone=STATUS_TONES.get(status, "plain")) for status, count in statuses.most_common()],
+        case_counts=[
+            Count(label=status, count=count, tone=STATUS_TONES.get(status, "plain"))
+            for status, count in statuses.most_common()
+        ],
         case_counts_title="Cases, every node's",
     )
     sections = [
-        Section(anchor="fleet-figures", title="Headline figures across the fleet", paragraphs=[rule],
-                tables=[figures_table(judged, nodes)]),  # fmt: skip
+        Section(
+            anchor="fleet-figures",
+            title="Headline figures across the fleet",
+            paragraphs=[rule],
+            tables=[figures_table(judged, nodes)],
+        ),
         Section(
             anchor="fleet-fingerprints",
             title="Fingerprint differences",
@@ -289,23 +359,52 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
                 "reported on the nodes they ran on.",
                 "The same on every node: " + (", ".join(equal) or "nothing") + ".",
             ],
-            tables=[Table(caption="Facts that differ between the nodes", header=["Fact", "Value", "Nodes"],
-                          widths=[22, 53, 25], rows=differing)] if differing else [],  # fmt: skip
+            tables=[
+                Table(
+                    caption="Facts that differ between the nodes",
+                    header=["Fact", "Value", "Nodes"],
+                    widths=[22, 53, 25],
+                    rows=differing,
+                )
+            ]
+            if differing
+            else [],
         ),
         Section(
             anchor="fleet-nodes",
             title="The runs",
-            paragraphs=["Each run directory matched its SHA256SUMS, and its stored figures the raw samples, before it was read."],
-            tables=[Table(
-                caption="One run per node",
-                header=["Node", "Run", "Host (kit)", "Where its cases ran", "Run directory", "Evidence digest (SHA-256 of SHA256SUMS)",
-                        "Signature"],
-                widths=[9, 13, 9, 10, 15, 24, 20],
-                rows=[Row(cells=[Cell(text=node.name, tone="strong"), Cell(text=node.run.info.run_id),
-                                 Cell(text=node.run.hostname), Cell(text=job_nodes(node.run)), Cell(text=str(node.run.path)),
-                                 Cell(text=node.run.evidence_digest, tone="mono"), signature_cell(node.run.signature)])
-                      for node in nodes],  # fmt: skip
-            )],
+            paragraphs=[
+                "Each run directory matched its SHA256SUMS, and its stored figures the raw samples, before it was read."
+            ],
+            tables=[
+                Table(
+                    caption="One run per node",
+                    header=[
+                        "Node",
+                        "Run",
+                        "Host (kit)",
+                        "Where its cases ran",
+                        "Run directory",
+                        "Evidence digest (SHA-256 of SHA256SUMS)",
+                        "Signature",
+                    ],
+                    widths=[9, 13, 9, 10, 15, 24, 20],
+                    rows=[
+                        Row(
+                            cells=[
+                                Cell(text=node.name, tone="strong"),
+                                Cell(text=node.run.info.run_id),
+                                Cell(text=node.run.hostname),
+                                Cell(text=job_nodes(node.run)),
+                                Cell(text=str(node.run.path)),
+                                Cell(text=node.run.evidence_digest, tone="mono"),
+                                signature_cell(node.run.signature),
+                            ]
+                        )
+                        for node in nodes
+                    ],
+                )
+            ],
         ),
     ]
     banner = None
@@ -322,8 +421,12 @@ def fleet_report(nodes: Sequence[Node], tolerance: float = DEFAULT_TOLERANCE) ->
 
 
 def render_fleet(
-    run_dirs: Sequence[Path], formats: Sequence[str], out_dir: Path | None = None, redact: bool = False,
-    tolerance: float = DEFAULT_TOLERANCE, allowed_signers: Path | None = None,
+    run_dirs: Sequence[Path],
+    formats: Sequence[str],
+    out_dir: Path | None = None,
+    redact: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    allowed_signers: Path | None = None,
 ) -> list[Path]:
     """fleet-report.html / .pdf of the runs in `out_dir` (default: the folder that holds them all),
     each run verified against its SHA256SUMS first (EvidenceError names what changed), its signer
@@ -335,11 +438,16 @@ def render_fleet(
     check_fleet(run_dirs)
     out_dir = Path(out_dir) if out_dir else Path(os.path.commonpath([folder.resolve() for folder in run_dirs]))
     verify_runs(run_dirs, out_dir, own=None)
-    nodes = [Node(name, load_run(folder, redact, allowed_signers)) for name, folder in zip(node_names(run_dirs), run_dirs)]
+    nodes = [
+        Node(name, load_run(folder, redact, allowed_signers)) for name, folder in zip(node_names(run_dirs), run_dirs)
+    ]
     if redact:  # a per-node run's folder is named after its node: the node's token, for its name and its path
         from kit.execute.node_fingerprint import node_token
 
-        nodes = [Node(node_token(node.name), node.run.model_copy(update={"path": Path(node_token(node.name))})) for node in nodes]
+        nodes = [
+            Node(node_token(node.name), node.run.model_copy(update={"path": Path(node_token(node.name))}))
+            for node in nodes
+        ]
     report = fleet_report(nodes, tolerance)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file = FLEET_FILES

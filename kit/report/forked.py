@@ -14,9 +14,11 @@ import pickle
 import signal
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 def usable_cpus() -> int:
@@ -53,7 +55,7 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
         """(True, result) or (False, exception) of each piece taken. A child hands back even what
         is not an Exception (WeasyPrint's refusal to fetch is a BaseException); this process lets
         such an exception (Ctrl-C) through at once."""
-        done = {}
+        done: dict[int, tuple[bool, Any]] = {}
         while (index := take(from_front)) is not None:
             try:
                 done[index] = (True, pieces[index]())
@@ -95,6 +97,13 @@ def in_parallel(pieces: Sequence[Callable[[], T]]) -> list[T]:
         if not ok:
             raise value
     return [outcomes[index][1] for index in range(len(pieces))]
+
+
+def both_in_parallel(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """in_parallel of two pieces that return different types, each result typed as its piece's
+    (a list's one type parameter cannot tell them apart)."""
+    a, b = in_parallel([first, second])
+    return cast(A, a), cast(B, b)
 
 
 def portable(exc: BaseException) -> BaseException:

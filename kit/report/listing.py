@@ -55,8 +55,15 @@ def listing_lines(table: Table) -> list[str]:
     widths[0] += len(INDENT) if grouped else 0
     overflow = sum(widths) + len(GAP) * (len(widths) - 1) - LINE_CHARS
     if overflow > 0:  # the widest column that breaks at spaces or dots, else the widest (a digest breaks anywhere)
-        breaking = [index for index in range(len(widths)) if any(
-            BREAKS.search(_text(row.cells[index])) for row in table.rows if not row.heading and len(row.cells) > index)]
+        breaking = [
+            index
+            for index in range(len(widths))
+            if any(
+                BREAKS.search(_text(row.cells[index]))
+                for row in table.rows
+                if not row.heading and len(row.cells) > index
+            )
+        ]
         narrowed = max(breaking or range(len(widths)), key=lambda index: widths[index])
         widths[narrowed] = max(NARROWEST, widths[narrowed] - overflow)
 
@@ -67,8 +74,10 @@ def listing_lines(table: Table) -> list[str]:
             pieces.append((width, _wrapped(text, width) if span == 1 and len(text) > width else [text]))
             column += span
         depth = max(len(chunks) for _, chunks in pieces)
-        return [GAP.join((chunks[at] if at < len(chunks) else "").ljust(width) for width, chunks in pieces).rstrip()
-                for at in range(depth)]  # fmt: skip
+        return [
+            GAP.join((chunks[at] if at < len(chunks) else "").ljust(width) for width, chunks in pieces).rstrip()
+            for at in range(depth)
+        ]
 
     header = lines_of(list(table.header), [1] * len(table.header))
     lines = [*header, "-" * max(len(line) for line in header)]

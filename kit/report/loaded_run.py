@@ -7,11 +7,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from kit.fingerprint import Fingerprint
-from kit.measured_run import MeasuredRun
-from kit.report.evidence import EvidenceFile
-from kit.results import Result, RunInfo
-from kit.signing import SignatureCheck
+from kit.host.fingerprint import Fingerprint
+from kit.reference.measured_run import MeasuredRun
+from kit.rundir.evidence import EvidenceFile
+from kit.rundir.schema import Result, RunInfo
+from kit.rundir.signing import SignatureCheck
 
 
 class LoadedFingerprint(BaseModel):
@@ -32,12 +32,12 @@ class LoadedRun(BaseModel):
     nodes: dict[str, LoadedFingerprint] = {}  # Slurm: each node a job ran on, fingerprinted on it (run.json)
     evidence: list[EvidenceFile]
     evidence_digest: str
-    signature: SignatureCheck  # against the allowed signers the report was given (kit.signing)
+    signature: SignatureCheck  # against the allowed signers the report was given (kit.rundir.signing)
     hostname: str
     redacted: bool
     measured: MeasuredRun
 
     @property
     def invalid(self) -> dict[str, list[str]]:
-        """Case id -> why its figures are no measurement (kit.validity), found once when read."""
+        """Case id -> why its figures are no measurement (kit.measure.validity), found once when read."""
         return self.measured.invalid

@@ -96,7 +96,7 @@ class Cover(BaseModel):
     claim_counts: list[Count]
     claims_summary: str
     # The claims about other hardware against the kit's expectation on this host's GPUs, shown
-    # apart from the paper's verdicts (kit/expectation.py); empty when none is so judged.
+    # apart from the paper's verdicts (kit/reference/expectation.py); empty when none is so judged.
     expectation_counts: list[Count] = []
     expectation_summary: str = ""
     case_counts: list[Count]

@@ -1,13 +1,13 @@
 """Page one of the report, for a reviewer who reads one page and must decide: the verdict in three
 lines, what the report cannot tell and what to run to learn it (kit/report/verdict.py); who signed
-the run (kit.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
+the run (kit.rundir.signing), the host's checks and the kit's provenance as pass, warn or fail, the host
 (GPUs, interconnect, driver, images by digest); then the headline figures with their spread: per
 model the fastest pre-training method of each kind (full-parameter and on a 4-bit base, ranked
 apart; kit/report/ranking.py) and the fastest adapter fine-tuning, each engine's serving (its
 burst, and its capacity within the latency objectives), the all-reduce bus bandwidth. Beside each figure: the physical bound the kit's model sets for this
 host's GPUs, the paper's value, joules per token and the cost of 1M tokens; each links to its
 section and names the case folder of its raw samples. A figure past its bound is shown as
-invalid, never as a headline (kit.validity); a legend says what each method letter means."""
+invalid, never as a headline (kit.measure.validity); a legend says what each method letter means."""
 
 from __future__ import annotations
 
@@ -16,31 +16,57 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from kit.calibration import Achievable, achievable_mfu
-from kit.claims import ClaimOutcome
-from kit.energy import cost_per_million_tokens
-from kit.expectation import ClaimExpectation, Expecting
-from kit.fingerprint import Calibration
-from kit.hardware import load_hardware
-from kit.link_bounds import sweep_bound
-from kit.predictions import ServingBounds, device_spec, serving_bounds, training_throughput_bound
-from kit.protocol import Case, Protocol
-from kit.reference import Reference, ValueRelation, reference_path
-from kit.report.appendix_section import image_section
-from kit.report.capacity_section import Capacities
-from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, devices_text, has_metrics, method_label, percent, throttle_marked, with_unit
-from kit.report.energy_section import ENERGY_UNIT, cost_cell, energy_cell
-from kit.report.environment_section import fingerprint_facts, peak_figures
-from kit.report.host_state import achievable, gpu_settings, measured_state_fact, run_calibration
+from kit.comm.link_bounds import sweep_bound
+from kit.host.fingerprint import Calibration
+from kit.measure.calibration import Achievable, achievable_mfu
+from kit.measure.comm import sweep_of
+from kit.measure.energy import cost_per_million_tokens
+from kit.plan.predictions import (
+    ServingBounds,
+    device_spec,
+    serving_bounds,
+    training_throughput_bound,
+)
+from kit.plan.protocol import Case, Protocol, TrainParams
+from kit.reference.claims import ClaimOutcome
+from kit.reference.expectation import ClaimExpectation, Expecting
+from kit.reference.published import Reference, ValueRelation, reference_path
+from kit.report.cells import (
+    SIGNATURE_TONES,
+    STATUS_TONES,
+    devices_text,
+    has_metrics,
+    method_label,
+    metric_of,
+    percent,
+    throttle_marked,
+    with_unit,
+)
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
-from kit.report.stage_common import first_clause
-from kit.report.verdict import cannot_tell, checks_fact, measured, provenance_fact, verdict_box
-from kit.results import Metric, Result
-from kit.serve.details import ServeDetails
+from kit.report.sections.appendix import image_section
+from kit.report.sections.capacity import Capacities
+from kit.report.sections.common import first_clause
+from kit.report.sections.energy import ENERGY_UNIT, cost_cell, energy_cell
+from kit.report.sections.environment import fingerprint_facts, peak_figures
+from kit.report.sections.host_state import (
+    achievable,
+    gpu_settings,
+    measured_state_fact,
+    run_calibration,
+)
+from kit.report.verdict import (
+    cannot_tell,
+    checks_fact,
+    measured,
+    provenance_fact,
+    verdict_box,
+)
+from kit.rundir.schema import Metric, Result
+from kit.rundir.serving import ServeDetails
 from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
-from kit.stages.comm import sweep_of
+from kit.theory.hardware import load_hardware
 from kit.units import format_value, metric_label, unit_scale
 
 # Per model, the fastest case of each kind of method of each training stage.
@@ -55,7 +81,9 @@ FALLBACK_STAGES = {
     "profile": "Module breakdown: the fastest profiled step per model",
 }
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
-COLUMNS = 7  # figure, measured, standing, bound, paper, energy, cost: cost where priced, paper where the reference has one
+COLUMNS = (
+    7  # figure, measured, standing, bound, paper, energy, cost: cost where priced, paper where the reference has one
+)
 PAPER, COST = 4, 6
 # The option sets whose letters make a training method's name (protocol.yaml option_sets).
 METHOD_LETTERS = "training"
@@ -64,10 +92,14 @@ METHOD_LETTERS = "training"
 def _per_run(metric: Metric, values: Sequence[float], unit: str) -> Metric:
     """The same runs' spread of a figure derived run by run from `metric`."""
     values = list(values)
-    return metric.model_copy(update={
-        "mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-        "per_run": values, "unit": unit,
-    })  # fmt: skip
+    return metric.model_copy(
+        update={
+            "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else None,
+            "per_run": values,
+            "unit": unit,
+        }
+    )
 
 
 def _note_about(result: Result, *words: str) -> str | None:
@@ -99,12 +131,21 @@ def paper_cell(reference: Reference | None, case: Case, metrics: Sequence[str]) 
     for value in reference.tables:
         if value.case == case_id and value.metric in metrics:
             spread = f" ± {format_value(value.std, trim=True)}" if value.std else ""
-            found.append((value.metric, f"{format_value(value.mean, trim=True)}{spread} {value.unit}",
-                          f"{value.table}, on {value.platform}"))  # fmt: skip
+            found.append(
+                (
+                    value.metric,
+                    f"{format_value(value.mean, trim=True)}{spread} {value.unit}",
+                    f"{value.table}, on {value.platform}",
+                )
+            )
     for claim in reference.claims:  # the platforms by name: the claims section describes them
         platforms = ", ".join(claim.platform_names) or "any platform"
         for relation in claim.relations:
-            if isinstance(relation, ValueRelation) and relation.measure.case == case_id and relation.measure.metric in metrics:
+            if (
+                isinstance(relation, ValueRelation)
+                and relation.measure.case == case_id
+                and relation.measure.metric in metrics
+            ):
                 published = relation.published.describe(unit_scale(relation.published.unit))
                 found.append((relation.measure.metric, published, f"{claim.id}, on {platforms}"))
     if not found:
@@ -134,7 +175,7 @@ def _without_measurement(label: Cell, result: Result | None) -> Row:
 
 
 def _invalid(label: Cell, reasons: list[str]) -> Row:
-    """A figure the kit does not stand behind (kit.validity): why, across the row, unpriced."""
+    """A figure the kit does not stand behind (kit.measure.validity): why, across the row, unpriced."""
     return _across(label, Cell(text="invalid: not a measurement, not priced", detail="; ".join(reasons), tone="bad"))
 
 
@@ -143,7 +184,7 @@ def _invalid(label: Cell, reasons: list[str]) -> Row:
 
 def headline_bound(result: Result) -> float | None:
     """The physical bound of a case's headline figure on this host's GPUs: the training roofline
-    (kit.predictions), the serving roofline its driver recorded, the link's rate."""
+    (kit.plan.predictions), the serving roofline its driver recorded, the link's rate."""
     if result.stage == "serve":
         bound = result.metrics.get("output_throughput_bound")
         return bound.mean if bound else None
@@ -159,7 +200,7 @@ HEADLINE = {"serve": "output_throughput", "comm": "bus_bandwidth_gb_s"}  # else 
 def fraction_of_bound(result: Result) -> float | None:
     """A headline figure over its physical bound (None where no bound is known)."""
     bound = headline_bound(result)
-    return result.metrics[HEADLINE.get(result.stage, "tokens_per_s")].mean / bound if bound else None
+    return metric_of(result, HEADLINE.get(result.stage, "tokens_per_s")).mean / bound if bound else None
 
 
 # --- The headline figures -----------------------------------------------------------------------
@@ -167,12 +208,13 @@ def fraction_of_bound(result: Result) -> float | None:
 
 def _training_gap(result: Result) -> str:
     """Why the model gives no throughput bound (nor MFU) for a training case."""
-    case, params = result.case, result.case.params
+    case = result.case
     if case.device != "cuda":
         return "no peak FLOPS is known for a CPU"
+    params = case.params_as(TrainParams)
     if params.quantization != "none" or params.peft != "none":
         return "FLOPs model: full training only"
-    if getattr(params, "tensor_parallel", 1) > 1:
+    if params.tensor_parallel > 1:
         return "the bound does not model tensor parallelism"
     return f"no {params.dtype} peak in manifests/hardware.yaml for {', '.join(sorted(set(_devices(result))))}"
 
@@ -183,8 +225,15 @@ def claimed_on_this_host(expecting: Expecting | None, case_id: str, metrics: Seq
     claims section says how it was scaled."""
     if expecting is None:
         return []
-    return [(found.expected, f"{claim_id} on this host: {found.expected}" + (f": {found.versus}, {found.verdict}" if found.versus else ""))
-            for claim_id, found in expecting.figure(case_id, metrics) if found.expected]  # fmt: skip
+    return [
+        (
+            found.expected,
+            f"{claim_id} on this host: {found.expected}"
+            + (f": {found.versus}, {found.verdict}" if found.versus else ""),
+        )
+        for claim_id, found in expecting.figure(case_id, metrics)
+        if found.expected
+    ]
 
 
 class Pricing(NamedTuple):
@@ -198,7 +247,10 @@ class Pricing(NamedTuple):
     def cells(self, result: Result, throughput: str) -> list[Cell]:
         """Energy and cost of a figure, without "(1 run)": the figure's own cell says how many."""
         link = self.energy_anchor or f"#{result.stage}"
-        return [energy_cell(result, link, runs=False), cost_cell(result, throughput, self.gpu_hour_price, self.currency, link, runs=False)]
+        return [
+            energy_cell(result, link, runs=False),
+            cost_cell(result, throughput, self.gpu_hour_price, self.currency, link, runs=False),
+        ]
 
 
 def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
@@ -235,10 +287,18 @@ def preflight_figures(run: LoadedRun) -> str | None:
     return (Achievable(spec, calibration).which or None) if spec else None
 
 
-def training_row(result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
-                 expecting: Expecting | None = None, calibration: Calibration | None = None) -> Row:  # fmt: skip
-    case, throughput = result.case, result.metrics["tokens_per_s"]
-    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result)
+def training_row(
+    result: Result,
+    ranked: str,
+    reference: Reference | None,
+    pricing: Pricing,
+    expecting: Expecting | None = None,
+    calibration: Calibration | None = None,
+) -> Row:
+    case, throughput = result.case, metric_of(result, "tokens_per_s")
+    measured_cell = throttle_marked(
+        Cell(text=with_unit(throughput, "tokens/s", runs=True), detail=mfu_words(result, calibration)), result
+    )
     spec = device_spec(case, _devices(result), load_hardware())
     bound = training_throughput_bound(case, spec)
     measured_gpu = achievable(result, spec, calibration)
@@ -252,8 +312,16 @@ def training_row(result: Result, ranked: str, reference: Reference | None, prici
     else:
         expected = Cell(text="no bound", detail=_training_gap(result), tone="muted")
     label = figure_cell(f"{case.model} {method_label(case.method)}, {devices_text(case)}", case, result.stage)
-    return Row(cells=[label, measured_cell, Cell(text=ranked), expected, paper_cell(reference, case, ("tokens_per_s", "mfu")),
-                      *pricing.cells(result, "tokens_per_s")])  # fmt: skip
+    return Row(
+        cells=[
+            label,
+            measured_cell,
+            Cell(text=ranked),
+            expected,
+            paper_cell(reference, case, ("tokens_per_s", "mfu")),
+            *pricing.cells(result, "tokens_per_s"),
+        ]
+    )
 
 
 def _statuses(results: Sequence[Result | None]) -> str:
@@ -280,30 +348,40 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
             if best is not None:
                 rows.append(training_row(best.best, best.words, reference, pricing, expecting, run_calibration(run)))
                 continue
-            label = Cell(text=f"{model}, {KINDS[kind]}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}")
+            label = Cell(
+                text=f"{model}, {KINDS[kind]}", detail=f"cases/{stage}.{model}.*/", tone="strong", link=f"#{stage}"
+            )
             invalid = [reason for r in members if r for reason in run.invalid.get(r.case_id, [])]
-            rows.append(_invalid(label, invalid) if invalid else
-                        _across(label, Cell(text="no measurement", detail=_statuses(members), tone="bad")))  # fmt: skip
+            rows.append(
+                _invalid(label, invalid)
+                if invalid
+                else _across(label, Cell(text="no measurement", detail=_statuses(members), tone="bad"))
+            )
     return rows
 
 
 def _ttft_bound_s(result: Result) -> float | None:
-    """The least time to first token of a prompt served alone (kit.predictions.serving_bounds),
+    """The least time to first token of a prompt served alone (kit.plan.predictions.serving_bounds),
     as each run's driver recorded it."""
     bounds = _burst_bounds(result)
-    return statistics.fmean(bound.prefill_one.seconds for bound in bounds) if bounds and None not in bounds else None
+    known = [bound for bound in bounds if bound is not None]
+    return (
+        statistics.fmean(bound.prefill_one.seconds for bound in known) if bounds and len(known) == len(bounds) else None
+    )
 
 
 def _burst_bounds(result: Result) -> list[ServingBounds | None]:
     """The roofline each run's driver recorded of its burst; None for a run without one."""
-    found = [ServeDetails.model_validate(rank.details).bounds for sample in result.samples for rank in sample.ranks
-             if rank.rank == 0]  # fmt: skip
-    return [bound if isinstance(bound, ServingBounds) else None for bound in found]
+    found = [rank.details_as(ServeDetails) for sample in result.samples for rank in sample.ranks if rank.rank == 0]
+    return [
+        details.bounds if details is not None and isinstance(details.bounds, ServingBounds) else None
+        for details in found
+    ]
 
 
 def serving_reachable(result: Result, calibration: Calibration | None) -> float | None:
     """The burst's bound on output tokens/s at what the preflight measured of the engine's GPUs
-    (kit.predictions.serving_bounds with the measured figures where lower); None where nothing
+    (kit.plan.predictions.serving_bounds with the measured figures where lower); None where nothing
     measured lies below the datasheet."""
     names = [name.strip() for name in _devices(result) for name in name.split(",")]
     measured_gpu = achievable(result, device_spec(result.case, names, load_hardware()), calibration)
@@ -311,50 +389,88 @@ def serving_reachable(result: Result, calibration: Calibration | None) -> float 
     if measured_gpu is None or not tokens or None in tokens:
         return None
     found = [serving_bounds(result.case, measured_gpu.spec, count) for count in tokens]
-    if None in found:
+    known = [bound for bound in found if bound is not None]
+    if len(known) < len(found):
         return None
-    return statistics.fmean(bound.max_output_tokens_per_s for bound in found)
+    return statistics.fmean(bound.max_output_tokens_per_s for bound in known)
 
 
-def serving_row(run: LoadedRun, result: Result, ranked: str, reference: Reference | None, pricing: Pricing,
-                points: Sequence[SweepPoint] = ()) -> Row:  # fmt: skip
+def serving_row(
+    run: LoadedRun,
+    result: Result,
+    ranked: str,
+    reference: Reference | None,
+    pricing: Pricing,
+    points: Sequence[SweepPoint] = (),
+) -> Row:
     """The burst's throughput and TTFT, the share of its requests that failed where some did; how
     it stands to the other engines, and the capacity of the case's sweep (`points`) within the
     objectives, with its concurrency."""
     case = result.case
     label = figure_cell(f"{case.model} {case.method}, {devices_text(case)}", case, "serve")
-    throughput, median, p99 = (result.metrics[name] for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
-    said = ["1 run" if throughput.std is None else None, f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}"]
+    throughput, median, p99 = (metric_of(result, name) for name in ("output_throughput", "ttft_median_s", "ttft_p99_s"))
+    said = [
+        "1 run" if throughput.std is None else None,
+        f"TTFT median {with_unit(median, 's')}, p99 {with_unit(p99, 's')}",
+    ]
     failed = result.metrics.get("error_rate")
     if failed and failed.mean > 0:
         said.append(f"{percent(failed.mean)} failed")
-    measured_cell = throttle_marked(Cell(text=with_unit(throughput, "tokens/s"), detail="; ".join(filter(None, said))), result)
+    measured_cell = throttle_marked(
+        Cell(text=with_unit(throughput, "tokens/s"), detail="; ".join(filter(None, said))), result
+    )
     best = capacity(points)
-    unjudged = "no sweep point judged: each was cut short or client-limited" if all(p.not_judged for p in points) else None
-    standing_cell = Cell(text=ranked, detail=(f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
-                                              if best else unjudged or "no sweep point within the objectives") if points else None)  # fmt: skip
+    unjudged = (
+        "no sweep point judged: each was cut short or client-limited" if all(p.not_judged for p in points) else None
+    )
+    standing_cell = Cell(
+        text=ranked,
+        detail=(
+            f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
+            if best
+            else unjudged or "no sweep point within the objectives"
+        )
+        if points
+        else None,
+    )
     bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
     reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:
-        ttft = [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"] if ttft_bound else []
+        ttft = (
+            [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"]
+            if ttft_bound
+            else []
+        )
         expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
     energy, cost = pricing.cells(result, "output_throughput")
     if best and pricing.gpu_hour_price is not None and case.device == "cuda":
         at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
         cost = cost.model_copy(update={"detail": f"at capacity {format_value(at_capacity)}"})
-    return Row(cells=[label, measured_cell, standing_cell, expected,
-                      paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")), energy, cost])  # fmt: skip
+    return Row(
+        cells=[
+            label,
+            measured_cell,
+            standing_cell,
+            expected,
+            paper_cell(reference, case, ("output_throughput", "ttft_median_s", "ttft_p99_s")),
+            energy,
+            cost,
+        ]
+    )
 
 
-def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | None, pricing: Pricing,
-                 capacities: Capacities) -> list[Row]:  # fmt: skip
+def serving_rows(
+    run: LoadedRun, cases: Sequence[Case], reference: Reference | None, pricing: Pricing, capacities: Capacities
+) -> list[Row]:
     """Per model, the engine of the highest output throughput and how it stands to the next
     (kit.report.ranking), with the engines that failed named; a model without a valid figure in
     one line; the cases of an engine that did not run, for one reason, in one line (an engine's
     image missing is one fact, not three rows)."""
-    rows, unmeasured, by_model = [], {}, {}
+    rows: list[Row] = []
+    unmeasured: dict[tuple[str, str, str], list[Case]] = {}  # by engine, status and reason
+    by_model: dict[str | None, list[Case]] = {}
     for case in cases:
         result = run.results.get(case.id)
         if result is not None and result.status in ("skipped", "unavailable"):
@@ -363,14 +479,35 @@ def serving_rows(run: LoadedRun, cases: Sequence[Case], reference: Reference | N
             by_model.setdefault(case.model, []).append(case)
     for model, members in by_model.items():
         results = [run.results.get(case.id) for case in members]
-        best = standing(measured(run, [r for r in results if r], "output_throughput"), "output_throughput",
-                        kind="engine", name=lambda r: r.case.method)  # fmt: skip
-        failed = [f"{case.method}: " + (f"invalid: {run.invalid[case.id][0]}" if run.invalid.get(case.id) else
-                                        f"{r.status}: {first_clause(r.reason)}" if r else "no result")
-                  for case, r in zip(members, results) if r is None or r.status != "ok" or run.invalid.get(case.id)]  # fmt: skip
+        best = standing(
+            measured(run, [r for r in results if r], "output_throughput"),
+            "output_throughput",
+            kind="engine",
+            name=lambda r: r.case.method,
+        )
+        failed = [
+            f"{case.method}: "
+            + (
+                f"invalid: {run.invalid[case.id][0]}"
+                if run.invalid.get(case.id)
+                else f"{r.status}: {first_clause(r.reason)}"
+                if r
+                else "no result"
+            )
+            for case, r in zip(members, results)
+            if r is None or r.status != "ok" or run.invalid.get(case.id)
+        ]
         if best is not None:
-            rows.append(serving_row(run, best.best, "; ".join([best.words, *failed]), reference, pricing,
-                                    capacities.get(best.best.case_id, [])))  # fmt: skip
+            rows.append(
+                serving_row(
+                    run,
+                    best.best,
+                    "; ".join([best.words, *failed]),
+                    reference,
+                    pricing,
+                    capacities.get(best.best.case_id, []),
+                )
+            )
             continue
         label = Cell(text=f"{model}, every engine", detail=f"cases/serve.{model}.*/", tone="strong", link="#serve")
         rows.append(_across(label, Cell(text="no valid figure, none priced", detail="; ".join(failed), tone="bad")))
@@ -388,73 +525,123 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
         return _invalid(label, run.invalid[case.id])
     if not has_metrics(result, "bus_bandwidth_gb_s"):
         return _without_measurement(label, result)
-    busbw = result.metrics["bus_bandwidth_gb_s"]
+    busbw = metric_of(result, "bus_bandwidth_gb_s")
     bound = sweep_bound(sweep_of(result.samples[0]), case.device, load_hardware())
     calibration = run_calibration(run)
     preflight = calibration.all_reduce_busbw if calibration is not None else None
     also = f"; preflight {format_value(preflight.value)} GB/s" if preflight else ""  # how: the Calibration fact
     expected = (
-        Cell(text=f"≤ {format_value(bound.gbps)}", detail=f"{_ratio(busbw.mean, bound.gbps)} ({bound.link.split(':')[0]}){also}")
-        if bound.known
-        else Cell(text="no bound", detail=bound.reason + also, tone="muted")
+        Cell(
+            text=f"≤ {format_value(bound.gbps)}",
+            detail=f"{_ratio(busbw.mean, bound.gbps)} ({(bound.link or '').split(':')[0]}){also}",
+        )
+        if bound.gbps is not None  # known: a known bound names its link, an unknown one its reason
+        else Cell(text="no bound", detail=(bound.reason or "") + also, tone="muted")
     )
     measured_cell = throttle_marked(Cell(text=with_unit(busbw, "GB/s", runs=True)), result)
-    return Row(cells=[label, measured_cell, Cell(text="bus bandwidth, peak over the sizes"),
-                      expected, paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
-                      Cell(text="not a token figure", tone="muted", colspan=2)])  # fmt: skip
+    return Row(
+        cells=[
+            label,
+            measured_cell,
+            Cell(text="bus bandwidth, peak over the sizes"),
+            expected,
+            paper_cell(reference, case, ("bus_bandwidth_gb_s",)),
+            Cell(text="not a token figure", tone="muted", colspan=2),
+        ]
+    )
 
 
 def _any_ok(run: LoadedRun, cases: Sequence[Case]) -> bool:
     return any(run.results[c.id].status == "ok" for c in cases if c.id in run.results)
 
 
-def headline_table(run: LoadedRun, reference: Reference | None, sections: Sequence[Section], pricing: Pricing,
-                   capacities: Capacities, slo: Slo) -> Table:  # fmt: skip
+def headline_table(
+    run: LoadedRun,
+    reference: Reference | None,
+    sections: Sequence[Section],
+    pricing: Pricing,
+    capacities: Capacities,
+    slo: Slo,
+) -> Table:
     selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
-    training = {stage: (title, training_rows(run, stage, reference, pricing)) for stage, title in TRAINING_STAGES.items()}
+    training = {
+        stage: (title, training_rows(run, stage, reference, pricing)) for stage, title in TRAINING_STAGES.items()
+    }
     if not any(rows for _, rows in training.values()):
-        training |= {stage: (title, rows) for stage, title in FALLBACK_STAGES.items()
-                     if (rows := training_rows(run, stage, reference, pricing))}  # fmt: skip
+        training |= {
+            stage: (title, rows)
+            for stage, title in FALLBACK_STAGES.items()
+            if (rows := training_rows(run, stage, reference, pricing))
+        }
     served = [c for c in selected if c.stage == "serve"]
     reduced = [c for c in selected if c.stage == "comm" and c.method == "all_reduce"]
     groups = {
         **training,  # a group none of whose cases ran ok is one line, its section's reason (below)
-        "serve": (f"Serving: a burst per engine and model; its capacity, N requests in flight, within {slo.short()}",
-                  serving_rows(run, served, reference, pricing, capacities) if _any_ok(run, served) else []),
-        "comm": ("Communication: all-reduce between the GPUs",
-                 [comm_row(run, c, reference) for c in reduced] if _any_ok(run, reduced) else []),
-    }  # fmt: skip
+        "serve": (
+            f"Serving: a burst per engine and model; its capacity, N requests in flight, within {slo.short()}",
+            serving_rows(run, served, reference, pricing, capacities) if _any_ok(run, served) else [],
+        ),
+        "comm": (
+            "Communication: all-reduce between the GPUs",
+            [comm_row(run, c, reference) for c in reduced] if _any_ok(run, reduced) else [],
+        ),
+    }
     rows = []
     for anchor, (title, members) in groups.items():
         rows.append(Row(heading=True, cells=[Cell(text=title, tone="strong", link=f"#{anchor}", colspan=COLUMNS)]))
-        rows += members or [Row(cells=[Cell(text=not_run.get(anchor) or "No case of this kind in the run.",
-                                            tone="muted", colspan=COLUMNS)])]  # fmt: skip
+        rows += members or [
+            Row(
+                cells=[
+                    Cell(text=not_run.get(anchor) or "No case of this kind in the run.", tone="muted", colspan=COLUMNS)
+                ]
+            )
+        ]
     price = pricing.gpu_hour_price
-    paper_given = any(len(row.cells) == COLUMNS and row.cells[PAPER].text not in ("none", "not compared") for row in rows)
+    paper_given = any(
+        len(row.cells) == COLUMNS and row.cells[PAPER].text not in ("none", "not compared") for row in rows
+    )
     table = Table(
         caption="Headline figures: measured on this host, how each stands, its physical bound"
-                + (" and the paper's" if paper_given else ""),
-        header=["Figure (raw samples)", "Measured (mean ± std)", "Standing among its kind", "Bound on this host", "Paper",
-                f"Energy ({ENERGY_UNIT})", f"{pricing.currency}/1M tokens"],
+        + (" and the paper's" if paper_given else ""),
+        header=[
+            "Figure (raw samples)",
+            "Measured (mean ± std)",
+            "Standing among its kind",
+            "Bound on this host",
+            "Paper",
+            f"Energy ({ENERGY_UNIT})",
+            f"{pricing.currency}/1M tokens",
+        ],
         widths=[28, 16, 18, 16, 6, 8, 8],
         rows=rows,
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
-            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.predictions' "
+            "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.plan.predictions' "
             "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
             "past it is invalid"
-            + (f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
-               if (figures := preflight_figures(run)) else "")
-            + ". MFU: of the datasheet peak" + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
-            + (f"Paper: the value {reference_path().name} records for the case and metric. " if paper_given
-               else "Paper: not compared (rendered without --compare reference). " if reference is None
-               else f"Paper: no value of these cases in {reference_path().name}. ")
+            + (
+                f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
+                if (figures := preflight_figures(run))
+                else ""
+            )
+            + ". MFU: of the datasheet peak"
+            + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
+            + (
+                f"Paper: the value {reference_path().name} records for the case and metric. "
+                if paper_given
+                else "Paper: not compared (rendered without --compare reference). "
+                if reference is None
+                else f"Paper: no value of these cases in {reference_path().name}. "
+            )
             + "Energy: NVML's energy counter over the measured interval, all the case's GPUs. Cost: GPUs × price per "
             "GPU-hour × hours per 1M tokens"
-            + (f", at {format_value(price, trim=True)} {pricing.currency} per GPU-hour." if price is not None
-               else "; not priced: no price given (`kit report --gpu-hour-price 2.50 --currency USD`)."),
-        ],  # fmt: skip
+            + (
+                f", at {format_value(price, trim=True)} {pricing.currency} per GPU-hour."
+                if price is not None
+                else "; not priced: no price given (`kit report --gpu-hour-price 2.50 --currency USD`)."
+            ),
+        ],
     )
     for column in [column for column, kept in ((COST, price is not None), (PAPER, paper_given)) if not kept]:
         table = without_column(table, column)
@@ -476,15 +663,25 @@ def without_column(table: Table, column: int) -> Table:
             cells.append(cell)
         rows.append(row.model_copy(update={"cells": cells}))
     kept = [width for index, width in enumerate(table.widths) if index != column]
-    return table.model_copy(update={"rows": rows, "widths": [round(100 * width / sum(kept)) for width in kept],
-                                    "header": [label for index, label in enumerate(table.header) if index != column]})
+    return table.model_copy(
+        update={
+            "rows": rows,
+            "widths": [round(100 * width / sum(kept)) for width in kept],
+            "header": [label for index, label in enumerate(table.header) if index != column],
+        }
+    )
 
 
 def method_legend(run: LoadedRun, protocol: Protocol) -> str:
     """What each letter of the run's training methods means, as protocol.yaml labels it."""
     options = protocol.option_sets.get(METHOD_LETTERS, {})
-    letters = dict.fromkeys(token for case in run.info.plan.cases if case.id in run.info.selected
-                            for token in case.method.split("+") if token in options)  # fmt: skip
+    letters = dict.fromkeys(
+        token
+        for case in run.info.plan.cases
+        if case.id in run.info.selected
+        for token in case.method.split("+")
+        if token in options
+    )
     said = []
     for token in letters:  # a label's name, before its colon ("Offload: with ZeRO-2 ..."), or the whole
         letter, label = method_label(token), options[token].label
@@ -503,23 +700,36 @@ def host_facts(run: LoadedRun) -> list[Fact]:
     """Who signed the run, the host's checks and the kit's provenance, the machine as its
     fingerprint describes it, the peaks the kit holds it to, and the images its cases ran in."""
     info = run.info
-    facts = [Fact(label="Run", value=f"{info.run_id}, profile {info.profile}, {info.started_at} to "
-                                     f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}"),
-             Fact(label="Signature", value=run.signature.summary, tone=SIGNATURE_TONES[run.signature.state]),
-             checks_fact(run), provenance_fact(run)]  # fmt: skip
+    facts = [
+        Fact(
+            label="Run",
+            value=f"{info.run_id}, profile {info.profile}, {info.started_at} to "
+            f"{info.finished_at or 'not recorded'} (UTC), on {run.hostname}",
+        ),
+        Fact(label="Signature", value=run.signature.summary, tone=SIGNATURE_TONES[run.signature.state]),
+        checks_fact(run),
+        provenance_fact(run),
+    ]
     fingerprint = run.before.fingerprint
     gpu_names = [gpu.name for gpu in fingerprint.gpus.gpus if gpu.name] if fingerprint else run.measured.gpu_names
     models = sorted(set(gpu_names))
     named = f"{models[0]}: " if len(models) == 1 else ""  # one model is named at the fact's start, not again
     peaks = f"; peaks {peak_figures(models, load_hardware()).removeprefix(named)}" if models else ""
     if fingerprint is None:
-        facts.append(Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing}){peaks}"))
+        facts.append(
+            Fact(label="GPUs", value=f"{run.measured.devices} (run.json; fingerprint {run.before.missing}){peaks}")
+        )
     else:
         described = dict(fingerprint_facts(fingerprint, run.hostname))
         settings = gpu_settings(fingerprint)
-        facts.append(Fact(label="GPUs, link" + (", power" if settings else ""),
-                          value=f"{described['GPUs']}; {described['GPU topology']}; driver, CUDA {described['Driver, CUDA (driver)']}"
-                                + (f"; {settings}" if settings else "") + peaks))  # fmt: skip
+        facts.append(
+            Fact(
+                label="GPUs, link" + (", power" if settings else ""),
+                value=f"{described['GPUs']}; {described['GPU topology']}; driver, CUDA {described['Driver, CUDA (driver)']}"
+                + (f"; {settings}" if settings else "")
+                + peaks,
+            )
+        )
     facts.append(measured_state_fact(run))
     images = image_section(run)
     if images.not_run:
@@ -531,19 +741,32 @@ def host_facts(run: LoadedRun) -> list[Fact]:
 
 
 def page_one(
-    run: LoadedRun, reference: Reference | None, sections: Sequence[Section], protocol: Protocol, *,
-    outcomes: Sequence[ClaimOutcome] | None = None, expectations: Sequence[ClaimExpectation] = (),
-    gpu_hour_price: float | None = None, currency: str = "USD", capacities: Capacities | None = None,
+    run: LoadedRun,
+    reference: Reference | None,
+    sections: Sequence[Section],
+    protocol: Protocol,
+    *,
+    outcomes: Sequence[ClaimOutcome] | None = None,
+    expectations: Sequence[ClaimExpectation] = (),
+    gpu_hour_price: float | None = None,
+    currency: str = "USD",
+    capacities: Capacities | None = None,
     slo: Slo = DEFAULT_SLO,
-) -> PageOne:  # fmt: skip
+) -> PageOne:
     """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
-    `capacities` the serve cases' sweeps held to `slo` (kit.report.capacity_section)."""
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity)."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
-    headline = [result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant]
-    fractions = [found for result in measured(run, headline, "tokens_per_s") + measured(run, headline, "output_throughput")
-                 + measured(run, [r for r in headline if r.stage == "comm"], "bus_bandwidth_gb_s")
-                 if (found := fraction_of_bound(result)) is not None]  # fmt: skip
+    headline = [
+        result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant
+    ]
+    fractions = [
+        found
+        for result in measured(run, headline, "tokens_per_s")
+        + measured(run, headline, "output_throughput")
+        + measured(run, [r for r in headline if r.stage == "comm"], "bus_bandwidth_gb_s")
+        if (found := fraction_of_bound(result)) is not None
+    ]
     return PageOne(
         verdict=verdict_box(run, outcomes, expectations, fractions),
         cannot_tell=cannot_tell(run),

@@ -14,6 +14,8 @@ import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from kit.report.binding import PrintedPart, bind, contents_lines
@@ -80,8 +82,8 @@ class Printer:
     there is no core to spare, and the printing is done in this process at `submit`."""
 
     def __init__(self) -> None:
-        self._process = None
-        self._connection = None
+        self._process: BaseProcess | None = None
+        self._connection: Connection | None = None  # set with _process
         self._started = False
 
     def start(self) -> Printer:
@@ -97,13 +99,13 @@ class Printer:
         return self
 
     def submit(self, parts: Sequence[Part], target: Path) -> None:
-        if self._process is None:
+        if self._process is None or self._connection is None:
             write_pdf(parts, target)
             return
         self._connection.send((list(parts), str(target)))
 
     def wait(self) -> None:
-        if self._process is None:
+        if self._process is None or self._connection is None:
             return
         try:
             outcome = self._connection.recv()
@@ -116,7 +118,7 @@ class Printer:
 
     def close(self) -> None:
         """Stop the printer if it still runs (the report failed before it printed)."""
-        if self._process is None:
+        if self._process is None or self._connection is None:
             return
         if self._process.is_alive():
             self._process.terminate()

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kit.protocol import Case
-from kit.report.cells import mean_std, method_label
-from kit.results import Metric, Result
+from kit.plan.protocol import Case
+from kit.report.cells import mean_std, method_label, metric_of
+from kit.rundir.schema import Metric, Result
 from kit.units import format_value
 
 KINDS = {"full": "full-parameter", "quantized": "4-bit base", "adapter": "adapter"}  # LoRA, QLoRA
@@ -22,10 +22,9 @@ KINDS = {"full": "full-parameter", "quantized": "4-bit base", "adapter": "adapte
 
 def method_kind(case: Case) -> str:
     """The kind of training a case's method does (a key of KINDS)."""
-    params = case.params
-    if getattr(params, "peft", "none") != "none":
+    if case.train is not None and case.train.peft != "none":
         return "adapter"
-    return "quantized" if getattr(params, "quantization", "none") != "none" else "full"
+    return "quantized" if case.train is not None and case.train.quantization != "none" else "full"
 
 
 def overlap(a: Metric, b: Metric) -> bool:
@@ -45,22 +44,24 @@ def standing(results: Iterable[Result], metric: str, kind: str | None = None, na
     "fastest" only where its interval clears the next one's; overlapping intervals are a tie, and
     single runs, which have none, only give the highest. `kind` names what they are (default: their
     kind of method), `name` each one (default: its method's letters)."""
-    ranked = sorted(results, key=lambda result: result.metrics[metric].mean, reverse=True)
+    ranked = sorted(results, key=lambda result: metric_of(result, metric).mean, reverse=True)
     if not ranked:
         return None
     best, name = ranked[0], name or (lambda result: method_label(result.case.method))
     kind = kind or KINDS[method_kind(best.case)]
     if len(ranked) == 1:
         return Standing(best, f"the only {kind} measured")
-    top, runner = best.metrics[metric], ranked[1]
-    if any(result.metrics[metric].std is None for result in ranked[:2]):
-        return Standing(best, f"highest {kind} of single runs; next {name(runner)} {format_value(runner.metrics[metric].mean)}")
-    tied = [result for result in ranked[1:] if overlap(top, result.metrics[metric])]
+    top, runner = metric_of(best, metric), ranked[1]
+    if any(metric_of(result, metric).std is None for result in ranked[:2]):
+        return Standing(
+            best, f"highest {kind} of single runs; next {name(runner)} {format_value(metric_of(runner, metric).mean)}"
+        )
+    tied = [result for result in ranked[1:] if overlap(top, metric_of(result, metric))]
     if tied:
-        named = ", ".join(f"{name(r)} {mean_std(r.metrics[metric])}" for r in tied[:2])
+        named = ", ".join(f"{name(r)} {mean_std(metric_of(r, metric))}" for r in tied[:2])
         more = f" and {len(tied) - 2} more" if len(tied) > 2 else ""
         return Standing(best, f"{kind}, tied with {named}{more}")
-    return Standing(best, f"fastest {kind}; next {name(runner)} {mean_std(runner.metrics[metric])}")
+    return Standing(best, f"fastest {kind}; next {name(runner)} {mean_std(metric_of(runner, metric))}")
 
 
 def by_model_and_kind(results: Iterable[Result]) -> dict[tuple[str | None, str], list[Result]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -11,18 +12,18 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from kit.energy import DEFAULT_CURRENCY
 from kit.manifest import package_data
+from kit.measure.energy import DEFAULT_CURRENCY
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
-from kit.report.evidence import EvidenceError, verify
 from kit.report.export import export_csv, export_json
-from kit.report.forked import in_parallel
+from kit.report.forked import both_in_parallel
 from kit.report.listing import listing_lines
 from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
-from kit.results import REPORT_FILES
+from kit.rundir.directory import REPORT_FILES
+from kit.rundir.evidence import EvidenceError, verify
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
@@ -53,8 +54,15 @@ def breakable(text: str) -> str:
     and unit whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8",
     never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash.
     Neither character is drawn, nor read back from the PDF."""
-    return DOTTED_NAME.sub(lambda name: name.group(0).replace(".", "." + ZERO_WIDTH_SPACE)
-                           .replace("-", "-" + WORD_JOINER).replace("/", "/" + WORD_JOINER), text)  # fmt: skip
+    return DOTTED_NAME.sub(
+        lambda name: (
+            name.group(0)
+            .replace(".", "." + ZERO_WIDTH_SPACE)
+            .replace("-", "-" + WORD_JOINER)
+            .replace("/", "/" + WORD_JOINER)
+        ),
+        text,
+    )
 
 
 def templates_dir() -> Path:
@@ -124,8 +132,9 @@ def verify_runs(run_dirs: Sequence[Path], out_dir: Path, own: Path | None) -> No
             )
 
 
-def write_documents(report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path,
-                    printer: Printer | None = None) -> list[Path]:  # fmt: skip
+def write_documents(
+    report: Report, wanted: Sequence[str], html_path: Path, pdf_path: Path, printer: Printer | None = None
+) -> list[Path]:
     """The report's HTML and/or PDF, as `wanted` names them; the files written. The PDF is
     printed by `printer` (kit.report.printer, one is started here if none is given) while this
     process renders and writes the HTML."""
@@ -154,8 +163,14 @@ def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str
 
 
 def render(
-    run_dir: Path, compare: Sequence[str], formats: Sequence[str], out_dir: Path, redact: bool = False,
-    gpu_hour_price: float | None = None, allowed_signers: Path | None = None, slo: Slo = DEFAULT_SLO,
+    run_dir: Path,
+    compare: Sequence[str],
+    formats: Sequence[str],
+    out_dir: Path,
+    redact: bool = False,
+    gpu_hour_price: float | None = None,
+    allowed_signers: Path | None = None,
+    slo: Slo = DEFAULT_SLO,
     currency: str = DEFAULT_CURRENCY,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
@@ -168,7 +183,7 @@ def render(
     file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
     serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
-    against `allowed_signers` where given (kit.signing).
+    against `allowed_signers` where given (kit.rundir.signing).
     Returns the files written.
     """
     wanted = chosen_formats(formats)
@@ -183,24 +198,42 @@ def render(
 
     printer = Printer().start() if "pdf" in wanted else None  # WeasyPrint loads while the report is built
     try:
-        return _render(run_dir, compare, wanted, Path(out_dir), redact, (gpu_hour_price, currency), allowed_signers, run_dirs,
-                       printer, slo)  # fmt: skip
+        return _render(
+            run_dir,
+            compare,
+            wanted,
+            Path(out_dir),
+            redact,
+            (gpu_hour_price, currency),
+            allowed_signers,
+            run_dirs,
+            printer,
+            slo,
+        )
     finally:
         if printer:
             printer.close()
 
 
-def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer,
-            slo) -> list[Path]:  # fmt: skip
+def _render(
+    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo
+) -> list[Path]:
     gpu_hour_price, currency = price
 
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
-        return assessment, build_report(Path(run_dir), list(compare), redact, gpu_hour_price=gpu_hour_price,
-                                        assessment=assessment, currency=currency, slo=slo) if {"html", "pdf"} & set(wanted) else None  # fmt: skip
+        return assessment, build_report(
+            Path(run_dir),
+            list(compare),
+            redact,
+            gpu_hour_price=gpu_hour_price,
+            assessment=assessment,
+            currency=currency,
+            slo=slo,
+        ) if {"html", "pdf"} & set(wanted) else None
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
-    _, (assessment, report) = in_parallel([lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed])
+    _, (assessment, report) = both_in_parallel(lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed)
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
@@ -209,7 +242,7 @@ def _render(run_dir, compare, wanted, out_dir: Path, redact, price, allowed_sign
         written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
     if "csv" in wanted:
         for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency)):
-            written.append(_replace(out_dir / name, lambda part, text=text: part.write_text(text, "utf-8")))
+            written.append(_replace(out_dir / name, functools.partial(Path.write_text, data=text, encoding="utf-8")))
     return written
 
 

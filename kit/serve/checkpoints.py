@@ -14,18 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, cache_dir, read_marker
-from kit.model_files import model_key
-from kit.protocol import Case
+from kit.plan.model_files import model_key
+from kit.plan.protocol import Case
 
 
 def checkpoint_path(case: Case) -> Path:
     """Where the case's checkpoint lies in the host's cache."""
-    return cache_dir() / "checkpoints" / model_key(case.model, case.shape, case.params.seed)
+    return cache_dir() / "checkpoints" / model_key(*case.named_model, case.params.seed)
 
 
 def maker_arguments(case: Case) -> list[str]:
     """`python -m` arguments that make the case's checkpoint (kit.workloads.synthetic)."""
-    return ["kit.workloads.synthetic", case.model, str(case.params.seed), case.shape.model_dump_json()]
+    model, shape = case.named_model
+    return ["kit.workloads.synthetic", model, str(case.params.seed), shape.model_dump_json()]
 
 
 def make_checkpoint(case: Case, run: Callable[[list[str]], tuple[int, str]], say) -> Path:

@@ -18,9 +18,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kit.protocol import ServeParams
-from kit.results import atomic_write_text
-from kit.serve.aggregate import BurstAggregates, ClientLoad, RequestRecord, aggregate, percentile, saturation
+from kit.files.atomic import atomic_write_text
+from kit.plan.protocol import ServeParams
+from kit.rundir.serving import (
+    BurstAggregates,
+    ClientLoad,
+    RequestRecord,
+    Saturation,
+    aggregate,
+    percentile,
+    saturation,
+)
 from kit.serve.engines import ONE_TOKEN, Engine, StreamEvent
 from kit.serve.sse import EventFramer
 
@@ -34,18 +42,14 @@ class Firing:
     def __init__(self, records: list[RequestRecord], load: ClientLoad, duration: float, cut_short: bool):
         self.records, self.load, self.duration, self.cut_short = records, load, duration, cut_short
 
-    def kept(self, rows_file: Path, all_at_once: bool) -> tuple[BurstAggregates, dict]:
+    def kept(self, rows_file: Path, all_at_once: bool) -> tuple[BurstAggregates, Saturation]:
         """Write the rows to `rows_file` (one line per request: the raw samples every figure is
-        computed from) and give the figures computed from them: the aggregates, and, for the
-        run's sample, the aggregates, the client's load and whether it may have limited them."""
+        computed from) and give the figures computed from them: the aggregates, and whether the
+        client's load (`load`) may have limited them."""
         atomic_write_text(rows_file, "".join(record.model_dump_json() + "\n" for record in self.records))
         totals = aggregate(self.records, self.duration)
         median_tpot = totals.tpot_s.median if totals.tpot_s else None
-        return totals, {
-            "aggregates": totals.model_dump(),
-            "client": {**self.load.model_dump(), "cpu_share": self.load.cpu_share, "cpu_us_per_event": self.load.cpu_us_per_event},
-            "saturation": saturation(self.load, median_tpot, self.duration, all_at_once).model_dump(),
-        }
+        return totals, saturation(self.load, median_tpot, self.duration, all_at_once)
 
 
 async def _one_request(
@@ -157,9 +161,17 @@ async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: Requ
         raise
 
 
-async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
-                deadline_s: float, on_end: Callable[[RequestRecord], None] | None, concurrency: int | None,
-                stop_sending_s: float | None) -> Firing:  # fmt: skip
+async def _fire(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    on_end: Callable[[RequestRecord], None] | None,
+    concurrency: int | None,
+    stop_sending_s: float | None,
+) -> Firing:
     """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
     import aiohttp
 
@@ -178,7 +190,11 @@ async def _fire(base_url: str, engine: Engine, params: ServeParams, prompts: Seq
         tasks = []
         for (path, body), record in zip(requests, records):
             request = (session, base_url + path, body, engine, record, t0, counters)
-            tasks.append(asyncio.create_task(_one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)))
+            tasks.append(
+                asyncio.create_task(
+                    _one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)
+                )
+            )
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
@@ -214,9 +230,19 @@ def fire_burst(
     return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, on_end, None, None))
 
 
-def fire_at_concurrency(base_url: str, engine: Engine, params: ServeParams, prompts: Sequence[str], input_tokens: Sequence[int],
-                        deadline_s: float, concurrency: int, stop_sending_s: float | None = None) -> Firing:  # fmt: skip
+def fire_at_concurrency(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    concurrency: int,
+    stop_sending_s: float | None = None,
+) -> Firing:
     """Send the prompts in order, `concurrency` of them in flight at a time, each as a slot
     frees, none after `stop_sending_s`, and read every stream to its end (or until `deadline_s`).
     The rows are those of the requests sent."""
-    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s))
+    return asyncio.run(
+        _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s)
+    )

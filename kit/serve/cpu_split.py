@@ -21,18 +21,8 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
-from kit.protocol import Case
-
-
-class CpuSplit(BaseModel):
-    """The CPUs the engine may use and those the client keeps."""
-
-    model_config = ConfigDict(frozen=True)
-
-    engine: tuple[int, ...]
-    client: tuple[int, ...]
+from kit.plan.protocol import Case
+from kit.rundir.serving import CpuSplit
 
 
 def cpu_split(case: Case, available: Sequence[int] | None = None) -> CpuSplit | None:

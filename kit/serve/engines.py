@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kit.protocol import Case, ServeParams
+from kit.plan.protocol import Case, ServeParams
 
 SERVED_NAME = "kit-model"
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -139,16 +139,26 @@ class VllmEngine(Engine):
     cpu_kv_cache_gib = 1
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
-            model_dir, "--served-model-name", SERVED_NAME,
-            "--host", host, "--port", str(port),
-            "--tensor-parallel-size", str(case.gpus),
-            "--dtype", DTYPE_NAMES[params.dtype],
-            "--max-model-len", str(_max_model_len(params)),
-            "--seed", str(params.seed),
-            "--load-format", "dummy",
-        ]  # fmt: skip
+            model_dir,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--max-model-len",
+            str(_max_model_len(params)),
+            "--seed",
+            str(params.seed),
+            "--load-format",
+            "dummy",
+        ]
         if params.max_batch_requests is not None:
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
         if case.device == "cpu":
@@ -240,16 +250,25 @@ class TgiEngine(Engine):
     ignore_eos_note = "TGI has no parameter to ignore EOS; output lengths are recorded per request"
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
-            "--model-id", model_dir,
-            "--hostname", host, "--port", str(port),
-            "--num-shard", str(case.gpus),
-            "--dtype", DTYPE_NAMES[params.dtype],
-            "--max-input-tokens", str(params.input_tokens),
-            "--max-total-tokens", str(_max_model_len(params)),
-            "--max-concurrent-requests", str(params.prompts),
-        ]  # fmt: skip
+            "--model-id",
+            model_dir,
+            "--hostname",
+            host,
+            "--port",
+            str(port),
+            "--num-shard",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--max-input-tokens",
+            str(params.input_tokens),
+            "--max-total-tokens",
+            str(_max_model_len(params)),
+            "--max-concurrent-requests",
+            str(params.prompts),
+        ]
         if params.max_batch_requests is not None:
             argv += ["--max-batch-size", str(params.max_batch_requests)]
         return argv
@@ -303,14 +322,21 @@ class LightllmEngine(Engine):
     finished_requests = Counter("lightllm_request_success_total")
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
-        params: ServeParams = case.params
+        params = case.params_as(ServeParams)
         argv = [
-            "--model_dir", model_dir,
-            "--host", host, "--port", str(port),
-            "--tp", str(case.gpus),
-            "--data_type", params.dtype,
-            "--max_req_total_len", str(_max_model_len(params)),
-        ]  # fmt: skip
+            "--model_dir",
+            model_dir,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tp",
+            str(case.gpus),
+            "--data_type",
+            params.dtype,
+            "--max_req_total_len",
+            str(_max_model_len(params)),
+        ]
         if params.max_batch_requests is not None:
             argv += ["--running_max_req_size", str(params.max_batch_requests)]
         return argv

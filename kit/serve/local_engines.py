@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry
 from kit.images import LockedEnvironment, load_lock
-from kit.protocol import Case
+from kit.plan.protocol import Case
 from kit.serve.engines import Engine
 from kit.workloads.harness import Unavailable
 
@@ -30,7 +30,11 @@ INSTALL_TIMEOUT_S = 3600
 
 
 def environment_for(engine: Engine, device: str) -> tuple[str, LockedEnvironment] | None:
-    found = [(name, env) for name, env in load_lock().environments.items() if env.engine == engine.name and env.device == device]
+    found = [
+        (name, env)
+        for name, env in load_lock().environments.items()
+        if env.engine == engine.name and env.device == device
+    ]
     return found[0] if found else None
 
 
@@ -53,8 +57,12 @@ def make_environment(folder: Path, name: str, env: LockedEnvironment, say) -> di
         _pip(python, "uninstall", "--yes", "--quiet", *env.remove)
     if env.provides:
         provided, version = env.provides.split("==")
-        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         info = Path(purelib) / f"{provided}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {provided}\nVersion: {version}\n")
@@ -77,8 +85,13 @@ def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | Non
         name, env = found
         folder = cache_dir() / "engines" / f"{name}-{env.requirement.split('==')[1]}"
         try:
-            marker = ensure_entry(folder, lambda target: make_environment(target, name, env, say), f"engine environment {name}",
-                                  say, in_place=True)  # fmt: skip
+            marker = ensure_entry(
+                folder,
+                lambda target: make_environment(target, name, env, say),
+                f"engine environment {name}",
+                say,
+                in_place=True,
+            )
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
             raise Unavailable(f"the {name} environment could not be made: {exc}") from None
         bin_dir = folder / "bin"
@@ -88,8 +101,8 @@ def local_command(engine: Engine, case: Case, say) -> tuple[list[str], str | Non
         module = rest[1] if rest[:1] == ["-m"] else None
         if module and importlib.util.find_spec(module.split(".")[0]) is not None:
             return [sys.executable, *rest], None, str(Path(sys.executable).parent)
-    elif shutil.which(program):
-        return [shutil.which(program), *rest], None, str(Path(shutil.which(program)).parent)
+    elif on_path := shutil.which(program):
+        return [on_path, *rest], None, str(Path(on_path).parent)
     raise Unavailable(
         f"{engine.label} is published as an image only and is not installed here ({' '.join(engine.entrypoint)}): "
         f"it runs in its image (kit images pull {engine.image}, then --executor docker)"

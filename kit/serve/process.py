@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.child_process import die_with_parent
+from kit.rundir.serving import EngineStop
 
 HOST = "127.0.0.1"  # engines of this host listen on loopback only: the client runs beside them
 
@@ -48,8 +49,14 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
 class EngineProcess:
     """One engine server, its own process group, its output in `log_path`."""
 
-    def __init__(self, argv: list[str], log_path: Path, port: int, env: dict[str, str] | None = None,
-                 cpus: Sequence[int] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        argv: list[str],
+        log_path: Path,
+        port: int,
+        env: dict[str, str] | None = None,
+        cpus: Sequence[int] | None = None,
+    ):
         self.argv, self.log_path, self.port = argv, log_path, port
         self.base_url = f"http://{HOST}:{port}"
         self._log = log_path.open("ab")
@@ -75,24 +82,24 @@ class EngineProcess:
     def exit_code(self) -> int | None:
         return self.process.poll()
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> dict:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> EngineStop:
         """SIGTERM (servers drain and exit), SIGKILL after `grace_s`; what happened, as a record."""
         if self.process.poll() is not None:
-            outcome = {"stopped_by": "itself", "exit_code": self.process.returncode}
+            outcome = EngineStop(stopped_by="itself", exit_code=self.process.returncode)
         else:
-            outcome = {"stopped_by": "SIGTERM"}
+            outcome = EngineStop(stopped_by="SIGTERM")
             for sig, label in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
                 try:
                     os.killpg(self.process.pid, sig)
                 except ProcessLookupError:
                     break
-                outcome["stopped_by"] = label
+                outcome.stopped_by = label
                 try:
                     self.process.wait(timeout=grace_s)
                     break
                 except subprocess.TimeoutExpired:
                     continue
-            outcome["exit_code"] = self.process.returncode
+            outcome.exit_code = self.process.returncode
         try:  # children the engine left in its group (workers) go too
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel
-
 
 def parse_samples(text: str) -> list:
     """Every sample of an exposition page (prometheus_client's Sample: name, labels, value).
@@ -31,12 +29,3 @@ def counter_total(samples: list, name: str, exclude: dict[str, tuple[str, ...]] 
         if sample.name == name and not any(sample.labels.get(key) in skipped for key, skipped in exclude.items())
     ]
     return math.fsum(values) if values else None
-
-
-class ServerCounters(BaseModel):
-    """What the engine counted during one burst (after minus before), or why it is not known."""
-
-    generated_tokens: float | None = None
-    finished_requests: float | None = None
-    source: str  # the metric names read, or why none could be
-    unavailable: str | None = None

@@ -25,21 +25,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import ValidationError
-
-from kit.protocol import Case, ServeParams
-from kit.results import RankSample, SoakWindow, atomic_write_model, atomic_write_text, sha256_file, utc_now
-from kit.serve.aggregate import aggregate
+from kit.files.atomic import atomic_write_text
+from kit.files.regular import sha256_file
+from kit.plan.protocol import Case, ServeParams
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import RankSample, SoakWindow, utc_now
+from kit.rundir.serving import (
+    EngineRecord,
+    EngineStop,
+    ModelRecord,
+    PromptsRecord,
+    RunFiles,
+    ServeDetails,
+    ServerCounters,
+    TokenCheck,
+    WarmupRecord,
+    aggregate,
+)
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.cpu_split import cpu_split, running_on
-from kit.serve.details import ServeDetails
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import ServerCounters, counter_total, parse_samples
+from kit.serve.prometheus import counter_total, parse_samples
 from kit.serve.sweep import planned_points, run_sweep
-from kit.workloads.harness import MeasureFailed, Unavailable
+from kit.workloads.harness import Unavailable
 
 STOP_MARGIN_S = 45  # left of the case's timeout for stopping the engine and writing the rows
 WARMUP_SEED_OFFSET = 1  # warm-up prompts are drawn apart from the burst's
@@ -53,7 +64,7 @@ class EngineHandle(Protocol):
 
     def exit_code(self) -> int | None: ...
 
-    def stop(self) -> dict: ...
+    def stop(self) -> EngineStop: ...
 
 
 class Placement(Protocol):
@@ -63,34 +74,35 @@ class Placement(Protocol):
 
     def checkpoint(self, case: Case, say) -> Path: ...
 
-    def start(self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say,
-              cpus: Sequence[int] | None = None) -> tuple[EngineHandle, dict]:  # fmt: skip
+    def start(
+        self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None
+    ) -> tuple[EngineHandle, EngineRecord]:
         """The engine, on `cpus` where given (kit.serve.cpu_split), and what the result records of its launch."""
 
 
-def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, dict]:
+def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, ModelRecord]:
     """The folder the engine serves and how the result identifies it."""
-    params: ServeParams = case.params
+    params = case.params_as(ServeParams)
     if params.model_path:
         path = Path(params.model_path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model_path {path} has no config.json")
         files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
         digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-        return path, {"kind": "user-given", "path": str(path), "sha256": digest, "files": files}
+        return path, ModelRecord(kind="user-given", path=str(path), sha256=digest, files=files)
     from kit.cache import entry_digest, read_marker
 
     if engine.makes_random_weights:
-        from kit.model_files import weightless_model
+        from kit.plan.model_files import weightless_model
 
-        path = weightless_model(case.model, case.shape, params.seed, say=say)
+        path = weightless_model(*case.named_model, params.seed, say=say)
         kind = "config and tokenizer; the engine makes random weights"
     else:
         path = placement.checkpoint(case, say)
         kind = "synthetic checkpoint"
     marker = read_marker(path)
     files = {rel: facts["sha256"] for rel, facts in marker["files"].items()}
-    return path, {"kind": kind, "path": str(path), "sha256": entry_digest(marker), "files": files}
+    return path, ModelRecord(kind=kind, path=str(path), sha256=entry_digest(marker), files=files)
 
 
 def wait_ready(handle: EngineHandle, health_path: str, timeout_s: float) -> float:
@@ -135,7 +147,10 @@ def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | st
     except ValueError as exc:
         return f"GET /metrics answered a page that is not Prometheus text: {exc}"
     found: dict[str, float | None] = {}
-    for field, counter in (("generated_tokens", engine.generated_tokens), ("finished_requests", engine.finished_requests)):
+    for field, counter in (
+        ("generated_tokens", engine.generated_tokens),
+        ("finished_requests", engine.finished_requests),
+    ):
         values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
         found[field] = next((value for value in values if value is not None), None)
     return found
@@ -166,11 +181,11 @@ def announce_first(say):
 
 
 class BurstTelemetry:
-    """NVML over the burst, of the GPUs the engine runs on (kit.telemetry); a CPU case says why
+    """NVML over the burst, of the GPUs the engine runs on (kit.measure.telemetry); a CPU case says why
     there is none."""
 
     def __init__(self, case: Case):
-        from kit.telemetry import GpusSampler, NoDevice, unavailable
+        from kit.measure.telemetry import GpusSampler, NoDevice, unavailable
 
         self.sampler = GpusSampler(case.gpus) if case.device == "cuda" else NoDevice()
         self.result = unavailable("no burst was fired") if case.device == "cuda" else NoDevice().stop()
@@ -185,18 +200,18 @@ class BurstTelemetry:
             self.result, self._running = self.sampler.stop(), False
 
 
-def token_counts(engine: Engine, before: dict | str, after: dict | str, records) -> dict:
+def token_counts(engine: Engine, before: dict | str, after: dict | str, records) -> TokenCheck:
     """The generated tokens the client counted in `records`, beside the engine's own counters
     over the same interval: equal, or the rows do not hold what the engine did."""
     counters = counters_during(engine, before, after)
     client_tokens = sum(r.streamed_tokens for r in records)
-    return {
-        "client_counted": client_tokens,
-        "token_events": sum(r.token_events for r in records),
-        "engine_reported_per_request": sum(r.output_tokens for r in records if r.output_tokens_source == "server"),
-        "server_counters": counters.model_dump(),
-        "equal": counters.generated_tokens is not None and client_tokens == counters.generated_tokens,
-    }
+    return TokenCheck(
+        client_counted=client_tokens,
+        token_events=sum(r.token_events for r in records),
+        engine_reported_per_request=sum(r.output_tokens for r in records if r.output_tokens_source == "server"),
+        server_counters=counters,
+        equal=counters.generated_tokens is not None and client_tokens == counters.generated_tokens,
+    )
 
 
 def miscounted(records) -> list[int]:
@@ -211,17 +226,28 @@ def none_finished(what: str, records) -> str | None:
     return f"none of the {len(records)} requests of the {what} finished (first: {records[0].error})"
 
 
-def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out_dir: Path, first: SoakWindow,
-                soak_started: float, deadline: float) -> tuple[list[SoakWindow], str | None]:  # fmt: skip
+def soak_bursts(
+    case: Case,
+    engine: Engine,
+    handle: EngineHandle,
+    tokenizer,
+    out_dir: Path,
+    first: SoakWindow,
+    soak_started: float,
+    deadline: float,
+) -> tuple[list[SoakWindow], str | None]:
     """After the first burst (`first`), bursts one after another until the soak's seconds have
     passed since it began, each of fresh prompts (an engine that caches prefixes would serve
     repeated ones faster) with its rows in requests-window-<k>.jsonl and NVML over it; the
     windows, and why they stopped early (or None)."""
-    params: ServeParams = case.params
+    params = case.params_as(ServeParams)
+    assert params.soak is not None, "soak bursts are a soak case's"
     windows = [first]
     while time.monotonic() - soak_started < params.soak.seconds:
         index = len(windows) + 1
-        prompts = burst_prompts(tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index)
+        prompts = burst_prompts(
+            tokenizer, params.prompts, params.input_tokens, params.seed + WARMUP_SEED_OFFSET + index
+        )
         counts = [token_count(tokenizer, prompt) for prompt in prompts]
         telemetry = BurstTelemetry(case)
         begun = time.monotonic() - soak_started
@@ -230,8 +256,10 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
             burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0))
         finally:
             telemetry.stop()
-        totals, _ = burst.kept(out_dir / f"requests-window-{index}.jsonl", all_at_once=True)
-        windows.append(SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result))
+        totals, _saturated = burst.kept(out_dir / f"requests-window-{index}.jsonl", all_at_once=True)
+        windows.append(
+            SoakWindow(started_s=begun, seconds=burst.duration, tokens=totals.output_tokens, telemetry=telemetry.result)
+        )
         if handle.exit_code() is not None:
             return windows, f"the engine exited with code {handle.exit_code()} in soak window {index}"
         if totals.errors:
@@ -239,16 +267,26 @@ def soak_bursts(case: Case, engine: Engine, handle: EngineHandle, tokenizer, out
     return windows, None
 
 
-def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry) -> dict:
+class ServeFailed(Exception):
+    """A serve run that failed part-way: an `error` result keeping what was measured before."""
+
+    def __init__(self, reason: str, details: ServeDetails, windows: list[SoakWindow]):
+        super().__init__(reason)
+        self.details, self.windows = details, windows
+
+
+def measure(
+    case: Case, placement: Placement, out_dir: Path, say, telemetry: BurstTelemetry
+) -> tuple[ServeDetails, list[SoakWindow]]:
     """The burst against the engine the placement starts, then the sweep's points where the case
-    has one; the details of the driver's sample. Requests that fail are data (their rows and the
-    figures of those that finished are kept); the run fails where the engine does, or where no
-    request of the burst, or of the sweep, finished. Raises Unavailable, or MeasureFailed with
-    what was measured before the failure."""
-    from kit.model_files import load_tokenizer
+    has one; the details of the driver's sample and a soak's windows. Requests that fail are data
+    (their rows and the figures of those that finished are kept); the run fails where the engine
+    does, or where no request of the burst, or of the sweep, finished. Raises Unavailable, or
+    ServeFailed with what was measured before the failure."""
+    from kit.plan.model_files import load_tokenizer
 
     started = time.monotonic()
-    params: ServeParams = case.params
+    params = case.params_as(ServeParams)
     engine = engine_for(params)
     model_dir, model = model_directory(case, engine, placement, say)
 
@@ -259,19 +297,20 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     points = planned_points(tokenizer, params)
 
     split = cpu_split(case)
-    handle, launch = placement.start(engine, case, model_dir, out_dir, say, cpus=split.engine if split else None)
+    handle, record = placement.start(engine, case, model_dir, out_dir, say, cpus=split.engine if split else None)
     if split:
         say(f"serve: the engine on CPUs {list(split.engine)}, the client on {list(split.client)}")
-    details: dict = {
-        "engine": {"name": engine.name, "label": engine.label, "placement": placement.name, **launch,
-                   "cpus": split.model_dump() if split else None},
-        "model": model,
-        "prompts": {"count": len(prompts), "input_tokens": params.input_tokens, "counted_by": "served tokenizer"},
-        "ignore_eos": params.ignore_eos if engine.ignore_eos_note is None else False,
-        "ignore_eos_note": engine.ignore_eos_note,
-        "files": {"requests": "requests.jsonl", "engine_log": "engine.log", "engine": "engine.json"},
-    }
-    atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
+    record.cpus = split
+    details = ServeDetails(
+        engine=record,
+        model=model,
+        prompts=PromptsRecord(count=len(prompts), input_tokens=params.input_tokens, counted_by="served tokenizer"),
+        ignore_eos=params.ignore_eos if engine.ignore_eos_note is None else False,
+        ignore_eos_note=engine.ignore_eos_note,
+        files=RunFiles(requests="requests.jsonl", engine_log="engine.log", engine="engine.json"),
+    )
+    write_engine_record(out_dir, record)
+    windows: list[SoakWindow] = []
     burst = sweep = None
     failure = None
     before: dict | str = "not read"
@@ -281,12 +320,12 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
     with running_on(split.client if split else None):  # the client apart from the engine's CPUs
         try:
             say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
-            details["engine"]["ready_s"] = wait_ready(handle, engine.health_path, params.ready_timeout_s)
-            details["engine"]["version"] = engine_version(engine, handle.base_url) or launch.get("version")
+            record.ready_s = wait_ready(handle, engine.health_path, params.ready_timeout_s)
+            record.version = engine_version(engine, handle.base_url) or record.version
             if warmup:
                 warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
                 errors = [r.error for r in warm.records if not r.ok]
-                details["warmup"] = {"requests": len(warmup), "duration_s": warm.duration, "errors": errors}
+                details.warmup = WarmupRecord(requests=len(warmup), duration_s=warm.duration, errors=errors)
                 if errors:
                     raise EngineFailed(f"the warm-up request failed: {errors[0]}")
             before = read_counters(engine, handle.base_url)
@@ -294,8 +333,15 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
             soak_started = time.monotonic()
             telemetry.start()
             try:
-                burst = fire_burst(handle.base_url, engine, params, prompts, counts, max(deadline - time.monotonic(), 1.0),
-                                   announce_first(say))  # fmt: skip
+                burst = fire_burst(
+                    handle.base_url,
+                    engine,
+                    params,
+                    prompts,
+                    counts,
+                    max(deadline - time.monotonic(), 1.0),
+                    announce_first(say),
+                )
             finally:
                 telemetry.stop()
             after = read_counters(engine, handle.base_url)
@@ -307,10 +353,13 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
                 failure = none_finished("burst", burst.records)
             if failure is None and params.soak is not None:
                 say(f"serve: soak, bursts one after another for {params.soak.seconds:.0f} s")
-                first = SoakWindow(started_s=0.0, seconds=burst.duration, telemetry=telemetry.result,
-                                   tokens=aggregate(burst.records, burst.duration).output_tokens)  # fmt: skip
+                first = SoakWindow(
+                    started_s=0.0,
+                    seconds=burst.duration,
+                    telemetry=telemetry.result,
+                    tokens=aggregate(burst.records, burst.duration).output_tokens,
+                )
                 windows, failure = soak_bursts(case, engine, handle, tokenizer, out_dir, first, soak_started, deadline)
-                details["windows"] = windows
             if failure is None and points:
                 sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
                 swept = read_counters(engine, handle.base_url)
@@ -318,43 +367,45 @@ def measure(case: Case, placement: Placement, out_dir: Path, say, telemetry: Bur
         except EngineFailed as exc:
             failure = str(exc)
         finally:
-            details["engine"]["stop"] = handle.stop()
-            atomic_write_text(out_dir / "engine.json", json.dumps(details["engine"], indent=2) + "\n")
+            record.stop = handle.stop()
+            write_engine_record(out_dir, record)
 
     if burst is not None:
-        totals, figures = burst.kept(out_dir / "requests.jsonl", all_at_once=True)
-        details.update(figures)
-        details["tokens"] = token_counts(engine, before, after, burst.records)
-        details["bounds"] = burst_bound_details(case, totals)
-        details["prompts"]["server_count_mismatches"] = mismatched = miscounted(burst.records)
-        details["short_outputs"] = sum(1 for r in burst.records if r.ok and r.output_tokens < params.max_output_tokens)
+        totals, saturated = burst.kept(out_dir / "requests.jsonl", all_at_once=True)
+        details.aggregates, details.client, details.saturation = totals, burst.load, saturated
+        details.tokens = token_counts(engine, before, after, burst.records)
+        details.bounds = burst_bound_details(case, totals)
+        mismatched = miscounted(burst.records)
+        if details.prompts is not None:
+            details.prompts.server_count_mismatches = mismatched
+        details.short_outputs = sum(1 for r in burst.records if r.ok and r.output_tokens < params.max_output_tokens)
         if totals.errors:
-            first = next(r.error for r in burst.records if not r.ok)
-            say(f"serve: {totals.errors} of {totals.requests} requests of the burst failed (first: {first}); "
-                f"the figures are of the {totals.completed} that finished")  # fmt: skip
+            first_error = next(r.error for r in burst.records if not r.ok)
+            say(
+                f"serve: {totals.errors} of {totals.requests} requests of the burst failed (first: {first_error}); "
+                f"the figures are of the {totals.completed} that finished"
+            )
         if failure is None and mismatched:
             failure = f"{len(mismatched)} prompts were counted differently by the engine than by its tokenizer"
         if failure is not None:
             failure += f"; {totals.completed} of {totals.requests} requests finished and are kept in requests.jsonl"
     if sweep is not None:
-        details["sweep"] = {**sweep.details, "tokens": token_counts(engine, after, swept, sweep.records),
-                            "server_count_mismatches": miscounted(sweep.records)}  # fmt: skip
+        details.sweep = sweep.details
+        sweep.details.tokens = token_counts(engine, after, swept, sweep.records)
+        sweep.details.server_count_mismatches = miscounted(sweep.records)
         failure = failure or none_finished("sweep", sweep.records)
-        if failure is None and details["sweep"]["server_count_mismatches"]:
-            failure = f"{len(details['sweep']['server_count_mismatches'])} prompts of the sweep were counted differently by the engine"
+        if failure is None and sweep.details.server_count_mismatches:
+            failure = f"{len(sweep.details.server_count_mismatches)} prompts of the sweep were counted differently by the engine"
     if failure is not None:
-        tail = log_tail(out_dir / "engine.log")
-        details["engine"]["log_tail"] = tail
+        record.log_tail = tail = log_tail(out_dir / "engine.log")
         say(f"serve: {failure}\n--- engine.log (last lines) ---\n{tail}")
-        raise MeasureFailed(f"{failure}; engine log: engine.log", details)
-    return details
+        raise ServeFailed(f"{failure}; engine log: engine.log", details, windows)
+    return details, windows
 
 
-def recorded(details: dict) -> dict:
-    """The driver's details as rank-0.json keeps them: through their model (kit.serve.details), so
-    that what is written is what every reader reads; a shape the model does not take is the kit's
-    own error, and fails the run rather than writing it."""
-    return ServeDetails.model_validate(details).model_dump(mode="json", exclude_unset=True)
+def write_engine_record(out_dir: Path, record: EngineRecord) -> None:
+    """engine.json: how the engine was started (and, once it stopped, how it ended)."""
+    atomic_write_text(out_dir / "engine.json", record.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
 def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement) -> tuple[RankSample, float]:
@@ -367,25 +418,32 @@ def run_driver(case: Case, case_dir: Path, index: int, log, placement: Placement
         log.write(line.rstrip("\n") + "\n")
         log.flush()
 
-    say(f"\n=== run {index}: serve {case.params.engine} ({placement.name})")
+    say(f"\n=== run {index}: serve {case.params_as(ServeParams).engine} ({placement.name})")
     started, begun = time.monotonic(), utc_now()
-    base = dict(rank=0, world_size=1, device=case.device, started_at=begun,
-                device_name=", ".join(device_names(case)) or platform.machine())  # fmt: skip
+    base = {
+        "rank": 0,
+        "world_size": 1,
+        "device": case.device,
+        "started_at": begun,
+        "device_name": ", ".join(device_names(case)) or platform.machine(),
+    }
     telemetry = BurstTelemetry(case)
     try:
-        details = measure(case, placement, out_dir, say, telemetry)
-        sample = RankSample(**base, status="ok", windows=details.pop("windows", []), details=details, finished_at=utc_now())
+        details, windows = measure(case, placement, out_dir, say, telemetry)
+        sample = RankSample(**base, status="ok", windows=windows, details=details, finished_at=utc_now())
     except Unavailable as exc:
         sample = RankSample(**base, status="unavailable", reason=str(exc), finished_at=utc_now())
-    except MeasureFailed as exc:
-        sample = RankSample(**base, status="error", reason=str(exc)[:2000], windows=exc.details.pop("windows", []),
-                            details=exc.details, finished_at=utc_now())  # fmt: skip
-    except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container: a result
+    except ServeFailed as exc:
+        sample = RankSample(
+            **base,
+            status="error",
+            reason=str(exc)[:2000],
+            windows=exc.windows,
+            details=exc.details,
+            finished_at=utc_now(),
+        )
+    except Exception as exc:  # noqa: BLE001 - a broken model folder, a refused container, a record the kit got wrong: a result
         sample = RankSample(**base, status="error", reason=f"{type(exc).__name__}: {exc}"[:2000], finished_at=utc_now())
-    try:
-        sample.details = recorded(sample.details)
-    except ValidationError as exc:  # the kit's own error: the run fails, its details kept as they were
-        sample = sample.model_copy(update={"status": "error", "reason": f"the serve details do not fit their model: {exc}"[:2000]})
     sample.telemetry = telemetry.result
     atomic_write_model(out_dir / "rank-0.json", sample)
     wall_s = time.monotonic() - started

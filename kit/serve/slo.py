@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.serve.aggregate import LatencyFigures, RequestTimes, percentile
+from kit.rundir.serving import LatencyFigures, RequestTimes, percentile
 
 PERCENTILE = 99
 SOURCE = "MLPerf Inference, Llama-2-70B, Server scenario"
@@ -77,8 +77,14 @@ def judge(rows: Sequence[RequestTimes], duration: float, slo: Slo) -> Judged:
         why = f"p{PERCENTILE} TTFT {ttft_p99:.3g} s > {slo.ttft_s:g} s"
     elif tpot_p99 > slo.tpot_s:
         why = f"p{PERCENTILE} TPOT {1000 * tpot_p99:.3g} ms > {1000 * slo.tpot_s:g} ms"
-    return Judged(goodput=good / duration if duration > 0 else 0.0, good_share=good / len(rows) if rows else 0.0,
-                  ttft_p99_s=ttft_p99, tpot_p99_s=tpot_p99, meets=bool(rows) and why is None, why_not=why)  # fmt: skip
+    return Judged(
+        goodput=good / duration if duration > 0 else 0.0,
+        good_share=good / len(rows) if rows else 0.0,
+        ttft_p99_s=ttft_p99,
+        tpot_p99_s=tpot_p99,
+        meets=bool(rows) and why is None,
+        why_not=why,
+    )
 
 
 class SweepPoint(BaseModel):
@@ -91,7 +97,7 @@ class SweepPoint(BaseModel):
     bound_tokens_per_s: float | None
     bound_note: str | None
     cut_short: bool  # the case's time ran out during it: not a steady state, never the capacity
-    client_limited: str | None = None  # why the client may have limited it (kit.serve.aggregate.saturation)
+    client_limited: str | None = None  # why the client may have limited it (kit.rundir.serving.saturation)
 
     @property
     def not_judged(self) -> str | None:
@@ -113,4 +119,6 @@ class SweepPoint(BaseModel):
 def capacity(points: Sequence[SweepPoint]) -> SweepPoint | None:
     """The point of the highest output throughput that counts (meets the objectives and is
     judged): what the server serves within them (None where no point does)."""
-    return max((point for point in points if point.counted), key=lambda point: point.figures.output_throughput, default=None)
+    return max(
+        (point for point in points if point.counted), key=lambda point: point.figures.output_throughput, default=None
+    )

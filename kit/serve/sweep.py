@@ -17,14 +17,16 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kit.protocol import Case, ServeParams
-from kit.serve.aggregate import RequestRecord
+from kit.plan.protocol import Case, ServeParams
+from kit.rundir.serving import PointFiles, RequestRecord, SweepDetails, SweepPointDetails
 from kit.serve.bounds import point_bound_details
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import Engine
 
-SEED_OFFSET = 1000  # point N draws its prompts from seed + 1000 + N: apart from the burst's, the warm-up's and each other's
+SEED_OFFSET = (
+    1000  # point N draws its prompts from seed + 1000 + N: apart from the burst's, the warm-up's and each other's
+)
 LEAST_POINT_S = 1.0  # less time than this left of the case: the next point is not started
 
 
@@ -37,10 +39,13 @@ class PlannedPoint(NamedTuple):
 def planned_points(tokenizer, params: ServeParams) -> list[PlannedPoint]:
     """Every point's prompts, built before the engine starts."""
     sweep = params.sweep
+    if sweep is None:
+        return []
     points = []
-    for concurrency in sweep.levels(params.prompts) if sweep else ():
-        prompts = burst_prompts(tokenizer, sweep.requests_at(concurrency), params.input_tokens,
-                                params.seed + SEED_OFFSET + concurrency)  # fmt: skip
+    for concurrency in sweep.levels(params.prompts):
+        prompts = burst_prompts(
+            tokenizer, sweep.requests_at(concurrency), params.input_tokens, params.seed + SEED_OFFSET + concurrency
+        )
         points.append(PlannedPoint(concurrency, prompts, [token_count(tokenizer, prompt) for prompt in prompts]))
     return points
 
@@ -51,46 +56,71 @@ def point_folder(concurrency: int) -> str:
 
 
 class SweepOutcome(NamedTuple):
-    details: dict  # for the run's sample
+    details: SweepDetails  # for the run's sample
     records: list[RequestRecord]  # every point's rows
     failure: str | None  # the engine exited: the case is an error
 
 
-def run_sweep(case: Case, engine: Engine, handle, points: list[PlannedPoint], out_dir: Path, deadline: float,
-              say) -> SweepOutcome:  # fmt: skip
+def run_sweep(
+    case: Case, engine: Engine, handle, points: list[PlannedPoint], out_dir: Path, deadline: float, say
+) -> SweepOutcome:
     """Each point in turn, until the case's time (`deadline`, on time.monotonic's clock) runs out;
     a point cut short by it is kept, and said to be, and the points above it are not run."""
-    params: ServeParams = case.params
-    measured, records = [], []
-    details = {
-        "levels": [point.concurrency for point in points],
-        "planned": {str(point.concurrency): len(point.prompts) for point in points},
-        "max_point_s": params.sweep.max_point_s if params.sweep else None,
-        "points": measured,
-        "not_measured": None,
-    }
+    params = case.params_as(ServeParams)
+    max_point_s = params.sweep.max_point_s if params.sweep else None
+    records: list[RequestRecord] = []
+    details = SweepDetails(
+        levels=[point.concurrency for point in points],
+        planned={str(point.concurrency): len(point.prompts) for point in points},
+        max_point_s=max_point_s,
+        points=[],
+    )
     for point in points:
         left = deadline - time.monotonic()
         if left < LEAST_POINT_S:
-            details["not_measured"] = f"the case's time ran out before concurrency {point.concurrency} (timeout_s {params.timeout_s})"
+            details.not_measured = (
+                f"the case's time ran out before concurrency {point.concurrency} (timeout_s {params.timeout_s})"
+            )
             break
         say(f"serve: sweep, concurrency {point.concurrency}: {len(point.prompts)} requests")
-        fired = fire_at_concurrency(handle.base_url, engine, params, point.prompts, point.input_tokens, left,
-                                    point.concurrency, params.sweep.max_point_s)  # fmt: skip
+        fired = fire_at_concurrency(
+            handle.base_url,
+            engine,
+            params,
+            point.prompts,
+            point.input_tokens,
+            left,
+            point.concurrency,
+            max_point_s,
+        )
         folder = out_dir / point_folder(point.concurrency)
         folder.mkdir(parents=True, exist_ok=True)
-        totals, figures = fired.kept(folder / "requests.jsonl", all_at_once=False)
-        measured.append({
-            "concurrency": point.concurrency, "planned": len(point.prompts), "sent": len(fired.records),
-            "files": {"requests": f"{point_folder(point.concurrency)}/requests.jsonl"},
-            **figures, "bounds": point_bound_details(case, point.concurrency, totals), "cut_short": fired.cut_short,
-        })  # fmt: skip
+        totals, saturated = fired.kept(folder / "requests.jsonl", all_at_once=False)
+        details.points.append(
+            SweepPointDetails(
+                concurrency=point.concurrency,
+                planned=len(point.prompts),
+                sent=len(fired.records),
+                files=PointFiles(requests=f"{point_folder(point.concurrency)}/requests.jsonl"),
+                aggregates=totals,
+                client=fired.load,
+                saturation=saturated,
+                bounds=point_bound_details(case, point.concurrency, totals),
+                cut_short=fired.cut_short,
+            )
+        )
         records += fired.records
         code = handle.exit_code()
         if code is not None:
-            return SweepOutcome(details, records, f"the engine exited with code {code} during the sweep, at concurrency {point.concurrency}")
+            return SweepOutcome(
+                details,
+                records,
+                f"the engine exited with code {code} during the sweep, at concurrency {point.concurrency}",
+            )
         if fired.cut_short:
-            details["not_measured"] = (f"the case's time ran out at concurrency {point.concurrency} (timeout_s "
-                                       f"{params.timeout_s}): its unfinished requests are errors, higher ones not run")  # fmt: skip
+            details.not_measured = (
+                f"the case's time ran out at concurrency {point.concurrency} (timeout_s "
+                f"{params.timeout_s}): its unfinished requests are errors, higher ones not run"
+            )
             break
     return SweepOutcome(details, records, None)

@@ -6,7 +6,7 @@ the expected values, warm-up calls, a barrier, then each timed call on its own (
 synchronised before and after); an iteration lasts as long as its slowest rank, and a row
 reports the median and the spread of those times. Wrong elements make the case an error.
 (The `nccl-tests` backend runs NVIDIA's binary as the case's only process, with no Python:
-kit/nccl_tests.py.)
+kit/execute/nccl_tests.py.)
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kit.collectives import COLLECTIVES, algorithm_bandwidth_gbps, buffer_layout, bus_bandwidth_factor, message_sizes
-from kit.comm_sweep import CommRow, CommSweep, Timing, spread
-from kit.gpu_links import topology_facts
-from kit.protocol import Case
-from kit.results import DeviceTelemetry, atomic_write_text
-from kit.workloads.harness import Device
+from kit.comm.collectives import (
+    COLLECTIVES,
+    algorithm_bandwidth_gbps,
+    buffer_layout,
+    bus_bandwidth_factor,
+    message_sizes,
+)
+from kit.comm.gpu_links import topology_facts
+from kit.comm.sweep import CommRow, CommSweep, Timing, spread
+from kit.files.atomic import atomic_write_text
+from kit.plan.protocol import Case, CommParams
+from kit.rundir.schema import DeviceTelemetry
+from kit.workloads.harness import Device, SelfTimedWorkload
 from kit.workloads.srun_rank import node_name
 
 TORCH_TIME_STATISTIC = "median over the timed iterations of each iteration's slowest rank"
@@ -29,14 +36,17 @@ class CommFailure(RuntimeError):
     """The collective returned wrong data: the measurement is of something broken."""
 
 
-def measure(case: Case, device: Device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[CommSweep, DeviceTelemetry]:
     """The sweep's rows, and NVML's telemetry over the sweep (clocks, temperature, throttling; no
     energy per token: a collective moves bytes, not tokens)."""
-    if case.params.collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {case.params.collective!r}")
-    if case.params.backend != "torch":
-        raise ValueError(f"{case.id}: the {case.params.backend} backend runs its binary as the case's process "
-                         "(kit/nccl_tests.py), not in this workload")
+    params = case.params_as(CommParams)
+    if params.collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {params.collective!r}")
+    if params.backend != "torch":
+        raise ValueError(
+            f"{case.id}: the {params.backend} backend runs its binary as the case's process "
+            "(kit/execute/nccl_tests.py), not in this workload"
+        )
     sampler = device.telemetry_sampler()
     sampler.start()
     try:
@@ -111,20 +121,22 @@ class _Buffers:
             result, expected = self.input, torch.full_like(self.input, total)
         elif self.name == "broadcast":
             result, expected = self.input, torch.ones_like(self.input)
-        elif self.name == "reduce_scatter":
-            result, expected = self.output, torch.full_like(self.output, total)
-        else:  # all_gather, alltoall: chunk j comes from rank j
-            result = self.output
-            values = torch.arange(1, self.ranks + 1, dtype=self.output.dtype, device=self.output.device)
-            expected = values.repeat_interleave(self.count)
+        else:  # reduce_scatter, all_gather, alltoall: into the output buffer
+            assert self.output is not None, f"{self.name} has an output buffer (__init__)"
+            if self.name == "reduce_scatter":
+                result, expected = self.output, torch.full_like(self.output, total)
+            else:  # all_gather, alltoall: chunk j comes from rank j
+                result = self.output
+                values = torch.arange(1, self.ranks + 1, dtype=self.output.dtype, device=self.output.device)
+                expected = values.repeat_interleave(self.count)
         return int((result != expected).sum().item())
 
 
-def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
+def torch_sweep(case: Case, device: Device, out_dir: Path) -> CommSweep:
     import torch
     import torch.distributed as dist
 
-    params = case.params
+    params = case.params_as(CommParams)
     backend = "nccl" if device.kind == "cuda" else "gloo"
     dist.init_process_group(backend)
     try:
@@ -169,14 +181,16 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
                 time_us_p75=stats["p75"] * 1e6,
                 time_us_max=stats["max"] * 1e6,
             )
-            rows.append(CommRow(
-                size_bytes=layout.size_bytes,
-                count=layout.count,
-                dtype=params.dtype,
-                redop="sum" if params.collective in ("all_reduce", "reduce_scatter", "reduce") else None,
-                root=0 if params.collective in ("reduce", "broadcast") else None,
-                **{"in_place" if placement == "in-place" else "out_of_place": timing},
-            ))  # fmt: skip
+            rows.append(
+                CommRow(
+                    size_bytes=layout.size_bytes,
+                    count=layout.count,
+                    dtype=params.dtype,
+                    redop="sum" if params.collective in ("all_reduce", "reduce_scatter", "reduce") else None,
+                    root=0 if params.collective in ("reduce", "broadcast") else None,
+                    **{"in_place" if placement == "in-place" else "out_of_place": timing},
+                )
+            )
         sweep = CommSweep(
             collective=params.collective,
             backend=f"torch-{backend}",
@@ -195,6 +209,9 @@ def torch_sweep(case: Case, device: Device, out_dir: Path) -> dict:
             atomic_write_text(out_dir / name, sweep.model_dump_json(indent=2) + "\n")
             raise CommFailure(f"{params.collective} returned wrong data: {sweep.failure} (rows in {name})")
         dist.barrier()
-        return sweep.model_dump(mode="json")
+        return sweep
     finally:
         dist.destroy_process_group()
+
+
+WORKLOAD = SelfTimedWorkload(measure)

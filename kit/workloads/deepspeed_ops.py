@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, ensure_entry
-from kit.protocol import TrainParams
+from kit.plan.protocol import TrainParams
 from kit.workloads.harness import SetupFailed, Unavailable
 
 BUILD_TIMEOUT_S = 1800
@@ -54,7 +54,7 @@ def _import_built(name: str, folder: Path):
     """The op's Python module from its built library (what torch's JIT loader ends with)."""
     library = folder / f"{name}.so"
     spec = importlib.util.spec_from_file_location(name, library)
-    if spec is None or not library.is_file():
+    if spec is None or spec.loader is None or not library.is_file():
         raise ImportError(f"{library} is missing")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -75,8 +75,12 @@ def _build_into(staging: Path, builder_name: str, op_name: str, say) -> dict:
     say(f"building DeepSpeed op {op_name} (once; cached)")
     done = subprocess.run(
         [sys.executable, "-m", "kit.workloads.deepspeed_ops", builder_name],
-        env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, preexec_fn=_without_data_cap,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        preexec_fn=_without_data_cap,
+    )
     if done.returncode != 0:
         raise SetupFailed(f"building DeepSpeed op {op_name} failed: {(done.stderr or done.stdout)[-1500:]}")
     for path in (scratch / op_name).iterdir():
@@ -115,11 +119,17 @@ def prepare_ops(names: list[str], say=print) -> dict[str, str]:
             found[op_name] = "prebuilt in this environment"
             continue
         if isinstance(builder, CUDAOpBuilder) and cuda_compiler() is None:
-            raise Unavailable(f"DeepSpeed's {op_name} op is not prebuilt in this environment and there is no CUDA "
-                              "compiler (nvcc under CUDA_HOME) to build it: install the CUDA toolkit (or set CUDA_HOME "
-                              "to one), or run in the train image (--executor docker), which has it prebuilt")  # fmt: skip
+            raise Unavailable(
+                f"DeepSpeed's {op_name} op is not prebuilt in this environment and there is no CUDA "
+                "compiler (nvcc under CUDA_HOME) to build it: install the CUDA toolkit (or set CUDA_HOME "
+                "to one), or run in the train image (--executor docker), which has it prebuilt"
+            )
         target = root / op_name
-        ensure_entry(target, lambda staging: _build_into(staging, builder_name, op_name, say), f"DeepSpeed op {op_name}", say)
+
+        def build(staging: Path, builder: str = builder_name, op: str = op_name) -> dict:  # this op's, bound here
+            return _build_into(staging, builder, op, say)
+
+        ensure_entry(target, build, f"DeepSpeed op {op_name}", say)
         try:
             module = _import_built(op_name, target)
         except ImportError as exc:  # the right size, yet it does not load (another torch)

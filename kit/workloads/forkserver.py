@@ -37,8 +37,14 @@ from kit.child_process import die_with_parent
 
 # What every CPU training, profiling and comm rank imports; others (peft, Megatron) are imported
 # by the ranks that need them, as before.
-PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "deepspeed",
-           "kit.workloads.launch", "kit.workloads.harness")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "transformers.models.llama.modeling_llama",
+    "deepspeed",
+    "kit.workloads.launch",
+    "kit.workloads.harness",
+)
 POLL_S = 0.05
 READY_TIMEOUT_S = 300  # the server's imports on a loaded 2-core host
 
@@ -188,6 +194,7 @@ class ServedLaunch:
     def wait(self, timeout: float | None = None) -> int:
         code = self.server.exit_of(self.pid, timeout)
         if code is None:
+            assert timeout is not None, "exit_of waits for the exit where no timeout is given"
             raise subprocess.TimeoutExpired(self.argv, timeout)
         self.returncode = code
         return code
@@ -200,25 +207,44 @@ class ForkServer:
         self.log = log_path.open("ab")
         # A session of its own: Ctrl-C at a terminal signals the whole foreground process group,
         # and the server must outlive it, for kit to stop the running launch and say how to resume.
-        self.process = subprocess.Popen([sys.executable, "-m", "kit.workloads.forkserver"], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kit.workloads.forkserver"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None  # both pipes, above
+        self.requests, self.replies = self.process.stdin, self.process.stdout
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
         self.forked: dict[int, int] = {}
         self.next_id = 0
         self.pending = b""
 
-    def start(self, nproc: int, argv: list[str], env: dict[str, str], log: Path, rlimit_data: int | None) -> ServedLaunch:
+    def start(
+        self, nproc: int, argv: list[str], env: dict[str, str], log: Path, rlimit_data: int | None
+    ) -> ServedLaunch:
         with self.lock:
             self.next_id += 1
             ident = self.next_id
-            request = {"id": ident, "nproc": nproc, "argv": argv, "env": env, "log": str(log), "rlimit_data": rlimit_data}
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
+            request = {
+                "id": ident,
+                "nproc": nproc,
+                "argv": argv,
+                "env": env,
+                "log": str(log),
+                "rlimit_data": rlimit_data,
+            }
+            self.requests.write((json.dumps(request) + "\n").encode())
+            self.requests.flush()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while ident not in self.forked:
-            if not self._read(deadline - time.monotonic()) and (time.monotonic() > deadline or self.process.poll() is not None):
+            if not self._read(deadline - time.monotonic()) and (
+                time.monotonic() > deadline or self.process.poll() is not None
+            ):
                 raise self._failure(f"did not fork a launcher within {READY_TIMEOUT_S} s")
         return ServedLaunch(self, self.forked.pop(ident), argv)
 
@@ -236,7 +262,7 @@ class ForkServer:
     def _read(self, timeout: float | None) -> bool:
         """Take in the server's messages that arrive within `timeout`; False when none did."""
         with self.lock:
-            out = self.process.stdout.fileno()
+            out = self.replies.fileno()
             wait = POLL_S * 4 if timeout is None else max(0.0, min(timeout, POLL_S * 4))
             if not select.select([out], [], [], wait)[0]:
                 return False
@@ -256,11 +282,13 @@ class ForkServer:
     def _failure(self, what: str) -> RuntimeError:
         self.log.flush()
         tail = Path(self.log.name).read_text(errors="replace").splitlines()[-20:]
-        return RuntimeError(f"the fork server {what} (exit status {self.process.poll()}); its last output:\n" + "\n".join(tail))
+        return RuntimeError(
+            f"the fork server {what} (exit status {self.process.poll()}); its last output:\n" + "\n".join(tail)
+        )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.process.stdin.close()
+            self.requests.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

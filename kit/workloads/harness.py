@@ -17,19 +17,26 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kit.protocol import Case, Soak
-from kit.results import PeakMemory, RankSample, SoakWindow, atomic_write_model, utc_now
-from kit.workload_modules import WORKLOADS
+from kit.plan.protocol import Case, Soak, StepParams
+from kit.plan.workload_modules import WORKLOADS
+from kit.rundir.directory import atomic_write_model
+from kit.rundir.schema import (
+    DeviceTelemetry,
+    PeakMemory,
+    RankDetails,
+    RankSample,
+    SoakWindow,
+    TrainDetails,
+    utc_now,
+)
 from kit.workloads.probe import FRAMEWORKS
 
-# Workload kind -> its module. A step workload defines `build(case) -> StepWorkload` and the
-# harness times its steps; a workload that times itself (a sweep over message sizes, a
-# profiled step) defines `measure(case, device, out_dir) -> dict`, the typed details of its
-# sample; bulky raw data (traces) goes into files in out_dir. Serving has no workload process:
-# the engine runs as published and the kit's client drives it from the host (kit.serve.session).
+# Serving has no workload process: the engine runs as published and the kit's client drives it
+# from the host (kit.serve.session).
 
 
 EXIT_OK = 0
@@ -44,7 +51,7 @@ class MeasureFailed(Exception):
     """A self-timing workload failed part-way (an engine died mid-burst): an `error` result that
     keeps what was measured before the failure as its details."""
 
-    def __init__(self, reason: str, details: dict):
+    def __init__(self, reason: str, details: RankDetails | None):
         super().__init__(reason)
         self.details = details
 
@@ -56,14 +63,41 @@ class SetupFailed(Exception):
 
 
 class StepWorkload(Protocol):
+    """One process's steps of a training workload, built once per run."""
+
     tokens_per_step: int  # tokens this process consumes per step
-    details: dict
+    details: TrainDetails
 
     def step(self) -> None: ...
 
     def release(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SteppedWorkload:
+    """A workload whose steps the harness times: how one process builds its steps."""
+
+    build: Callable[[Case], StepWorkload]
+
+
+@dataclass(frozen=True)
+class SelfTimedWorkload:
+    """A workload that times itself (a sweep over message sizes, a profiled step, the host's
+    calibration): the typed details of its sample and NVML's telemetry over what it timed. Bulky raw
+    data (traces) goes into files in the run's folder."""
+
+    measure: Callable[[Case, Device, Path], tuple[RankDetails, DeviceTelemetry | None]]
+
+
+# What each workload module names its workload (`WORKLOAD = SteppedWorkload(build)`), for the
+# harness to import by the case's workload kind (kit.plan.workload_modules).
+Workload = SteppedWorkload | SelfTimedWorkload
+
+
+def workload_of(case: Case) -> Workload:
+    return importlib.import_module(WORKLOADS[case.workload]).WORKLOAD
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -73,7 +107,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return any(words in text for words in ("outofmemoryerror", "out of memory", "can't allocate memory", "cannot allocate memory"))
+    return any(
+        words in text
+        for words in ("outofmemoryerror", "out of memory", "can't allocate memory", "cannot allocate memory")
+    )
 
 
 def framework_versions() -> dict[str, str]:
@@ -111,8 +148,9 @@ def rank_zero_says(value):
     return box[0]
 
 
-def soak_windows(workload: StepWorkload, synchronize: Callable[[], None], sampler, soak: Soak,
-                 step_s: float) -> tuple[list[float], list[SoakWindow]]:  # fmt: skip
+def soak_windows(
+    workload: StepWorkload, synchronize: Callable[[], None], sampler, soak: Soak, step_s: float
+) -> tuple[list[float], list[SoakWindow]]:
     """Measured steps in windows of about `soak.window_s` (as many steps as fill one at `step_s`
     a step) until `soak.seconds` have passed, each window with its own NVML reading (sampler.lap);
     every rank runs the windows rank 0 decides."""
@@ -122,8 +160,15 @@ def soak_windows(workload: StepWorkload, synchronize: Callable[[], None], sample
         begun = time.monotonic() - started
         times = timed_steps(workload.step, per_window, synchronize)
         steps += times
-        windows.append(SoakWindow(started_s=begun, seconds=sum(times), tokens=workload.tokens_per_step * len(times),
-                                  step_s=times, telemetry=sampler.lap()))  # fmt: skip
+        windows.append(
+            SoakWindow(
+                started_s=begun,
+                seconds=sum(times),
+                tokens=workload.tokens_per_step * len(times),
+                step_s=times,
+                telemetry=sampler.lap(),
+            )
+        )
         if not rank_zero_says(time.monotonic() - started < soak.seconds):
             return steps, windows
 
@@ -153,8 +198,8 @@ class Device:
             self.synchronize = lambda: None
 
     def telemetry_sampler(self):
-        """NVML sampling of this process's GPU (kit.telemetry); a CPU case records why there is none."""
-        from kit.telemetry import NoDevice, NvmlSampler
+        """NVML sampling of this process's GPU (kit.measure.telemetry); a CPU case records why there is none."""
+        from kit.measure.telemetry import NoDevice, NvmlSampler
 
         return NvmlSampler(self.uuid) if self.kind == "cuda" else NoDevice()
 
@@ -197,34 +242,42 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     started = utc_now()
-    base = dict(rank=rank, world_size=world_size, device=case.device, started_at=started)
+    base = {"rank": rank, "world_size": world_size, "device": case.device, "started_at": started}
     device = None
-    workload = None
+    built = None
     partial = None
     try:
         device = Device(case.device)
         seed_everything(case.params.seed)
-        module = importlib.import_module(WORKLOADS[case.workload])
-        if hasattr(module, "measure"):
-            details, telemetry = module.measure(case, device, out_dir)  # the workload samples what it times
+        workload = workload_of(case)
+        if isinstance(workload, SelfTimedWorkload):
+            details, telemetry = workload.measure(case, device, out_dir)  # the workload samples what it times
             sample = RankSample(
-                **base, status="ok", device_name=device.name, peak_memory=device.peak_memory(), telemetry=telemetry,
-                details=details, versions=framework_versions(), finished_at=utc_now(),
-            )  # fmt: skip
+                **base,
+                status="ok",
+                device_name=device.name,
+                peak_memory=device.peak_memory(),
+                telemetry=telemetry,
+                details=details,
+                versions=framework_versions(),
+                finished_at=utc_now(),
+            )
             return sample, None
-        workload = module.build(case)
+        built = workload.build(case)
         phases["build"] = time.perf_counter() - entered
-        warmup = timed_steps(workload.step, case.params.warmup_steps, device.synchronize)
-        soak, windows = getattr(case.params, "soak", None), []
+        params = case.params_as(StepParams)  # a stepped workload runs a case of steps
+        warmup = timed_steps(built.step, params.warmup_steps, device.synchronize)
+        soak = case.soak
+        windows: list[SoakWindow] = []
         if soak is not None and not warmup:  # a soak's windows are sized by a step's time
-            warmup = timed_steps(workload.step, 1, device.synchronize)
+            warmup = timed_steps(built.step, 1, device.synchronize)
         sampler = device.telemetry_sampler()
         sampler.start()
         try:
             if soak is not None:
-                measured, windows = soak_windows(workload, device.synchronize, sampler, soak, warmup[-1])
+                measured, windows = soak_windows(built, device.synchronize, sampler, soak, warmup[-1])
             else:
-                measured = timed_steps(workload.step, case.params.measured_steps, device.synchronize)
+                measured = timed_steps(built.step, params.measured_steps, device.synchronize)
         finally:
             telemetry = sampler.stop()
         sample = RankSample(
@@ -234,15 +287,15 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
             warmup_step_s=warmup,
             step_s=measured,
             phases_s={**phases, "warmup": sum(warmup), "measured": sum(measured)},
-            tokens_per_step=workload.tokens_per_step,
+            tokens_per_step=built.tokens_per_step,
             peak_memory=device.peak_memory(),
             telemetry=telemetry,
             windows=windows,
-            details=workload.details,
+            details=built.details,
             versions=framework_versions(),
             finished_at=utc_now(),
         )
-        return sample, workload
+        return sample, built
     except Unavailable as exc:
         status, reason = "unavailable", str(exc)
     except MeasureFailed as exc:
@@ -260,7 +313,7 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
         reason=reason,
         device_name=device.name if device else "unknown",
         peak_memory=device.peak_memory() if device else None,
-        details=partial if partial is not None else getattr(workload, "details", {}),
+        details=partial if partial is not None else built.details if built is not None else None,
         versions=framework_versions(),
         finished_at=utc_now(),
     )
@@ -270,14 +323,23 @@ def run_process(case: Case, out_dir: Path, first: bool = True) -> tuple[RankSamp
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kit.workloads")
     parser.add_argument("--case", type=Path, required=True, help="case.json written by the executor")
-    parser.add_argument("--out", type=Path, required=True, action="append",
-                        help="folder for a run's rank samples; given once per run this process does, in order")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        action="append",
+        help="folder for a run's rank samples; given once per run this process does, in order",
+    )
     args = parser.parse_args(argv)
     case = Case.model_validate_json(args.case.read_text(encoding="utf-8"))
     for position, out_dir in enumerate(args.out):
         sample, workload = run_process(case, out_dir, first=position == 0)
         atomic_write_model(out_dir / f"rank-{sample.rank}.json", sample)
-        print(f"rank {sample.rank}, run {out_dir.name}: {sample.status}" + (f" ({sample.reason})" if sample.reason else ""), flush=True)
+        print(
+            f"rank {sample.rank}, run {out_dir.name}: {sample.status}"
+            + (f" ({sample.reason})" if sample.reason else ""),
+            flush=True,
+        )
         if sample.status != "ok":
             break  # a run that failed ends the launch, as it ends the case
         if workload is not None:

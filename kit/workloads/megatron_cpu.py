@@ -39,7 +39,7 @@ def adapted():
         # `torch.cuda.current_device()` places the gradient buffers, RoPE's frequencies and the
         # layers' parameters: on a CPU build it raises, so it names the CPU instead.
         current_device = torch.cuda.current_device
-        torch.cuda.current_device = lambda: torch.device("cpu")
+        torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[return-value]  # torch types it as an index
         try:
             with CudaNamesToCpu():
                 yield
@@ -52,8 +52,14 @@ def adapted():
 # TransformerConfig flags that keep megatron-core off its CUDA-only fused kernels (Apex or TE
 # fusions of bias+activation, softmax, layer norm, bias+dropout, RoPE, and the gradient
 # accumulation into main_grad), whose unfused PyTorch forms compute the same.
-UNFUSED = dict(bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
-               bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False)  # fmt: skip
+UNFUSED = {
+    "bias_activation_fusion": False,
+    "masked_softmax_fusion": False,
+    "persist_layer_norm": False,
+    "bias_dropout_fusion": False,
+    "apply_rope_fusion": False,
+    "gradient_accumulation_fusion": False,
+}
 # model_parallel_cuda_manual_seed registers a CUDA RNG state unless told the tracker is for
 # inference, which keeps the states as torch's CPU generator states.
-SEED_OPTIONS = dict(inference_rng_tracker=True)
+SEED_OPTIONS = {"inference_rng_tracker": True}

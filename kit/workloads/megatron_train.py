@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 
-from kit.protocol import Case, TrainParams
+from kit.plan.protocol import Case, TrainParams
+from kit.rundir.schema import EffectiveOption, TrainDetails
 from kit.workloads.synthetic import random_batches
 
 BATCH_POOL = 8
@@ -23,19 +24,19 @@ class MegatronStep:
     """One optimizer step of megatron-core's DDP model and distributed optimizer on a fixed pool
     of random batches; each step's loss is kept (the TP=1 and TP=2 runs are compared by them)."""
 
-    def __init__(self, case: Case, model, optimizer, batches, details: dict, context, first_of_tensor_group: bool):
+    def __init__(
+        self, case: Case, model, optimizer, batches, details: TrainDetails, context, first_of_tensor_group: bool
+    ):
         self.case, self.model, self.optimizer, self.batches = case, model, optimizer, batches
         # The ranks of a tensor-parallel group consume one batch together: its first rank counts it.
-        self.tokens_per_step = case.params.micro_batch * case.params.seq_len if first_of_tensor_group else 0
+        self.tokens_per_step = case.params_as(TrainParams).tokens_per_step if first_of_tensor_group else 0
         self.details = details
         self._context = context  # the CPU adaptations stay in force while the model lives
         self._index = 0
-        details["losses"] = []
 
     def step(self) -> None:
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
         import torch
+        from megatron.core.pipeline_parallel import get_forward_backward_func
 
         tokens = self.batches[self._index % len(self.batches)]
         self._index += 1
@@ -53,13 +54,18 @@ class MegatronStep:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         outcome = get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter([None]), model=[self.model], num_microbatches=1,
-            seq_length=tokens.shape[1], micro_batch_size=tokens.shape[0], forward_only=False,
-        )  # fmt: skip
+            forward_step_func=forward_step,
+            data_iterator=iter([None]),
+            model=[self.model],
+            num_microbatches=1,
+            seq_length=tokens.shape[1],
+            micro_batch_size=tokens.shape[0],
+            forward_only=False,
+        )
         updated, _, _ = self.optimizer.step()
         if not updated:
             raise RuntimeError("megatron-core's optimizer skipped the step (a non-finite gradient)")
-        self.details["losses"].append(float(outcome[0]["loss"]))
+        self.details.losses.append(float(outcome[0]["loss"]))
 
     def release(self) -> None:
         import gc
@@ -87,7 +93,7 @@ def transformer_config(case: Case, tensor_parallel: int):
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    shape, params = case.shape, case.params
+    shape, params = case.model_shape, case.params_as(TrainParams)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[params.dtype]
     extra = {}
     if case.device == "cpu":
@@ -95,13 +101,25 @@ def transformer_config(case: Case, tensor_parallel: int):
 
         extra = dict(UNFUSED, use_cpu_initialization=True)
     return TransformerConfig(
-        num_layers=shape.num_layers, hidden_size=shape.hidden_size, num_attention_heads=shape.num_heads,
-        num_query_groups=shape.num_kv_heads, ffn_hidden_size=shape.intermediate_size, kv_channels=shape.hidden_size // shape.num_heads,
-        normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
-        attention_dropout=0.0, hidden_dropout=0.0, tensor_model_parallel_size=tensor_parallel,
-        params_dtype=dtype, bf16=params.dtype == "bf16", fp16=params.dtype == "fp16", pipeline_dtype=dtype,
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        num_attention_heads=shape.num_heads,
+        num_query_groups=shape.num_kv_heads,
+        ffn_hidden_size=shape.intermediate_size,
+        kv_channels=shape.hidden_size // shape.num_heads,
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        tensor_model_parallel_size=tensor_parallel,
+        params_dtype=dtype,
+        bf16=params.dtype == "bf16",
+        fp16=params.dtype == "fp16",
+        pipeline_dtype=dtype,
         **extra,
-    )  # fmt: skip
+    )
 
 
 # Transformer Engine's attention picks a flash or fused kernel unless told not to: "FlashAttention
@@ -121,7 +139,10 @@ def layer_spec(case: Case) -> tuple[object, str]:
         try:
             import transformer_engine  # noqa: F401
 
-            return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(), "Transformer Engine layer spec, unfused attention"
+            return (
+                gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(),
+                "Transformer Engine layer spec, unfused attention",
+            )
         except ImportError:
             pass
     return gpt_layer_specs.get_gpt_layer_local_spec(normalization="RMSNorm"), "megatron-core local layer spec"
@@ -134,11 +155,15 @@ def build(case: Case) -> MegatronStep:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state, tensor_parallel
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
     from megatron.core.models.gpt import GPTModel
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    params: TrainParams = case.params
+    params, shape = case.params_as(TrainParams), case.model_shape
     context = contextlib.ExitStack()
     seed_options = {}
     if case.device == "cpu":
@@ -157,46 +182,70 @@ def build(case: Case) -> MegatronStep:
     torch.manual_seed(params.seed)  # the full weights are drawn alike whatever the tensor-parallel split
     config = transformer_config(case, params.tensor_parallel)
     spec, spec_name = layer_spec(case)
-    model = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=case.shape.vocab_size,
-                     max_sequence_length=case.shape.max_position_embeddings, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False, rotary_base=10000)  # fmt: skip
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=shape.vocab_size,
+        max_sequence_length=shape.max_position_embeddings,
+        position_embedding_type="rope",
+        share_embeddings_and_output_weights=False,
+        rotary_base=10000,
+    )
     if case.device == "cuda":
         model.cuda(torch.cuda.current_device())
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=True)
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     config.finalize_model_grads_func = finalize_model_grads
     optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=params.learning_rate, weight_decay=0.0, bf16=params.dtype == "bf16",
-                        fp16=params.dtype == "fp16", params_dtype=config.params_dtype, use_distributed_optimizer=True,
-                        clip_grad=1.0),
+        OptimizerConfig(
+            optimizer="adam",
+            lr=params.learning_rate,
+            weight_decay=0.0,
+            bf16=params.dtype == "bf16",
+            fp16=params.dtype == "fp16",
+            params_dtype=config.params_dtype,
+            use_distributed_optimizer=True,
+            clip_grad=1.0,
+        ),
         [model],
-    )  # fmt: skip
+    )
     data_rank = parallel_state.get_data_parallel_rank()
     device = torch.device("cuda", torch.cuda.current_device()) if case.device == "cuda" else torch.device("cpu")
-    batches = [batch.to(device) for batch in
-               random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + data_rank)]  # fmt: skip
+    batches = [
+        batch.to(device)
+        for batch in random_batches(
+            shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + data_rank
+        )
+    ]
     tp = parallel_state.get_tensor_model_parallel_world_size()
-    details = {
-        "framework": f"megatron-core {megatron.core.__version__}",
-        "world_size": world,
-        "weights": "random initialisation",
-        "effective": {
-            "framework": {
-                "requested": f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
-                "observed": f"{type(model).__name__} over {type(model.module).__name__}, tensor parallel {tp}, data "
-                            f"parallel {parallel_state.get_data_parallel_world_size()}, {type(optimizer).__name__} of "
-                            f"{', '.join(sorted({type(o).__name__ for o in getattr(optimizer, 'chained_optimizers', [optimizer])}))}",
-                "in_effect": tp == params.tensor_parallel and type(model).__name__ == "DistributedDataParallel"
-                             and config.finalize_model_grads_func is finalize_model_grads,
-                "evidence": "parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func",
-            },
-            "attention": {
-                "requested": "eager (matmul, softmax, matmul)",
-                "observed": f"{spec_name}: {type(model.module.decoder.layers[0].self_attention.core_attention).__name__}",
-                "in_effect": params.attention == "eager",
-                "evidence": "the decoder's first core_attention module"
-                            + (f"; {', '.join(f'{k}={os.environ.get(k)}' for k in UNFUSED_ATTENTION)}" if case.device == "cuda" else ""),
-            },
+    details = TrainDetails(
+        framework=f"megatron-core {megatron.core.__version__}",
+        world_size=world,
+        weights="random initialisation",
+        effective={
+            "framework": EffectiveOption(
+                requested=f"Megatron-LM engine, tensor parallel {params.tensor_parallel}, distributed optimizer",
+                observed=f"{type(model).__name__} over {type(model.module).__name__}, tensor parallel {tp}, data "
+                f"parallel {parallel_state.get_data_parallel_world_size()}, {type(optimizer).__name__} of "
+                f"{', '.join(sorted({type(o).__name__ for o in getattr(optimizer, 'chained_optimizers', [optimizer])}))}",
+                in_effect=tp == params.tensor_parallel
+                and type(model).__name__ == "DistributedDataParallel"
+                and config.finalize_model_grads_func is finalize_model_grads,
+                evidence="parallel_state, the model's and optimizer's classes, config.finalize_model_grads_func",
+            ),
+            "attention": EffectiveOption(
+                requested="eager (matmul, softmax, matmul)",
+                observed=f"{spec_name}: {type(model.module.decoder.layers[0].self_attention.core_attention).__name__}",
+                in_effect=params.attention == "eager",
+                evidence="the decoder's first core_attention module"
+                + (
+                    f"; {', '.join(f'{k}={os.environ.get(k)}' for k in UNFUSED_ATTENTION)}"
+                    if case.device == "cuda"
+                    else ""
+                ),
+            ),
         },
-    }  # fmt: skip
-    return MegatronStep(case, model, optimizer, batches, details, context, parallel_state.get_tensor_model_parallel_rank() == 0)
+    )
+    return MegatronStep(
+        case, model, optimizer, batches, details, context, parallel_state.get_tensor_model_parallel_rank() == 0
+    )

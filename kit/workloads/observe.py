@@ -1,4 +1,4 @@
-"""Reading the running engine: what a training case's options actually are (judged in kit.effective).
+"""Reading the running engine: what a training case's options actually are (judged in kit.measure.effective).
 
 Two counts need a step to happen: checkpointed decoder-layer calls and calls of the attention
 function the model dispatches to. `CallCounters` installs counting wrappers for one step (the
@@ -11,9 +11,9 @@ and the attention of a Llama layer is looked up at every call in the shared Atte
 
 from __future__ import annotations
 
-from kit import effective
-from kit.protocol import Case, TrainParams
-from kit.results import EffectiveOption
+from kit.measure import effective
+from kit.plan.protocol import Case, TrainParams
+from kit.rundir.schema import EffectiveOption
 
 
 def decoder_layers(model) -> list:
@@ -36,7 +36,7 @@ class CallCounters:
         self.attention_calls = 0
         self._restore: list = []
 
-    def __enter__(self) -> "CallCounters":
+    def __enter__(self) -> CallCounters:
         for layer in decoder_layers(self.model):
             original = layer.__dict__.get("_gradient_checkpointing_func")
             if original is None:
@@ -47,7 +47,9 @@ class CallCounters:
                 return _original(*args, **kwargs)
 
             layer._gradient_checkpointing_func = counted
-            self._restore.append(lambda layer=layer, original=original: setattr(layer, "_gradient_checkpointing_func", original))
+            self._restore.append(
+                lambda layer=layer, original=original: setattr(layer, "_gradient_checkpointing_func", original)
+            )
         self._count_attention(attention_implementation(self.model))
         return self
 
@@ -109,8 +111,9 @@ def _quantized_linears(model) -> list[tuple[str, bool, str]]:
     found = []
     for module in model.modules():
         if isinstance(module, bnb.nn.Linear4bit):
-            state = module.weight.quant_state
-            quant_type = state.quant_type if state is not None else module.weight.quant_type
+            # The weight is bitsandbytes' Params4bit, though nn.Linear's annotation says a Tensor.
+            state = module.weight.quant_state  # type: ignore[attr-defined]
+            quant_type = state.quant_type if state is not None else module.weight.quant_type  # type: ignore[attr-defined]
             nested = bool(state.nested) if state is not None else False
             found.append((quant_type, nested, str(module.compute_dtype).removeprefix("torch.")))
     return found
@@ -120,16 +123,19 @@ def _trainable_parameters(model) -> int:
     return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
 
 
-def effective_options(case: Case, engine, counters: CallCounters, compute_dtype: str) -> dict[str, dict]:
+def effective_options(case: Case, engine, counters: CallCounters, compute_dtype: str) -> dict[str, EffectiveOption]:
     """Each option of the case's method, as the engine reports it after the counted step;
     `compute_dtype` is the torch dtype name the case computes in ("bfloat16")."""
-    params: TrainParams = case.params
+    params = case.params_as(TrainParams)
     model = engine.module
     layers = decoder_layers(model)
-    expected_layers = case.shape.num_layers
-    found: dict[str, EffectiveOption] = {"zero_stage": effective.zero_stage(params.zero_stage, engine.zero_optimization_stage())}
-    found["attention"] = effective.attention(params.attention, attention_implementation(model), expected_layers,
-                                             counters.attention_calls)  # fmt: skip
+    expected_layers = case.model_shape.num_layers
+    found: dict[str, EffectiveOption] = {
+        "zero_stage": effective.zero_stage(params.zero_stage, engine.zero_optimization_stage())
+    }
+    found["attention"] = effective.attention(
+        params.attention, attention_implementation(model), expected_layers, counters.attention_calls
+    )
     if params.offload:
         found["offload"] = _offload(engine, params)
     if params.recompute:
@@ -141,7 +147,10 @@ def effective_options(case: Case, engine, counters: CallCounters, compute_dtype:
         )
     if params.quantization != "none":
         found["quantization"] = effective.quantization(
-            effective.expected_quantized_modules(case), compute_dtype, _quantized_linears(model))
+            effective.expected_quantized_modules(case), compute_dtype, _quantized_linears(model)
+        )
     if params.peft != "none":
-        found["lora"] = effective.lora(effective.expected_lora_parameters(case), _trainable_parameters(model), params.lora_rank)
-    return {name: option.model_dump() for name, option in found.items()}
+        found["lora"] = effective.lora(
+            effective.expected_lora_parameters(case), _trainable_parameters(model), params.lora_rank
+        )
+    return found

@@ -1,7 +1,7 @@
 """Framework versions inside an image, printed as one JSON object.
 
 Executors run `python -m kit.workloads.probe` once per image; the host reads the last line of
-stdout into kit.fingerprint.ImageProbe. Each framework is imported inside try/except, so a
+stdout into kit.host.fingerprint.ImageProbe. Each framework is imported inside try/except, so a
 missing one is reported as not installed and a broken one (an ABI mismatch, a missing CUDA
 library) as an import error, instead of ending the probe.
 """
@@ -81,7 +81,7 @@ def _torch_versions(report: dict) -> None:
 
 def probe() -> dict:
     """Python, torch, CUDA runtime, cuDNN, NCCL and the frameworks' versions in this Python."""
-    report = {
+    report: dict = {
         "python": platform.python_version(),
         "torch": None,
         "cuda_runtime": None,

@@ -18,12 +18,18 @@ import sys
 def rank_environment(slurm: dict[str, str]) -> dict[str, str]:
     """The rank variables from a task's Slurm variables (SLURM_STEP_TASKS_PER_NODE reads like
     `2(x2)`: two tasks on each of two nodes)."""
-    per_node = slurm.get("SLURM_NTASKS_PER_NODE") or slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE", "1")
+    per_node = (
+        slurm.get("SLURM_NTASKS_PER_NODE")
+        or slurm.get("SLURM_STEP_TASKS_PER_NODE")
+        or slurm.get("SLURM_TASKS_PER_NODE", "1")
+    )
+    count = re.match(r"\d+", per_node)
+    assert count is not None, f"Slurm's tasks per node {per_node!r} start with no count"
     return {
         "RANK": slurm["SLURM_PROCID"],
         "LOCAL_RANK": slurm["SLURM_LOCALID"],
         "WORLD_SIZE": slurm["SLURM_NTASKS"],
-        "LOCAL_WORLD_SIZE": re.match(r"\d+", per_node).group(0),
+        "LOCAL_WORLD_SIZE": count.group(0),
         "GROUP_RANK": slurm.get("SLURM_NODEID", "0"),
     }
 
@@ -41,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("usage: python -m kit.workloads.srun_rank -- COMMAND (as a task of srun)")
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID") if name not in os.environ]
     if missing:
-        sys.exit(f"kit.workloads.srun_rank: {', '.join(missing)} not set: run it as srun's task in the kit's batch script")
+        sys.exit(
+            f"kit.workloads.srun_rank: {', '.join(missing)} not set: run it as srun's task in the kit's batch script"
+        )
     os.environ.update(rank_environment(dict(os.environ)))
     os.execvp(command[0], command)
 

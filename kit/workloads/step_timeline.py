@@ -17,7 +17,7 @@ Three kinds of step, each measured on its own:
    profiler records only those ranges and the autograd nodes of the backward pass (not every
    ATen operator), so that a step bound by the host's launches is lengthened as little as
    possible; on a CPU it records every operator, whose time is the CPU's busy time.
-   kit.breakdown attributes each kernel (on a CPU, each operator's time) to the module and phase
+   kit.measure.breakdown attributes each kernel (on a CPU, each operator's time) to the module and phase
    that launched it. The trace is kept in the run folder.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from kit.breakdown import (
+from kit.measure.breakdown import (
     CALL_PREFIX,
     CALLS_KEY,
     MODULE_PREFIX,
@@ -45,8 +45,10 @@ from kit.breakdown import (
     summarize_steps,
     timeline,
 )
-from kit.protocol import Case, ProfileParams
-from kit.results import DeviceTelemetry
+from kit.plan.protocol import Case, ProfileParams
+from kit.rundir.breakdown import Breakdown
+from kit.rundir.schema import DeviceTelemetry
+from kit.workloads.harness import Device, SelfTimedWorkload
 from kit.workloads.synthetic import llama_config, random_batches
 from kit.workloads.train import BATCH_POOL, DTYPES, _enable_recompute, check_available
 
@@ -97,12 +99,12 @@ def _range_calls():
     except ImportError:  # another torch: the context manager's own calls
         from torch.profiler import record_function
 
-        def enter(name):
+        def enter_range(name):
             found = record_function(name)
             found.__enter__()
             return found
 
-        return enter, lambda found: found.__exit__(None, None, None)
+        return enter_range, lambda found: found.__exit__(None, None, None)
 
 
 class ModuleRanges:
@@ -304,11 +306,11 @@ def _build_model(case: Case, recompute_ranges: RecomputeRanges):
     import torch
     from transformers import LlamaForCausalLM
 
-    params: ProfileParams = case.params
+    params, shape = case.params_as(ProfileParams), case.model_shape
     placement = f"cuda:{torch.cuda.current_device()}" if case.device == "cuda" else "cpu"
     dtype = getattr(torch, DTYPES[params.dtype])
     with torch.device(placement):
-        model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+        model = LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
     model.train()
     if params.recompute:
         _enable_recompute(model, context_fn=recompute_ranges)
@@ -330,8 +332,15 @@ def _scoped_profiler_available() -> bool:
     return hasattr(profile, "_prepare_trace") and "scopes" in (_enable_profiler.__doc__ or "")
 
 
-def record_trace(step: ProfileStep, model, device_kind: str, trace_path: Path, steps: int, scoped: bool,
-                 recompute_ranges: RecomputeRanges | None = None) -> str:  # fmt: skip
+def record_trace(
+    step: ProfileStep,
+    model,
+    device_kind: str,
+    trace_path: Path,
+    steps: int,
+    scoped: bool,
+    recompute_ranges: RecomputeRanges | None = None,
+) -> str:
     """One profiler warm-up step, then `steps` profiled steps with every module ranged; the
     gzipped Chrome trace written to `trace_path`, with the module calls' sequence numbers as
     its metadata. Returns what recorded it (PROFILERS). `scoped`: only the ranges and the
@@ -348,16 +357,17 @@ def record_trace(step: ProfileStep, model, device_kind: str, trace_path: Path, s
                 _enable_profiler,
             )
             from torch._C._profiler import RecordScope
-            from torch.autograd.profiler import profile
+            from torch.autograd.profiler import profile as autograd_profile
 
-            profiler = profile(use_device="cuda" if device_kind == "cuda" else None, use_kineto=True)
+            profiler = autograd_profile(use_device="cuda" if device_kind == "cuda" else None, use_kineto=True)
             profiler._prepare_trace()  # the warm-up step: the device's activity is collected, then dropped
             step.run_profiled(ranges, loss)
             step.synchronize()
             ranges.calls.clear()
             scopes = {RecordScope.USER_SCOPE, RecordScope.BACKWARD_FUNCTION} if scoped else set()
             try:
-                _enable_profiler(profiler.config(), profiler.kineto_activities, scopes)
+                # Scopes are this torch's (_scoped_profiler_available), not its stub's.
+                _enable_profiler(profiler.config(), profiler.kineto_activities, scopes)  # type: ignore[call-arg]
             except (TypeError, RuntimeError):  # a torch that takes no scopes: every operator recorded
                 _enable_profiler(profiler.config(), profiler.kineto_activities)
                 scoped = False
@@ -406,9 +416,9 @@ def _gzip(source: Path, target: Path) -> None:
         shutil.copyfileobj(raw, handle)
 
 
-def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
-    """The breakdown, and NVML's telemetry over the plain measured steps (kit.energy)."""
-    params: ProfileParams = case.params
+def measure(case: Case, device: Device, out_dir: Path) -> tuple[Breakdown, DeviceTelemetry]:
+    """The breakdown, and NVML's telemetry over the plain measured steps (kit.measure.energy)."""
+    params, shape = case.params_as(ProfileParams), case.model_shape
     check_available(case)
     import torch
 
@@ -420,7 +430,7 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=fused)
     batches = [
         batch.to(placement)
-        for batch in random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed)
+        for batch in random_batches(shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed)
     ]
     clock = Clock(case.device)
     step = ProfileStep(model, optimizer, batches, clock, device.synchronize)
@@ -440,8 +450,15 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
     trace_path = Path(out_dir) / f"profile-trace-rank{rank}.json.gz"
     # A GPU records only the ranges and the autograd nodes (cheap); a CPU every operator, whose
     # time is its busy time.
-    recorded_by = record_trace(step, model, case.device, trace_path, params.measured_steps,
-                               scoped=case.device == "cuda", recompute_ranges=recompute_ranges)  # fmt: skip
+    recorded_by = record_trace(
+        step,
+        model,
+        case.device,
+        trace_path,
+        params.measured_steps,
+        scoped=case.device == "cuda",
+        recompute_ranges=recompute_ranges,
+    )
     with gzip.open(trace_path, "rt", encoding="utf-8") as handle:
         traced = timeline(json.load(handle), case.device)
 
@@ -468,4 +485,7 @@ def measure(case: Case, device, out_dir: Path) -> tuple[dict, DeviceTelemetry]:
         trace_file=trace_path.name,
         method=method,
     )
-    return breakdown.model_dump(mode="json"), telemetry
+    return breakdown, telemetry
+
+
+WORKLOAD = SelfTimedWorkload(measure)

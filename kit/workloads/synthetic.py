@@ -4,7 +4,7 @@ Throughput does not depend on weight values or on the text, so the kit never dow
 pre-training starts from random initialisation, and cases that must load a checkpoint (4-bit
 quantisation happens at load time; fine-tuning starts from one; engines that cannot make random
 weights themselves) load a synthetic one with the real shapes: the model's description
-(kit.model_files) plus safetensors weights, made once per shape and seed and cached with the
+(kit.plan.model_files) plus safetensors weights, made once per shape and seed and cached with the
 SHA-256 of each file, in the form every pinned engine reads (transformers 4.4x to 5.x).
 """
 
@@ -16,8 +16,14 @@ import math
 from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry, entry_digest, read_marker
-from kit.model_files import INIT_STD, WEIGHTS_DTYPE, config_json, model_key, write_description
-from kit.protocol import ModelSpec
+from kit.plan.model_files import (
+    INIT_STD,
+    WEIGHTS_DTYPE,
+    config_json,
+    model_key,
+    write_description,
+)
+from kit.plan.protocol import ModelSpec
 
 # Weights are written in shards of at most this size, named and indexed as transformers names
 # them (model-00001-of-0000N.safetensors, model.safetensors.index.json); 5 GB is the
@@ -100,9 +106,10 @@ def write_checkpoint(folder: Path, name: str, shape: ModelSpec, seed: int) -> di
     element_bytes = torch.empty((), dtype=getattr(torch, WEIGHTS_DTYPE)).element_size()
     shards = _shards(layout, element_bytes)
     files = (
-        ["model.safetensors"] if len(shards) == 1
+        ["model.safetensors"]
+        if len(shards) == 1
         else [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
-    )  # fmt: skip
+    )
     for file, names in zip(files, shards):
         save_file({n: _random_tensor(n, layout[n], seed) for n in names}, folder / file, metadata={"format": "pt"})
     if len(shards) > 1:
@@ -113,8 +120,13 @@ def write_checkpoint(folder: Path, name: str, shape: ModelSpec, seed: int) -> di
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     write_description(folder, shape, seed)
     check_checkpoint(folder, shape, layout, files)
-    return {"kind": "synthetic-checkpoint", "model": name, "shape": shape.model_dump(), "seed": seed,
-            "weights_dtype": WEIGHTS_DTYPE}  # fmt: skip
+    return {
+        "kind": "synthetic-checkpoint",
+        "model": name,
+        "shape": shape.model_dump(),
+        "seed": seed,
+        "weights_dtype": WEIGHTS_DTYPE,
+    }
 
 
 def check_checkpoint(folder: Path, shape: ModelSpec, layout: dict[str, tuple[int, ...]], files: list[str]) -> None:
@@ -124,7 +136,11 @@ def check_checkpoint(folder: Path, shape: ModelSpec, layout: dict[str, tuple[int
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(folder)
-    if (config.model_type, config.hidden_size, config.num_hidden_layers) != ("llama", shape.hidden_size, shape.num_layers):
+    if (config.model_type, config.hidden_size, config.num_hidden_layers) != (
+        "llama",
+        shape.hidden_size,
+        shape.num_layers,
+    ):
         raise RuntimeError(f"{folder}/config.json does not read back as the model's shape")
     found: dict[str, tuple[int, ...]] = {}
     for file in files:

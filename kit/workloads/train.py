@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import os
 
-from kit.protocol import Case, TrainParams, unavailable_by_design
+from kit.plan.protocol import Case, StepParams, TrainParams, unavailable_by_design
+from kit.rundir.schema import TrainDetails
 from kit.workloads.deepspeed_ops import needed_ops, prepare_ops
-from kit.workloads.harness import Unavailable
+from kit.workloads.harness import SteppedWorkload, StepWorkload, Unavailable
 from kit.workloads.observe import CallCounters, effective_options
-from kit.workloads.synthetic import checkpoint_digest, llama_config, random_batches, synthetic_checkpoint
+from kit.workloads.synthetic import (
+    checkpoint_digest,
+    llama_config,
+    random_batches,
+    synthetic_checkpoint,
+)
 from kit.workloads.zero_config import deepspeed_config
 
 # Distinct random batches cycled through the steps; drawn up front so that making data is
@@ -27,7 +33,7 @@ def check_available(case: Case) -> None:
     reason = unavailable_by_design(case)
     if reason is not None:
         raise Unavailable(reason)
-    if case.params.attention == "flash_attention_2":
+    if case.params_as(StepParams).attention == "flash_attention_2":
         from transformers.utils import is_flash_attn_2_available
 
         if not is_flash_attn_2_available():
@@ -41,19 +47,19 @@ class TrainStep:
     (kit.workloads.observe): what the engine did in it goes into details["effective"].
     """
 
-    def __init__(self, case: Case, engine, batches, details: dict, keep_alive=None):
-        self.case, self.engine, self.batches = case, engine, batches
-        self.tokens_per_step, self.details = case.params.micro_batch * case.params.seq_len, details
+    def __init__(self, case: Case, engine, batches, details: TrainDetails, keep_alive=None):
+        self.case, self.params, self.engine, self.batches = case, case.params_as(TrainParams), engine, batches
+        self.tokens_per_step, self.details = self.params.tokens_per_step, details
         self._keep_alive = keep_alive  # HfDeepSpeedConfig must outlive model loading under ZeRO-3
         self._index = 0
 
     def step(self) -> None:
-        if self._index != self.case.params.warmup_steps:
+        if self._index != self.params.warmup_steps:
             self._step()
             return
         with CallCounters(self.engine.module) as counters:
             self._step()
-        self.details["effective"] = effective_options(self.case, self.engine, counters, DTYPES[self.case.params.dtype])
+        self.details.effective = effective_options(self.case, self.engine, counters, DTYPES[self.params.dtype])
 
     def _step(self) -> None:
         input_ids = self.batches[self._index % len(self.batches)]
@@ -82,24 +88,24 @@ class TrainStep:
         dist.destroy_process_group()
 
 
-def _load_model(case: Case, dtype, device: str, details: dict):
+def _load_model(case: Case, dtype, device: str, details: TrainDetails):
     """Random init in memory, or, where 4-bit or a fine-tuning base demands it, a checkpoint."""
     import torch
     from transformers import BitsAndBytesConfig, LlamaForCausalLM
 
-    params: TrainParams = case.params
+    params, shape = case.params_as(TrainParams), case.model_shape
     placement = f"cuda:{torch.cuda.current_device()}" if device == "cuda" else "cpu"
     zero3 = params.zero_stage == 3
     if not case.needs_checkpoint:
-        details["weights"] = "random initialisation"
+        details.weights = "random initialisation"
         if zero3:  # under HfDeepSpeedConfig transformers builds the model inside zero.Init
-            return LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+            return LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
         with torch.device(placement):
-            return LlamaForCausalLM._from_config(llama_config(case.shape), dtype=dtype, attn_implementation=params.attention)
+            return LlamaForCausalLM._from_config(llama_config(shape), dtype=dtype, attn_implementation=params.attention)
 
-    path = synthetic_checkpoint(case.model, case.shape, params.seed)
-    details["weights"] = f"synthetic checkpoint {path.name} (sha256 {checkpoint_digest(path)})"
-    kwargs = dict(dtype=dtype, attn_implementation=params.attention)
+    path = synthetic_checkpoint(*case.named_model, params.seed)
+    details.weights = f"synthetic checkpoint {path.name} (sha256 {checkpoint_digest(path)})"
+    kwargs = {"dtype": dtype, "attn_implementation": params.attention}
     if params.quantization == "nf4-double":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
@@ -158,8 +164,8 @@ def _client_optimizer(params: TrainParams, trainable):
     return None
 
 
-def build(case: Case) -> TrainStep:
-    params: TrainParams = case.params
+def build(case: Case) -> StepWorkload:
+    params, shape = case.params_as(TrainParams), case.model_shape
     check_available(case)
     if params.framework == "megatron":  # Megatron-LM's engine instead of DeepSpeed's
         from kit.workloads.megatron_train import build as build_megatron
@@ -176,7 +182,7 @@ def build(case: Case) -> TrainStep:
     deepspeed.init_distributed()  # NCCL on GPUs; DeepSpeed's CPU accelerator picks gloo
     rank, world_size = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, DTYPES[params.dtype])
-    details: dict = {"world_size": world_size, "zero_stage": params.zero_stage, "deepspeed_ops": ops}
+    details = TrainDetails(world_size=world_size, zero_stage=params.zero_stage, deepspeed_ops=ops)
 
     config = deepspeed_config(params, client_optimizer=needs_client_optimizer)
     keep_alive = None
@@ -200,12 +206,15 @@ def build(case: Case) -> TrainStep:
     )
     batches = [
         batch.to(engine.device)
-        for batch in random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank)
+        for batch in random_batches(
+            shape.vocab_size, params.micro_batch, params.seq_len, BATCH_POOL, params.seed + rank
+        )
     ]
     inner = getattr(engine_optimizer, "optimizer", engine_optimizer)
-    details.update(
-        optimizer=type(inner).__name__,
-        deepspeed_config=config,
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-    )
+    details.optimizer = type(inner).__name__
+    details.deepspeed_config = config
+    details.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     return TrainStep(case, engine, batches, details, keep_alive)
+
+
+WORKLOAD = SteppedWorkload(build)

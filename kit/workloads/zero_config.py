@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.protocol import TrainParams
+from kit.plan.protocol import TrainParams
 
 
 def deepspeed_config(params: TrainParams, client_optimizer: bool) -> dict[str, Any]:

@@ -7,7 +7,7 @@ command pays, and prints each one's median and fastest wall time, and its fastes
 work, the CPU time much less); then the modules `import kit.cli` loads, to show what every
 command pays for before it starts. `kit` is the one on PATH (a pyenv shim adds its own start).
 Then `kit doctor` `--doctor-rounds` times in a kit cache of its own, without and with the
-frameworks probe's entry there (kit/probe_cache.py).
+frameworks probe's entry there (kit/host/probe_cache.py).
 
     python tests/benchmarks/cli_startup.py [--rounds 10] [--doctor-rounds 3]
 """
@@ -31,8 +31,9 @@ def children_cpu_seconds() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def wall_and_cpu_times(command: list[str], rounds: int, env: dict | None = None,
-                       before_each=lambda: None) -> tuple[list[float], list[float]]:  # fmt: skip
+def wall_and_cpu_times(
+    command: list[str], rounds: int, env: dict | None = None, before_each=lambda: None
+) -> tuple[list[float], list[float]]:
     walls, cpus = [], []
     for _ in range(rounds):
         before_each()
@@ -56,20 +57,28 @@ def main() -> None:
     }
     for name, command in commands.items():
         show(name, *wall_and_cpu_times(command, args.rounds))
-    probe = "import sys, kit.cli; print(' '.join(sorted(m for m in sys.modules if m.startswith('kit') or '.' not in m)))"
+    probe = (
+        "import sys, kit.cli; print(' '.join(sorted(m for m in sys.modules if m.startswith('kit') or '.' not in m)))"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split()
     print(f"import kit.cli loads {len(loaded)} top-level and kit modules: {' '.join(loaded)}")
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "KIT_CACHE": cache}
         probes = Path(cache) / "probes"
-        show("kit doctor, no probe entry", *wall_and_cpu_times([kit, "doctor"], args.doctor_rounds, env,
-                                                               lambda: shutil.rmtree(probes, ignore_errors=True)))  # fmt: skip
+        show(
+            "kit doctor, no probe entry",
+            *wall_and_cpu_times(
+                [kit, "doctor"], args.doctor_rounds, env, lambda: shutil.rmtree(probes, ignore_errors=True)
+            ),
+        )
         show("kit doctor, its probe kept", *wall_and_cpu_times([kit, "doctor"], args.doctor_rounds, env))
 
 
 def show(name: str, walls: list[float], cpus: list[float]) -> None:
-    print(f"{name:28} median {statistics.median(walls):.3f} s, fastest {min(walls):.3f} s, "
-          f"CPU fastest {min(cpus):.3f} s ({len(walls)} rounds)")
+    print(
+        f"{name:28} median {statistics.median(walls):.3f} s, fastest {min(walls):.3f} s, "
+        f"CPU fastest {min(cpus):.3f} s ({len(walls)} rounds)"
+    )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,15 @@ def response_bytes(tokens: int) -> list[bytes]:
     chunk = json.loads(fixture.read_text().split("\n\n")[0].removeprefix("data: "))
     events = []
     for index in range(tokens):
-        chunk["choices"][0].update(text=" x", token_ids=[100 + index % 50], finish_reason="length" if index == tokens - 1 else None)
+        chunk["choices"][0].update(
+            text=" x", token_ids=[100 + index % 50], finish_reason="length" if index == tokens - 1 else None
+        )
         events.append(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
-    usage = {**chunk, "choices": [], "usage": {"prompt_tokens": 8, "total_tokens": 8 + tokens, "completion_tokens": tokens}}
+    usage = {
+        **chunk,
+        "choices": [],
+        "usage": {"prompt_tokens": 8, "total_tokens": 8 + tokens, "completion_tokens": tokens},
+    }
     events.append(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n")
     pieces = [b"".join(events[i : i + CHUNKS_PER_WRITE]) for i in range(0, len(events), CHUNKS_PER_WRITE)]
     return [b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces] + [b"0\r\n\r\n"]
@@ -43,11 +49,15 @@ def response_bytes(tokens: int) -> list[bytes]:
 def serve(port_queue, tokens: int) -> None:
     """The no-work server (its own process): reads a request, streams the canned response."""
     body = response_bytes(tokens)
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
 
     async def handle(reader, writer):
         headers = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        length = next(
+            int(line.split(b":")[1]) for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
         await reader.readexactly(length)
         writer.write(head)
         for piece in body:
@@ -70,7 +80,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from kit.protocol import build_plan, load_protocol
+    from kit.plan.protocol import build_plan, load_protocol
     from kit.serve.client import fire_burst
     from kit.serve.engines import ENGINES
 
@@ -91,13 +101,17 @@ def main() -> None:
             tokens = sum(r.streamed_tokens for r in burst.records)
             rate = tokens / burst.load.cpu_s
             rates.append(rate)
-            print(f"round {round_}: {tokens} output tokens in {burst.duration:.2f} s; client CPU {burst.load.cpu_s:.2f} s "
-                  f"({100 * burst.load.cpu_share:.0f} % of a core): {rate / 1e3:.0f}k tokens per client-CPU-second, "
-                  f"{burst.load.cpu_us_per_event:.1f} us per event")  # fmt: skip
+            print(
+                f"round {round_}: {tokens} output tokens in {burst.duration:.2f} s; client CPU {burst.load.cpu_s:.2f} s "
+                f"({100 * burst.load.cpu_share:.0f} % of a core): {rate / 1e3:.0f}k tokens per client-CPU-second, "
+                f"{burst.load.cpu_us_per_event:.1f} us per event"
+            )
     finally:
         server.terminate()
-    print(f"median over {args.rounds} rounds: {statistics.median(rates) / 1e3:.0f}k output tokens per client-CPU-second "
-          f"({args.requests} requests x {args.tokens} tokens, all at once)")  # fmt: skip
+    print(
+        f"median over {args.rounds} rounds: {statistics.median(rates) / 1e3:.0f}k output tokens per client-CPU-second "
+        f"({args.requests} requests x {args.tokens} tokens, all at once)"
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 One process, one tiny Llama, the same random batches, alternating blocks of steps:
   harness  - the kit's path: `train.build` (DeepSpeed engine) timed step by step by
-             `harness.timed_steps`, tokens/s from `kit.metrics`;
+             `harness.timed_steps`, tokens/s from `kit.measure.metrics`;
   bare-ds  - the same DeepSpeed engine driven by a plain loop under one timer;
   bare-pt  - plain PyTorch (model, AdamW, backward, step) under one timer, no DeepSpeed.
 harness / bare-ds is the harness's own overhead (the issue's >= 0.97 criterion);
@@ -19,8 +19,8 @@ import statistics
 import time
 
 from kit.cache import torch_extensions_dir
-from kit.metrics import tokens_per_second
-from kit.protocol import build_plan, load_protocol
+from kit.measure.metrics import tokens_per_second
+from kit.plan.protocol import build_plan, load_protocol
 from kit.workloads import harness, train
 from kit.workloads.synthetic import llama_config, random_batches
 
@@ -40,7 +40,9 @@ def plain_pytorch_step(case):
     from transformers import LlamaForCausalLM
 
     params = case.params
-    model = LlamaForCausalLM._from_config(llama_config(case.shape), dtype=torch.bfloat16, attn_implementation=params.attention)
+    model = LlamaForCausalLM._from_config(
+        llama_config(case.shape), dtype=torch.bfloat16, attn_implementation=params.attention
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=0.0)
     batches = random_batches(case.shape.vocab_size, params.micro_batch, params.seq_len, train.BATCH_POOL, params.seed)
     index = 0
@@ -63,7 +65,13 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=5, help="alternating blocks per variant")
     args = parser.parse_args()
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(torch_extensions_dir()))
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"}.items():
+    for key, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29533",
+    }.items():
         os.environ.setdefault(key, value)
 
     base = next(c for c in build_plan(load_protocol(), "smoke").cases if c.id == CASE)
@@ -85,7 +93,7 @@ def main() -> None:
     figures: dict[str, list[float]] = {name: [] for name in names}
     for block in range(args.blocks):
         # Rotate the order each round, so that no variant always follows the same one.
-        for name in names[block % 3:] + names[: block % 3]:
+        for name in names[block % 3 :] + names[: block % 3]:
             figures[name].append(measure[name]())
     workload.close()
 

@@ -1,6 +1,6 @@
 """How long does `kit report` take on a paper-size run?
 
-Writes a synthetic run of every case of the `paper` profile (tests/paper_size_run.py: 8 x A800,
+Writes a synthetic run of every case of the `paper` profile (tests/support/paper_size_run.py: 8 x A800,
 3 runs of 8 processes per training case, some OOM, errors and unavailable cases; its numbers are
 synthetic) into a temporary folder, then times `kit.report.render` into the run directory, as
 `kit report RUN --compare reference` does: HTML alone, PDF alone, and both (the command's
@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from paper_size_run import write_paper_size_run  # noqa: E402
+from support.paper_size_run import write_paper_size_run  # noqa: E402
 
 from kit.report.render import render  # noqa: E402
-from kit.results import RunDir  # noqa: E402
+from kit.rundir.directory import RunDir
 
 VARIANTS = {"html": ["html"], "pdf": ["pdf"], "html+pdf": ["html", "pdf"]}
 LIMIT_S = 10.0  # issue 17's acceptance figure for HTML and PDF of a paper-size run

@@ -65,17 +65,26 @@ import time
 from pathlib import Path
 
 from kit.execute.local import LocalPlacement
-from kit.model_files import load_tokenizer
-from kit.protocol import build_plan, load_protocol
-from kit.serve.aggregate import aggregate
+from kit.plan.model_files import load_tokenizer
+from kit.plan.protocol import build_plan, load_protocol
+from kit.rundir.serving import aggregate
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency, fire_burst
 from kit.serve.cpu_split import cpu_split
 from kit.serve.engines import VllmEngine, engine_for
 from kit.serve.session import model_directory, wait_ready
 
-FIGURES = ("output_throughput", "ttft_median", "ttft_p99", "tpot_median", "tpot_mean", "itl_median", "itl_mean",
-           "e2el_median", "e2el_mean")  # fmt: skip
+FIGURES = (
+    "output_throughput",
+    "ttft_median",
+    "ttft_p99",
+    "tpot_median",
+    "tpot_mean",
+    "itl_median",
+    "itl_mean",
+    "e2el_median",
+    "e2el_mean",
+)
 TOKENIZER_REPO = "kit/served-model"
 
 
@@ -89,13 +98,18 @@ def kit_figures(base_url, engine, params, prompts, counts, concurrency: int | No
         raise RuntimeError(f"kit client: {totals.errors} requests failed: {totals.error_kinds}")
     return {
         "output_throughput": totals.output_throughput,
-        "ttft_median": totals.ttft_s.median, "ttft_p99": totals.ttft_s.p99,
-        "tpot_median": totals.tpot_s.median, "tpot_mean": totals.tpot_s.mean,
-        "itl_median": totals.itl_s.median, "itl_mean": totals.itl_s.mean,
-        "e2el_median": totals.latency_s.median, "e2el_mean": totals.latency_s.mean,
-        "client_cpu_share": fired.load.cpu_share, "client_loop_lag_p99": fired.load.loop_lag_p99_s,
+        "ttft_median": totals.ttft_s.median,
+        "ttft_p99": totals.ttft_s.p99,
+        "tpot_median": totals.tpot_s.median,
+        "tpot_mean": totals.tpot_s.mean,
+        "itl_median": totals.itl_s.median,
+        "itl_mean": totals.itl_s.mean,
+        "e2el_median": totals.latency_s.median,
+        "e2el_mean": totals.latency_s.mean,
+        "client_cpu_share": fired.load.cpu_share,
+        "client_loop_lag_p99": fired.load.loop_lag_p99_s,
         "wave_spread": wave_spread([record.sent_at for record in fired.records]),
-    }  # fmt: skip
+    }
 
 
 WAVE_GAP_S = 0.05
@@ -155,8 +169,14 @@ class VllmBench:
 
     def __init__(self, python: str, work: Path):
         self.log = (work / "vllm-bench.log").open("w")
-        self.process = subprocess.Popen([python, "-c", BENCH_DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.log, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+        self.process = subprocess.Popen(
+            [python, "-c", BENCH_DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         self.read_until("FIDELITY-READY")
 
     def read_until(self, marker: str) -> str:
@@ -196,19 +216,55 @@ class VllmBench:
         self.log.close()
 
 
-def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset: Path, prompts, params, work: Path,
-                       concurrency: int | None = None) -> dict:  # fmt: skip
+def vllm_bench_figures(
+    bench: VllmBench,
+    base_url: str,
+    model_dir: str,
+    dataset: Path,
+    prompts,
+    params,
+    work: Path,
+    concurrency: int | None = None,
+) -> dict:
     name = f"bench-{time.monotonic_ns()}.json"
     argv = [
-        "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
-        "--model", "kit-model", "--tokenizer", model_dir, "--dataset-name", "custom", "--dataset-path", str(dataset),
-        "--custom-output-len", "-1",  # -1: each row's own output_tokens
-        "--skip-chat-template", "--num-prompts", str(len(prompts)),
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "kit-model",
+        "--tokenizer",
+        model_dir,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset),
+        "--custom-output-len",
+        "-1",  # -1: each row's own output_tokens
+        "--skip-chat-template",
+        "--num-prompts",
+        str(len(prompts)),
         "--disable-shuffle",  # the first prompts of the file, in its order, as the kit sends them
-        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--disable-tqdm",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", name,
-    ]  # fmt: skip
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(work),
+        "--result-filename",
+        name,
+    ]
     if concurrency is not None:  # no untimed test request first: the kit sends none
         argv += ["--max-concurrency", str(concurrency), "--ready-check-timeout-sec", "0"]
     samples = bench.run(argv)
@@ -220,13 +276,17 @@ def vllm_bench_figures(bench: VllmBench, base_url: str, model_dir: str, dataset:
     ms = 1e-3
     return {
         "output_throughput": data["output_throughput"],
-        "ttft_median": data["median_ttft_ms"] * ms, "ttft_p99": data["p99_ttft_ms"] * ms,
-        "tpot_median": data["median_tpot_ms"] * ms, "tpot_mean": data["mean_tpot_ms"] * ms,
-        "itl_median": data["median_itl_ms"] * ms, "itl_mean": data["mean_itl_ms"] * ms,
-        "e2el_median": data["median_e2el_ms"] * ms, "e2el_mean": data["mean_e2el_ms"] * ms,
+        "ttft_median": data["median_ttft_ms"] * ms,
+        "ttft_p99": data["p99_ttft_ms"] * ms,
+        "tpot_median": data["median_tpot_ms"] * ms,
+        "tpot_mean": data["mean_tpot_ms"] * ms,
+        "itl_median": data["median_itl_ms"] * ms,
+        "itl_mean": data["mean_itl_ms"] * ms,
+        "e2el_median": data["median_e2el_ms"] * ms,
+        "e2el_mean": data["mean_e2el_ms"] * ms,
         "client_cpu_share": share_of_last(samples, data["duration"]),
         "wave_spread": wave_spread(data["start_times"]),
-    }  # fmt: skip
+    }
 
 
 def hub_cache_for(model_dir: str, work: Path) -> Path:
@@ -243,17 +303,40 @@ def hub_cache_for(model_dir: str, work: Path) -> Path:
     return cache
 
 
-def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, work: Path, concurrency: int | None = None) -> dict:
+def aiperf_figures(
+    aiperf: str, base_url: str, model_dir: str, prompts, params, work: Path, concurrency: int | None = None
+) -> dict:
     dataset = work / "aiperf-prompts.jsonl"
     dataset.write_text("".join(json.dumps({"text": p}) + "\n" for p in prompts))
     out = work / f"aiperf-{time.monotonic_ns()}"
     extra = {"max_tokens": params.max_output_tokens, "ignore_eos": True, "temperature": 0.0}
     argv = [
-        aiperf, "profile", "--model", "kit-model", "--url", base_url, "--tokenizer", TOKENIZER_REPO,
-        "--endpoint-type", "completions", "--streaming", "--input-file", str(dataset),
-        "--custom-dataset-type", "single_turn", "--request-count", str(len(prompts)), "--concurrency", str(concurrency or len(prompts)),
-        "--extra-inputs", json.dumps(extra), "--use-server-token-count", "--output-artifact-dir", str(out), "--no-auto-plot",
-    ]  # fmt: skip
+        aiperf,
+        "profile",
+        "--model",
+        "kit-model",
+        "--url",
+        base_url,
+        "--tokenizer",
+        TOKENIZER_REPO,
+        "--endpoint-type",
+        "completions",
+        "--streaming",
+        "--input-file",
+        str(dataset),
+        "--custom-dataset-type",
+        "single_turn",
+        "--request-count",
+        str(len(prompts)),
+        "--concurrency",
+        str(concurrency or len(prompts)),
+        "--extra-inputs",
+        json.dumps(extra),
+        "--use-server-token-count",
+        "--output-artifact-dir",
+        str(out),
+        "--no-auto-plot",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache_for(model_dir, work))}
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     found = list(out.rglob("profile_export_aiperf.json"))
@@ -263,12 +346,17 @@ def aiperf_figures(aiperf: str, base_url: str, model_dir: str, prompts, params, 
     ms = 1e-3
     return {
         "output_throughput": data["output_token_throughput"]["avg"],
-        "ttft_median": data["time_to_first_token"]["p50"] * ms, "ttft_p99": data["time_to_first_token"]["p99"] * ms,
-        "tpot_median": data["inter_token_latency"]["p50"] * ms, "tpot_mean": data["inter_token_latency"]["avg"] * ms,
-        "itl_median": float("nan"), "itl_mean": float("nan"),
-        "e2el_median": data["request_latency"]["p50"] * ms, "e2el_mean": data["request_latency"]["avg"] * ms,
-        "client_cpu_share": float("nan"), "client_loop_lag_p99": float("nan"),
-    }  # fmt: skip
+        "ttft_median": data["time_to_first_token"]["p50"] * ms,
+        "ttft_p99": data["time_to_first_token"]["p99"] * ms,
+        "tpot_median": data["inter_token_latency"]["p50"] * ms,
+        "tpot_mean": data["inter_token_latency"]["avg"] * ms,
+        "itl_median": float("nan"),
+        "itl_mean": float("nan"),
+        "e2el_median": data["request_latency"]["p50"] * ms,
+        "e2el_mean": data["request_latency"]["avg"] * ms,
+        "client_cpu_share": float("nan"),
+        "client_loop_lag_p99": float("nan"),
+    }
 
 
 class VllmWithoutPrefixCache(VllmEngine):
@@ -294,7 +382,7 @@ def output_lengths(count: int, tokens: int, spread: float, seed: int) -> list[in
 
 def rotated(tools: list[str], round_: int) -> list[str]:
     """The clients in a round's order: each goes first in turn."""
-    return tools[round_ % len(tools):] + tools[: round_ % len(tools)]
+    return tools[round_ % len(tools) :] + tools[: round_ % len(tools)]
 
 
 def paired_ratios(runs: dict, figure: str) -> list[float]:
@@ -320,7 +408,11 @@ def print_table(title: str, tools: list[str], runs: dict, in_waves: bool) -> dic
     how close together each client sent a wave's requests is printed too."""
     medians = {tool: {f: statistics.median(r[f] for r in runs[tool]) for f in FIGURES} for tool in tools}
     print(f"\n{title} (medians; times in ms)")
-    print(f"{'figure':<18}" + "".join(f"{tool:>18}" for tool in tools) + f"{'kit / vllm bench':>18}{'paired (q1-q3) [95 % interval]':>38}")
+    print(
+        f"{'figure':<18}"
+        + "".join(f"{tool:>18}" for tool in tools)
+        + f"{'kit / vllm bench':>18}{'paired (q1-q3) [95 % interval]':>38}"
+    )
     for f in FIGURES:
         scale = 1 if f == "output_throughput" else 1e3
         theirs = medians["vllm bench serve"][f]
@@ -332,16 +424,22 @@ def print_table(title: str, tools: list[str], runs: dict, in_waves: bool) -> dic
         else:
             q1 = median = q3 = low = high = paired[0] if paired else float("nan")
         cells = "".join(f"{scale * medians[tool][f]:>18.3f}" for tool in tools)
-        print(f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}"
-              f"{median:>11.3f} ({q1:.2f}-{q3:.2f}) [{low:.2f}-{high:.2f}] {'ok' if abs(median - 1) <= 0.05 else 'DIFF'}")  # fmt: skip
+        print(
+            f"{f:<18}{cells}{ratio:>13.3f} {'ok' if abs(ratio - 1) <= 0.05 else 'DIFF'}"
+            f"{median:>11.3f} ({q1:.2f}-{q3:.2f}) [{low:.2f}-{high:.2f}] {'ok' if abs(median - 1) <= 0.05 else 'DIFF'}"
+        )
         medians.setdefault("paired", {})[f] = {"median": median, "q1": q1, "q3": q3, "low95": low, "high95": high}
     kit, theirs = runs["kit"], runs["vllm bench serve"]
-    print(f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
-          f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
-          f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most")  # fmt: skip
+    print(
+        f"client limits: the kit used {max(r['client_cpu_share'] for r in kit):.0%} of a core at most, its event loop "
+        f"lagged {1e3 * max(r['client_loop_lag_p99'] for r in kit):.1f} ms at most (p99); vllm bench serve used "
+        f"{max(r['client_cpu_share'] for r in theirs):.0%} of a core at most"
+    )
     if in_waves:
-        print(f"a wave's requests were sent within {1e3 * statistics.median(r['wave_spread'] for r in kit):.1f} ms (kit) "
-              f"and {1e3 * statistics.median(r['wave_spread'] for r in theirs):.1f} ms (vllm bench serve), medians")  # fmt: skip
+        print(
+            f"a wave's requests were sent within {1e3 * statistics.median(r['wave_spread'] for r in kit):.1f} ms (kit) "
+            f"and {1e3 * statistics.median(r['wave_spread'] for r in theirs):.1f} ms (vllm bench serve), medians"
+        )
     return medians
 
 
@@ -352,8 +450,12 @@ def main() -> None:
     parser.add_argument("--prompts-per-slot", type=int, help="at each concurrency N, send N times this many requests")
     parser.add_argument("--input-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
-    parser.add_argument("--output-spread", type=float, default=0.0, help="each request's output length within +/- this share")
-    parser.add_argument("--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst")
+    parser.add_argument(
+        "--output-spread", type=float, default=0.0, help="each request's output length within +/- this share"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", help="points of the sweep at these concurrencies, not the burst"
+    )
     parser.add_argument("--aiperf", help="the aiperf executable (in its own environment)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args()
@@ -367,8 +469,14 @@ def main() -> None:
     if args.prompts_per_slot and args.concurrency:
         args.prompts = args.prompts_per_slot * max(args.concurrency)
     lengths = output_lengths(args.prompts, args.output_tokens, args.output_spread, case.params.seed)
-    params = case.params.model_copy(update={"prompts": args.prompts, "input_tokens": args.input_tokens,
-                                            "max_output_tokens": max(lengths), "sweep": None})  # the engine's context fits the longest  # fmt: skip
+    params = case.params.model_copy(
+        update={
+            "prompts": args.prompts,
+            "input_tokens": args.input_tokens,
+            "max_output_tokens": max(lengths),
+            "sweep": None,
+        }
+    )  # the engine's context fits the longest
     case = case.model_copy(update={"params": params})
     engine = VllmWithoutPrefixCache() if args.concurrency else engine_for(params)
     placement, work = LocalPlacement(), Path(tempfile.mkdtemp(prefix="serve-fidelity-"))
@@ -406,12 +514,19 @@ def main() -> None:
                     if tool == "kit":
                         found = kit_figures(handle.base_url, engine, params, prompts[:sent], counts[:sent], level)
                     elif tool == "aiperf":
-                        found = aiperf_figures(args.aiperf, handle.base_url, str(model_dir), prompts[:sent], params, work, level)
+                        found = aiperf_figures(
+                            args.aiperf, handle.base_url, str(model_dir), prompts[:sent], params, work, level
+                        )
                     else:
-                        found = vllm_bench_figures(bench, handle.base_url, str(model_dir), dataset, prompts[:sent], params, work, level)
+                        found = vllm_bench_figures(
+                            bench, handle.base_url, str(model_dir), dataset, prompts[:sent], params, work, level
+                        )
                     results[level][tool].append(found)
-                    print(f"{'burst' if level is None else f'concurrency {level}'}, round {round_ + 1}: {tool}: "
-                          f"{found['output_throughput']:.0f} output tokens/s", flush=True)  # fmt: skip
+                    print(
+                        f"{'burst' if level is None else f'concurrency {level}'}, round {round_ + 1}: {tool}: "
+                        f"{found['output_throughput']:.0f} output tokens/s",
+                        flush=True,
+                    )
     finally:
         if bench is not None:
             bench.stop()
@@ -421,13 +536,21 @@ def main() -> None:
     medians = {}
     for level in levels:
         title = f"burst of {what}" if level is None else f"concurrency {level}, {what}, prefix cache off"
-        medians[str(level)] = print_table(f"vLLM {launch.get('version')} on CPU, {title}", tools, results[level],
-                                         in_waves=level is not None and level > 1 and not args.output_spread)
-    print("Definitions: TTFT from sending to the first chunk with choices; ITL between successive such chunks; "
-          "TPOT (E2E - TTFT) / (output tokens - 1); vLLM's E2E ends at its last chunk with choices, the kit's "
-          "at the stream's end; aiperf's 'inter_token_latency' is its TPOT.")
+        medians[str(level)] = print_table(
+            f"vLLM {launch.get('version')} on CPU, {title}",
+            tools,
+            results[level],
+            in_waves=level is not None and level > 1 and not args.output_spread,
+        )
+    print(
+        "Definitions: TTFT from sending to the first chunk with choices; ITL between successive such chunks; "
+        "TPOT (E2E - TTFT) / (output tokens - 1); vLLM's E2E ends at its last chunk with choices, the kit's "
+        "at the stream's end; aiperf's 'inter_token_latency' is its TPOT."
+    )
     if args.json:
-        args.json.write_text(json.dumps({"medians": medians, "rounds": {str(k): v for k, v in results.items()}}, indent=2))
+        args.json.write_text(
+            json.dumps({"medians": medians, "rounds": {str(k): v for k, v in results.items()}}, indent=2)
+        )
 
 
 if __name__ == "__main__":

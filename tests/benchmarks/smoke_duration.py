@@ -27,7 +27,9 @@ PHASES = ("start", "build", "warmup", "measured", "rest")
 def case_rows(run: Path):
     for path in sorted(run.glob("cases/*/result.json")):
         result = json.loads(path.read_text())
-        span = (datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])).total_seconds()
+        span = (
+            datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])
+        ).total_seconds()
         runs = []
         for sample in result["samples"]:
             ranks = [rank.get("phases_s") or {} for rank in sample["ranks"]]
@@ -42,15 +44,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="a finished run directory to read instead of running one")
     parser.add_argument("--no-preflight", action="store_true")
-    parser.add_argument("--executor", choices=["local", "docker"], default="local",
-                        help="local (default): as on a fresh machine without docker")
+    parser.add_argument(
+        "--executor",
+        choices=["local", "docker"],
+        default="local",
+        help="local (default): as on a fresh machine without docker",
+    )
     args = parser.parse_args()
     run, wall = args.run, None
     if run is None:
         run = Path(tempfile.mkdtemp(prefix="smoke-duration-")) / "run"
         started = time.monotonic()
-        command = [sys.executable, "-m", "kit.cli", "run", "--all", "--profile", "smoke", "--executor", args.executor,
-                   "--out", str(run)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "run",
+            "--all",
+            "--profile",
+            "smoke",
+            "--executor",
+            args.executor,
+            "--out",
+            str(run),
+        ]
         subprocess.run(command + (["--no-preflight"] if args.no_preflight else []), check=False)
         wall = time.monotonic() - started
     totals: dict[str, float] = defaultdict(float)
@@ -66,7 +83,10 @@ def main() -> None:
     info = json.loads((run / "run.json").read_text())
     preflight = (info.get("preflight") or {}).get("seconds", 0.0)
     print("totals over the runs (s): " + ", ".join(f"{name} {totals[name]:.0f}" for name in PHASES))
-    print(f"cases {case_total:.0f} s, preflight {preflight:.0f} s" + (f", kit run --all {wall:.0f} s wall" if wall else ""))
+    print(
+        f"cases {case_total:.0f} s, preflight {preflight:.0f} s"
+        + (f", kit run --all {wall:.0f} s wall" if wall else "")
+    )
 
 
 if __name__ == "__main__":

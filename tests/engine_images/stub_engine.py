@@ -32,7 +32,9 @@ TOKEN_DELAY_S = 0.002  # per generated token: a fast engine, so the client is wh
 # 0.32 sends for a request it asks the client to retry (a RetryableRequestError's ErrorResponse,
 # rendered by starlette's JSONResponse: vllm/entrypoints/serve/exception_handling/error_response.py,
 # handlers/vllm_error.py), as an overloaded engine answers some of a load.
-UNAVAILABLE = {"error": {"message": "Request failed; please retry", "type": "ServiceUnavailableError", "param": None, "code": 503}}
+UNAVAILABLE = {
+    "error": {"message": "Request failed; please retry", "type": "ServiceUnavailableError", "param": None, "code": 503}
+}
 
 
 def arguments(engine: str, argv: list[str]) -> argparse.Namespace:
@@ -55,7 +57,13 @@ def arguments(engine: str, argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--hostname", default="0.0.0.0")
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "3000")))
         parser.add_argument("--dtype", choices=["float16", "bfloat16"])
-        for flag in ("--num-shard", "--max-input-tokens", "--max-total-tokens", "--max-concurrent-requests", "--max-batch-size"):
+        for flag in (
+            "--num-shard",
+            "--max-input-tokens",
+            "--max-total-tokens",
+            "--max-concurrent-requests",
+            "--max-batch-size",
+        ):
             parser.add_argument(flag, type=int)
         parsed = parser.parse_args(argv)
         parsed.model_dir, parsed.host = parsed.model_id, parsed.hostname
@@ -106,16 +114,22 @@ class Engine:
         """The counters under the names each engine's exporter gives them."""
         if self.name == "vllm":  # prometheus_client: counters with _total, labels
             labels = 'engine="0",model_name="kit-model"'
-            return (f"# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{{labels}}} {float(self.generated)}\n"
-                    f"vllm:prompt_tokens_total{{{labels}}} {float(self.prompt_tokens)}\n"
-                    f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="kit-model"}} {float(self.finished)}\n'
-                    f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="kit-model"}} 0.0\n')
+            return (
+                f"# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{{labels}}} {float(self.generated)}\n"
+                f"vllm:prompt_tokens_total{{{labels}}} {float(self.prompt_tokens)}\n"
+                f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="kit-model"}} {float(self.finished)}\n'
+                f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="kit-model"}} 0.0\n'
+            )
         if self.name == "tgi":  # metrics-exporter-prometheus 0.15: no _total suffix
-            return (f"# TYPE tgi_request_success counter\ntgi_request_success {self.finished}\n"
-                    f"# TYPE tgi_request_generated_tokens histogram\ntgi_request_generated_tokens_sum {self.generated}\n"
-                    f"tgi_request_generated_tokens_count {self.finished}\n")
-        return (f"# TYPE lightllm_request_success_total counter\nlightllm_request_success_total {float(self.finished)}\n"
-                f"# TYPE lightllm_request_generated_tokens histogram\nlightllm_request_generated_tokens_sum {float(self.generated)}\n")
+            return (
+                f"# TYPE tgi_request_success counter\ntgi_request_success {self.finished}\n"
+                f"# TYPE tgi_request_generated_tokens histogram\ntgi_request_generated_tokens_sum {self.generated}\n"
+                f"tgi_request_generated_tokens_count {self.finished}\n"
+            )
+        return (
+            f"# TYPE lightllm_request_success_total counter\nlightllm_request_success_total {float(self.finished)}\n"
+            f"# TYPE lightllm_request_generated_tokens histogram\nlightllm_request_generated_tokens_sum {float(self.generated)}\n"
+        )
 
 
 def handler_for(engine: Engine):
@@ -134,10 +148,13 @@ def handler_for(engine: Engine):
 
         def do_GET(self):
             routes = {
-                ("vllm", "/health"): b"", ("vllm", "/version"): b'{"version":"0.30.0"}',
-                ("tgi", "/health"): b"", ("tgi", "/info"): b'{"model_id":"/models","version":"3.3.6-dev0"}',
-                ("lightllm", "/readiness"): b'{"status":"ok"}', ("lightllm", "/health"): b'{"message":"Ok"}',
-            }  # fmt: skip
+                ("vllm", "/health"): b"",
+                ("vllm", "/version"): b'{"version":"0.30.0"}',
+                ("tgi", "/health"): b"",
+                ("tgi", "/info"): b'{"model_id":"/models","version":"3.3.6-dev0"}',
+                ("lightllm", "/readiness"): b'{"status":"ok"}',
+                ("lightllm", "/health"): b'{"message":"Ok"}',
+            }
             if self.path == "/metrics":
                 self.reply(200, engine.metrics().encode(), "text/plain; version=0.0.4")
             elif (engine.name, self.path) in routes:
@@ -163,13 +180,28 @@ def handler_for(engine: Engine):
             sent = 0
             for index, (token, text) in enumerate(engine.tokens(prompt, count, hash(prompt) & 0xFFFF), start=1):
                 last = index == count
-                self.wfile.write(event(engine.name, token, text, index, last, prompt_tokens, params.get("return_token_ids")))
+                self.wfile.write(
+                    event(engine.name, token, text, index, last, prompt_tokens, params.get("return_token_ids"))
+                )
                 self.wfile.flush()
                 sent += 1
             if engine.name == "vllm":  # the usage chunk, then the terminator
-                usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + sent, "completion_tokens": sent}
-                chunk = {"id": "cmpl-0", "object": "text_completion", "created": 0, "model": "kit-model", "choices": [], "usage": usage}
-                self.wfile.write(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n")
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + sent,
+                    "completion_tokens": sent,
+                }
+                chunk = {
+                    "id": "cmpl-0",
+                    "object": "text_completion",
+                    "created": 0,
+                    "model": "kit-model",
+                    "choices": [],
+                    "usage": usage,
+                }
+                self.wfile.write(
+                    b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+                )
             engine.done(prompt_tokens, sent)
             self.close_connection = True
 
@@ -179,26 +211,51 @@ def handler_for(engine: Engine):
 def event(name: str, token: int, text: str, index: int, last: bool, prompt_tokens: int, token_ids=None) -> bytes:
     """One streamed token in the engine's wire format (see README.md for each source)."""
     if name == "vllm":  # `return_token_ids` lists the chunk's ids (completion/serving.py)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None,
-                  "stop_reason": None, "prompt_token_ids": None, "token_ids": [token] if token_ids else None}  # fmt: skip
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": "length" if last else None,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": [token] if token_ids else None,
+        }
         chunk = {"id": "cmpl-0", "object": "text_completion", "created": 0, "model": "kit-model", "choices": [choice]}
         return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
     if name == "tgi":
         details = {"finish_reason": "length", "generated_tokens": index, "seed": None, "input_length": prompt_tokens}
-        chunk = {"index": index, "token": {"id": token, "text": text, "logprob": -0.5, "special": False},
-                 "generated_text": "..." if last else None, "details": details if last else None}  # fmt: skip
+        chunk = {
+            "index": index,
+            "token": {"id": token, "text": text, "logprob": -0.5, "special": False},
+            "generated_text": "..." if last else None,
+            "details": details if last else None,
+        }
         return b"data:" + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-    chunk = {"token": {"id": token, "text": text, "logprob": -0.5, "special": False, "count_output_tokens": index,
-                       "prompt_tokens": prompt_tokens},
-             "generated_text": None, "finished": last, "finish_reason": "length" if last else None, "details": None}  # fmt: skip
+    chunk = {
+        "token": {
+            "id": token,
+            "text": text,
+            "logprob": -0.5,
+            "special": False,
+            "count_output_tokens": index,
+            "prompt_tokens": prompt_tokens,
+        },
+        "generated_text": None,
+        "finished": last,
+        "finish_reason": "length" if last else None,
+        "details": None,
+    }
     return b"data:" + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
 
 
 def main(name: str, argv: list[str]) -> None:
     args = arguments(name, argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as PID 1, SIGTERM does nothing without a handler
-    print(f"{name} stand-in: argv {argv}, user {os.getuid()}, python on PATH: "
-          f"{any((Path(p) / 'python').exists() for p in os.environ.get('PATH', '').split(':'))}", flush=True)  # fmt: skip
+    print(
+        f"{name} stand-in: argv {argv}, user {os.getuid()}, python on PATH: "
+        f"{any((Path(p) / 'python').exists() for p in os.environ.get('PATH', '').split(':'))}",
+        flush=True,
+    )
     engine = Engine(name, Path(args.model_dir), needs_weights=name != "vllm" or args.load_format != "dummy")
     server = ThreadingHTTPServer((args.host or "0.0.0.0", args.port), handler_for(engine))
     server.daemon_threads = True

@@ -5,7 +5,7 @@
 # key and configuration are made once, each daemon is started only when it is not running, and
 # it waits until both nodes are idle. Run as root; the daemons' logs are in /var/log/slurm/.
 #
-#   tests/slurm/start.sh        then: sinfo, sbatch, squeue ... (tests/test_slurm_real.py)
+#   tests/slurm/start.sh        then: sinfo, sbatch, squeue ... (tests/execute/test_slurm_real.py)
 set -euo pipefail
 
 CONF=/etc/slurm/slurm.conf

@@ -1,0 +1,173 @@
+"""`kit report` as one request: which runs, compared with what, in which formats and where; or
+only their evidence verified. The entry point every way of rendering goes through, so the command
+line parses and prints, and decides nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from kit.rundir.signing import SignatureCheck, check_signature
+from kit.runner import RequestError
+from kit.serve.slo import DEFAULT_SLO, Slo
+
+DEFAULT_TOLERANCE_PCT = 10.0  # --fleet: a node this far below the fleet median is flagged
+
+
+class ReportRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_dirs: tuple[Path, ...] = ()  # none: the newest run under runs/
+    fleet: bool = False
+    tolerance: float | None = None  # --fleet: per cent below the fleet median that flags a node
+    compare: tuple[str, ...] = ()  # "reference" and/or other run directories
+    formats: tuple[str, ...] = ("html", "pdf")
+    gpu_hour_price: float | None = None
+    currency: str | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    out: Path | None = None
+    redact: bool = False
+    verify_only: bool = False
+    expect_digest: str | None = None
+    allowed_signers: Path | None = None
+
+    @field_validator("formats", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """`--format html,json` as the formats it names."""
+        return tuple(name.strip() for name in value.split(",") if name.strip()) if isinstance(value, str) else value
+
+    @property
+    def slo(self) -> Slo:
+        """The serving objectives of the report: those given, the default (kit.serve.slo) for the others."""
+        return Slo(
+            ttft_s=DEFAULT_SLO.ttft_s if self.slo_ttft_ms is None else self.slo_ttft_ms / 1000,
+            tpot_s=DEFAULT_SLO.tpot_s if self.slo_tpot_ms is None else self.slo_tpot_ms / 1000,
+        )
+
+
+class Verified(NamedTuple):
+    """--verify: the run, what differs from its evidence (nothing where it matches), and the digest
+    the evidence was expected to have, where one was given."""
+
+    run_dir: Path
+    problems: list[str]
+    expected_digest: str | None
+
+
+class ReportOutcome(NamedTuple):
+    written: list[Path]  # the files rendered
+    signatures: list[tuple[Path, SignatureCheck]]  # each run's signature, checked against the allowed signers
+    verified: Verified | None = None
+
+    @property
+    def failed(self) -> bool:
+        """A run that does not match its evidence, or whose signature fails (exit 1)."""
+        return bool(self.verified and self.verified.problems) or any(check.failed for _, check in self.signatures)
+
+
+def make_report(request: ReportRequest, say=print) -> ReportOutcome:
+    """Render (or verify) what the request asks; RequestError for what cannot be asked, and the
+    evidence's own errors (kit.rundir.evidence.EvidenceError) for a run that changed."""
+    from kit.report.render import REFERENCE, chosen_formats, render
+    from kit.rundir.evidence import digest_mismatch, expected_digest, newest_run, verify
+
+    if request.redact:
+        from kit.rundir.redact import use_machine_salt
+
+        use_machine_salt()  # the host's and each node's token is the one this machine's redacted runs give them
+    if request.fleet:
+        return _fleet(request)
+    if request.tolerance is not None:
+        raise RequestError("--tolerance goes with --fleet")
+    if len(request.run_dirs) > 1:
+        raise RequestError(
+            f"kit report takes one run directory (got {len(request.run_dirs)}); --fleet compares several"
+        )
+    try:
+        run_dir = request.run_dirs[0] if request.run_dirs else newest_run()
+    except (FileNotFoundError, ValueError) as exc:
+        raise RequestError(str(exc)) from None
+    if not (run_dir / "run.json").is_file():
+        raise RequestError(f"{run_dir} is not a run directory (no run.json): give the folder `kit run` wrote")
+    if request.expect_digest is not None and not request.verify_only:
+        raise RequestError("--expect-digest goes with --verify")
+    if request.verify_only:
+        try:
+            wanted = None if request.expect_digest is None else expected_digest(request.expect_digest)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        problems = verify(run_dir)
+        if wanted is not None and not problems:
+            problems = digest_mismatch(run_dir, wanted)
+        return ReportOutcome([], signatures([run_dir], request.allowed_signers), Verified(run_dir, problems, wanted))
+    try:
+        chosen_formats(list(request.formats))
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    say(
+        f"rendering the report of {run_dir}"
+        + (f", compared with {', '.join(request.compare)}" if request.compare else "")
+    )
+    priced = {"currency": request.currency} if request.currency else {}
+    try:
+        written = render(
+            run_dir,
+            list(request.compare),
+            list(request.formats),
+            request.out or run_dir,
+            request.redact,
+            request.gpu_hour_price,
+            request.allowed_signers,
+            request.slo,
+            **priced,
+        )
+    except ValidationError:
+        raise  # a part of a run this kit cannot read, said as such
+    except ValueError as exc:  # a run to compare with that is not one, ...: the user's to fix
+        raise RequestError(str(exc)) from None
+    others = [Path(item) for item in request.compare if item != REFERENCE]
+    return ReportOutcome(written, signatures([run_dir, *others], request.allowed_signers))
+
+
+def _fleet(request: ReportRequest) -> ReportOutcome:
+    from kit.report.fleet import render_fleet
+
+    others = (
+        request.compare,
+        request.gpu_hour_price,
+        request.currency,
+        request.verify_only,
+        request.expect_digest,
+        request.slo_ttft_ms,
+        request.slo_tpot_ms,
+    )
+    if any(others):
+        raise RequestError(
+            "--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only"
+        )
+    tolerance = DEFAULT_TOLERANCE_PCT if request.tolerance is None else request.tolerance
+    if not 0 < tolerance < 100:
+        raise RequestError(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
+    try:
+        written = render_fleet(
+            list(request.run_dirs),
+            list(request.formats),
+            request.out,
+            request.redact,
+            tolerance / 100,
+            request.allowed_signers,
+        )
+    except ValidationError:
+        raise  # a part of a run this kit cannot read, said as such
+    except ValueError as exc:  # runs that are not of one profile, ...: the user's to fix
+        raise RequestError(str(exc)) from None
+    return ReportOutcome(written, signatures(list(request.run_dirs), request.allowed_signers))
+
+
+def signatures(run_dirs: list[Path], allowed_signers: Path | None) -> list[tuple[Path, SignatureCheck]]:
+    """Each run's signature, checked against the allowed signers given."""
+    return [(folder, check_signature(folder, allowed_signers)) for folder in run_dirs]

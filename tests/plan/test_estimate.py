@@ -1,0 +1,61 @@
+"""Estimated durations: from earlier runs of a case, else the analytic model on a GPU, else said unknown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from kit.plan.estimate import ASSUMED_START_S, ENGINE_START_S, Estimate, estimate, remaining_seconds
+from kit.plan.protocol import build_plan, load_protocol
+
+KIT = [sys.executable, "-m", "kit.cli"]
+
+
+def test_a_gpu_case_is_estimated_by_the_analytic_model_and_says_on_what(paper_plan):
+    case = next(c for c in paper_plan.cases if c.id == "pretrain.llama2-7b.z3.g8")
+    found = estimate(case, {}, ["NVIDIA A800-SXM4-80GB"] * 8)
+    assert found.seconds > case.params.runs * ASSUMED_START_S and "roofline" in found.basis and "A800" in found.basis
+    serve = next(c for c in paper_plan.cases if c.id == "serve.llama2-70b.vllm.g8")
+    assert estimate(serve, {}, ["NVIDIA A800-SXM4-80GB"] * 8).seconds > ENGINE_START_S
+
+
+def test_a_4bit_case_is_estimated_and_one_that_cannot_fit_costs_its_start(tmp_path):
+    plan = build_plan(load_protocol(), "paper", host_gpus=1, gpu_memory_bytes=81559 * 2**20)
+    cases = {case.id: case for case in plan.cases}
+    quantised = estimate(cases["scaling.llama2-7b.q.g1.b2"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
+    assert quantised.seconds > 3 * ASSUMED_START_S and "roofline" in quantised.basis
+    naive = estimate(cases["pretrain.llama2-7b.naive.g1"], {}, ["NVIDIA H100 80GB HBM3"], 81559 * 2**20)
+    assert naive == Estimate(
+        seconds=3 * ASSUMED_START_S, basis=f"analytic: predicted OOM, {ASSUMED_START_S:.0f} s start per run"
+    )
+
+
+def test_without_history_or_a_known_gpu_the_estimate_is_unknown(smoke_plan, paper_plan):
+    assert estimate(smoke_plan.cases[0], {}, []).seconds is None
+    case = paper_plan.cases[0]
+    assert estimate(case, {}, ["Some Future GPU"] * 8) == Estimate(seconds=None, basis=estimate(case, {}, []).basis)
+    assert estimate(case, {case.id: [10.0, 30.0, 20.0]}, []).seconds == 20.0  # the median of earlier runs
+
+
+def test_the_eta_is_corrected_by_how_finished_cases_compared():
+    predicted = {c: Estimate(seconds=100, basis="x") for c in "abcd"}
+    assert remaining_seconds(["c", "d"], predicted, {}) == 200
+    assert remaining_seconds(["c", "d"], predicted, {"a": 150, "b": 150}) == 300  # the cases ran 1.5x longer
+    assert remaining_seconds(["c"], {"c": Estimate(seconds=None, basis="?")}, {}) is None
+
+
+def test_kit_list_estimates_a_case_from_an_earlier_run_of_it(tmp_path):
+    done = subprocess.run(
+        [*KIT, "run", "--case", "comm.all_reduce.g2", "--no-preflight", "--skip-predicted-oom"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = subprocess.run([*KIT, "list", "--json"], cwd=tmp_path, capture_output=True, text=True)
+    estimates = json.loads(listed.stdout)["host"]["estimates"]
+    assert estimates["comm.all_reduce.g2"]["basis"] == "median of 1 earlier run(s) of this case"
+    assert 0 < estimates["comm.all_reduce.g2"]["seconds"] < 300 and estimates["comm.reduce.g2"]["seconds"] is None
+    info = json.loads(next(tmp_path.glob("runs/*/run.json")).read_text())
+    assert info["no_preflight"] and info["skip_predicted_oom"] and "comm.all_reduce.g2" in info["estimates"]
