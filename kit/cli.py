@@ -219,6 +219,11 @@ def _stop_on_sigterm() -> None:
 @click.option("--nodelist", help="slurm: every job on these nodes (sbatch --nodelist)")
 @click.option("--per-node", is_flag=True, help="slurm: the run on each node at once, into OUT/<node>/")
 @click.option("--skip-predicted-oom", is_flag=True, help="skip GPU cases predicted not to fit (recorded in run.json)")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    help="every case at least this many independent runs (a verdict needs 3; a max-batch search stays one search)",
+)
 @click.option("--soak", "soak_minutes", type=float, callback=positive_number, help="also a soak of so many minutes")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @REDACT_OPTION

@@ -32,8 +32,8 @@ from kit.host.fingerprint import Calibration, Fingerprint
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
 from kit.plan.fit import skip_reason
-from kit.plan.protocol import Case, Plan, plan_for, select
-from kit.plan.view import plan_text
+from kit.plan.protocol import Case, Plan, plan_for, select, with_runs
+from kit.plan.view import duration_text, plan_text
 from kit.rundir.directory import (
     ATOMIC_TEMP,
     SUMS_FILE,
@@ -320,6 +320,7 @@ class RunRequest(BaseModel):
     redact: bool = False
     accept_changes: bool = False
     sign_key: Path | None = None
+    runs: int | None = None  # --runs N: every case at least N independent runs (kit.plan.protocol.with_runs)
     per_node: bool = False  # Slurm: the same run on every node of the allocation, each into OUT/<node>/
 
     @classmethod
@@ -365,6 +366,7 @@ class RunRequest(BaseModel):
                 self.soak_minutes,
                 self.no_preflight,
                 self.redact,
+                self.runs,
             )
             return "--resume takes the run directory alone: the run keeps its own plan" if any(new_run) else None
         if (
@@ -439,7 +441,12 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
     if isinstance(planned, RunOutcome):
         return planned
     if request.dry_run:
-        return RunOutcome(None, plan_text=plan_text(planned.title, planned.cases, planned.finished))
+        pending = [case for case in planned.cases if case.id not in planned.finished]
+        attempted = attempted_cases(pending, host, request.skip_predicted_oom, cluster=planned.executor == "slurm")
+        predicted = estimates(attempted, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
+        known = [estimate.seconds for estimate in predicted.values() if estimate.seconds is not None]
+        title = planned.title + (f"; estimated {duration_text(sum(known))}" if known else "; no estimate")
+        return RunOutcome(None, plan_text=plan_text(title, planned.cases, planned.finished, estimates=predicted))
     from kit.execute.leftovers import remove_leftovers
 
     remove_leftovers(ui.say)
@@ -515,6 +522,8 @@ def _planned(request: RunRequest, host: Host, ui: RunUi) -> Planned:
     if request.profile is None and not host.gpu_names:
         ui.warn(SMOKE_NOTICE)
     plan = plan_for(host, request.profile)
+    if request.runs is not None:
+        plan = with_runs(plan, request.runs)
     soaking: list[Case] = []
     if request.soak_minutes:
         from kit.plan.soak import with_soak
@@ -615,9 +624,8 @@ def before_the_cases(
     """What a new run records before its first case: each case's estimate, and the preflight (its
     lines in run.json, what it measured of the host in the fingerprint)."""
     info = run_dir.read_info()  # with the node fingerprints a Slurm check recorded
-    # a case the host cannot attempt takes no time: the ETA and run.json count the others
     cluster = executor is not None and executor.on_cluster
-    runnable = [case for case in cases if skip_reason(case, host, request.skip_predicted_oom, cluster=cluster) is None]
+    runnable = attempted_cases(cases, host, request.skip_predicted_oom, cluster)
     info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
     if request.no_preflight:
         info.no_preflight = True
@@ -637,6 +645,12 @@ def before_the_cases(
             record_calibration(run_dir, checked.calibration)
     run_dir.write_info(info)
     redact_in_place(run_dir, info)
+
+
+def attempted_cases(cases: list[Case], host: Host, skip_predicted_oom: bool, cluster: bool) -> list[Case]:
+    """The cases the host can attempt: the others take no time, so the ETA and run.json estimate
+    these (each with its runs, --runs N counted)."""
+    return [case for case in cases if skip_reason(case, host, skip_predicted_oom, cluster=cluster) is None]
 
 
 def prepare_images(cases: list[Case], ui: RunUi) -> list[ImagePreparation]:

@@ -45,9 +45,15 @@ class Estimate(BaseModel):
     basis: str
 
 
+def independent_runs(case: Case) -> int:
+    """The runs a case makes, each its own: a max-batch search is one search (its runs are its trials)."""
+    return 1 if getattr(case.params, "max_batch_search", None) else case.params.runs
+
+
 def run_history(root: Path) -> dict[str, list[float]]:
-    """Case id -> how long it took (result.json's finished - started) in earlier run directories
-    under `root` that finished it ok."""
+    """Case id -> how long one of its runs took (result.json's finished - started, over the runs
+    it made; a max-batch search is one) in earlier run directories under `root` that finished it
+    ok: a run asked for more runs of the case (`kit run --runs N`) takes as many times as long."""
     found: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/cases/*/result.json")):
         try:
@@ -55,9 +61,11 @@ def run_history(root: Path) -> dict[str, list[float]]:
             if result.get("status") != "ok":
                 continue
             span = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])
+            params = result["case"]["params"]
+            runs = 1 if params.get("max_batch_search") else int(params["runs"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a result the kit wrote: no history from it
-        found.setdefault(result["case_id"], []).append(span.total_seconds())
+        found.setdefault(result["case_id"], []).append(span.total_seconds() / max(runs, 1))
     return found
 
 
@@ -136,8 +144,10 @@ def estimate(
         )
     earlier = history.get(case.id)
     if earlier:
+        runs = independent_runs(case)
         return Estimate(
-            seconds=statistics.median(earlier), basis=f"median of {len(earlier)} earlier run(s) of this case"
+            seconds=runs * statistics.median(earlier),
+            basis=f"median of {len(earlier)} earlier run(s) of this case" + (f", × {runs} runs" if runs > 1 else ""),
         )
     return _analytic(case, gpu_names, capacity_bytes) or Estimate(
         seconds=None, basis="unknown: no earlier run, no analytic model here"

@@ -734,6 +734,20 @@ def plan_for(host: Host, profile: str | None = None) -> Plan:
     )
 
 
+def with_runs(plan: Plan, runs: int) -> Plan:
+    """The plan with every case run at least `runs` times (`kit run --runs N`), a serving case's
+    sweep points with it: a verdict rests on three or more independent runs, and the paper's
+    profile runs its max-batch, profile, serve and comm cases once. A max-batch search (its runs
+    are the trials of one search) and a soak (one run measuring windows on end) keep theirs."""
+    raised = [
+        case
+        if case.max_batch_search is not None or case.soak is not None or case.params.runs >= runs
+        else case.model_copy(update={"params": case.params.model_copy(update={"runs": runs})})
+        for case in plan.cases
+    ]
+    return plan.model_copy(update={"cases": raised})
+
+
 def select(plan: Plan, stages: tuple[str, ...] = (), case_ids: tuple[str, ...] = ()) -> list[Case]:
     """The cases a `kit run --stage/--case` asks for; an unknown name is an error, not a no-op."""
     known_stages = {c.stage for c in plan.cases}

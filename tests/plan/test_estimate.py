@@ -35,7 +35,39 @@ def test_without_history_or_a_known_gpu_the_estimate_is_unknown(smoke_plan, pape
     assert estimate(smoke_plan.cases[0], {}, []).seconds is None
     case = paper_plan.cases[0]
     assert estimate(case, {}, ["Some Future GPU"] * 8) == Estimate(seconds=None, basis=estimate(case, {}, []).basis)
-    assert estimate(case, {case.id: [10.0, 30.0, 20.0]}, []).seconds == 20.0  # the median of earlier runs
+    assert estimate(case, {case.id: [10.0, 30.0, 20.0]}, []).seconds == case.params.runs * 20.0  # median per run
+
+
+def test_an_earlier_run_of_a_case_is_scaled_to_the_runs_asked_for(paper_plan, tmp_path):
+    """A case made once before and asked for 3 runs now (kit run --runs 3) takes three times as
+    long; a max-batch search is one search however many runs are asked."""
+    from kit.plan.estimate import run_history
+    from kit.plan.protocol import with_runs
+
+    serve = next(c for c in paper_plan.cases if c.id == "serve.llama2-7b.vllm.g8")
+    search = next(c for c in paper_plan.cases if c.stage == "maxbatch")
+    for case in (serve, search):
+        folder = tmp_path / "earlier" / "cases" / case.id
+        folder.mkdir(parents=True)
+        result = {"case_id": case.id, "status": "ok", "case": case.model_dump(mode="json")}
+        result |= {"started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:10:00+00:00"}
+        (folder / "result.json").write_text(json.dumps(result))
+    history = run_history(tmp_path)
+    assert history == {serve.id: [600.0], search.id: [600.0]}
+    raised = {case.id: case for case in with_runs(paper_plan, 3).cases}
+    assert raised[serve.id].params.runs == 3 and raised[search.id].params.runs == search.params.runs
+    found = estimate(raised[serve.id], history, [])
+    assert found.seconds == 1800.0 and found.basis == "median of 1 earlier run(s) of this case, × 3 runs"
+    assert estimate(raised[search.id], history, []).seconds == 600.0
+
+
+def test_runs_raises_every_case_to_at_least_that_many_and_keeps_those_above(paper_plan):
+    from kit.plan.protocol import with_runs
+
+    raised = with_runs(paper_plan, 2)
+    for before, after in zip(paper_plan.cases, raised.cases):
+        expected = before.params.runs if before.max_batch_search else max(before.params.runs, 2)
+        assert (after.id, after.params.runs) == (before.id, expected)
 
 
 def test_the_eta_is_corrected_by_how_finished_cases_compared():
