@@ -430,6 +430,36 @@ def _sign(run, key: Path) -> None:
     click.echo(f"signed by {sign_run(run, key)}: {', '.join(SIGNATURE_FILES)}")
 
 
+@cli.command("baseline")
+@click.argument("run_dirs", nargs=-1, required=True, type=FOLDER)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="the baseline file to write (JSON)"
+)
+@click.option(
+    "--name", help="the baseline's name, as a spec and the sign-off name it (default: the GPU model and the runs)"
+)
+@click.option(
+    "--sign-key",
+    type=FILE,
+    callback=regular_file,
+    help="an SSH key to sign the baseline with (FILE.sig); needed where a run is signed",
+)
+def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: Path | None) -> None:
+    """Make a baseline for acceptance (`kit report RUN --accept SPEC --baseline FILE`) from finished
+    runs of one GPU model: per quantity and case, the median and spread per GPU over the runs, with
+    their GPU model, driver, images, kit version and evidence digests; hashed, and signed where the
+    runs were (exit 1 if a run does not match its evidence)."""
+    from kit.console import show_baseline
+    from kit.reference.baseline import write_baseline
+    from kit.rundir.schema import utc_now
+
+    try:
+        made = write_baseline(list(run_dirs), out, name, sign_key, utc_now())
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
+    show_baseline(out, made, signed=sign_key is not None)
+
+
 @cli.command("report")
 @click.argument("run_dirs", nargs=-1, type=FOLDER)
 @click.option(
@@ -463,10 +493,24 @@ def _sign(run, key: Path) -> None:
 @click.option(
     "--allowed-signers", type=FILE, callback=regular_file, help="the keys trusted to sign runs (ssh-keygen's format)"
 )
+@click.option(
+    "--accept",
+    type=FILE,
+    callback=regular_file,
+    help="an acceptance spec (manifests/acceptance.yaml is the default one): page one opens with ACCEPT, REJECT or "
+    "INCONCLUSIVE; exit 0, 1 or 3",
+)
+@click.option(
+    "--baseline",
+    type=FILE,
+    callback=regular_file,
+    help="with --accept: the baseline (`kit baseline`), if not the spec's",
+)
 def report(**options) -> None:
     """Render a run as HTML and PDF (and/or JSON and CSV for spreadsheets), compared with the paper and/or another run (default: newest run);
     with --fleet, compare runs of one profile, one per node. Each run's signer is named; a signature that fails exits 1.
-    The serving sweeps are held to the latency objectives given (default: MLPerf Inference's for Llama-2-70B, Server)."""
+    The serving sweeps are held to the latency objectives given (default: MLPerf Inference's for Llama-2-70B, Server).
+    With --accept SPEC, the run is decided against the spec and a baseline: exit 0 accept, 1 reject, 3 inconclusive."""
     from kit.console import show_report
     from kit.report.request import ReportRequest, make_report
 
@@ -474,7 +518,7 @@ def report(**options) -> None:
         ReportRequest(**options), say=lambda line: output.log().print(line, markup=False, soft_wrap=True)
     )
     show_report(outcome)
-    sys.exit(1 if outcome.failed else 0)
+    sys.exit(outcome.exit_status)
 
 
 def main() -> None:

@@ -259,6 +259,39 @@ def show_report(outcome) -> None:
     for folder, check in outcome.signatures:
         shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
         shown.print(check.summary, style=SIGNATURE_STYLE[check.state], markup=False, soft_wrap=True)
+    if outcome.decision is not None:
+        show_decision(outcome.decision)
+
+
+DECISION_STYLE = {"ACCEPT": "green", "REJECT": "red", "INCONCLUSIVE": "yellow"}
+
+
+def show_decision(decision) -> None:
+    """`kit report --accept`: the decision, then each line that is not a pass (kit.reference.acceptance.Decision)."""
+    shown = output.results()
+    counts = ", ".join(f"{decision.counted(o)} {o}" for o in ("pass", "fail", "inconclusive", "not measured"))
+    shown.print(decision.decided, style=DECISION_STYLE[decision.decided], end="", markup=False)
+    shown.print(f": {decision.spec_name} against {decision.baseline_name} ({counts})", markup=False, soft_wrap=True)
+    for line in decision.lines:
+        if line.outcome != "pass":
+            shown.print(
+                f"  {line.outcome}: {line.label}, {line.case_id}" + (f" ({line.why})" if line.why else ""),
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def show_baseline(path, baseline, signed: bool) -> None:
+    """What `kit baseline` wrote (kit.reference.baseline.Baseline): its name, what it holds, its digest."""
+    cases = len({figure.case_id for figure in baseline.figures})
+    output.results().print(
+        f"wrote {path}: baseline {baseline.name!r}, {len(baseline.figures)} figures of {cases} cases from "
+        f"{len(baseline.runs)} run(s) on {baseline.gpu_model}; {baseline.digest}"
+        + (f"; signed: {path.name}.sig" if signed else "; unsigned"),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def show_doctor(profile: str, fingerprint, checks: list[Check]) -> None:

@@ -11,10 +11,12 @@ from typing import NamedTuple, TypeVar
 from kit import __version__
 from kit.measure.energy import DEFAULT_CURRENCY
 from kit.plan.protocol import Protocol, load_protocol
+from kit.reference.acceptance import Judgement
 from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expect_claims, expectation_counts
 from kit.reference.measured_run import MeasuredRun
 from kit.reference.published import Reference, load_reference
+from kit.report.acceptance_box import acceptance_box
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
 from kit.report.forked import both_in_parallel
 from kit.report.load import load_run
@@ -111,6 +113,7 @@ class Assessment(NamedTuple):
     outcomes: list[ClaimOutcome] | None  # None: the reference is not compared
     tables: list[TableComparison]
     expectations: list[ClaimExpectation] | None = None  # the claims on this host's GPUs (kit.reference.expectation)
+    acceptance: Judgement | None = None  # kit report --accept SPEC (kit.reference.acceptance)
 
     @property
     def runs(self) -> list[MeasuredRun]:
@@ -158,7 +161,7 @@ def build_report(
     in `currency`; each run's signature is checked against `allowed_signers` where given; the
     serving sweeps are held to the latency objectives `slo`."""
     assessment = assessment or assess(run_dir, compare, redact, reference, allowed_signers)
-    run, others, reference, outcomes, table_comparisons, expectations = assessment
+    run, others, reference, outcomes, table_comparisons, expectations, _ = assessment
     runs = assessment.runs
     protocol = protocol or load_protocol()
     # the sweeps' rows are read and their charts drawn while the stages' sections are built
@@ -191,22 +194,26 @@ def build_report(
         for part in (f"kit report · run {info.run_id}", f"evidence {run.evidence_digest[:16]}…", footer_warning)
         if part
     )
+    first_page = page_one(
+        run,
+        reference,
+        sections,
+        protocol,
+        outcomes=outcomes,
+        expectations=expectations or [],
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+        capacities=capacities,
+        slo=slo,
+    )
+    if assessment.acceptance is not None:
+        decided = acceptance_box(assessment.acceptance.decision, assessment.acceptance.baseline_signature)
+        first_page = first_page.model_copy(update={"acceptance": decided})
     return Report(
         run_id=info.run_id,
         banner=banner,
         cover=cover_of(run, others, outcomes, protocol, expectations or []),
         sections=sections,
-        page_one=page_one(
-            run,
-            reference,
-            sections,
-            protocol,
-            outcomes=outcomes,
-            expectations=expectations or [],
-            gpu_hour_price=gpu_hour_price,
-            currency=currency,
-            capacities=capacities,
-            slo=slo,
-        ),
+        page_one=first_page,
         footer=footer,
     )

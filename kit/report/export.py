@@ -104,6 +104,7 @@ def export_document(
             for outcome in assessment.outcomes
         ],
         "tables": [t.model_dump(mode="json") for t in assessment.tables],
+        "acceptance": None if assessment.acceptance is None else assessment.acceptance.decision.model_dump(mode="json"),
         "cases": [
             {
                 "case": result.case_id,

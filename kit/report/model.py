@@ -103,11 +103,22 @@ class Cover(BaseModel):
     case_counts_title: str = "Cases of this run"
 
 
+class AcceptanceBox(BaseModel):
+    """The decision against an acceptance spec (kit/report/acceptance_box.py), first on page one."""
+
+    decided: str
+    tone: Tone
+    summary: str
+    sign_off: list[Fact]
+    lines: Table
+
+
 class PageOne(BaseModel):
     """The page a reviewer reads first (kit/report/page_one.py): the verdict in three lines, what
     the report cannot tell, the host, and the headline figures beside the bound the kit sets for
     this host and what the paper published, with a legend of the method letters."""
 
+    acceptance: AcceptanceBox | None = None  # kit report --accept SPEC
     verdict: list[Fact] = []
     cannot_tell: str = ""
     host: list[Fact]

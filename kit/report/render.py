@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from kit.manifest import package_data
 from kit.measure.energy import DEFAULT_CURRENCY
+from kit.reference.acceptance import Judgement
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
 from kit.report.charts import data_uri
@@ -172,6 +173,7 @@ def render(
     allowed_signers: Path | None = None,
     slo: Slo = DEFAULT_SLO,
     currency: str = DEFAULT_CURRENCY,
+    acceptance: Judgement | None = None,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -183,7 +185,8 @@ def render(
     file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
     serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
-    against `allowed_signers` where given (kit.rundir.signing).
+    against `allowed_signers` where given (kit.rundir.signing). `acceptance`, the run's decision
+    against a spec and a baseline, heads page one and is in report.json.
     Returns the files written.
     """
     wanted = chosen_formats(formats)
@@ -209,6 +212,7 @@ def render(
             run_dirs,
             printer,
             slo,
+            acceptance,
         )
     finally:
         if printer:
@@ -216,12 +220,13 @@ def render(
 
 
 def _render(
-    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo
+    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo, acceptance
 ) -> list[Path]:
     gpu_hour_price, currency = price
 
     def assessed() -> tuple[Assessment, Report | None]:
         assessment = assess(Path(run_dir), list(compare), redact, allowed_signers=allowed_signers)
+        assessment = assessment._replace(acceptance=acceptance)
         return assessment, build_report(
             Path(run_dir),
             list(compare),

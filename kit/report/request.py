@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from kit.reference.acceptance import Decision, Judgement
 from kit.rundir.signing import SignatureCheck, check_signature
 from kit.runner import RequestError
 from kit.serve.slo import DEFAULT_SLO, Slo
@@ -33,6 +34,8 @@ class ReportRequest(BaseModel):
     verify_only: bool = False
     expect_digest: str | None = None
     allowed_signers: Path | None = None
+    accept: Path | None = None  # an acceptance spec (kit.reference.acceptance): the decision heads page one
+    baseline: Path | None = None  # the baseline it holds the run to; the spec's own where not given
 
     @field_validator("formats", mode="before")
     @classmethod
@@ -60,13 +63,23 @@ class Verified(NamedTuple):
 
 class ReportOutcome(NamedTuple):
     written: list[Path]  # the files rendered
-    signatures: list[tuple[Path, SignatureCheck]]  # each run's signature, checked against the allowed signers
+    signatures: list[
+        tuple[Path, SignatureCheck]
+    ]  # each run's (and the baseline's) signature, checked against the allowed signers
     verified: Verified | None = None
+    decision: Decision | None = None  # --accept: the run's decision under the spec
 
     @property
     def failed(self) -> bool:
         """A run that does not match its evidence, or whose signature fails (exit 1)."""
         return bool(self.verified and self.verified.problems) or any(check.failed for _, check in self.signatures)
+
+    @property
+    def exit_status(self) -> int:
+        """1 where the evidence or a signature fails; else the decision's (kit.reference.acceptance.EXIT_STATUS), or 0."""
+        if self.failed:
+            return 1
+        return self.decision.exit_status if self.decision is not None else 0
 
 
 def make_report(request: ReportRequest, say=print) -> ReportOutcome:
@@ -95,6 +108,10 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
         raise RequestError(f"{run_dir} is not a run directory (no run.json): give the folder `kit run` wrote")
     if request.expect_digest is not None and not request.verify_only:
         raise RequestError("--expect-digest goes with --verify")
+    if request.baseline is not None and request.accept is None:
+        raise RequestError("--baseline goes with --accept SPEC")
+    if request.accept is not None and request.verify_only:
+        raise RequestError("--accept renders a decision; --verify renders nothing")
     if request.verify_only:
         try:
             wanted = None if request.expect_digest is None else expected_digest(request.expect_digest)
@@ -108,6 +125,7 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
         chosen_formats(list(request.formats))
     except ValueError as exc:
         raise RequestError(str(exc)) from None
+    judged = judgement(request, run_dir) if request.accept is not None else None
     say(
         f"rendering the report of {run_dir}"
         + (f", compared with {', '.join(request.compare)}" if request.compare else "")
@@ -122,7 +140,8 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
             request.redact,
             request.gpu_hour_price,
             request.allowed_signers,
-            request.slo,
+            request.slo if judged is None or judged.slo is None else judged.slo,
+            acceptance=judged.judgement if judged else None,
             **priced,
         )
     except ValidationError:
@@ -130,7 +149,46 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
     except ValueError as exc:  # a run to compare with that is not one, ...: the user's to fix
         raise RequestError(str(exc)) from None
     others = [Path(item) for item in request.compare if item != REFERENCE]
-    return ReportOutcome(written, signatures([run_dir, *others], request.allowed_signers))
+    checked = signatures([run_dir, *others], request.allowed_signers)
+    if judged is None:
+        return ReportOutcome(written, checked)
+    baseline = judged.judgement
+    return ReportOutcome(
+        written, [*checked, (baseline.baseline_path, baseline.baseline_signature)], decision=baseline.decision
+    )
+
+
+class Judged(NamedTuple):
+    judgement: Judgement
+    slo: Slo | None  # the spec's latency objectives where it states them and none were given
+
+
+def judgement(request: ReportRequest, run_dir: Path) -> Judged:
+    """The run's decision under the spec --accept names, against --baseline or the spec's own
+    baseline (ManifestError for a malformed spec or baseline, RequestError where none is named)."""
+    from kit.reference.acceptance import decide, load_spec
+    from kit.reference.baseline import load_baseline, read_source
+    from kit.rundir.signing import check_file_signature
+
+    assert request.accept is not None
+    spec = load_spec(request.accept)
+    baseline_path = request.baseline or spec.baseline_path
+    if baseline_path is None:
+        raise RequestError(
+            f"{request.accept} names no baseline: give one with --baseline FILE (made by `kit baseline RUN... --out FILE`)"
+        )
+    baseline = load_baseline(baseline_path)
+    try:
+        source = read_source(run_dir)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    decision = decide(spec, baseline, source.measured, source.run.evidence_digest)
+    latency = spec.spec.latency
+    given = request.slo_ttft_ms is not None or request.slo_tpot_ms is not None
+    return Judged(
+        Judgement(decision, baseline_path, check_file_signature(baseline_path, request.allowed_signers)),
+        None if latency is None or given else Slo(ttft_s=latency.ttft_ms / 1000, tpot_s=latency.tpot_ms / 1000),
+    )
 
 
 def _fleet(request: ReportRequest) -> ReportOutcome:
@@ -144,6 +202,8 @@ def _fleet(request: ReportRequest) -> ReportOutcome:
         request.expect_digest,
         request.slo_ttft_ms,
         request.slo_tpot_ms,
+        request.accept,
+        request.baseline,
     )
     if any(others):
         raise RequestError(

@@ -235,3 +235,65 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
 
 def _failed(reason: str) -> SignatureCheck:
     return SignatureCheck(state="failed", summary=f"signature fails: {reason}")
+
+
+FILE_NAMESPACE = (
+    "kit-baseline@kit.invalid"  # a baseline's signature is never valid as a run's, nor a run's as a baseline's
+)
+
+
+def signature_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sig")
+
+
+def sign_file(path: Path, key: Path) -> str:
+    """A detached SSH signature of one file the kit wrote (a baseline), beside it as FILE.sig;
+    returns the signer's key."""
+    with tempfile.TemporaryDirectory(prefix="kit-sign-") as folder:
+        staged = Path(folder) / path.name
+        staged.write_bytes(path.read_bytes())
+        done = ssh_keygen(
+            ["-q", "-Y", "sign", "-f", str(key.absolute()), "-n", FILE_NAMESPACE, staged.name], cwd=staged.parent
+        )
+        if done.returncode != 0:
+            raise SigningFailed(f"ssh-keygen could not sign {path} with {key}: {_said(done)}")
+        signature = signature_path(staged).read_bytes()
+    atomic_write_bytes(signature_path(path), signature)
+    return envelope(signature)[0]
+
+
+def check_file_signature(path: Path, allowed_signers: Path | None = None) -> SignatureCheck:
+    """FILE.sig checked by ssh-keygen against FILE, and its signer against `allowed_signers` where given."""
+    signed = signature_path(path)
+    if not signed.is_file():
+        if allowed_signers is None:
+            return SignatureCheck(state="unsigned", summary=f"unsigned (no {signed.name})")
+        return _failed(f"unsigned (no {signed.name}), though allowed signers ({allowed_signers.name}) were given")
+    try:
+        signer, namespace = envelope(read_regular(signed, RUN_FILE_LIMIT))
+    except (OSError, ValueError) as exc:
+        return _failed(f"{signed.name} is not an SSH signature ({exc})")
+    if namespace != FILE_NAMESPACE:
+        return _failed(f"{signed.name} is signed in the namespace {namespace!r}, not {FILE_NAMESPACE!r}")
+    try:
+        if allowed_signers is None:
+            done = ssh_keygen(["-Y", "check-novalidate", "-n", FILE_NAMESPACE, "-s", str(signed)], stdin=path)
+        else:
+            found = ssh_keygen(["-Y", "find-principals", "-s", str(signed), "-f", str(allowed_signers)])
+            if found.returncode != 0:
+                return _failed(f"signer {signer} is not in the allowed signers ({allowed_signers.name})")
+            principal = found.stdout.split()[0].split(",")[0]
+            arguments = ["-Y", "verify", "-f", str(allowed_signers), "-I", principal, "-n", FILE_NAMESPACE]
+            done = ssh_keygen([*arguments, "-s", str(signed)], stdin=path)
+    except SigningFailed as exc:
+        return _failed(f"signed by {signer}, not checked: {exc}")
+    if done.returncode != 0:
+        return _failed(f"{path.name} is not what {signed.name} signed by {signer} (ssh-keygen: {_said(done)})")
+    if allowed_signers is None:
+        return SignatureCheck(
+            state="intact", summary=f"signed by {signer}; signer not checked (no allowed signers given)"
+        )
+    return SignatureCheck(
+        state="verified",
+        summary=f"verified: signed by {principal} ({signer}), an allowed signer of {allowed_signers.name}",
+    )

@@ -1,0 +1,220 @@
+"""A named baseline an acceptance spec holds a host to (`kit baseline RUN... --out FILE`): per
+quantity and case, the median and spread per GPU over the runs of accepted hosts of one GPU model
+(as SuperBench's `sb result generate-baseline` builds one from a fleet), with what they ran on
+(GPU model, driver, images by digest, kit version) and each run's evidence digest and signer.
+
+A baseline is evidence: its `digest` is the SHA-256 of its content, checked whenever it is read,
+and where its runs were signed it is signed too (FILE.sig, kit.rundir.signing). Where no baseline
+exists, the kit's own expectation for the host's GPU stands in, named as such (kit.reference.expected)."""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.manifest import ManifestError
+from kit.plan.protocol import Strict
+from kit.plan.workload_phrase import workload_phrase
+from kit.reference.measured_run import MeasuredRun
+from kit.reference.quantities import QUANTITIES, QuantityName
+
+FORMAT: Literal["kit-baseline/1"] = "kit-baseline/1"
+
+
+class BaselineRun(Strict):
+    """A run the baseline was made from, as a reviewer finds it again."""
+
+    run_id: str
+    hostname: str
+    profile: str
+    evidence_digest: str  # SHA-256 of its SHA256SUMS
+    signer: str  # its signature's summary (kit.rundir.signing), "unsigned (...)" where it has none
+
+
+class BaselineFigure(Strict):
+    """One quantity of one case: its value per run (per GPU where the quantity is), over every run
+    and node the baseline was made from, and their median and spread."""
+
+    quantity: QuantityName
+    case_id: str
+    workload: str
+    unit: str
+    values: tuple[float, ...] = Field(min_length=1)
+    median: float = Field(gt=0)
+    spread: float = Field(ge=0)  # (max - min) / median of the values
+
+
+class Baseline(Strict):
+    format: Literal["kit-baseline/1"] = FORMAT
+    name: str = Field(min_length=1)
+    kind: Literal["runs", "expectation"]  # made from runs, or the kit's expectation standing in for them
+    gpu_model: str
+    driver: str | None
+    kit_version: str
+    images: dict[str, str]  # each image the runs' cases ran in -> its digest
+    made_at: str
+    runs: tuple[BaselineRun, ...]
+    figures: tuple[BaselineFigure, ...]
+    digest: str = ""  # sha256: of the baseline's JSON without this field
+
+    def content_digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.model_copy(update={"digest": ""}).model_dump_json().encode()).hexdigest()
+
+    def sealed(self) -> Baseline:
+        return self.model_copy(update={"digest": self.content_digest()})
+
+
+class BaselineSource(Strict):
+    """One run as a baseline reads it: what it measured, and what identifies it."""
+
+    measured: MeasuredRun
+    run: BaselineRun
+    driver: str | None
+    kit_version: str
+    images: dict[str, str]
+
+
+def figure(quantity: QuantityName, case_id: str, sources: Sequence[BaselineSource]) -> BaselineFigure | None:
+    """The case's quantity over every source that measured it validly; None where none did."""
+    reading = QUANTITIES[quantity]
+    values: list[float] = []
+    found = None
+    for source in sources:
+        result = source.measured.results.get(case_id)
+        metric = result.metrics.get(reading.metric) if result is not None and result.status == "ok" else None
+        if result is None or metric is None or source.measured.invalid.get(case_id) or not reading.reads(result.case):
+            continue
+        values += reading.values(result.case, metric)
+        found = (result.case, reading.unit(metric))
+    if found is None or not values or statistics.median(values) <= 0:
+        return None
+    median = statistics.median(values)
+    return BaselineFigure(
+        quantity=quantity,
+        case_id=case_id,
+        workload=workload_phrase(found[0]),
+        unit=found[1],
+        values=tuple(values),
+        median=median,
+        spread=(max(values) - min(values)) / median,
+    )
+
+
+def make_baseline(name: str | None, sources: Sequence[BaselineSource], made_at: str) -> Baseline:
+    """The baseline of runs of one GPU model (ValueError naming the models where they differ),
+    named by its GPU model and runs unless `name` is given."""
+    models = {", ".join(source.measured.gpu_names) or source.measured.devices for source in sources}
+    if len(models) > 1:
+        raise ValueError(f"a baseline is of one GPU model; these runs have {' and '.join(sorted(models))}")
+    case_ids = list(dict.fromkeys(case_id for source in sources for case_id in source.measured.results))
+    figures = [
+        found
+        for quantity in QUANTITIES
+        for case_id in case_ids
+        if (found := figure(quantity, case_id, sources)) is not None
+    ]
+    if not figures:
+        raise ValueError("the runs measured none of the quantities a baseline records (none finished ok)")
+    gpu_names = sources[0].measured.gpu_names
+    gpu_model = gpu_names[0] if gpu_names else sources[0].measured.devices
+    return Baseline(
+        name=name or f"{gpu_model}: " + ", ".join(source.run.run_id for source in sources),
+        kind="runs",
+        gpu_model=gpu_model,
+        driver=", ".join(sorted({source.driver for source in sources if source.driver})) or None,
+        kit_version=", ".join(sorted({source.kit_version for source in sources})),
+        images={image: digest for source in sources for image, digest in source.images.items()},
+        made_at=made_at,
+        runs=tuple(source.run for source in sources),
+        figures=tuple(figures),
+    ).sealed()
+
+
+def load_baseline(path: Path) -> Baseline:
+    """A baseline file, strictly and checked against its digest (ManifestError: one line naming the
+    file, the key and why)."""
+    try:
+        text = read_regular(path, RUN_FILE_LIMIT)
+    except FileNotFoundError:
+        raise ManifestError(path, "", "file not found") from None
+    except OSError as exc:
+        raise ManifestError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        baseline = Baseline.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ManifestError(path, ".".join(str(part) for part in first["loc"]), first["msg"]) from None
+    if baseline.digest != baseline.content_digest():
+        raise ManifestError(
+            path,
+            "digest",
+            f"the content's digest is {baseline.content_digest()}: the baseline changed after it was made",
+        )
+    return baseline
+
+
+def read_source(run_dir: Path) -> BaselineSource:
+    """A finished run directory that matches its evidence, as a baseline reads it (EvidenceError
+    where it does not match, ValueError where it is no finished run)."""
+    from kit.host.fingerprint import Fingerprint
+    from kit.reference.measured_run import measured_run
+    from kit.rundir.directory import RunDir
+    from kit.rundir.evidence import EvidenceError, evidence_digest, verify
+    from kit.rundir.signing import check_signature
+
+    run = RunDir(run_dir)
+    if not run.info_path.is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no run.json)")
+    info = run.read_info()
+    if info.status != "finished":
+        raise ValueError(
+            f"{run_dir} is not finished (run.json status: {info.status}): a baseline is made of finished runs"
+        )
+    problems = verify(run_dir)
+    if problems:
+        raise EvidenceError(run_dir, problems, "no baseline is made from it")
+    fingerprint = (
+        Fingerprint.model_validate_json(read_regular(run.fingerprint_path, RUN_FILE_LIMIT))
+        if run.fingerprint_path.is_file()
+        else None
+    )
+    return BaselineSource(
+        measured=measured_run(info, run.results(), fingerprint),
+        run=BaselineRun(
+            run_id=info.run_id,
+            hostname=info.host.hostname or "not recorded",
+            profile=info.profile,
+            evidence_digest=evidence_digest(run_dir),
+            signer=check_signature(run_dir).summary,
+        ),
+        driver=fingerprint.gpus.driver_version if fingerprint else None,
+        kit_version=info.kit.version,
+        images=dict(info.images),
+    )
+
+
+def write_baseline(
+    run_dirs: Sequence[Path], out: Path, name: str | None, sign_key: Path | None, made_at: str
+) -> Baseline:
+    """`kit baseline`: the baseline of the runs, written to `out` (and signed with `sign_key` as
+    FILE.sig). Runs any of which is signed make a baseline that must be signed too (ValueError
+    without a key): evidence is not laundered into an unsigned file."""
+    from kit.rundir.directory import atomic_write_model
+    from kit.rundir.signing import sign_file, signature_path
+
+    sources = [read_source(Path(folder)) for folder in run_dirs]
+    signed = [source.run.run_id for source in sources if not source.run.signer.startswith("unsigned")]
+    if signed and sign_key is None:
+        raise ValueError(f"run {signed[0]} is signed: sign its baseline too (--sign-key KEY)")
+    baseline = make_baseline(name, sources, made_at)
+    signature_path(out).unlink(missing_ok=True)  # an earlier baseline's signature signs other bytes
+    atomic_write_model(out, baseline)
+    if sign_key is not None:
+        sign_file(out, sign_key)
+    return baseline
