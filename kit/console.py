@@ -259,17 +259,18 @@ def show_report(outcome) -> None:
     for folder, check in outcome.signatures:
         shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
         shown.print(check.summary, style=SIGNATURE_STYLE[check.state], markup=False, soft_wrap=True)
-    if outcome.decision is not None:
-        show_decision(outcome.decision)
+    for folder, decision in outcome.decisions:
+        show_decision(folder, decision)
 
 
 DECISION_STYLE = {"ACCEPT": "green", "REJECT": "red", "INCONCLUSIVE": "yellow"}
 
 
-def show_decision(decision) -> None:
-    """`kit report --accept`: the decision, then each line that is not a pass (kit.reference.acceptance.Decision)."""
+def show_decision(folder, decision) -> None:
+    """`kit report --accept`: the run's decision, then each line that is not a pass (kit.reference.acceptance.Decision)."""
     shown = output.results()
     counts = ", ".join(f"{decision.counted(o)} {o}" for o in ("pass", "fail", "inconclusive", "not measured"))
+    shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
     shown.print(decision.decided, style=DECISION_STYLE[decision.decided], end="", markup=False)
     shown.print(f": {decision.spec_name} against {decision.baseline_name} ({counts})", markup=False, soft_wrap=True)
     for line in decision.lines:

@@ -98,3 +98,8 @@ def acceptance_box(decision: Decision, baseline_signature: SignatureCheck) -> Ac
             ],
         ),
     )
+
+
+def node_decision_fact(node: str, decision: Decision) -> Fact:
+    """A fleet report's line for one node: its decision under the spec, and why."""
+    return Fact(label=node, value=f"{decision.decided}: {_summary(decision)}", tone=DECISION_TONES[decision.decided])

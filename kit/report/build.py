@@ -19,6 +19,7 @@ from kit.reference.published import Reference, load_reference
 from kit.report.acceptance_box import acceptance_box
 from kit.report.cells import EXPECTATION_TONES, VERDICT_TONES
 from kit.report.forked import both_in_parallel
+from kit.report.headline_workload import with_workloads
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Count, Cover, Fact, Report, Tone
@@ -206,6 +207,7 @@ def build_report(
         capacities=capacities,
         slo=slo,
     )
+    first_page = first_page.model_copy(update={"headline": with_workloads(first_page.headline, run)})
     if assessment.acceptance is not None:
         decided = acceptance_box(assessment.acceptance.decision, assessment.acceptance.baseline_signature)
         first_page = first_page.model_copy(update={"acceptance": decided})

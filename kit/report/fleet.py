@@ -21,6 +21,8 @@ from typing import NamedTuple
 from kit import __version__
 from kit.files.regular import RUN_FILE_LIMIT, read_regular
 from kit.measure.registry import unit_of
+from kit.reference.acceptance import Decision
+from kit.report.acceptance_box import node_decision_fact
 from kit.report.cells import SIGNATURE_TONES, STATUS_TONES, has_metrics, mean_std, metric_of, percent, signature_cell
 from kit.report.load import load_run
 from kit.report.loaded_run import LoadedRun
@@ -427,12 +429,14 @@ def render_fleet(
     redact: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
     allowed_signers: Path | None = None,
+    decisions: Sequence[Decision] = (),
 ) -> list[Path]:
     """fleet-report.html / .pdf of the runs in `out_dir` (default: the folder that holds them all),
     each run verified against its SHA256SUMS first (EvidenceError names what changed), its signer
     checked against `allowed_signers` where given (a node whose signature fails is flagged). Bad input
     (one run, a folder that is no run, runs of different profiles) is a ValueError in one line,
-    said before any run is verified."""
+    said before any run is verified. `decisions`, one per run where the fleet is held to an
+    acceptance spec (kit.reference.acceptance), open its first page, node by node."""
     wanted = chosen_formats(formats, FLEET_FORMATS, "a fleet report's")
     run_dirs = [Path(folder) for folder in run_dirs]
     check_fleet(run_dirs)
@@ -449,6 +453,9 @@ def render_fleet(
             for node in nodes
         ]
     report = fleet_report(nodes, tolerance)
+    if decisions:
+        accepted = [node_decision_fact(node.name, decision) for node, decision in zip(nodes, decisions)]
+        report = report.model_copy(update={"page_one": report.page_one.model_copy(update={"verdict": accepted})})
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file = FLEET_FILES
     return write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file)

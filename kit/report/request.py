@@ -9,11 +9,12 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from kit.reference.acceptance import Decision, Judgement
+from kit.reference.acceptance import EXIT_STATUS, Decision, Judgement
 from kit.rundir.signing import SignatureCheck, check_signature
 from kit.runner import RequestError
 from kit.serve.slo import DEFAULT_SLO, Slo
 
+EXIT_PRECEDENCE = [EXIT_STATUS[decided] for decided in ("ACCEPT", "INCONCLUSIVE", "REJECT")]
 DEFAULT_TOLERANCE_PCT = 10.0  # --fleet: a node this far below the fleet median is flagged
 
 
@@ -67,7 +68,7 @@ class ReportOutcome(NamedTuple):
         tuple[Path, SignatureCheck]
     ]  # each run's (and the baseline's) signature, checked against the allowed signers
     verified: Verified | None = None
-    decision: Decision | None = None  # --accept: the run's decision under the spec
+    decisions: list[tuple[Path, Decision]] = []  # --accept: each run's decision under the spec (a fleet's: each node's)
 
     @property
     def failed(self) -> bool:
@@ -76,10 +77,11 @@ class ReportOutcome(NamedTuple):
 
     @property
     def exit_status(self) -> int:
-        """1 where the evidence or a signature fails; else the decision's (kit.reference.acceptance.EXIT_STATUS), or 0."""
+        """1 where the evidence or a signature fails; else the decision's (kit.reference.acceptance.EXIT_STATUS),
+        of a fleet the worst node's (a reject before an inconclusive), or 0."""
         if self.failed:
             return 1
-        return self.decision.exit_status if self.decision is not None else 0
+        return max((decision.exit_status for _, decision in self.decisions), key=EXIT_PRECEDENCE.index, default=0)
 
 
 def make_report(request: ReportRequest, say=print) -> ReportOutcome:
@@ -154,7 +156,9 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
         return ReportOutcome(written, checked)
     baseline = judged.judgement
     return ReportOutcome(
-        written, [*checked, (baseline.baseline_path, baseline.baseline_signature)], decision=baseline.decision
+        written,
+        [*checked, (baseline.baseline_path, baseline.baseline_signature)],
+        decisions=[(run_dir, baseline.decision)],
     )
 
 
@@ -202,16 +206,18 @@ def _fleet(request: ReportRequest) -> ReportOutcome:
         request.expect_digest,
         request.slo_ttft_ms,
         request.slo_tpot_ms,
-        request.accept,
-        request.baseline,
     )
     if any(others):
         raise RequestError(
-            "--fleet takes run directories, --tolerance, --format, --out, --redact and --allowed-signers only"
+            "--fleet takes run directories, --tolerance, --format, --out, --redact, --allowed-signers, --accept and "
+            "--baseline only"
         )
+    if request.baseline is not None and request.accept is None:
+        raise RequestError("--baseline goes with --accept SPEC")
     tolerance = DEFAULT_TOLERANCE_PCT if request.tolerance is None else request.tolerance
     if not 0 < tolerance < 100:
         raise RequestError(f"--tolerance is a percentage between 0 and 100; got {tolerance:g}")
+    judged = [judgement(request, folder) for folder in request.run_dirs] if request.accept is not None else []
     try:
         written = render_fleet(
             list(request.run_dirs),
@@ -220,12 +226,21 @@ def _fleet(request: ReportRequest) -> ReportOutcome:
             request.redact,
             tolerance / 100,
             request.allowed_signers,
+            [each.judgement.decision for each in judged],
         )
     except ValidationError:
         raise  # a part of a run this kit cannot read, said as such
     except ValueError as exc:  # runs that are not of one profile, ...: the user's to fix
         raise RequestError(str(exc)) from None
-    return ReportOutcome(written, signatures(list(request.run_dirs), request.allowed_signers))
+    checked = signatures(list(request.run_dirs), request.allowed_signers)
+    if not judged:
+        return ReportOutcome(written, checked)
+    baseline = judged[0].judgement
+    return ReportOutcome(
+        written,
+        [*checked, (baseline.baseline_path, baseline.baseline_signature)],
+        decisions=[(folder, each.judgement.decision) for folder, each in zip(request.run_dirs, judged)],
+    )
 
 
 def signatures(run_dirs: list[Path], allowed_signers: Path | None) -> list[tuple[Path, SignatureCheck]]:

@@ -276,3 +276,25 @@ def test_page_one_opens_with_the_decision_and_the_sign_off_block(kit_in_process,
     for label in ("Spec", "Baseline", "Evidence", "Reviewer", "Date", "Decision"):
         assert f"<th>{label}</th>" in page_one
     assert load_spec(default_spec_path()).digest in page_one and load_baseline(baseline).digest in page_one
+
+
+def test_a_fleet_report_accepts_or_rejects_each_node(kit_in_process, runs, baseline, tmp_path):
+    code, shown, err = kit_in_process(
+        "report",
+        "--fleet",
+        runs["measured"],
+        runs["slower"],
+        "--accept",
+        default_spec_path(),
+        "--baseline",
+        baseline,
+        "--format",
+        "html",
+        "--out",
+        tmp_path,
+    )
+    assert code == EXIT_STATUS["REJECT"], err
+    assert f"{runs['measured']}: ACCEPT" in shown and f"{runs['slower']}: REJECT" in shown
+    html = (tmp_path / "fleet-report.html").read_text()
+    assert '<th>measured</th><td class="tone-good">ACCEPT: ' in html
+    assert '<th>slower</th><td class="tone-bad">REJECT: ' in html
