@@ -444,7 +444,13 @@ def _sign(run, key: Path) -> None:
     callback=regular_file,
     help="an SSH key to sign the baseline with (FILE.sig); needed where a run is signed",
 )
-def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: Path | None) -> None:
+@click.option(
+    "--expectation",
+    is_flag=True,
+    help="no measured baseline: the kit's roofline bounds for the run's GPU (hardware.yaml, the preflight's "
+    "figures where lower), named as such",
+)
+def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: Path | None, expectation: bool) -> None:
     """Make a baseline for acceptance (`kit report RUN --accept SPEC --baseline FILE`) from finished
     runs of one GPU model: per quantity and case, the median and spread per GPU over the runs, with
     their GPU model, driver, images, kit version and evidence digests; hashed, and signed where the
@@ -454,7 +460,7 @@ def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: 
     from kit.rundir.schema import utc_now
 
     try:
-        made = write_baseline(list(run_dirs), out, name, sign_key, utc_now())
+        made = write_baseline(list(run_dirs), out, name, sign_key, utc_now(), expectation)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     show_baseline(out, made, signed=sign_key is not None)

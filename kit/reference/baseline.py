@@ -200,11 +200,18 @@ def read_source(run_dir: Path) -> BaselineSource:
 
 
 def write_baseline(
-    run_dirs: Sequence[Path], out: Path, name: str | None, sign_key: Path | None, made_at: str
+    run_dirs: Sequence[Path],
+    out: Path,
+    name: str | None,
+    sign_key: Path | None,
+    made_at: str,
+    expectation: bool = False,
 ) -> Baseline:
     """`kit baseline`: the baseline of the runs, written to `out` (and signed with `sign_key` as
-    FILE.sig). Runs any of which is signed make a baseline that must be signed too (ValueError
-    without a key): evidence is not laundered into an unsigned file."""
+    FILE.sig); with `expectation`, the kit's expectation for the GPU of the one run given, for its
+    cases (kit.reference.expected_baseline). Runs any of which is signed make a baseline that must
+    be signed too (ValueError without a key): evidence is not laundered into an unsigned file."""
+    from kit.reference.expected_baseline import expectation_baseline
     from kit.rundir.directory import atomic_write_model
     from kit.rundir.signing import sign_file, signature_path
 
@@ -212,7 +219,11 @@ def write_baseline(
     signed = [source.run.run_id for source in sources if not source.run.signer.startswith("unsigned")]
     if signed and sign_key is None:
         raise ValueError(f"run {signed[0]} is signed: sign its baseline too (--sign-key KEY)")
-    baseline = make_baseline(name, sources, made_at)
+    if expectation and len(sources) != 1:
+        raise ValueError(f"--expectation takes one run, whose cases and GPU it bounds; got {len(sources)}")
+    baseline = expectation_baseline(sources[0], made_at) if expectation else make_baseline(name, sources, made_at)
+    if expectation and name:
+        baseline = baseline.model_copy(update={"name": f"{name}: {baseline.name}"}).sealed()
     signature_path(out).unlink(missing_ok=True)  # an earlier baseline's signature signs other bytes
     atomic_write_model(out, baseline)
     if sign_key is not None:

@@ -14,6 +14,7 @@ from kit.units import format_value
 DECISION_TONES: dict[str, Tone] = {"ACCEPT": "good", "REJECT": "bad", "INCONCLUSIVE": "unsure"}
 OUTCOME_TONES: dict[str, Tone] = {"pass": "good", "fail": "bad", "inconclusive": "unsure", "not measured": "warn"}
 ORDER: dict[LineOutcome, int] = {"fail": 0, "inconclusive": 1, "not measured": 2, "pass": 3}  # what decides first
+BASELINE_KINDS = {"runs": "made from measured runs", "expectation": "the kit's expectation, standing in for a baseline"}
 BLANK = "_" * 40  # a line to write on, in the printed page
 
 
@@ -74,7 +75,7 @@ def acceptance_box(decision: Decision, baseline_signature: SignatureCheck) -> Ac
             Fact(label="Spec", value=f"{decision.spec_name} ({decision.spec_path}); {decision.spec_digest}"),
             Fact(
                 label="Baseline",
-                value=f"{decision.baseline_name} (made from {decision.baseline_kind}); {decision.baseline_digest}; "
+                value=f"{decision.baseline_name} ({BASELINE_KINDS[decision.baseline_kind]}); {decision.baseline_digest}; "
                 + baseline_signature.summary,
                 tone="bad" if baseline_signature.failed else "plain",
             ),

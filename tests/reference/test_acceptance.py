@@ -298,3 +298,23 @@ def test_a_fleet_report_accepts_or_rejects_each_node(kit_in_process, runs, basel
     html = (tmp_path / "fleet-report.html").read_text()
     assert '<th>measured</th><td class="tone-good">ACCEPT: ' in html
     assert '<th>slower</th><td class="tone-bad">REJECT: ' in html
+
+
+def test_the_kits_expectation_stands_in_for_a_baseline_named_as_such(kit_in_process, runs, tmp_path):
+    out = tmp_path / "expected.json"
+    assert kit_in_process("baseline", runs["measured"], "--expectation", "--out", out)[0] == 0
+    expected = load_baseline(out)
+    assert expected.kind == "expectation" and expected.name.startswith(
+        "the kit's expectation for NVIDIA A800-SXM4-80GB"
+    )
+    assert "no machine measured it" in expected.name
+    training = {f.case_id: f.median for f in expected.figures if f.quantity == "training_tokens_per_s"}
+    assert set(training) == {"pretrain.llama2-7b.z3.g8", "pretrain.llama2-7b.q.g8", "finetune.llama2-7b.l.g8"}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: a tenth of the bound\nmin_runs: 3\nrequirements: [{quantity: training_tokens_per_s, fraction: 0.1}]\n"
+    )
+    code, decision, _ = decided(kit_in_process, runs["measured"], out, tmp_path / "r", spec)
+    assert (code, decision["decided"], decision["baseline_kind"]) == (0, "ACCEPT", "expectation")
+    code, _, err = kit_in_process("baseline", runs["measured"], runs["slower"], "--expectation", "--out", out)
+    assert code == 2 and "--expectation takes one run" in err
