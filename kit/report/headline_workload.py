@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kit.plan.workload_phrase import workload_phrase
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Row, Table
+from kit.report.model import Row, Table
 from kit.units import format_value
 
 CASE_FOLDER = "cases/"
@@ -36,19 +36,19 @@ def per_gpu_text(run: LoadedRun, case_id: str) -> str | None:
 
 
 def _described(row: Row, run: LoadedRun) -> Row:
+    """The row with its case's workload after the folder of its raw samples, and its per-GPU value
+    after the host's total; a heading, or a row of no one case, as it is."""
     label = row.cells[0]
-    if row.heading or not (label.detail or "").startswith(CASE_FOLDER) or len(row.cells) < 2:
+    folder = label.detail or ""
+    if row.heading or not folder.startswith(CASE_FOLDER) or len(row.cells) < 2:
         return row
-    case_id = (label.detail or "").removeprefix(CASE_FOLDER).rstrip("/")
-    result = run.results.get(case_id)
+    result = run.results.get(folder.removeprefix(CASE_FOLDER).rstrip("/"))
     if result is None:
         return row
-    cells = [label.model_copy(update={"detail": f"{workload_phrase(result.case)}; {label.detail}"}), *row.cells[1:]]
-    per_gpu = per_gpu_text(run, case_id)
+    cells = [label.model_copy(update={"detail": f"{folder}; {workload_phrase(result.case)}"}), *row.cells[1:]]
+    per_gpu = per_gpu_text(run, result.case_id)
     if per_gpu is not None and cells[1].colspan == 1:
-        measured: Cell = cells[1]
-        detail = "; ".join(filter(None, [per_gpu, measured.detail]))
-        cells[1] = measured.model_copy(update={"detail": detail})
+        cells[1] = cells[1].model_copy(update={"text": f"{cells[1].text}; {per_gpu}"})
     return row.model_copy(update={"cells": cells})
 
 

@@ -151,12 +151,12 @@ def result_json(run: Path, case_id: str) -> dict:
 
 
 def rows_by_case(report) -> dict[str, list]:
-    """The headline rows, keyed by the case folder named under each figure."""
+    """The headline rows, keyed by the case folder named under each figure (before its workload)."""
     found = {}
     for row in report.page_one.headline.rows:
-        detail = row.cells[0].detail or ""
-        if detail.startswith("cases/"):
-            found[detail.removeprefix("cases/").rstrip("/")] = row.cells
+        folder = (row.cells[0].detail or "").split("; ")[0]
+        if folder.startswith("cases/"):
+            found[folder.removeprefix("cases/").rstrip("/")] = row.cells
     return found
 
 
@@ -187,7 +187,10 @@ def test_the_headline_is_the_fastest_case_of_each_model_and_kind_with_its_spread
     for case_id, kind in (("pretrain.llama2-7b.z2+f.g8", "full-parameter"), ("pretrain.llama2-7b.q.g8", "4-bit base")):
         metrics = result_json(gpu_run, case_id)["metrics"]
         measured, standing = rows[case_id][1:3]
-        assert measured.text == f"{spread(metrics['tokens_per_s'])} tokens/s"
+        assert (
+            measured.text
+            == f"{spread(metrics['tokens_per_s'])} tokens/s; {shown(metrics['tokens_per_s']['mean'] / 8)} tokens/s per GPU"
+        )
         assert standing.text == f"the only {kind} measured"
     assert (
         rows["pretrain.llama2-7b.z2+f.g8"][1].detail
@@ -519,3 +522,18 @@ def test_a_host_that_measured_no_pre_training_nor_fine_tuning_shows_its_scaling_
     assert fastest in rows and not set(one_gpu[1:]) - {fastest} & set(rows)
     assert spread(result_json(run, fastest)["metrics"]["tokens_per_s"]) in rows[fastest][1].text
     assert not any(cid.startswith(("scaling.", "profile.")) for cid in rows_by_case(report))
+
+
+def test_each_headline_figure_says_its_workload_and_its_value_per_gpu(report, gpu_run):
+    """Beside the host's total, the figure per GPU; under the figure, what was run (kit.plan.workload_phrase)."""
+    rows = rows_by_case(report)
+    label, measured = rows["pretrain.llama2-7b.z2+f.g8"][:2]
+    assert (
+        label.detail
+        == "cases/pretrain.llama2-7b.z2+f.g8/; llama2-7b pre-train z2+f, seq 350, mb 1, bf16, ZeRO-2, flash_attention_2"
+    )
+    label, measured = rows["serve.llama2-7b.vllm.g8"][:2]
+    assert label.detail == "cases/serve.llama2-7b.vllm.g8/; llama2-7b vllm, 512 in / 256 out, burst of 1000, bf16"
+    throughput = result_json(gpu_run, "serve.llama2-7b.vllm.g8")["metrics"]["output_throughput"]["mean"]
+    assert measured.text.endswith(f"; {shown(throughput / 8)} tokens/s per GPU")
+    assert "per GPU" not in rows["comm.all_reduce.g8"][1].text  # a bus bandwidth is one GPU's already
