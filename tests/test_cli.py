@@ -97,6 +97,20 @@ def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_dry_run_with_runs_shows_every_case_at_least_that_many_times(tmp_path):
+    """--runs 4: the smoke profile's serving and collective cases, once each by the profile, four
+    times, as every case; the max-batch search one search."""
+    done = kit("run", "--all", "--profile", "smoke", "--runs", "4", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = {
+        line.split()[0]: line.split()[4]
+        for line in done.stdout.splitlines()
+        if line.startswith(("serve.", "comm.", "maxbatch."))
+    }
+    assert runs["serve.tiny-llama.vllm.g1"] == "4" and runs["comm.all_reduce.g2"] == "4"
+    assert runs["maxbatch.tiny-llama.naive.g1"] == "1"
+
+
 def test_resume_needs_a_run_directory(tmp_path):
     done = kit("run", "--resume", str(tmp_path))
     assert done.returncode == 2 and "not a run directory" in done.stderr
@@ -317,6 +331,12 @@ A_FILE = "a-file"  # made in the test's folder
         (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
         (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
         (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
+        (["run", "--all", "--runs", "0", "--dry-run"], "--runs"),
+        (["report", "RUN", "--baseline", "a-list.json"], "--baseline goes with --accept SPEC"),
+        (["report", "RUN", "--accept", "a-fifo"], "is not a regular file"),
+        (["report", "RUN", "--accept", "a-list.json", "--baseline", "a-list.json"], "a-list.json: (top level)"),
+        (["baseline", "RUN", "--out", "b.json", "--expectation"], "the kit has no expectation for the cases of"),
+        (["baseline", "--out", "b.json"], "Missing argument"),
         (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
         (["list", "--bogus"], "No such option"),
         (["reprt"], "No such command"),
