@@ -292,6 +292,9 @@ class Evidence(NamedTuple):
     missing: str | None
 
 
+DECISIVE_RUN = f"`kit run --all --runs {MIN_RUNS}` runs every case so often"
+
+
 class Spread(NamedTuple):
     """How far a relation's runs let it be judged: the cases read with fewer than MIN_RUNS runs
     ("1 run of profile.llama2-7b.base.g1"), and the margin of its value (SPREAD_FACTOR standard
@@ -302,7 +305,7 @@ class Spread(NamedTuple):
 
     @property
     def reason(self) -> str:
-        return f"{', '.join(self.short)}; {MIN_RUNS} needed"
+        return f"{', '.join(self.short)}; {MIN_RUNS} needed ({DECISIVE_RUN})"
 
 
 def _runs_text(reading: Reading) -> str:

@@ -13,6 +13,7 @@ import statistics
 import pytest
 
 from kit.reference.claims import (
+    DECISIVE_RUN,
     MIN_RUNS,
     Spread,
     evaluate_claim,
@@ -111,7 +112,7 @@ def test_in_a_paper_size_run_three_runs_judge_and_one_run_is_inconclusive(refere
     c10 = evaluate_claim(claim(reference, "C10"), reference, [synthetic])
     assert c10.verdict == "inconclusive" and c10.relations[0].judged == "inconclusive"
     assert c10.reason == "1 of 1 relations inconclusive: 1 run of profile.llama2-7b.base.g1; 3 needed"
-    assert c10.relations[0].finding.endswith("1 run of profile.llama2-7b.base.g1; 3 needed")
+    assert c10.relations[0].finding.endswith(f"1 run of profile.llama2-7b.base.g1; 3 needed ({DECISIVE_RUN})")
     outcomes = evaluate_claims(reference, [synthetic])
     assert verdict_counts(o.verdict for o in outcomes)["inconclusive"] == 3
     assert [o.id for o in outcomes if o.verdict == "inconclusive"] == ["C10", "C11", "C15"]  # the base profile case's
@@ -165,7 +166,7 @@ def test_in_the_real_smoke_run_the_claims_of_one_run_read_inconclusive(reference
     for relation in judged:
         assert relation.judged == "inconclusive"
         assert relation.finding.startswith("inconclusive: ")
-        assert relation.finding.endswith("1 run of profile.tiny-llama.base.g1; 3 needed")
+        assert relation.finding.endswith(f"1 run of profile.tiny-llama.base.g1; 3 needed ({DECISIVE_RUN})")
     # the serving claims read one burst: inconclusive too; the fine-tuning ones, three runs: judged
     assert all(r.judged == "inconclusive" for r in outcomes["C23"].relations if r.judged)
     judged = [r for r in outcomes["C16"].relations if r.judged]
