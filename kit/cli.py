@@ -109,6 +109,8 @@ def cli(quiet: bool, verbose: bool, no_progress: bool) -> None:
     kit run --all                 run every case; results go to runs/<time>-<profile>/
     kit run --resume RUN_DIR      finish an interrupted run
     kit sign RUN_DIR --key KEY    sign a finished run with an SSH key
+    kit baseline RUN... --out F   a baseline for acceptance from accepted runs
+    kit report RUN --accept SPEC  ACCEPT, REJECT or INCONCLUSIVE against a spec and a baseline
     kit images verify             the pinned images: lock vs this host
     """
     output.configure(quiet, verbose, progress=not no_progress)
