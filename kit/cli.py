@@ -27,7 +27,7 @@ PRICE_HELP = "price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices 
 PROFILE_OPTION = click.option(
     "--profile",
     shell_complete=lambda *a: complete_profile(*a),
-    help="paper, quick or smoke (default: paper with GPUs, else smoke)",
+    help="paper, quick, acceptance, cluster or smoke (default: paper with GPUs, else smoke)",
 )
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="as JSON")
 REDACT_OPTION = click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")

@@ -277,7 +277,7 @@ def test_no_progress_draws_no_bar():
 @pytest.mark.parametrize(
     "words, offered",
     [
-        ("kit list --profile ", {"paper", "quick", "smoke", "cluster"}),
+        ("kit list --profile ", {"paper", "quick", "acceptance", "smoke", "cluster"}),
         ("kit run --all --profile q", {"quick"}),
         ("kit report --format ", {"html", "pdf", "json", "csv"}),
         ("kit report --format html,", {"html,pdf", "html,json", "html,csv"}),
