@@ -312,6 +312,7 @@ class RunRequest(BaseModel):
     resume: Path | None = None
     dry_run: bool = False
     force: bool = False
+    dcgm_level: int | None = None  # `dcgmi diag -r LEVEL` in the health gate before the run
     executor: Literal["docker", "local", "slurm"] | None = None
     slurm: SlurmOptions | None = None  # with the Slurm executor: its options
     skip_predicted_oom: bool = False
@@ -459,19 +460,21 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
         _require_frameworks(pending, chosen)
         ui.say(describe_choice(pending, chosen))
         if isinstance(chosen, SlurmExecutor):  # the nodes a resumed run's jobs land on may not be those of its start
-            check_shared_run_dir(run_dir, pending, chosen, ui)
+            check_shared_run_dir(run_dir, pending, chosen, ui, request.force)
     else:
         out = request.out or default_run_dir(planned.plan.profile)
         if (out / "run.json").exists():
             raise RequestError(f"{out} already holds a run; use --resume {out} or another --out")
         ui.say("checking the environment (kit doctor)...")
-        fingerprint, checks = check_host(planned.plan, redact=planned.redact, executor=executor)
+        fingerprint, checks = check_host(
+            planned.plan, redact=planned.redact, executor=executor, dcgm_level=request.dcgm_level
+        )
         failed = failing(checks)
         if failed and not request.force:
             ui.show_checks(checks)
             raise RefusedToStart(
                 f"refusing to start: {len(failed)} environment check(s) fail "
-                f"({', '.join(check.name for check in failed)}); fix them, or run with --force"
+                f"({'; '.join(f'{check.name}: {check.observed}' for check in failed)}); fix them, or run with --force"
             )
         prepared: list[ImagePreparation] = []
         if planned.plan.device == "cuda" and executor not in ("local", "slurm"):
@@ -499,7 +502,7 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
                 f"--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json"
             )
         if isinstance(chosen, SlurmExecutor):
-            check_shared_run_dir(run_dir, pending, chosen, ui)
+            check_shared_run_dir(run_dir, pending, chosen, ui, request.force)
         before_the_cases(run_dir, planned.cases, host, chosen, checks, request, ui)
     ui.say(f"run directory: {run_dir.root}")
     try:
@@ -656,9 +659,13 @@ def prepare_images(cases: list[Case], ui: RunUi) -> list[ImagePreparation]:
     return prepared
 
 
-def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExecutor, ui: RunUi) -> None:
+def check_shared_run_dir(
+    run_dir: RunDir, cases: list[Case], executor: SlurmExecutor, ui: RunUi, force: bool = False
+) -> None:
     """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
-    could come back, and the run stops here (resumable once the directory is shared)."""
+    could come back, and the run stops here (resumable once the directory is shared). The nodes
+    fingerprint themselves there, their GPUs' health with it: an unhealthy node stops the run
+    too, unless forced."""
     from kit.execute import slurm
     from kit.execute.node_fingerprint import fingerprinted
 
@@ -679,6 +686,27 @@ def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExec
         f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
         f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}"
     )
+    sick = unhealthy_nodes(run_dir.root, info.node_fingerprints)
+    if sick and not force:
+        info.status = "interrupted"
+        run_dir.write_info(info)
+        raise RefusedToStart(f"refusing to start: {'; '.join(sick)}; fix them, or run with --force")
+    if sick:
+        ui.warn(f"--force: starting despite unhealthy nodes ({'; '.join(sick)})")
+
+
+def unhealthy_nodes(run_root: Path, node_fingerprints: dict[str, str]) -> list[str]:
+    """ "node n1 unhealthy: remapped_rows_pending on GPU1 (...): yes" for each node whose own
+    fingerprint's health section says it is unhealthy."""
+    from kit.host.fingerprint import Fingerprint
+    from kit.rundir.directory import read_model
+
+    sick = []
+    for node, relative in node_fingerprints.items():
+        health = read_model(run_root / relative, Fingerprint).health
+        if health is not None and health.verdict == "unhealthy":
+            sick.append(f"node {node} unhealthy: {health.unhealthy_because}")
+    return sick
 
 
 def run_per_node(arguments: list[str], request: RunRequest, say: Callable[[str], None]) -> dict[str, tuple[Path, int]]:

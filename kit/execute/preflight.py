@@ -302,13 +302,18 @@ def expected_gpus(plan: Plan) -> int | None:
     return max(counts) if counts else None
 
 
-def check_host(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
-    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
-    plan runs in unless it runs here) and check it for the plan."""
+def check_host(
+    plan: Plan, redact: bool = False, executor: str | None = None, dcgm_level: int | None = None
+) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python, the CUDA of the images the
+    plan runs in unless it runs here, and its GPUs' health, with `dcgmi diag -r dcgm_level` where
+    one is given) and check it for the plan."""
     from kit.images import images_cuda
 
     names = [] if executor == "local" else sorted({case.image for case in plan.cases})
-    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
+    fingerprint = collect(
+        redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names), dcgm_level=dcgm_level
+    )
     return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
 
 
@@ -316,7 +321,9 @@ def failing(checks: list[Check]) -> list[Check]:
     return [check for check in checks if check.status == "fail"]
 
 
-def preflight_for(profile: str | None, executor_name: str | None, say=print) -> Preflight:
+def preflight_for(
+    profile: str | None, executor_name: str | None, say=print, dcgm_level: int | None = None
+) -> Preflight:
     """`kit preflight`: the plan of this host checked as it would run, through the executor named
     (docker with its images where none is named on a GPU host; images.EngineUnavailable where
     docker is needed and no engine answers)."""
@@ -333,7 +340,7 @@ def preflight_for(profile: str | None, executor_name: str | None, say=print) -> 
 
         images.engine()
     remove_leftovers(say)
-    _, checks = check_host(plan)
+    _, checks = check_host(plan, dcgm_level=dcgm_level)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     return run_preflight(
         cases, named(executor_name) if executor_name else None, checks, say=say, host_gpu_names=host.gpu_names

@@ -26,6 +26,7 @@ Severity = Literal["fail", "warn"]
 CheckName = Literal[
     "gpus_same_model",
     "gpu_count_matches_profile",
+    "gpus_healthy",
     "mig_off",
     "ecc_enabled",
     "no_foreign_processes",
@@ -215,6 +216,25 @@ def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation, expected_gpus: i
     return CheckAnswer(count >= expected_gpus, observed, expected)
 
 
+def _gpus_healthy(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
+    """The health section's verdict (kit.host.health) as one check: a critical check of the catalog
+    past its threshold fails the host, a warning warns, nothing to check skips."""
+    health = fp.health
+    expected = "no critical check of manifests/health.yaml past its threshold"
+    if health is None:
+        return CheckAnswer(None, "no health section in this fingerprint", expected)
+    if health.verdict == "not_applicable":
+        return CheckAnswer(None, health.not_applicable or "nothing to check", expected)
+    if health.verdict == "unknown":
+        return CheckAnswer(None, "no health reading could be taken (see the health section)", expected)
+    if health.verdict == "unhealthy":
+        return CheckAnswer(False, f"unhealthy: {health.unhealthy_because}", expected)
+    if health.verdict == "warnings":
+        names = sorted({check.name for check in health.warnings})
+        return CheckAnswer(False, f"{len(health.warnings)} warning(s): {', '.join(names)}", expected, "warn")
+    return CheckAnswer(True, f"{len(health.checks)} health checks pass", expected)
+
+
 def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     # A GPU without MIG support refuses the query: for this check that is "off".
     return _per_gpu(
@@ -356,6 +376,7 @@ def _nvidia_container_toolkit_present(fp: Fingerprint, _: Expectation, __: int |
 CHECKS: dict[str, Callable[[Fingerprint, Expectation, int | None], CheckAnswer]] = {
     "gpus_same_model": _gpus_same_model,
     "gpu_count_matches_profile": _gpu_count_matches_profile,
+    "gpus_healthy": _gpus_healthy,
     "mig_off": _mig_off,
     "ecc_enabled": _ecc_enabled,
     "no_foreign_processes": _no_foreign_processes,

@@ -32,6 +32,9 @@ from kit.host.fingerprint import (
     RdmaPort,
     Topology,
 )
+from kit.host.health import HostHealth, XidLog
+from kit.host.health_checks import judged
+from kit.host.nvidia_smi_query import parse_query
 from kit.host.nvidia_topology import classify_topology, parse_topology_matrix
 from kit.manifest import ManifestError
 
@@ -187,7 +190,35 @@ def test_an_expectation_listed_twice_is_rejected(tmp_path):
 
 def test_healthy_host_passes_every_check(expectations):
     checks = evaluate(h20_host(), expectations, expected_gpus=8)
-    assert {check.status for check in checks} == {"pass"}, [c for c in checks if c.status != "pass"]
+    not_passed = {check.name: check.observed for check in checks if check.status != "pass"}
+    # the recording of that host has no `nvidia-smi -q`: its health is judged below on others
+    assert not_passed == {"gpus_healthy": "no health section in this fingerprint"}
+
+
+def recorded_health(query: str):
+    driver, gpus = parse_query((FIXTURES / "health" / query).read_text())
+    return judged(HostHealth(catalog="", driver_version=driver, gpus=gpus, xid=XidLog(source="dmesg -T")))
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "observed"),
+    [
+        (
+            "nvidia-smi-q-a100-sxm4x4-row-remap-pending.txt",
+            "fail",
+            "unhealthy: remapped_rows_pending on GPU1 (00000000:9E:00.0): yes",
+        ),
+        (
+            "nvidia-smi-q-gh200-dram-uncorrectable-power-capped.txt",
+            "warn",
+            "2 warning(s): ecc_uncorrectable_aggregate, power_limit_fraction_of_default",
+        ),
+    ],
+)
+def test_the_health_gate_reads_the_health_sections_verdict(expectations, query, status, observed):
+    fp = h20_host().model_copy(update={"health": recorded_health(query)})
+    check = by_name(evaluate(fp, expectations, 8))["gpus_healthy"]
+    assert (check.status, check.observed) == (status, observed)
 
 
 def test_a_violation_takes_the_expectations_severity(expectations):
