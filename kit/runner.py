@@ -29,6 +29,7 @@ from kit.execute.slurm import SlurmExecutor, configured
 from kit.host.collection import collect
 from kit.host.environment import Check, drift
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.health import SilentDataCorruption
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
 from kit.plan.fit import skip_reason
@@ -123,15 +124,32 @@ def start_run(
     return run
 
 
+def in_run(run: RunDir, raw_samples: str) -> str:
+    """A folder of raw samples named by its place in the run directory, where it is in it."""
+    raw = Path(raw_samples)
+    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
+        return raw.relative_to(run.root.resolve()).as_posix()
+    return raw_samples
+
+
 def record_calibration(run: RunDir, calibration: Calibration) -> None:
     """What the preflight measured the host to achieve, into the fingerprint before the run (a
     fact of the host every figure of the run was measured on), its raw samples named by their
     place in the run directory."""
-    raw = Path(calibration.raw_samples)
-    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
-        calibration = calibration.model_copy(update={"raw_samples": raw.relative_to(run.root.resolve()).as_posix()})
+    calibration = calibration.model_copy(update={"raw_samples": in_run(run, calibration.raw_samples)})
     fingerprint = read_model(run.fingerprint_path, Fingerprint)
     atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"calibration": calibration}))
+
+
+def record_silent_data_corruption(run: RunDir, corruption: SilentDataCorruption) -> None:
+    """The preflight's silent-data-corruption check, into the health section of the fingerprint
+    before the run, its raw samples named by their place in the run directory."""
+    if corruption.raw_samples is not None:
+        corruption = corruption.model_copy(update={"raw_samples": in_run(run, corruption.raw_samples)})
+    fingerprint = read_model(run.fingerprint_path, Fingerprint)
+    if fingerprint.health is not None:
+        health = fingerprint.health.model_copy(update={"silent_data_corruption": corruption})
+        atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"health": health}))
 
 
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
@@ -635,9 +653,21 @@ def before_the_cases(
             run_dir.write_info(info)
             raise
         ui.show_preflight(checked)
-        info.preflight = checked.model_copy(update={"calibration": None})  # kept in fingerprint.json
+        info.preflight = checked.model_copy(
+            update={"calibration": None, "silent_data_corruption": None}  # kept in fingerprint.json
+        )
         if checked.calibration is not None:
             record_calibration(run_dir, checked.calibration)
+        corruption = checked.silent_data_corruption
+        if corruption is not None:
+            record_silent_data_corruption(run_dir, corruption)
+        if corruption is not None and corruption.status == "fail" and not request.force:
+            info.status = "interrupted"
+            run_dir.write_info(info)
+            raise RefusedToStart(
+                f"refusing to start: silent_data_corruption: {corruption.summary}; "
+                "have the device checked, or run with --force"
+            )
     run_dir.write_info(info)
     redact_in_place(run_dir, info)
 

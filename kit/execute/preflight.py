@@ -20,6 +20,7 @@ from kit.execute.base import Executor
 from kit.host.collection import collect
 from kit.host.environment import Check, evaluate, load_expectations
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.health import SilentDataCorruption
 from kit.host.probe_cache import probe_this_python
 from kit.plan.protocol import (
     Case,
@@ -236,6 +237,34 @@ def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine
     ), calibration
 
 
+def check_silent_data_corruption(
+    case: Case, executor: Executor, work: Path
+) -> tuple[PreflightLine, SilentDataCorruption | None]:
+    """The same short training on every device and an all-reduce per pair (kit.measure.sdc),
+    through the executor the plan will use: the line, and the record where the ranks reported."""
+    from kit.measure.sdc import silent_data_corruption
+
+    started = time.monotonic()
+    sample, folder = run_check(case, executor, work)
+    record = None
+    if isinstance(sample, str):
+        status, detail = "fail", sample
+    elif sample.status == "ok":
+        record = silent_data_corruption(case, sample, (folder / "runs" / "1").resolve().as_posix())
+        status, detail = ("ok" if record.status == "pass" else "fail"), record.summary
+    else:
+        status, detail = "fail", f"{sample.status}: {sample.reason}"
+    devices = f"{case.gpus} GPUs" if case.device == "cuda" else f"{case.gpus} CPU ranks"
+    return PreflightLine(
+        image="host",
+        check=f"silent data corruption: the same training on {devices}, all-reduce per pair ({executor.name})",
+        status=status,
+        detail=detail[:600],
+        hint=None if status == "ok" else f"see {folder / 'log.txt'}",
+        seconds=time.monotonic() - started,
+    ), record
+
+
 def gate_line(checks) -> PreflightLine:
     """The fingerprint gate (kit doctor's checks) as one line."""
     failed = [check for check in checks if check.status == "fail"]
@@ -263,9 +292,11 @@ def run_preflight(
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
     training image also runs an all-reduce across all of them. Then, where the training image
-    passed, a short measurement of what the host achieves (kit.measure.calibration)."""
+    passed, a short measurement of what the host achieves (kit.measure.calibration), and the
+    silent-data-corruption check on every device (kit.measure.sdc)."""
     from kit.execute.choice import choose
     from kit.measure.calibration import calibration_case
+    from kit.measure.sdc import sdc_case
 
     started = time.monotonic()
     work = out_dir or Path(tempfile.mkdtemp(prefix="kit-preflight-"))
@@ -292,7 +323,19 @@ def run_preflight(
         say(f"preflight: calibration, what this host achieves ({executor.name})")
         line, calibration = calibrate(measuring, executor, work)
         lines.append(line)
-    return Preflight(lines=lines, seconds=time.monotonic() - started, calibration=calibration)
+    corruption = None
+    checking = sdc_case(cases, len(host_gpu_names))
+    if checking is not None and not any(line.image == checking.image and line.status == "fail" for line in lines):
+        executor = choose(checking, requested)
+        say(f"preflight: silent data corruption, the same training on every device ({executor.name})")
+        line, corruption = check_silent_data_corruption(checking, executor, work)
+        lines.append(line)
+    return Preflight(
+        lines=lines,
+        seconds=time.monotonic() - started,
+        calibration=calibration,
+        silent_data_corruption=corruption,
+    )
 
 
 def expected_gpus(plan: Plan) -> int | None:
