@@ -54,16 +54,14 @@ def test_vllm_cpu_greedy_output_equals_transformers(serve_case, tmp_path: Path):
     assert details is not None and details.model is not None and details.model.kind == "synthetic checkpoint"
 
 
-def test_a_wrong_output_makes_the_figures_invalid(serve_case, tmp_path: Path):
-    """The recorded result of a real serving run (the smoke run's), its check set to a failure."""
+@pytest.mark.e2e
+def test_a_wrong_output_makes_the_figures_invalid(real_smoke_run):
+    """The result of a real serving run (the smoke run's), its check set to a failure."""
     from kit.rundir.directory import read_model
     from kit.rundir.schema import Result
 
-    baseline = Path("/work/baseline/smoke")
-    found = sorted(baseline.glob("cases/serve.*/result.json")) if baseline.is_dir() else []
-    if not found:
-        pytest.skip("no recorded smoke run at /work/baseline/smoke")
-    result = read_model(found[0], Result)
+    (found,) = real_smoke_run.glob("cases/serve.*/result.json")
+    result = read_model(found, Result)
     driver = result.samples[0].ranks[0]
     details = driver.details_as(ServeDetails)
     assert details is not None
