@@ -91,3 +91,30 @@ def test_slurm_nodes_are_gated_each_on_its_own_fingerprint(tmp_path):
     assert unhealthy_nodes(tmp_path, files) == [
         "node n2 unhealthy: remapped_rows_pending on GPU1 (00000000:9E:00.0): yes"
     ]
+
+
+def test_a_forced_run_records_the_unhealthy_host_and_its_report_says_so(tmp_path):
+    from kit.report.build import build_report
+
+    out = tmp_path / "run"
+    done = kit_with_recorded_nvidia_smi(
+        tmp_path,
+        "nvidia-smi-q-a100-sxm4x4-row-remap-pending.txt",
+        "run",
+        "--case",
+        "comm.all_reduce.g2",
+        "--profile",
+        "smoke",
+        "--executor",
+        "local",
+        "--no-preflight",
+        "--force",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--force: starting despite failing checks (gpus_healthy)" in done.stderr
+    assert json.loads((out / "run.json").read_text())["forced"] is True
+    lines = {fact.label: fact for fact in build_report(out, compare=()).page_one.host}
+    assert lines["Health"].value == "fail: unhealthy: remapped_rows_pending on GPU1 (00000000:9E:00.0): yes"
+    assert lines["Health"].tone == "bad"
