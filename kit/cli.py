@@ -31,6 +31,12 @@ PROFILE_OPTION = click.option(
 )
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="as JSON")
 REDACT_OPTION = click.option("--redact", is_flag=True, help="replace hostname and GPU serials/UUIDs with tokens")
+DCGM_DIAG_OPTION = click.option(
+    "--dcgm-diag",
+    "dcgm_level",
+    type=click.IntRange(1, 4),
+    help="also run DCGM's diagnostic at this level (dcgmi diag -r 1..4, about 1 min to over an hour) in the health check",
+)
 
 
 class UsageFailure(click.ClickException):
@@ -126,14 +132,15 @@ def cli(quiet: bool, verbose: bool, no_progress: bool) -> None:
 @PROFILE_OPTION
 @JSON_OPTION
 @REDACT_OPTION
-def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
+@DCGM_DIAG_OPTION
+def doctor(profile: str | None, as_json: bool, redact: bool, dcgm_level: int | None) -> None:
     """Fingerprint this host and check it against manifests/environment.yaml (exit 1 on a failure)."""
     from kit.execute.preflight import check_host, failing
     from kit.host.this_host import this_host
     from kit.plan.protocol import plan_for
 
     plan = plan_for(this_host(), profile)
-    fingerprint, checks = check_host(plan, redact=redact)
+    fingerprint, checks = check_host(plan, redact=redact, dcgm_level=dcgm_level)
     if as_json:
         click.echo(
             json.dumps(
@@ -152,11 +159,12 @@ def doctor(profile: str | None, as_json: bool, redact: bool) -> None:
 @PROFILE_OPTION
 @click.option("--executor", type=click.Choice(["docker", "local"]), help="check the images as this executor runs them")
 @JSON_OPTION
-def preflight(profile: str | None, executor: str | None, as_json: bool) -> None:
+@DCGM_DIAG_OPTION
+def preflight(profile: str | None, executor: str | None, as_json: bool, dcgm_level: int | None) -> None:
     """Check every image and engine the plan needs, in minutes, before hours of work (exit 1 on a failure)."""
     from kit.execute.preflight import preflight_for
 
-    result = preflight_for(profile, executor, say=output.say)
+    result = preflight_for(profile, executor, say=output.say, dcgm_level=dcgm_level)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
@@ -207,7 +215,8 @@ def _stop_on_sigterm() -> None:
 @click.option("--out", type=FOLDER, callback=writable_folder, help="run directory (default: runs/<time>-<profile>)")
 @click.option("--resume", type=FOLDER, help="finish this run directory")
 @click.option("--dry-run", is_flag=True, help="show what would run, run nothing")
-@click.option("--force", is_flag=True, help="start even if environment checks fail (recorded in run.json)")
+@click.option("--force", is_flag=True, help="start even if environment or health checks fail (recorded in run.json)")
+@DCGM_DIAG_OPTION
 @click.option("--executor", type=click.Choice(EXECUTORS), help="where cases run (default: docker, else local)")
 @click.option("--partition", help="slurm: the partition jobs go to")
 @click.option("--account", help="slurm: the account jobs are charged to")

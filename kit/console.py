@@ -12,6 +12,7 @@ from rich.table import Table
 from kit import output
 from kit.execute.case_run import Progress as CaseProgress
 from kit.host.environment import Check
+from kit.host.health import HostHealth
 from kit.measure.registry import unit_of
 from kit.plan.estimate import Estimate
 from kit.plan.protocol import Case
@@ -51,6 +52,34 @@ def checks_table(checks: list[Check]) -> Table:
         remedy = check.remedy if check.status in ("fail", "warn") else ""
         observed = "(see below)" if check.status == "skip" and check.observed in shared else check.observed
         table.add_row(check.name, f"[{style}]{check.status}[/]", observed, check.expected, remedy)
+    return table
+
+
+HEALTH_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "unknown": "cyan", "not_applicable": "dim"}
+
+
+def health_table(health: HostHealth) -> Table:
+    """`kit doctor`: the health checks that did not pass (each with its threshold, severity and
+    source), the passing ones counted in the title."""
+    shown = [check for check in health.checks if check.status != "pass"]
+    passed = len(health.checks) - len(shown)
+    table = Table(
+        title=f"Health ({health.catalog}): {health.verdict}; {passed} of {len(health.checks)} checks pass",
+        title_justify="left",
+    )
+    for column, width in (("check", None), ("on", None), ("status", None), ("observed", 40), ("threshold", 24)):
+        table.add_column(column, max_width=width, no_wrap=width is None)
+    table.add_column("severity, source", max_width=50)
+    for check in shown:
+        style = HEALTH_STYLE[check.status]
+        table.add_row(
+            check.name,
+            check.scope,
+            f"[{style}]{check.status}[/]",
+            check.observed,
+            check.threshold,
+            f"{check.severity}; {check.source}",
+        )
     return table
 
 
@@ -302,3 +331,8 @@ def show_doctor(profile: str, fingerprint, checks: list[Check]) -> None:
     results = output.results()
     results.print(f"profile {profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}", markup=False)
     results.print(checks_table(checks))
+    health = fingerprint.health
+    if health is not None and health.not_applicable is not None:
+        results.print(f"Health: not applicable ({health.catalog}): {health.not_applicable}", markup=False)
+    elif health is not None:
+        results.print(health_table(health))

@@ -29,6 +29,7 @@ from kit.execute.slurm import SlurmExecutor, configured
 from kit.host.collection import collect
 from kit.host.environment import Check, drift
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.health import SilentDataCorruption
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
 from kit.plan.fit import skip_reason
@@ -123,15 +124,32 @@ def start_run(
     return run
 
 
+def in_run(run: RunDir, raw_samples: str) -> str:
+    """A folder of raw samples named by its place in the run directory, where it is in it."""
+    raw = Path(raw_samples)
+    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
+        return raw.relative_to(run.root.resolve()).as_posix()
+    return raw_samples
+
+
 def record_calibration(run: RunDir, calibration: Calibration) -> None:
     """What the preflight measured the host to achieve, into the fingerprint before the run (a
     fact of the host every figure of the run was measured on), its raw samples named by their
     place in the run directory."""
-    raw = Path(calibration.raw_samples)
-    if raw.is_absolute() and raw.is_relative_to(run.root.resolve()):
-        calibration = calibration.model_copy(update={"raw_samples": raw.relative_to(run.root.resolve()).as_posix()})
+    calibration = calibration.model_copy(update={"raw_samples": in_run(run, calibration.raw_samples)})
     fingerprint = read_model(run.fingerprint_path, Fingerprint)
     atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"calibration": calibration}))
+
+
+def record_silent_data_corruption(run: RunDir, corruption: SilentDataCorruption) -> None:
+    """The preflight's silent-data-corruption check, into the health section of the fingerprint
+    before the run, its raw samples named by their place in the run directory."""
+    if corruption.raw_samples is not None:
+        corruption = corruption.model_copy(update={"raw_samples": in_run(run, corruption.raw_samples)})
+    fingerprint = read_model(run.fingerprint_path, Fingerprint)
+    if fingerprint.health is not None:
+        health = fingerprint.health.model_copy(update={"silent_data_corruption": corruption})
+        atomic_write_model(run.fingerprint_path, fingerprint.model_copy(update={"health": health}))
 
 
 def redact_in_place(run: RunDir, info: RunInfo) -> None:
@@ -312,6 +330,7 @@ class RunRequest(BaseModel):
     resume: Path | None = None
     dry_run: bool = False
     force: bool = False
+    dcgm_level: int | None = None  # `dcgmi diag -r LEVEL` in the health gate before the run
     executor: Literal["docker", "local", "slurm"] | None = None
     slurm: SlurmOptions | None = None  # with the Slurm executor: its options
     skip_predicted_oom: bool = False
@@ -466,19 +485,21 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
         _require_frameworks(pending, chosen)
         ui.say(describe_choice(pending, chosen))
         if isinstance(chosen, SlurmExecutor):  # the nodes a resumed run's jobs land on may not be those of its start
-            check_shared_run_dir(run_dir, pending, chosen, ui)
+            check_shared_run_dir(run_dir, pending, chosen, ui, request.force)
     else:
         out = request.out or default_run_dir(planned.plan.profile)
         if (out / "run.json").exists():
             raise RequestError(f"{out} already holds a run; use --resume {out} or another --out")
         ui.say("checking the environment (kit doctor)...")
-        fingerprint, checks = check_host(planned.plan, redact=planned.redact, executor=executor)
+        fingerprint, checks = check_host(
+            planned.plan, redact=planned.redact, executor=executor, dcgm_level=request.dcgm_level
+        )
         failed = failing(checks)
         if failed and not request.force:
             ui.show_checks(checks)
             raise RefusedToStart(
                 f"refusing to start: {len(failed)} environment check(s) fail "
-                f"({', '.join(check.name for check in failed)}); fix them, or run with --force"
+                f"({'; '.join(f'{check.name}: {check.observed}' for check in failed)}); fix them, or run with --force"
             )
         prepared: list[ImagePreparation] = []
         if planned.plan.device == "cuda" and executor not in ("local", "slurm"):
@@ -506,7 +527,7 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
                 f"--force: starting despite failing checks ({', '.join(c.name for c in failed)}); recorded in run.json"
             )
         if isinstance(chosen, SlurmExecutor):
-            check_shared_run_dir(run_dir, pending, chosen, ui)
+            check_shared_run_dir(run_dir, pending, chosen, ui, request.force)
         before_the_cases(run_dir, planned.cases, host, chosen, checks, request, ui)
     ui.say(f"run directory: {run_dir.root}")
     try:
@@ -640,9 +661,21 @@ def before_the_cases(
             run_dir.write_info(info)
             raise
         ui.show_preflight(checked)
-        info.preflight = checked.model_copy(update={"calibration": None})  # kept in fingerprint.json
+        info.preflight = checked.model_copy(
+            update={"calibration": None, "silent_data_corruption": None}  # kept in fingerprint.json
+        )
         if checked.calibration is not None:
             record_calibration(run_dir, checked.calibration)
+        corruption = checked.silent_data_corruption
+        if corruption is not None:
+            record_silent_data_corruption(run_dir, corruption)
+        if corruption is not None and corruption.status == "fail" and not request.force:
+            info.status = "interrupted"
+            run_dir.write_info(info)
+            raise RefusedToStart(
+                f"refusing to start: silent_data_corruption: {corruption.summary}; "
+                "have the device checked, or run with --force"
+            )
     run_dir.write_info(info)
     redact_in_place(run_dir, info)
 
@@ -670,9 +703,13 @@ def prepare_images(cases: list[Case], ui: RunUi) -> list[ImagePreparation]:
     return prepared
 
 
-def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExecutor, ui: RunUi) -> None:
+def check_shared_run_dir(
+    run_dir: RunDir, cases: list[Case], executor: SlurmExecutor, ui: RunUi, force: bool = False
+) -> None:
     """Before the first Slurm job: do the compute nodes see the run directory? If not, no result
-    could come back, and the run stops here (resumable once the directory is shared)."""
+    could come back, and the run stops here (resumable once the directory is shared). The nodes
+    fingerprint themselves there, their GPUs' health with it: an unhealthy node stops the run
+    too, unless forced."""
     from kit.execute import slurm
     from kit.execute.node_fingerprint import fingerprinted
 
@@ -693,6 +730,27 @@ def check_shared_run_dir(run_dir: RunDir, cases: list[Case], executor: SlurmExec
         f"the run directory is shared with {', '.join(seen)}; fingerprinted there: "
         f"{', '.join(info.node_fingerprints) or 'none (see the check job output)'}"
     )
+    sick = unhealthy_nodes(run_dir.root, info.node_fingerprints)
+    if sick and not force:
+        info.status = "interrupted"
+        run_dir.write_info(info)
+        raise RefusedToStart(f"refusing to start: {'; '.join(sick)}; fix them, or run with --force")
+    if sick:
+        ui.warn(f"--force: starting despite unhealthy nodes ({'; '.join(sick)})")
+
+
+def unhealthy_nodes(run_root: Path, node_fingerprints: dict[str, str]) -> list[str]:
+    """ "node n1 unhealthy: remapped_rows_pending on GPU1 (...): yes" for each node whose own
+    fingerprint's health section says it is unhealthy."""
+    from kit.host.fingerprint import Fingerprint
+    from kit.rundir.directory import read_model
+
+    sick = []
+    for node, relative in node_fingerprints.items():
+        health = read_model(run_root / relative, Fingerprint).health
+        if health is not None and health.verdict == "unhealthy":
+            sick.append(f"node {node} unhealthy: {health.unhealthy_because}")
+    return sick
 
 
 def run_per_node(arguments: list[str], request: RunRequest, say: Callable[[str], None]) -> dict[str, tuple[Path, int]]:

@@ -20,6 +20,7 @@ from kit.execute.base import Executor
 from kit.host.collection import collect
 from kit.host.environment import Check, evaluate, load_expectations
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.health import SilentDataCorruption
 from kit.host.probe_cache import probe_this_python
 from kit.plan.protocol import (
     Case,
@@ -236,6 +237,34 @@ def calibrate(case: Case, executor: Executor, work: Path) -> tuple[PreflightLine
     ), calibration
 
 
+def check_silent_data_corruption(
+    case: Case, executor: Executor, work: Path
+) -> tuple[PreflightLine, SilentDataCorruption | None]:
+    """The same short training on every device and an all-reduce per pair (kit.measure.sdc),
+    through the executor the plan will use: the line, and the record where the ranks reported."""
+    from kit.measure.sdc import silent_data_corruption
+
+    started = time.monotonic()
+    sample, folder = run_check(case, executor, work)
+    record = None
+    if isinstance(sample, str):
+        status, detail = "fail", sample
+    elif sample.status == "ok":
+        record = silent_data_corruption(case, sample, (folder / "runs" / "1").resolve().as_posix())
+        status, detail = ("ok" if record.status == "pass" else "fail"), record.summary
+    else:
+        status, detail = "fail", f"{sample.status}: {sample.reason}"
+    devices = f"{case.gpus} GPUs" if case.device == "cuda" else f"{case.gpus} CPU ranks"
+    return PreflightLine(
+        image="host",
+        check=f"silent data corruption: the same training on {devices}, all-reduce per pair ({executor.name})",
+        status=status,
+        detail=detail[:600],
+        hint=None if status == "ok" else f"see {folder / 'log.txt'}",
+        seconds=time.monotonic() - started,
+    ), record
+
+
 def gate_line(checks) -> PreflightLine:
     """The fingerprint gate (kit doctor's checks) as one line."""
     failed = [check for check in checks if check.status == "fail"]
@@ -263,9 +292,11 @@ def run_preflight(
     """Every image the cases need, checked, after the environment gate; the miniatures' folders
     go into `out_dir` (kept as evidence of the check). On a host with more than one GPU, the
     training image also runs an all-reduce across all of them. Then, where the training image
-    passed, a short measurement of what the host achieves (kit.measure.calibration)."""
+    passed, a short measurement of what the host achieves (kit.measure.calibration), and the
+    silent-data-corruption check on every device (kit.measure.sdc)."""
     from kit.execute.choice import choose
     from kit.measure.calibration import calibration_case
+    from kit.measure.sdc import sdc_case
 
     started = time.monotonic()
     work = out_dir or Path(tempfile.mkdtemp(prefix="kit-preflight-"))
@@ -292,7 +323,19 @@ def run_preflight(
         say(f"preflight: calibration, what this host achieves ({executor.name})")
         line, calibration = calibrate(measuring, executor, work)
         lines.append(line)
-    return Preflight(lines=lines, seconds=time.monotonic() - started, calibration=calibration)
+    corruption = None
+    checking = sdc_case(cases, len(host_gpu_names))
+    if checking is not None and not any(line.image == checking.image and line.status == "fail" for line in lines):
+        executor = choose(checking, requested)
+        say(f"preflight: silent data corruption, the same training on every device ({executor.name})")
+        line, corruption = check_silent_data_corruption(checking, executor, work)
+        lines.append(line)
+    return Preflight(
+        lines=lines,
+        seconds=time.monotonic() - started,
+        calibration=calibration,
+        silent_data_corruption=corruption,
+    )
 
 
 def expected_gpus(plan: Plan) -> int | None:
@@ -302,13 +345,18 @@ def expected_gpus(plan: Plan) -> int | None:
     return max(counts) if counts else None
 
 
-def check_host(plan: Plan, redact: bool = False, executor: str | None = None) -> tuple[Fingerprint, list[Check]]:
-    """Fingerprint this host (with the frameworks of this Python, and the CUDA of the images the
-    plan runs in unless it runs here) and check it for the plan."""
+def check_host(
+    plan: Plan, redact: bool = False, executor: str | None = None, dcgm_level: int | None = None
+) -> tuple[Fingerprint, list[Check]]:
+    """Fingerprint this host (with the frameworks of this Python, the CUDA of the images the
+    plan runs in unless it runs here, and its GPUs' health, with `dcgmi diag -r dcgm_level` where
+    one is given) and check it for the plan."""
     from kit.images import images_cuda
 
     names = [] if executor == "local" else sorted({case.image for case in plan.cases})
-    fingerprint = collect(redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names))
+    fingerprint = collect(
+        redact=redact, image_probe=probe_this_python(), images_cuda=images_cuda(names), dcgm_level=dcgm_level
+    )
     return fingerprint, evaluate(fingerprint, load_expectations(), expected_gpus(plan))
 
 
@@ -316,7 +364,9 @@ def failing(checks: list[Check]) -> list[Check]:
     return [check for check in checks if check.status == "fail"]
 
 
-def preflight_for(profile: str | None, executor_name: str | None, say=print) -> Preflight:
+def preflight_for(
+    profile: str | None, executor_name: str | None, say=print, dcgm_level: int | None = None
+) -> Preflight:
     """`kit preflight`: the plan of this host checked as it would run, through the executor named
     (docker with its images where none is named on a GPU host; images.EngineUnavailable where
     docker is needed and no engine answers)."""
@@ -333,7 +383,7 @@ def preflight_for(profile: str | None, executor_name: str | None, say=print) -> 
 
         images.engine()
     remove_leftovers(say)
-    _, checks = check_host(plan)
+    _, checks = check_host(plan, dcgm_level=dcgm_level)
     cases = [case for case in plan.cases if skip_reason(case, host) is None]
     return run_preflight(
         cases, named(executor_name) if executor_name else None, checks, say=say, host_gpu_names=host.gpu_names

@@ -44,6 +44,7 @@ from kit.host.fingerprint import (
     RdmaPort,
     Topology,
 )
+from kit.host.health_collection import collect_health
 from kit.host.kit_source import kit_info
 from kit.host.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.host.redaction_tokens import redact_identifiers, redaction_salt
@@ -324,10 +325,14 @@ def _collect_container_runtime() -> ContainerRuntime:
 
 
 def collect(
-    redact: bool = False, image_probe: dict | ImageProbe | None = None, images_cuda: list[ImageCuda] | None = None
+    redact: bool = False,
+    image_probe: dict | ImageProbe | None = None,
+    images_cuda: list[ImageCuda] | None = None,
+    dcgm_level: int | None = None,
 ) -> Fingerprint:
     """Fingerprint this host; `image_probe` is the output of the in-image probe, if it ran;
-    `images_cuda` the CUDA versions of the images the run will use (kit.images.images_cuda).
+    `images_cuda` the CUDA versions of the images the run will use (kit.images.images_cuda);
+    `dcgm_level` the level of `dcgmi diag` its health section runs (None: none).
 
     With `redact`, the hostname, GPU UUIDs and serials become salted tokens (see
     `redaction_salt`), so a fingerprint can be shared without naming the machine.
@@ -343,5 +348,6 @@ def collect(
         images_cuda=images_cuda or [],
         kit=kit_info(),
         nccl_environment={key: value for key, value in sorted(os.environ.items()) if key.startswith("NCCL_")},
+        health=collect_health(dcgm_level),
     )
     return redact_identifiers(fingerprint, redaction_salt()) if redact else fingerprint

@@ -26,15 +26,11 @@ Severity = Literal["fail", "warn"]
 CheckName = Literal[
     "gpus_same_model",
     "gpu_count_matches_profile",
-    "persistence_mode_on",
+    "gpus_healthy",
     "mig_off",
-    "no_uncorrectable_ecc_errors",
     "ecc_enabled",
     "no_foreign_processes",
-    "pcie_links_at_max_width",
-    "nvlink_links_all_active",
     "driver_supports_images",
-    "no_clock_limits_at_idle",
     "cpu_governor_performance",
     "nvidia_container_toolkit_present",
 ]
@@ -220,16 +216,23 @@ def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation, expected_gpus: i
     return CheckAnswer(count >= expected_gpus, observed, expected)
 
 
-def _persistence_mode_on(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(
-        fp,
-        lambda gpu: gpu.persistence_mode,
-        "persistence_mode",
-        lambda on: not on,
-        lambda gpu, _: f"{_label(gpu)}: persistence mode off",
-        "persistence mode on",
-        "persistence mode on for every GPU",
-    )
+def _gpus_healthy(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
+    """The health section's verdict (kit.host.health) as one check: a critical check of the catalog
+    past its threshold fails the host, a warning warns, nothing to check skips."""
+    health = fp.health
+    expected = "no critical check of manifests/health.yaml past its threshold"
+    if health is None:
+        return CheckAnswer(None, "no health section in this fingerprint", expected)
+    if health.verdict == "not_applicable":
+        return CheckAnswer(None, health.not_applicable or "nothing to check", expected)
+    if health.verdict == "unknown":
+        return CheckAnswer(None, "no health reading could be taken (see the health section)", expected)
+    if health.verdict == "unhealthy":
+        return CheckAnswer(False, f"unhealthy: {health.unhealthy_because}", expected)
+    if health.verdict == "warnings":
+        names = sorted({check.name for check in health.warnings})
+        return CheckAnswer(False, f"{len(health.warnings)} warning(s): {', '.join(names)}", expected, "warn")
+    return CheckAnswer(True, f"{len(health.checks)} health checks pass", expected)
 
 
 def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
@@ -242,18 +245,6 @@ def _mig_off(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
         lambda gpu, _: f"{_label(gpu)}: MIG enabled",
         "MIG off or unsupported",
         "MIG off on every GPU (whole GPUs only)",
-    )
-
-
-def _no_uncorrectable_ecc_errors(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(
-        fp,
-        lambda gpu: gpu.ecc_uncorrected_aggregate,
-        "ecc_uncorrected_aggregate",
-        lambda count: count > 0,
-        lambda gpu, count: f"{_label(gpu)}: {count} uncorrectable ECC errors (aggregate)",
-        "no uncorrectable ECC errors",
-        "0 uncorrectable ECC errors (aggregate count)",
     )
 
 
@@ -282,38 +273,6 @@ def _no_foreign_processes(fp: Fingerprint, _: Expectation, __: int | None) -> Ch
         lambda gpu, processes: f"{_label(gpu)}: {_describe_processes(processes)}",
         "no processes",
         "no process on any GPU before the run",
-    )
-
-
-def _pcie_links_at_max_width(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    def widths(gpu: Gpu) -> tuple[int, int] | None:
-        if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
-            return None
-        return gpu.pcie_width_current, gpu.pcie_width_max
-
-    return _per_gpu(
-        fp,
-        widths,
-        "pcie_width_current",
-        lambda w: w[0] < w[1],
-        lambda gpu, w: f"{_label(gpu)}: x{w[0]} of x{w[1]}",
-        "PCIe link at its maximum width",
-        "every PCIe link at its maximum width (the generation may drop at idle)",
-    )
-
-
-def _nvlink_links_all_active(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    def links(gpu: Gpu):
-        return gpu.nvlink if gpu.nvlink and gpu.nvlink.links else None
-
-    return _per_gpu(
-        fp,
-        links,
-        "nvlink",
-        lambda nv: nv.active_links < nv.links,
-        lambda gpu, nv: f"{_label(gpu)}: {nv.active_links} of {nv.links} links active",
-        "all NVLink links active",
-        "every NVLink link of every GPU active",
     )
 
 
@@ -395,18 +354,6 @@ def _driver_supports_images(fp: Fingerprint, expectation: Expectation, _: int | 
     return CheckAnswer(True, observed, expected)
 
 
-def _no_clock_limits_at_idle(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
-    return _per_gpu(
-        fp,
-        lambda gpu: gpu.clock_event_reasons,
-        "clock_event_reasons",
-        lambda reasons: bool(PERFORMANCE_LIMITING_REASONS & set(reasons)),
-        lambda gpu, reasons: f"{_label(gpu)}: " + ", ".join(sorted(PERFORMANCE_LIMITING_REASONS & set(reasons))),
-        "no power or thermal clock limit",
-        "no power, thermal or hardware clock limit active at idle",
-    )
-
-
 def _cpu_governor_performance(fp: Fingerprint, _: Expectation, __: int | None) -> CheckAnswer:
     governor = fp.host.cpu.frequency_governor
     expected = "CPU frequency governor 'performance'"
@@ -429,15 +376,11 @@ def _nvidia_container_toolkit_present(fp: Fingerprint, _: Expectation, __: int |
 CHECKS: dict[str, Callable[[Fingerprint, Expectation, int | None], CheckAnswer]] = {
     "gpus_same_model": _gpus_same_model,
     "gpu_count_matches_profile": _gpu_count_matches_profile,
-    "persistence_mode_on": _persistence_mode_on,
+    "gpus_healthy": _gpus_healthy,
     "mig_off": _mig_off,
-    "no_uncorrectable_ecc_errors": _no_uncorrectable_ecc_errors,
     "ecc_enabled": _ecc_enabled,
     "no_foreign_processes": _no_foreign_processes,
-    "pcie_links_at_max_width": _pcie_links_at_max_width,
-    "nvlink_links_all_active": _nvlink_links_all_active,
     "driver_supports_images": _driver_supports_images,
-    "no_clock_limits_at_idle": _no_clock_limits_at_idle,
     "cpu_governor_performance": _cpu_governor_performance,
     "nvidia_container_toolkit_present": _nvidia_container_toolkit_present,
 }

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from kit.credentials import masked
+from kit.host.health import HostHealth
 
 GPU_COLUMN = re.compile(r"^GPU\d+$")  # a GPU among the devices of `nvidia-smi topo -m` (the others are NICs)
 
@@ -261,3 +262,7 @@ class Fingerprint(BaseModel):
     # What the host achieved, measured by the preflight before the first case (kit run records it
     # here); None where no preflight measured it (kit doctor, --no-preflight, a failed calibration).
     calibration: Calibration | None = None
+    # The host's health before the run (kit.host.health): each GPU's readings, the catalog's checks
+    # judged on them, and the silent-data-corruption check where a preflight ran it. None in a
+    # fingerprint taken before the kit read health.
+    health: HostHealth | None = None

@@ -29,7 +29,7 @@ def redaction_token(value: str, salt: bytes) -> str:
 
 
 def redact_identifiers(fingerprint: Fingerprint, salt: bytes) -> Fingerprint:
-    """Replace the hostname, GPU UUIDs and serial numbers with salted tokens."""
+    """Replace the hostname, GPU UUIDs (the health section's too) and serial numbers with salted tokens."""
 
     def token(value: str | None) -> str | None:
         return None if value is None else redaction_token(value, salt)
@@ -38,10 +38,16 @@ def redact_identifiers(fingerprint: Fingerprint, salt: bytes) -> Fingerprint:
     gpus = [
         gpu.model_copy(update={"uuid": token(gpu.uuid), "serial": token(gpu.serial)}) for gpu in fingerprint.gpus.gpus
     ]
+    health = fingerprint.health
+    if health is not None:
+        health = health.model_copy(
+            update={"gpus": [gpu.model_copy(update={"uuid": token(gpu.uuid)}) for gpu in health.gpus]}
+        )
     return fingerprint.model_copy(
         update={
             "redacted": True,
             "host": host,
             "gpus": fingerprint.gpus.model_copy(update={"gpus": gpus}),
+            "health": health,
         }
     )

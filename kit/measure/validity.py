@@ -89,6 +89,21 @@ def tokens_disagree(result: Result) -> str | None:
     return None
 
 
+def output_wrong(result: Result) -> str | None:
+    """Serving correctness: the engine's greedy tokens were not the same weights' in transformers
+    (kit.serve.correctness); a fast wrong engine is no measurement."""
+    if result.case.workload != "serve":
+        return None
+    for index, sample in enumerate(result.samples, start=1):
+        driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
+        details = driver.details_as(ServeDetails) if driver else None
+        check = details.correctness if details else None
+        if check is not None and check.status == "fail":
+            first = check.mismatches[0] if check.mismatches else check.note
+            return f"output wrong in run {index}: {check.agreed} of {check.prompts} prompts agreed; {first}"
+    return None
+
+
 CHECKS: tuple[Callable[[Result], str | None], ...] = (
     above_training_bound,
     above_full_peak,
@@ -96,6 +111,7 @@ CHECKS: tuple[Callable[[Result], str | None], ...] = (
     above_serving_bound,
     above_link_bound,
     tokens_disagree,
+    output_wrong,
 )
 
 

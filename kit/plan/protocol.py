@@ -245,10 +245,24 @@ class CalibrateParams(CaseParams):
     seconds_per_repeat: float = Field(gt=0)
 
 
+class SdcParams(CaseParams):
+    """The silent-data-corruption check of preflight (kit/measure/sdc.py): the same short
+    deterministic training (the case's model cut to `layers` layers, fixed seed and data) on every
+    device, each alone, and an all-reduce of `all_reduce_elements` known values per pair of ranks."""
+
+    kind: Literal["sdc"] = "sdc"
+    dtype: Literal["fp32"] = "fp32"  # exact bits are compared: no lower precision's own rounding
+    layers: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    micro_batch: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    all_reduce_elements: int = Field(gt=0)
+
+
 Params = Annotated[
-    TrainParams | ServeParams | CommParams | ProfileParams | CalibrateParams, Field(discriminator="kind")
+    TrainParams | ServeParams | CommParams | ProfileParams | CalibrateParams | SdcParams, Field(discriminator="kind")
 ]
-P = TypeVar("P", TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams, StepParams)
+P = TypeVar("P", TrainParams, ServeParams, CommParams, ProfileParams, CalibrateParams, SdcParams, StepParams)
 PARAM_MODELS: dict[str, type[BaseModel]] = {
     "train": TrainParams,
     "serve": ServeParams,

@@ -10,4 +10,5 @@ WORKLOADS = {
     "comm": "kit.workloads.collective_sweep",
     "profile": "kit.workloads.step_timeline",
     "calibrate": "kit.workloads.calibrate",
+    "sdc": "kit.workloads.sdc_check",
 }

@@ -30,6 +30,7 @@ from kit.report.sections.capacity import capacity_part
 from kit.report.sections.claims import claims_section
 from kit.report.sections.energy import energy_section
 from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
+from kit.report.sections.health import health_section
 from kit.report.sections.stages import stage_sections
 from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
@@ -181,6 +182,7 @@ def build_report(
     sections = [
         summary_section(run, outcomes, stages, ab_comparisons, expectations or []),
         environment_section(run),
+        health_section(run),
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
         capacity,

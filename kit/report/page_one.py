@@ -50,6 +50,7 @@ from kit.report.sections.capacity import Capacities
 from kit.report.sections.common import first_clause
 from kit.report.sections.energy import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.sections.environment import fingerprint_facts, peak_figures
+from kit.report.sections.health import HEALTH_ANCHOR, HEALTH_TONES, output_checks
 from kit.report.sections.host_state import (
     achievable,
     gpu_settings,
@@ -740,6 +741,60 @@ def host_facts(run: LoadedRun) -> list[Fact]:
     return facts
 
 
+def health_lines(run: LoadedRun) -> list[Fact]:
+    """Health and correctness as pass, warn or fail lines: the host's (and each Slurm node's) GPU
+    health, the silent-data-corruption check, and the serving cases' output (the Health section
+    says each check's observation, threshold and source)."""
+    link = f" (#{HEALTH_ANCHOR})"
+    fingerprint = run.before.fingerprint
+    health = fingerprint.health if fingerprint else None
+    unhealthy_nodes = [
+        f"node {node}: {found.unhealthy_because}"
+        for node, loaded in sorted(run.nodes.items())
+        if loaded.fingerprint and (found := loaded.fingerprint.health) and found.verdict == "unhealthy"
+    ]
+    if health is None:
+        host = Fact(label="Health", value="warn: not recorded (no health section in the fingerprint)", tone="warn")
+    elif health.verdict == "unhealthy" or unhealthy_nodes:
+        because = [health.unhealthy_because] if health.unhealthy_because else []
+        host = Fact(label="Health", value=f"fail: unhealthy: {'; '.join(because + unhealthy_nodes)}", tone="bad")
+    elif health.verdict == "warnings":
+        names = ", ".join(sorted({check.name for check in health.warnings}))
+        host = Fact(label="Health", value=f"warn: {len(health.warnings)} warning(s): {names}{link}", tone="warn")
+    elif health.verdict == "not_applicable":
+        host = Fact(label="Health", value=f"not applicable: {health.not_applicable}", tone="muted")
+    elif health.verdict == "unknown":
+        host = Fact(label="Health", value="warn: no health reading could be taken", tone="warn")
+    else:
+        host = Fact(label="Health", value=f"pass: {len(health.checks)} checks of {health.catalog}", tone="good")
+    corruption = health.silent_data_corruption if health else None
+    facts = [
+        host,
+        Fact(label="Silent data corruption", value="not checked (no preflight ran it)", tone="muted")
+        if corruption is None
+        else Fact(
+            label="Silent data corruption",
+            value=f"{corruption.status}: {corruption.summary}",
+            tone=HEALTH_TONES[corruption.status],
+        ),
+    ]
+    checks = output_checks(run)
+    if checks:
+        wrong = [case for case, found in checks.items() if any(check.status == "fail" for check in found)]
+        checked = [case for case, found in checks.items() if any(check.status == "pass" for check in found)]
+        if wrong:
+            value, tone = f"fail: output wrong in {', '.join(sorted(wrong))}; their figures are invalid", "bad"
+        elif checked:
+            value, tone = (
+                f"pass: {len(checked)} of {len(checks)} serving cases' greedy output equals transformers'",
+                "good",
+            )
+        else:
+            value, tone = "not checked (see the Health and correctness section)", "muted"
+        facts.append(Fact(label="Serving output", value=value, tone=tone))
+    return facts
+
+
 def page_one(
     run: LoadedRun,
     reference: Reference | None,
@@ -770,7 +825,7 @@ def page_one(
     return PageOne(
         verdict=verdict_box(run, outcomes, expectations, fractions),
         cannot_tell=cannot_tell(run),
-        host=host_facts(run),
+        host=[*health_lines(run), *host_facts(run)],
         headline=headline_table(run, reference, sections, pricing, capacities or {}, slo),
         legend=method_legend(run, protocol),
     )

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag
 from kit.comm.sweep import CommSweep
 from kit.host.environment import Check, Finding
 from kit.host.fingerprint import Calibration, KitInfo
+from kit.host.health import SdcPair, SilentDataCorruption
 from kit.plan.estimate import Estimate
 from kit.plan.protocol import Case, Name, Plan
 from kit.rundir.breakdown import Breakdown, MarkedBreakdown
@@ -131,10 +132,26 @@ class CalibrationDetails(BaseModel):
     all_reduce: AllReduceTiming | None = None
 
 
+class SdcDetails(BaseModel):
+    """What one rank of the silent-data-corruption check computed (kit.workloads.sdc_check): each
+    step's loss and gradient norm, and their float32 bit patterns (the fingerprints compared across
+    devices by kit.measure.sdc), and the all-reduces of known data it took part in, verified."""
+
+    kind: Literal["sdc"] = "sdc"
+    device: str  # "GPU2: NVIDIA H100 80GB HBM3", "CPU rank 1"
+    losses: list[float]
+    grad_norms: list[float]
+    loss_bits: list[str]  # "0x40b1c2d3" per step
+    grad_norm_bits: list[str]
+    all_reduce: list[SdcPair] = []
+
+
 def details_kind(value: object) -> str:
     """The record a rank's details are: their `kind`, or, in a run written before the details said
     it, the kind their keys show."""
-    if isinstance(value, (TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails)):
+    if isinstance(
+        value, (TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails, SdcDetails)
+    ):
         return str(value.kind)
     if not isinstance(value, dict):
         return "train"  # pydantic then says what is wrong with it
@@ -159,10 +176,11 @@ RankDetails = Annotated[
     | Annotated[MarkedBreakdown, Tag("profile-marks")]
     | Annotated[ServeDetails, Tag("serve")]
     | Annotated[CommSweep, Tag("comm")]
-    | Annotated[CalibrationDetails, Tag("calibrate")],
+    | Annotated[CalibrationDetails, Tag("calibrate")]
+    | Annotated[SdcDetails, Tag("sdc")],
     Discriminator(details_kind),
 ]
-D = TypeVar("D", TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails)
+D = TypeVar("D", TrainDetails, Breakdown, MarkedBreakdown, ServeDetails, CommSweep, CalibrationDetails, SdcDetails)
 
 
 class RankSample(BaseModel):
@@ -300,6 +318,8 @@ class Preflight(BaseModel):
     seconds: float
     # What the host achieved (kit.measure.calibration); `kit run` moves it into the run's fingerprint.
     calibration: Calibration | None = None
+    # The silent-data-corruption check (kit.measure.sdc); `kit run` moves it into the fingerprint's health.
+    silent_data_corruption: SilentDataCorruption | None = None
 
     def failed_images(self) -> dict[str, str]:
         """Image -> the first failed check's reason, for the cases that would run in it."""

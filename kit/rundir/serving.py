@@ -369,6 +369,21 @@ class WarmupRecord(BaseModel):
     errors: list[str | None] = []
 
 
+class OutputCheck(BaseModel):
+    """Serving correctness beside speed (kit.serve.correctness): fixed prompts decoded greedily by
+    the engine, their first tokens against the same weights' greedy tokens in transformers. A
+    failed check marks the case's figures invalid (kit.measure.validity)."""
+
+    status: Literal["pass", "fail", "not_checked"]
+    prompts: int = 0
+    tokens_compared: int = 0  # per prompt: the first K generated tokens
+    agreed: int = 0  # prompts whose first K tokens were the reference's
+    reference: str = ""  # "transformers 4.57.1, fp32, CPU, greedy"
+    tolerance: str = ""
+    mismatches: list[str] = []  # "prompt 2, token 5: engine 311, transformers 87"
+    note: str | None = None  # why not checked
+
+
 class ServeDetails(BaseModel):
     """A serve run's driver details: the engine and model it served, the prompts, then the burst's
     figures (absent where no request of it finished), and the sweep's."""
@@ -388,3 +403,4 @@ class ServeDetails(BaseModel):
     bounds: ServingBounds | NoBound | None = None
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
+    correctness: OutputCheck | None = None  # before the burst: the engine's greedy output against transformers'

@@ -23,8 +23,12 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from kit.plan.protocol import Case, ServeParams
+from kit.theory.analytic import parameter_count
 
 SERVED_NAME = "kit-model"
+# An engine that can make its own random weights is given the seeded checkpoint instead for a
+# model this small, so that its output can be checked against transformers' (kit.serve.correctness).
+REFERENCE_MAX_PARAMETERS = 200_000_000
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -105,6 +109,11 @@ class Engine(ABC):
         event (a stream cut in the middle of one)."""
 
 
+def loads_checkpoint(case: Case, engine: Engine) -> bool:
+    """Whether the engine serves the kit's seeded checkpoint (else it makes random weights itself)."""
+    return not engine.makes_random_weights or parameter_count(case.model_shape) <= REFERENCE_MAX_PARAMETERS
+
+
 def _max_model_len(params: ServeParams) -> int:
     return params.input_tokens + params.max_output_tokens
 
@@ -156,9 +165,9 @@ class VllmEngine(Engine):
             str(_max_model_len(params)),
             "--seed",
             str(params.seed),
-            "--load-format",
-            "dummy",
         ]
+        if not loads_checkpoint(case, self):
+            argv += ["--load-format", "dummy"]
         if params.max_batch_requests is not None:
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
         if case.device == "cpu":

@@ -45,8 +45,9 @@ from kit.rundir.serving import (
 from kit.serve.bounds import burst_bound_details, device_names
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
+from kit.serve.correctness import check_output
 from kit.serve.cpu_split import cpu_split, running_on
-from kit.serve.engines import Engine, engine_for
+from kit.serve.engines import Engine, engine_for, loads_checkpoint
 from kit.serve.process import EngineFailed, http_get, log_tail
 from kit.serve.prometheus import counter_total, parse_samples
 from kit.serve.sweep import planned_points, run_sweep
@@ -92,7 +93,7 @@ def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tu
         return path, ModelRecord(kind="user-given", path=str(path), sha256=digest, files=files)
     from kit.cache import entry_digest, read_marker
 
-    if engine.makes_random_weights:
+    if not loads_checkpoint(case, engine):
         from kit.plan.model_files import weightless_model
 
         path = weightless_model(*case.named_model, params.seed, say=say)
@@ -322,6 +323,10 @@ def measure(
             say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
             record.ready_s = wait_ready(handle, engine.health_path, params.ready_timeout_s)
             record.version = engine_version(engine, handle.base_url) or record.version
+            say("serve: checking the engine's greedy output against transformers' on the same weights")
+            details.correctness = check_output(case, engine, handle.base_url, model_dir, tokenizer)
+            if details.correctness.status == "fail":
+                say(f"serve: output wrong: {'; '.join(details.correctness.mismatches)}")
             if warmup:
                 warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
                 errors = [r.error for r in warm.records if not r.ok]

@@ -115,8 +115,18 @@ def test_kit_preflight_passes_on_this_cpu_host_and_prints_its_table():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     checks = {line["check"].split(":")[0] for line in result["lines"]}
-    assert {"environment (kit doctor)", "pretrain", "profile", "comm", "serve", "calibration"} <= checks
+    assert {
+        "environment (kit doctor)",
+        "pretrain",
+        "profile",
+        "comm",
+        "serve",
+        "calibration",
+        "silent data corruption",
+    } <= checks
     assert all(line["status"] == "ok" for line in result["lines"]) and result["seconds"] < 300
+    corruption = result["silent_data_corruption"]  # the same training on two CPU ranks, compared bit for bit
+    assert corruption["status"] == "pass" and [device["rank"] for device in corruption["devices"]] == [0, 1]
     calibration = result["calibration"]  # what this CPU achieved, measured after the training image passed
     assert (
         calibration["matmul"]["value"] > 0

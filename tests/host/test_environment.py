@@ -32,6 +32,9 @@ from kit.host.fingerprint import (
     RdmaPort,
     Topology,
 )
+from kit.host.health import HostHealth, XidLog
+from kit.host.health_checks import judged
+from kit.host.nvidia_smi_query import parse_query
 from kit.host.nvidia_topology import classify_topology, parse_topology_matrix
 from kit.manifest import ManifestError
 
@@ -187,14 +190,42 @@ def test_an_expectation_listed_twice_is_rejected(tmp_path):
 
 def test_healthy_host_passes_every_check(expectations):
     checks = evaluate(h20_host(), expectations, expected_gpus=8)
-    assert {check.status for check in checks} == {"pass"}, [c for c in checks if c.status != "pass"]
+    not_passed = {check.name: check.observed for check in checks if check.status != "pass"}
+    # the recording of that host has no `nvidia-smi -q`: its health is judged below on others
+    assert not_passed == {"gpus_healthy": "no health section in this fingerprint"}
+
+
+def recorded_health(query: str):
+    driver, gpus = parse_query((FIXTURES / "health" / query).read_text())
+    return judged(HostHealth(catalog="", driver_version=driver, gpus=gpus, xid=XidLog(source="dmesg -T")))
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "observed"),
+    [
+        (
+            "nvidia-smi-q-a100-sxm4x4-row-remap-pending.txt",
+            "fail",
+            "unhealthy: remapped_rows_pending on GPU1 (00000000:9E:00.0): yes",
+        ),
+        (
+            "nvidia-smi-q-gh200-dram-uncorrectable-power-capped.txt",
+            "warn",
+            "2 warning(s): ecc_uncorrectable_aggregate, power_limit_fraction_of_default",
+        ),
+    ],
+)
+def test_the_health_gate_reads_the_health_sections_verdict(expectations, query, status, observed):
+    fp = h20_host().model_copy(update={"health": recorded_health(query)})
+    check = by_name(evaluate(fp, expectations, 8))["gpus_healthy"]
+    assert (check.status, check.observed) == (status, observed)
 
 
 def test_a_violation_takes_the_expectations_severity(expectations):
-    fp = with_gpu(h20_host(), 3, persistence_mode=False)
-    check = by_name(evaluate(fp, expectations, 8))["persistence_mode_on"]
-    assert (check.status, check.observed) == ("warn", "GPU3: persistence mode off")
-    assert "nvidia-smi -pm 1" in check.remedy
+    fp = with_gpu(h20_host(), 3, ecc_enabled=False)
+    check = by_name(evaluate(fp, expectations, 8))["ecc_enabled"]
+    assert (check.status, check.observed) == ("warn", "GPU3: ECC off")
+    assert "nvidia-smi -e 1" in check.remedy
 
 
 def test_mixed_gpu_models_fail(expectations):
@@ -221,31 +252,12 @@ def test_gpu_count_is_held_to_the_profile(expectations):
     ("changes", "check", "status", "observed"),
     [
         ({"mig_enabled": True}, "mig_off", "fail", "GPU2: MIG enabled"),
-        (
-            {"ecc_uncorrected_aggregate": 2},
-            "no_uncorrectable_ecc_errors",
-            "fail",
-            "GPU2: 2 uncorrectable ECC errors (aggregate)",
-        ),
         ({"ecc_enabled": False}, "ecc_enabled", "warn", "GPU2: ECC off"),
         (
             {"processes": [GpuProcess(pid=4242, name="python3", used_memory_bytes=3 * 2**30)]},
             "no_foreign_processes",
             "fail",
             "GPU2: pid 4242 (python3, 3.0 GiB)",
-        ),
-        ({"pcie_width_current": 8}, "pcie_links_at_max_width", "warn", "GPU2: x8 of x16"),
-        (
-            {"nvlink": NvLinkState(links=18, active_links=16)},
-            "nvlink_links_all_active",
-            "warn",
-            "GPU2: 16 of 18 links active",
-        ),
-        (
-            {"clock_event_reasons": ["gpu_idle", "hw_thermal_slowdown"]},
-            "no_clock_limits_at_idle",
-            "warn",
-            "GPU2: hw_thermal_slowdown",
         ),
     ],
 )
@@ -254,32 +266,9 @@ def test_one_unhealthy_gpu_is_named(expectations, changes, check, status, observ
     assert (result.status, result.observed) == (status, observed)
 
 
-def test_idle_and_application_clock_reasons_are_not_a_limit(expectations):
-    fp = with_gpu(h20_host(), 0, clock_event_reasons=["gpu_idle", "applications_clocks_setting"])
-    assert by_name(evaluate(fp, expectations, 8))["no_clock_limits_at_idle"].status == "pass"
-
-
-def test_pcie_generation_drop_at_idle_is_not_a_narrow_link(expectations):
-    fp = with_gpu(h20_host(), 0, pcie_gen_current=1)
-    assert by_name(evaluate(fp, expectations, 8))["pcie_links_at_max_width"].status == "pass"
-
-
 def test_gpus_without_mig_support_count_as_mig_off(expectations):
     fp = with_gpu(h20_host(), 0, mig_enabled=None, unreadable={"mig_enabled": "NVMLError_NotSupported: Not Supported"})
     assert by_name(evaluate(fp, expectations, 8))["mig_off"].status == "pass"
-
-
-def test_pcie_boards_skip_the_nvlink_check_with_nvmls_reason(expectations):
-    fp = h20_host()
-    for index in range(8):
-        fp = with_gpu(
-            fp,
-            index,
-            nvlink=NvLinkState(links=0, active_links=0),
-            unreadable={"nvlink": "NVMLError_NotSupported: Not Supported"},
-        )
-    check = by_name(evaluate(fp, expectations, 8))["nvlink_links_all_active"]
-    assert check.status == "skip" and "Not Supported" in check.observed
 
 
 def test_driver_minimum_follows_the_probed_images_cuda(expectations):
