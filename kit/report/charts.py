@@ -12,6 +12,7 @@ from xml.dom import minidom
 
 from pydantic import BaseModel
 
+
 STYLE = {
     "font.family": "DejaVu Sans",
     "font.size": 8,
@@ -617,7 +618,8 @@ class ParetoPoint(BaseModel):
     tokens_per_s: float
     ttft_p99_s: float
     tpot_p99_s: float
-    meets: bool
+    meets: bool  # within the objectives, judged and valid
+    invalid: bool = False  # no measurement (kit.serve.slo.SweepPoint.invalid): hollow, labelled "invalid"
 
 
 class ParetoSeries(BaseModel):
@@ -628,8 +630,9 @@ class ParetoSeries(BaseModel):
 def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float, tpot_objective_s: float) -> str:
     """Output tokens/s against p99 TPOT and against p99 TTFT, one line per engine through its
     points in order of concurrency, each labelled with it and filled where it meets both
-    objectives (a dashed line at each); both latencies on log axes. A point whose p99 is a
-    failed request (never answered) has no place on them and is left out."""
+    objectives (a dashed line at each), hollow and labelled "invalid" where it is no measurement;
+    both latencies on log axes. A point whose p99 is a failed request (never answered) has no
+    place on them and is left out."""
     from matplotlib.ticker import LogLocator
 
     with pyplot().rc_context(STYLE):
@@ -650,7 +653,14 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
                     linewidths=1,
                 )
                 for x, y, point in zip(xs, ys, placed):
-                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+                    axes.annotate(
+                        f"{point.concurrency} invalid" if point.invalid else str(point.concurrency),
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(3, 3),
+                        fontsize=7,
+                        color=MARK_COLOURS["invalid"] if point.invalid else "black",
+                    )
         for axes, objective, label in (
             (left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
             (right, ttft_objective_s, "p99 time to first token (s)"),

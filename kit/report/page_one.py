@@ -46,7 +46,7 @@ from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.sections.appendix import image_section
-from kit.report.sections.capacity import Capacities
+from kit.report.sections.capacity import Capacities, capacity_figure
 from kit.report.sections.common import first_clause
 from kit.report.sections.energy import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.sections.environment import fingerprint_facts, peak_figures
@@ -65,7 +65,7 @@ from kit.report.verdict import (
 )
 from kit.rundir.schema import Metric, Result
 from kit.rundir.serving import ServeDetails
-from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
+from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, at_sweep_cap, capacity
 from kit.theory.hardware import load_hardware
 from kit.units import format_value, metric_label, unit_scale
 
@@ -360,16 +360,6 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
     return rows
 
 
-def _ttft_bound_s(result: Result) -> float | None:
-    """The least time to first token of a prompt served alone (kit.plan.predictions.serving_bounds),
-    as each run's driver recorded it."""
-    bounds = _burst_bounds(result)
-    known = [bound for bound in bounds if bound is not None]
-    return (
-        statistics.fmean(bound.prefill_one.seconds for bound in known) if bounds and len(known) == len(bounds) else None
-    )
-
-
 def _burst_bounds(result: Result) -> list[ServingBounds | None]:
     """The roofline each run's driver recorded of its burst; None for a run without one."""
     found = [rank.details_as(ServeDetails) for sample in result.samples for rank in sample.ranks if rank.rank == 0]
@@ -426,24 +416,20 @@ def serving_row(
     standing_cell = Cell(
         text=ranked,
         detail=(
-            f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
+            f"capacity {capacity_figure(points, best)} (N={best.concurrency}"
+            + (", the largest tried)" if at_sweep_cap(points, best) else ")")
             if best
             else unjudged or "no sweep point within the objectives"
         )
         if points
         else None,
     )
-    bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
+    bound = headline_bound(result)
     reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
-    else:
-        ttft = (
-            [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"]
-            if ttft_bound
-            else []
-        )
-        expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
+    else:  # no TTFT ratio: a burst's queueing against one prompt's prefill says nothing of the GPU
+        expected = _bound_cell(throughput.mean, bound, reachable)
     energy, cost = pricing.cells(result, "output_throughput")
     if best and pricing.gpu_hour_price is not None and case.device == "cuda":
         at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
