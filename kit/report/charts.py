@@ -12,6 +12,7 @@ from xml.dom import minidom
 
 from pydantic import BaseModel
 
+from kit.report.chart_cache import drawn_once
 
 STYLE = {
     "font.family": "DejaVu Sans",
@@ -354,6 +355,7 @@ def log_axis_limits(smallest: float, largest: float) -> tuple[float, float]:
     return (start / 10 if smallest < 2 * start else start), 10.0 ** (floor(log10(largest)) + 1)
 
 
+@drawn_once
 def bar_chart(
     salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False, limit: Limit | None = None
 ) -> str:
@@ -425,6 +427,7 @@ def bar_chart(
         return _svg(figure, salt)
 
 
+@drawn_once
 def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
     """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
     with pyplot().rc_context(STYLE):
@@ -479,6 +482,7 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
         return _svg(figure, salt)
 
 
+@drawn_once
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
     with pyplot().rc_context(STYLE):
@@ -501,6 +505,7 @@ def _bytes_label(size: float, _position: int = 0) -> str:
     return f"{size:g} B"
 
 
+@drawn_once
 def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
     """Bus bandwidth and time against message size, both on log axes: small messages are bound
     by latency (flat time), large ones by bandwidth (flat busbw)."""
@@ -547,6 +552,7 @@ class Stack(BaseModel):
     segments: list[Segment]
 
 
+@drawn_once
 def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     """Horizontal stacked bars, one colour per segment label across all bars, so that a part
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
@@ -589,6 +595,7 @@ class CdfSeries(BaseModel):
     values: list[float]
 
 
+@drawn_once
 def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -> str:
     """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
     distribution, so a long tail shows where a median hides it."""
@@ -627,6 +634,7 @@ class ParetoSeries(BaseModel):
     points: list[ParetoPoint]
 
 
+@drawn_once
 def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float, tpot_objective_s: float) -> str:
     """Output tokens/s against p99 TPOT and against p99 TTFT, one line per engine through its
     points in order of concurrency, each labelled with it and filled where it meets both
@@ -686,6 +694,7 @@ class TimeSeries(BaseModel):
     points: list[tuple[float, float]]
 
 
+@drawn_once
 def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> str:
     """Panels side by side, each a quantity (title, y label) of each series over the minutes of a
     soak: whether the figures hold from the first minute to the last."""
