@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from kit.reference.claims import MIN_RUNS, ClaimOutcome, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expectation_counts
-from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label, metric_of
+from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label, metric_of, one_line_cause
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
@@ -210,11 +210,14 @@ def summary_section(
         f"{tally['measured']} measured, " + ", ".join(others) + "."
     ]
     reasons = Counter(
-        r.reason for r in run.results.values() if r.status in ("unavailable", "skipped", "error") and r.reason
+        one_line_cause(r.reason)
+        for r in run.results.values()
+        if r.status in ("unavailable", "skipped", "error", "oom", "timeout") and r.reason
     )
     if reasons:
         paragraphs.append(
-            "Why cases ended without a measurement: "
+            "Why cases ended without a measurement (in one line each; the whole text under Deviations, and in "
+            "each case's cases/<case>/log.txt): "
             + "; ".join(f"{reason} ({count}×)" if count > 1 else reason for reason, count in reasons.most_common())
             + "."
         )
