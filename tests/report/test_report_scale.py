@@ -228,9 +228,20 @@ def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(t
     failures = between(text, "Cases that ended without a measurement", "Each was recorded as it happened")
     ended = {cid: result for cid, result in results.items() if result.status != "ok"}
     assert {"oom", "error", "unavailable"} <= {result.status for result in ended.values()}
+    grouped: dict[tuple[str, str], list[str]] = {}
     for cid, result in ended.items():
+        if result.status in ("skipped", "unavailable"):  # one row per reason, the cases counted
+            grouped.setdefault((result.status, result.reason.split(": ", 1)[1]), []).append(cid)
+            continue
         first_words = re.escape(" ".join(result.reason.split()[:3]))
         assert re.search(rf"^\s*{re.escape(cid)}\s+{result.status}\s+{first_words}", failures, re.M), cid
+    assert grouped
+    for (status, reason), ids in grouped.items():
+        first_words = re.escape(" ".join(reason.split()[:3]))
+        named = f"{len(ids)} cases" if len(ids) > 1 else ids[0]
+        assert re.search(rf"^\s*{re.escape(named)}\s+{status}\s+{first_words}", failures, re.M), ids
+    host_oom = next(result for result in ended.values() if "OOM killer" in result.reason)
+    assert host_oom.status == "oom" and host_oom.reason.startswith("host out of memory")  # listed as such above
 
 
 def test_a_table_longer_than_a_page_repeats_its_header_on_every_page(pages):

@@ -16,7 +16,7 @@ from kit.plan.protocol import Case
 from kit.report import charts
 from kit.report.cells import devices_text, percent
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
+from kit.report.model import PRINTED_ROWS, Cell, Chart, Row, Section, Table
 from kit.rundir.schema import Result
 from kit.rundir.serving import (
     NoBound,
@@ -262,43 +262,41 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
     for case in cases:
         rows.append(Row(heading=True, cells=[Cell(text=case_label(case), detail=case.id, tone="strong", colspan=10)]))
         rows += [point_row(point) for point in capacities[case.id]]
-    points = printed_if_short(
-        Table(
-            caption="Every point of every sweep",
-            header=[
-                "N",
-                "requests",
-                "output tokens/s",
-                "requests/s",
-                "TTFT p50 / p90 / p99 (s)",
-                "TPOT p50 / p90 / p99 (ms)",
-                "failed",
-                "goodput (requests/s)",
-                "within objectives",
-                "bound (tokens/s)",
-            ],
-            widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
-            rows=rows,
-            dense=True,
-            notes=[
-                "Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
-                "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
-                "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
-                + "".join(
-                    f"; none: {note}"
-                    for note in sorted(
-                        {
-                            p.bound_note
-                            for points in capacities.values()
-                            for p in points
-                            if p.bound_tokens_per_s is None and p.bound_note
-                        }
-                    )
+    points = Table(
+        caption="Every point of every sweep",
+        header=[
+            "N",
+            "requests",
+            "output tokens/s",
+            "requests/s",
+            "TTFT p50 / p90 / p99 (s)",
+            "TPOT p50 / p90 / p99 (ms)",
+            "failed",
+            "goodput (requests/s)",
+            "within objectives",
+            "bound (tokens/s)",
+        ],
+        widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
+        rows=rows,
+        dense=True,
+        notes=[
+            "Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
+            "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
+            "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
+            + "".join(
+                f"; none: {note}"
+                for note in sorted(
+                    {
+                        p.bound_note
+                        for points in capacities.values()
+                        for p in points
+                        if p.bound_tokens_per_s is None and p.bound_note
+                    }
                 )
-                + "."
-            ],
-        ),
-        "in `kit report --format json`",
+            )
+            + "."
+        ],
+        print_as_listing=len(rows) > PRINTED_ROWS,  # every point printed, as aligned lines where they are many
     )
     return Section(
         anchor=ANCHOR,
