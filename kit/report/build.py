@@ -167,13 +167,17 @@ def build_report(
     )
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
-    banner = footer_warning = None
+    banners, warnings = [], []
+    if info.synthetic:  # a test's run: no figure of it was measured, which every page says
+        banners.append(f"Synthetic run, measured on no machine: {info.synthetic}.")
+        warnings.append("SYNTHETIC: MEASURED ON NO MACHINE")
     if not info.plan.comparable_to_reference:
-        banner = (
+        banners.append(
             f"Not comparable to the reference: profile {info.profile} ({info.plan.description}); "
             "its numbers say nothing about the paper's hardware."
         )
-        footer_warning = "NOT COMPARABLE TO THE REFERENCE"
+        warnings.append("NOT COMPARABLE TO THE REFERENCE")
+    banner, footer_warning = " ".join(banners) or None, " · ".join(warnings) or None
     sections = [
         summary_section(run, outcomes, stages, ab_comparisons, expectations or []),
         environment_section(run),

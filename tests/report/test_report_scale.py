@@ -124,7 +124,8 @@ def test_the_paper_size_run_has_every_case_of_the_paper_plan_and_every_outcome(p
     plan = build_plan(load_protocol(), "paper")
     assert list(results) == [case.id for case in plan.cases]
     statuses = Counter(result.status for result in results.values())
-    assert statuses["ok"] > 90 and statuses["oom"] > 10 and statuses["error"] >= 3 and statuses["unavailable"] >= 1
+    assert statuses["ok"] > 90 and statuses["oom"] > 10 and statuses["error"] >= 2 and statuses["unavailable"] >= 1
+    assert any(result.reason.startswith("host out of memory") for result in results.values())  # oom, not error
     assert {result.stage for result in results.values()} == {
         "pretrain",
         "maxbatch",
