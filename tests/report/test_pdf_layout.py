@@ -67,3 +67,19 @@ def test_the_footer_wraps_a_long_run_id_and_never_runs_under_the_page_number(lon
             overlaps = xmax > left_edge and any(ymin < n[4] and ymax > n[2] for n in numbering)
             assert not overlaps, f"page {number}: {word!r} runs under the page number"
         assert "SYNTHETIC" in text, f"page {number} does not say the run is synthetic: {text}"
+
+
+def test_a_name_breaks_only_where_a_reader_would_break_it():
+    """A narrow cell wraps a case id after a dot and a check's name after an underscore, never
+    inside a word ("max_batc h_search"); the characters that allow it are not drawn."""
+    from kit.report.render import ZERO_WIDTH_SPACE, breakable
+
+    assert breakable("no_uncorrectable_ecc_error") == ZERO_WIDTH_SPACE.join(["no_", "uncorrectable_", "ecc_", "error"])
+    assert breakable("stage max_batch_search ran").split(ZERO_WIDTH_SPACE) == ["stage max_", "batch_", "search ran"]
+    assert breakable("serve.llama2-70b.tgi.g8").replace("\u2060", "").split(ZERO_WIDTH_SPACE) == [
+        "serve.",
+        "llama2-70b.",
+        "tgi.",
+        "g8",
+    ]
+    assert breakable("a plain sentence, 12.5 s") == "a plain sentence, 12.5 s"
