@@ -32,6 +32,7 @@ from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section,
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
+SYNTHETIC_BANNER = "Synthetic run: its numbers were measured on no machine (run.json, synthetic)."
 K = TypeVar("K", bound=str)  # a count's label: a verdict of either kind
 
 
@@ -169,7 +170,7 @@ def build_report(
     info = run.info
     banners, warnings = [], []
     if info.synthetic:  # a test's run: no figure of it was measured, which every page says
-        banners.append(f"Synthetic run, measured on no machine: {info.synthetic}.")
+        banners.append(SYNTHETIC_BANNER)
         warnings.append("SYNTHETIC: MEASURED ON NO MACHINE")
     if not info.plan.comparable_to_reference:
         banners.append(

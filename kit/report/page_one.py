@@ -268,15 +268,21 @@ def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
     return "; ".join(parts) or None
 
 
-def _bound_cell(measured_value: float, bound: float, reachable: float | None, *also: str) -> Cell:
-    """The physical bound of a figure and the figure's share of it; where the preflight measured
-    the GPUs below their datasheet, two: the roofline at its figures / at the datasheet's (the
-    table's note names the figures)."""
+def _bound_cell(measured_value: float, bound: float, reachable: float | None, unit: str, *also: str) -> Cell:
+    """The physical bound of a figure, in its unit, and the figure's share of it; where the
+    preflight measured the GPUs below their datasheet, two: the roofline at its figures / at the
+    datasheet's (the table's note names the figures)."""
     if reachable is None:
-        return Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(measured_value, bound), *also]))
+        return Cell(text=f"≤ {format_value(bound)} {unit}", detail="; ".join([_ratio(measured_value, bound), *also]))
     shares = f"{format_value(measured_value / reachable)} / {format_value(measured_value / bound)} × bound"
     above = ": above the first" if measured_value > reachable else ""
-    return Cell(text=f"≤ {format_value(reachable)} / {format_value(bound)}", detail="; ".join([shares + above, *also]))
+    return Cell(
+        text=f"≤ {format_value(reachable)} / {format_value(bound)} {unit}", detail="; ".join([shares + above, *also])
+    )
+
+
+# MFU and the share of the bound differ on one row: each counts a step's FLOPs its own way.
+MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run (recomputation in, masked half out)"
 
 
 def preflight_figures(run: LoadedRun) -> str | None:
@@ -306,7 +312,7 @@ def training_row(
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
     if bound:
-        expected = _bound_cell(throughput.mean, bound, reachable, *said)
+        expected = _bound_cell(throughput.mean, bound, reachable, "tokens/s", *said)
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
     else:
@@ -429,7 +435,7 @@ def serving_row(
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
     else:  # no TTFT ratio: a burst's queueing against one prompt's prefill says nothing of the GPU
-        expected = _bound_cell(throughput.mean, bound, reachable)
+        expected = _bound_cell(throughput.mean, bound, reachable, "tokens/s")
     energy, cost = pricing.cells(result, "output_throughput")
     if best and pricing.gpu_hour_price is not None and case.device == "cuda":
         at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
@@ -518,7 +524,7 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
     also = f"; preflight {format_value(preflight.value)} GB/s" if preflight else ""  # how: the Calibration fact
     expected = (
         Cell(
-            text=f"≤ {format_value(bound.gbps)}",
+            text=f"≤ {format_value(bound.gbps)} GB/s",
             detail=f"{_ratio(busbw.mean, bound.gbps)} ({(bound.link or '').split(':')[0]}){also}",
         )
         if bound.gbps is not None  # known: a known bound names its link, an unknown one its reason
@@ -604,8 +610,7 @@ def headline_table(
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
             "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.plan.predictions' "
-            "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
-            "past it is invalid"
+            "roofline at the GPUs' datasheet peaks (a link's rate), in the unit measured; a figure past it is invalid"
             + (
                 f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
                 if (figures := preflight_figures(run))
@@ -613,6 +618,7 @@ def headline_table(
             )
             + ". MFU: of the datasheet peak"
             + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
+            + f"{MFU_AGAINST_BOUND}. "
             + (
                 f"Paper: the value {reference_path().name} records for the case and metric. "
                 if paper_given

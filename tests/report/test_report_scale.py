@@ -24,6 +24,7 @@ import pytest
 from support.paper_size_run import write_paper_size_run, write_run
 
 from kit.plan.protocol import build_plan, load_protocol
+from kit.report.build import SYNTHETIC_BANNER
 from kit.rundir.directory import RunDir
 from kit.rundir.evidence import verify
 from kit.rundir.schema import RankSample
@@ -221,7 +222,7 @@ def test_page_one_holds_the_fastest_figure_of_each_kind_and_no_more(pages, resul
     busbw = results["comm.all_reduce.g8"].metrics["bus_bandwidth_gb_s"].mean
     assert f"{busbw:.{significant(busbw)}f} GB/s" in first
     assert "Methods: Naive: DeepSpeed data parallel, no ZeRO;" in first  # the legend, last on the page
-    assert flat(pages[1]).startswith("This report")
+    assert flat(pages[1]).removeprefix(SYNTHETIC_BANNER + " ").startswith("This report")  # after the banner
 
 
 def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(text, results):
