@@ -288,6 +288,9 @@ def test_the_pdf_printed_in_parts_reads_as_one_document(pages, paper_run):
     assert {"claims", "deviations", "appendix", "pretrain"} <= set(links), links  # both parts, from the cover
     assert destinations["claims"] == headed["Reference claims (arXiv:2311.03687)"]
     assert destinations["pretrain"] == headed["Pre-training"]
+    # a part that fills its last page exactly ends there: no page holds nothing but its margins
+    bodies = [flat(page).removeprefix(SYNTHETIC_BANNER).split("kit report · run")[0].strip() for page in pages]
+    assert not [number for number, body in enumerate(bodies, start=1) if not body]
     bookmarks = {
         item.title: reader.get_destination_page_number(item) for item in reader.outline if not isinstance(item, list)
     }
