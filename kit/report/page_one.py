@@ -163,6 +163,12 @@ def figure_cell(text: str, case: Case, section: str) -> Cell:
     return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
 
 
+def shown_case_ids(table: Table) -> set[str]:
+    """The cases whose figures a headline table shows: each row's figure_cell names its folder."""
+    details = (row.cells[0].detail or "" for row in table.rows if not row.heading)
+    return {detail.removeprefix("cases/").rstrip("/") for detail in details if detail.startswith("cases/")}
+
+
 def _across(label: Cell, status: Cell) -> Row:
     return Row(cells=[label, status.model_copy(update={"colspan": COLUMNS - 1})])
 
@@ -749,9 +755,9 @@ def page_one(
     `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity)."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
-    headline = [
-        result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant
-    ]
+    table = headline_table(run, reference, sections, pricing, capacities or {}, slo)
+    shown = shown_case_ids(table)  # the range the verdict gives is that of the figures on the page
+    headline = [result for case_id in run.info.selected if case_id in shown and (result := run.results.get(case_id))]
     fractions = [
         found
         for result in measured(run, headline, "tokens_per_s")
@@ -763,6 +769,6 @@ def page_one(
         verdict=verdict_box(run, outcomes, expectations, fractions),
         cannot_tell=cannot_tell(run),
         host=host_facts(run),
-        headline=headline_table(run, reference, sections, pricing, capacities or {}, slo),
+        headline=table,
         legend=method_legend(run, protocol),
     )

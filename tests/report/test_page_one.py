@@ -521,3 +521,21 @@ def test_a_host_that_measured_no_pre_training_nor_fine_tuning_shows_its_scaling_
     assert fastest in rows and not set(one_gpu[1:]) - {fastest} & set(rows)
     assert spread(result_json(run, fastest)["metrics"]["tokens_per_s"]) in rows[fastest][1].text
     assert not any(cid.startswith(("scaling.", "profile.")) for cid in rows_by_case(report))
+
+
+def test_the_verdicts_range_of_bounds_is_that_of_the_figures_the_table_shows(tmp_path):
+    """A case not on page one (a slower method of a model whose fastest is shown) is not in the
+    range the verdict gives: its lowest and highest are the table's own shares of their bounds."""
+    # two QLoRA cases, one of them offloaded: the lowest share of its bound of the run (0.0625)
+    qlora = ["finetune.llama2-7b.ql+z3+o.g8", "finetune.llama2-7b.ql+z2.g8"]
+    gpu_run = write_run(tmp_path / "a800-run", build_plan(load_protocol(), "paper"), cases=CASES + qlora)
+    report = build_report(gpu_run, ["reference"], gpu_hour_price=PRICE)
+    shares = [
+        float(found.group(1))
+        for cells in rows_by_case(report).values()
+        if len(cells) > 3 and (found := re.match(r"([\d.]+) × bound", cells[3].detail or ""))
+    ]
+    said = next(fact.value for fact in report.page_one.verdict if "physical bounds" in fact.value)
+    low, high = re.search(r"reach ([\d.]+)–([\d.]+) × their physical bounds", said).groups()
+    assert (float(low), float(high)) == (min(shares), max(shares))
+    assert not set(qlora) <= set(rows_by_case(report))  # at most one of them on the page
