@@ -212,6 +212,7 @@ def build_report(
             currency=currency,
             capacities=capacities,
             slo=slo,
+            comparisons=ab_comparisons,
         ),
         footer=footer,
     )

@@ -45,6 +45,7 @@ from kit.report.cells import (
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
 from kit.report.ranking import KINDS, method_kind, standing
+from kit.report.sections.ab import AbSection
 from kit.report.sections.appendix import image_section
 from kit.report.sections.capacity import Capacities, capacity_figure
 from kit.report.sections.common import first_clause
@@ -750,9 +751,11 @@ def page_one(
     currency: str = "USD",
     capacities: Capacities | None = None,
     slo: Slo = DEFAULT_SLO,
+    comparisons: Sequence[AbSection] = (),
 ) -> PageOne:
     """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
-    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity)."""
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity); `comparisons`
+    the runs it is compared with (A/B), each said in a line of the verdict, linked to its section."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
     table = headline_table(run, reference, sections, pricing, capacities or {}, slo)
@@ -766,7 +769,8 @@ def page_one(
         if (found := fraction_of_bound(result)) is not None
     ]
     return PageOne(
-        verdict=verdict_box(run, outcomes, expectations, fractions),
+        verdict=verdict_box(run, outcomes, expectations, fractions)
+        + [Fact(label="A/B", value=comparison.summary, tone="strong") for comparison in comparisons],
         cannot_tell=cannot_tell(run),
         host=host_facts(run),
         headline=table,
