@@ -616,18 +616,6 @@ def test_an_ab_comparison_tests_each_common_case_and_the_fingerprints(tmp_path, 
     assert against_b.startswith("Against run b: 2 cases in common; throughput differs significantly")
     assert "in 0 of the 0 measured in both in comparable environments" in against_b
 
-    same = write_run(
-        tmp_path / "c",
-        paper_plan,
-        {**cases, "pretrain.llama2-7b.z2.g8": 0.2},
-        gpus=[A800] * 8,
-        fingerprint=a800_fingerprint(),
-    )
-    _, comparability, cases_table = section(report_of(a, [str(same)]), "ab-c").tables
-    assert texts(comparability)[0][:2] == ["pretrain", "yes"], texts(comparability)
-    rows = {(row[0], row[1]): row[4:] for row in texts(cases_table)}
-    assert rows[("pretrain.llama2-7b.z2.g8", "tokens/s")][2] == "yes"
-
 
 def test_without_fingerprints_an_ab_comparison_says_so(tmp_path, smoke_plan, report_of):
     a = write_run(tmp_path / "a", smoke_plan, {"pretrain.tiny-llama.naive.g2": 0.1})
