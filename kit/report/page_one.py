@@ -44,7 +44,7 @@ from kit.report.cells import (
 )
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
-from kit.report.ranking import KINDS, method_kind, standing
+from kit.report.ranking import KINDS, method_kind, standing, workload
 from kit.report.sections.ab import AbSection
 from kit.report.sections.appendix import image_section
 from kit.report.sections.capacity import Capacities, capacity_figure
@@ -329,7 +329,7 @@ def training_row(
         cells=[
             label,
             measured_cell,
-            Cell(text=ranked),
+            Cell(text=ranked, detail=workload(case)),  # the workload it is ranked within, on the row
             expected,
             paper_cell(reference, case, ("tokens_per_s", "mfu")),
             *pricing.cells(result, "tokens_per_s"),
