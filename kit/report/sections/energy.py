@@ -100,12 +100,17 @@ def _rows(
             if invalid
             else cost_cell(result, name, gpu_hour_price, currency)
         )
+        # an invalid throughput, and the joules per token drawn from it, are no figures: said so in their place
+        figures = (
+            [Cell(text=f"invalid: {invalid[0]}", tone="bad"), Cell(text="invalid", tone="bad")]
+            if invalid
+            else [Cell(text=mean_std(metric_of(result, name))), energy_cell(result)]
+        )
         rows.append(
             Row(
                 cells=[
                     *label(result),
-                    Cell(text=mean_std(metric_of(result, name))),
-                    energy_cell(result),
+                    *figures,
                     Cell(text=mean_std(power)) if power else Cell(text="-", tone="muted"),
                     cost,
                 ]
