@@ -16,7 +16,7 @@ from kit.plan.protocol import Case
 from kit.report import charts
 from kit.report.cells import devices_text, percent
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import PRINTED_ROWS, Cell, Chart, Row, Section, Table
+from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.rundir.schema import Result
 from kit.rundir.serving import (
     NoBound,
@@ -296,8 +296,7 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
             )
             + "."
         ],
-        print_as_listing=len(rows) > PRINTED_ROWS,  # every point printed, as aligned lines where they are many
-    )
+    )  # printed whole: its ten columns do not fit a line of the monospace listing
     return Section(
         anchor=ANCHOR,
         title=title,
