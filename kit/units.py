@@ -97,3 +97,8 @@ def convert(value: float, from_unit: str, to_unit: str) -> float | None:
         return None
     (from_dim, from_factor), (to_dim, to_factor) = UNITS[from_unit], UNITS[to_unit]
     return value * from_factor / to_factor if from_dim == to_dim else None
+
+
+def counted(count: int, noun: str) -> str:
+    """A count and its noun, singular for one: "1 GPU", "8 GPUs"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -27,7 +27,7 @@ from kit.comm.gpu_links import topology_facts
 from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.local import launcher_command
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
-from kit.execute.samples import launch_samples, serve_run
+from kit.execute.samples import host_memory_bytes, killed_for_host_memory, launch_samples, serve_run
 from kit.host.this_host import gpu_names
 from kit.plan.protocol import Case
 from kit.rundir.directory import atomic_write_model
@@ -646,9 +646,8 @@ class DockerExecutor:
             timed_out=timed_out,
             timeout_s=case.params.timeout_s,
         )
-        if oom_killed and samples[-1].status == "error":
-            reason = "the container was killed by the kernel's OOM killer (host memory)"
-            samples[-1] = samples[-1].model_copy(update={"status": "oom", "reason": reason})
+        if oom_killed:
+            samples[-1] = killed_for_host_memory(samples[-1], host_memory_bytes())
         ran_in = ContainerRun(
             image=reference,
             image_digest=image.id,

@@ -5,9 +5,11 @@ Shared by every executor, so a run is judged the same way wherever it ran.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.plan.predictions import GIB
 from kit.plan.protocol import Case
 from kit.rundir.schema import RankSample, RunSample
 from kit.serve.session import Placement, run_driver
@@ -15,6 +17,23 @@ from kit.serve.session import Placement, run_driver
 # When ranks disagree, the most telling status wins: an OOM on one rank explains the errors
 # (torn-down collectives) on the others.
 SEVERITY = ("oom", "error", "unavailable", "ok")
+
+
+def host_memory_bytes() -> int:
+    """This host's physical memory, the figure a host out-of-memory kill is said with."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def killed_for_host_memory(sample: RunSample, memory_bytes: int) -> RunSample:
+    """A run whose container the kernel's OOM killer ended ran out of host memory: `oom`, with
+    the host's memory, never an error of exit code 137 (SIGKILL)."""
+    if sample.status != "error":  # a rank's own out-of-memory (the GPU's) says more
+        return sample
+    reason = (
+        f"host out of memory: the kernel's OOM killer ended the container (exit code {sample.exit_code}) "
+        f"on a host of {memory_bytes / GIB:.0f} GiB; see log.txt"
+    )
+    return sample.model_copy(update={"status": "oom", "reason": reason})
 
 
 def run_sample(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from kit.host.clock_events import PERFORMANCE_LIMITING_REASONS
 from kit.host.fingerprint import Fingerprint, Gpu, GpuProcess
 from kit.manifest import load_manifest, manifests_dir
+from kit.units import counted
 
 T = TypeVar("T")
 
@@ -185,7 +186,7 @@ def _per_gpu(
         return CheckAnswer(None, f"not reported by any GPU ({'; '.join(sorted(reasons))})", expected)
     wrong = [describe(gpu, value) for gpu, value in known if is_wrong(value)]
     silent = len(gpus) - len(known)
-    note = f"; {silent} GPUs did not report it" if silent else ""
+    note = f"; {counted(silent, 'GPU')} did not report it" if silent else ""
     if wrong:
         return CheckAnswer(False, "; ".join(wrong) + note, expected)
     return CheckAnswer(True, f"{fine} on {len(known)} of {len(gpus)} GPUs{note}", expected)
@@ -204,8 +205,8 @@ def _gpu_count_matches_profile(fp: Fingerprint, _: Expectation, expected_gpus: i
     if expected_gpus is None:
         return CheckAnswer(None, "the profile names no GPU count", "the profile's GPU count")
     count = len(fp.gpus.gpus)
-    observed = f"{count} GPUs" + (f" ({fp.gpus.unavailable})" if fp.gpus.unavailable else "")
-    expected = f"{expected_gpus} GPUs, as the profile's largest case is written for"
+    observed = counted(count, "GPU") + (f" ({fp.gpus.unavailable})" if fp.gpus.unavailable else "")
+    expected = f"{counted(expected_gpus, 'GPU')}, as the profile's largest case is written for"
     if 0 < count < expected_gpus:  # the plan is fitted to the host's GPUs, each such case saying so
         return CheckAnswer(
             False,

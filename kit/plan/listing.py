@@ -47,7 +47,7 @@ def listing(profile: str | None, host: Host) -> Listing:
         "estimates": {case_id: e.model_dump() for case_id, e in predicted.items()},
     }
     summary = (
-        f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPUs"
+        f"{plan['profile']}: {plan['description']} ({len(cases)} cases; host: {host.gpu_count} GPU{'' if host.gpu_count == 1 else 's'}"
         f"{', ' + str(len(skipped)) + ' cases cannot run here' if skipped else ''}; {total})"
     )
     table = plan_text(f"profile {plan['profile']}", cases, on_host=skipped or None, estimates=predicted)

@@ -36,6 +36,7 @@ from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section,
 from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
+SYNTHETIC_BANNER = "Synthetic run: its numbers were measured on no machine (run.json, synthetic)."
 K = TypeVar("K", bound=str)  # a count's label: a verdict of either kind
 
 
@@ -172,13 +173,17 @@ def build_report(
     )
     ab_comparisons = [comparison_section(run, other) for other in others]
     info = run.info
-    banner = footer_warning = None
+    banners, warnings = [], []
+    if info.synthetic:  # a test's run: no figure of it was measured, which every page says
+        banners.append(SYNTHETIC_BANNER)
+        warnings.append("SYNTHETIC: MEASURED ON NO MACHINE")
     if not info.plan.comparable_to_reference:
-        banner = (
+        banners.append(
             f"Not comparable to the reference: profile {info.profile} ({info.plan.description}); "
             "its numbers say nothing about the paper's hardware."
         )
-        footer_warning = "NOT COMPARABLE TO THE REFERENCE"
+        warnings.append("NOT COMPARABLE TO THE REFERENCE")
+    banner, footer_warning = " ".join(banners) or None, " · ".join(warnings) or None
     sections = [
         summary_section(run, outcomes, stages, ab_comparisons, expectations or []),
         environment_section(run),
@@ -208,6 +213,7 @@ def build_report(
         currency=currency,
         capacities=capacities,
         slo=slo,
+        comparisons=ab_comparisons,
     )
     first_page = first_page.model_copy(update={"headline": with_workloads(first_page.headline, run)})
     if assessment.acceptance is not None:

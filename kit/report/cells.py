@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, TypeGuard
 
 from kit.measure.throttling import throttling
@@ -133,3 +134,20 @@ def metric_of(result: Result, name: str) -> Metric:
 def signature_cell(check: SignatureCheck) -> Cell:
     """Who signed a run and whether it verified, red where it fails."""
     return Cell(text=check.summary, tone=SIGNATURE_TONES[check.state])
+
+
+CAUSE_LIMIT = 160  # characters: a cause is read in a sentence of the summary, the whole text under Deviations
+SENTENCE_END = re.compile(r"(?<=[a-z0-9)])\. (?=[A-Z\[])")
+KEY_VALUE_DUMP = re.compile(r"\((?:[\w()]+=[^,()]*(?:, )?){2,}\)")  # WorkNCCL(SeqNum=2418, OpType=ALLREDUCE, ...)
+
+
+def one_line_cause(reason: str) -> str:
+    """A failure's recorded reason as one line: its first sentence ("rank 5: RuntimeError: NCCL
+    communicator was aborted on rank 5."), never the engine's raw dump after it nor a record's
+    fields (WorkNCCL(SeqNum=..., OpType=...) becomes WorkNCCL(…)), cut at
+    CAUSE_LIMIT characters; the whole text stays in the case's log and under Deviations."""
+    whole = KEY_VALUE_DUMP.sub("(…)", " ".join(reason.split()))
+    first = SENTENCE_END.split(whole, maxsplit=1)[0]
+    if first != whole and not first.endswith("."):
+        first += "."
+    return first if len(first) <= CAUSE_LIMIT else first[: CAUSE_LIMIT - 1].rstrip() + "…"

@@ -12,6 +12,8 @@ from xml.dom import minidom
 
 from pydantic import BaseModel
 
+from kit.report.chart_cache import drawn_once
+
 STYLE = {
     "font.family": "DejaVu Sans",
     "font.size": 8,
@@ -353,6 +355,7 @@ def log_axis_limits(smallest: float, largest: float) -> tuple[float, float]:
     return (start / 10 if smallest < 2 * start else start), 10.0 ** (floor(log10(largest)) + 1)
 
 
+@drawn_once
 def bar_chart(
     salt: str, bars: list[Bar], unit: str, *, log: bool = False, panels: bool = False, limit: Limit | None = None
 ) -> str:
@@ -424,6 +427,7 @@ def bar_chart(
         return _svg(figure, salt)
 
 
+@drawn_once
 def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devices_word: str) -> str:
     """Throughput against N with the ideal line N x throughput(1), and the efficiency 1 -> N."""
     with pyplot().rc_context(STYLE):
@@ -478,6 +482,7 @@ def scaling_chart(salt: str, series: list[ScalingSeries], device_word: str, devi
         return _svg(figure, salt)
 
 
+@drawn_once
 def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
     """B / A per case around 1, dark where Welch's test finds the difference significant."""
     with pyplot().rc_context(STYLE):
@@ -500,6 +505,7 @@ def _bytes_label(size: float, _position: int = 0) -> str:
     return f"{size:g} B"
 
 
+@drawn_once
 def sweep_chart(salt: str, sweeps: list[Sweep]) -> str:
     """Bus bandwidth and time against message size, both on log axes: small messages are bound
     by latency (flat time), large ones by bandwidth (flat busbw)."""
@@ -546,6 +552,7 @@ class Stack(BaseModel):
     segments: list[Segment]
 
 
+@drawn_once
 def stacked_chart(salt: str, stacks: list[Stack], unit: str) -> str:
     """Horizontal stacked bars, one colour per segment label across all bars, so that a part
     reads the same in every case; a hatched segment (idle time) takes the colour of the segment
@@ -588,6 +595,7 @@ class CdfSeries(BaseModel):
     values: list[float]
 
 
+@drawn_once
 def cdf_chart(salt: str, panels: list[tuple[str, list[CdfSeries]]], unit: str) -> str:
     """One empirical CDF per series, one panel per quantity (TTFT, end-to-end latency): the whole
     distribution, so a long tail shows where a median hides it."""
@@ -617,7 +625,8 @@ class ParetoPoint(BaseModel):
     tokens_per_s: float
     ttft_p99_s: float
     tpot_p99_s: float
-    meets: bool
+    meets: bool  # within the objectives, judged and valid
+    invalid: bool = False  # no measurement (kit.serve.slo.SweepPoint.invalid): hollow, labelled "invalid"
 
 
 class ParetoSeries(BaseModel):
@@ -625,11 +634,13 @@ class ParetoSeries(BaseModel):
     points: list[ParetoPoint]
 
 
+@drawn_once
 def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float, tpot_objective_s: float) -> str:
     """Output tokens/s against p99 TPOT and against p99 TTFT, one line per engine through its
     points in order of concurrency, each labelled with it and filled where it meets both
-    objectives (a dashed line at each); both latencies on log axes. A point whose p99 is a
-    failed request (never answered) has no place on them and is left out."""
+    objectives (a dashed line at each), hollow and labelled "invalid" where it is no measurement;
+    both latencies on log axes. A point whose p99 is a failed request (never answered) has no
+    place on them and is left out."""
     from matplotlib.ticker import LogLocator
 
     with pyplot().rc_context(STYLE):
@@ -650,7 +661,14 @@ def pareto_chart(salt: str, series: list[ParetoSeries], ttft_objective_s: float,
                     linewidths=1,
                 )
                 for x, y, point in zip(xs, ys, placed):
-                    axes.annotate(str(point.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+                    axes.annotate(
+                        f"{point.concurrency} invalid" if point.invalid else str(point.concurrency),
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(3, 3),
+                        fontsize=7,
+                        color=MARK_COLOURS["invalid"] if point.invalid else "black",
+                    )
         for axes, objective, label in (
             (left, 1000 * tpot_objective_s, "p99 time per output token (ms)"),
             (right, ttft_objective_s, "p99 time to first token (s)"),
@@ -676,6 +694,7 @@ class TimeSeries(BaseModel):
     points: list[tuple[float, float]]
 
 
+@drawn_once
 def time_chart(salt: str, panels: list[tuple[str, str, list[TimeSeries]]]) -> str:
     """Panels side by side, each a quantity (title, y label) of each series over the minutes of a
     soak: whether the figures hold from the first minute to the last."""

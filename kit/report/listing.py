@@ -41,7 +41,7 @@ def _wrapped(text: str, width: int) -> list[str]:
 def listing_lines(table: Table) -> list[str]:
     """The header, a rule, then one line per row: each column padded to its widest single-column
     cell; a cell spanning columns runs on, a heading row wraps at the line's end. Where the columns would
-    run past LINE_CHARS, the widest column that breaks at spaces or dots is narrowed to fit (else
+    run past LINE_CHARS, the widest columns that break at spaces or dots are narrowed, in turn, to fit (else
     the widest) and a longer cell in it goes on, under itself, on the lines that follow (its other
     columns left blank there)."""
     grouped = any(row.heading for row in table.rows)
@@ -53,18 +53,20 @@ def listing_lines(table: Table) -> list[str]:
                 widths[column] = max(widths[column], len(_text(cell)))
             column += cell.colspan
     widths[0] += len(INDENT) if grouped else 0
-    overflow = sum(widths) + len(GAP) * (len(widths) - 1) - LINE_CHARS
-    if overflow > 0:  # the widest column that breaks at spaces or dots, else the widest (a digest breaks anywhere)
-        breaking = [
-            index
-            for index in range(len(widths))
-            if any(
-                BREAKS.search(_text(row.cells[index]))
-                for row in table.rows
-                if not row.heading and len(row.cells) > index
-            )
-        ]
-        narrowed = max(breaking or range(len(widths)), key=lambda index: widths[index])
+    breaking = [
+        index
+        for index in range(len(widths))
+        if any(
+            BREAKS.search(_text(row.cells[index])) for row in table.rows if not row.heading and len(row.cells) > index
+        )
+    ]
+    # the widest column that breaks at spaces or dots (else the widest: a digest breaks anywhere) is
+    # narrowed, then the next, until the line fits or none is wider than NARROWEST
+    while (overflow := sum(widths) + len(GAP) * (len(widths) - 1) - LINE_CHARS) > 0:
+        narrowable = [index for index in breaking or range(len(widths)) if widths[index] > NARROWEST]
+        if not narrowable:
+            break
+        narrowed = max(narrowable, key=lambda index: widths[index])
         widths[narrowed] = max(NARROWEST, widths[narrowed] - overflow)
 
     def lines_of(texts: list[str], spans: list[int]) -> list[str]:

@@ -44,9 +44,10 @@ from kit.report.cells import (
 )
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Fact, PageOne, Row, Section, Table
-from kit.report.ranking import KINDS, method_kind, standing
+from kit.report.ranking import KINDS, method_kind, standing, workload
+from kit.report.sections.ab import AbSection
 from kit.report.sections.appendix import image_section
-from kit.report.sections.capacity import Capacities
+from kit.report.sections.capacity import Capacities, capacity_figure
 from kit.report.sections.common import first_clause
 from kit.report.sections.energy import ENERGY_UNIT, cost_cell, energy_cell
 from kit.report.sections.environment import fingerprint_facts, peak_figures
@@ -66,7 +67,7 @@ from kit.report.verdict import (
 )
 from kit.rundir.schema import Metric, Result
 from kit.rundir.serving import ServeDetails
-from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, capacity
+from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, at_sweep_cap, capacity
 from kit.theory.hardware import load_hardware
 from kit.units import format_value, metric_label, unit_scale
 
@@ -162,6 +163,12 @@ def figure_cell(text: str, case: Case, section: str) -> Cell:
     """The figure's name, linked to its section, over the folder of its raw samples in the run
     directory (result.json, runs/<k>/rank-<r>.json), which the raw-data index lists with its digest."""
     return Cell(text=text, detail=f"cases/{case.id}/", tone="strong", link=f"#{section}")
+
+
+def shown_case_ids(table: Table) -> set[str]:
+    """The cases whose figures a headline table shows: each row's figure_cell names its folder."""
+    details = (row.cells[0].detail or "" for row in table.rows if not row.heading)
+    return {detail.removeprefix("cases/").rstrip("/") for detail in details if detail.startswith("cases/")}
 
 
 def _across(label: Cell, status: Cell) -> Row:
@@ -269,15 +276,21 @@ def mfu_words(result: Result, calibration: Calibration | None) -> str | None:
     return "; ".join(parts) or None
 
 
-def _bound_cell(measured_value: float, bound: float, reachable: float | None, *also: str) -> Cell:
-    """The physical bound of a figure and the figure's share of it; where the preflight measured
-    the GPUs below their datasheet, two: the roofline at its figures / at the datasheet's (the
-    table's note names the figures)."""
+def _bound_cell(measured_value: float, bound: float, reachable: float | None, unit: str, *also: str) -> Cell:
+    """The physical bound of a figure, in its unit, and the figure's share of it; where the
+    preflight measured the GPUs below their datasheet, two: the roofline at its figures / at the
+    datasheet's (the table's note names the figures)."""
     if reachable is None:
-        return Cell(text=f"≤ {format_value(bound)}", detail="; ".join([_ratio(measured_value, bound), *also]))
+        return Cell(text=f"≤ {format_value(bound)} {unit}", detail="; ".join([_ratio(measured_value, bound), *also]))
     shares = f"{format_value(measured_value / reachable)} / {format_value(measured_value / bound)} × bound"
     above = ": above the first" if measured_value > reachable else ""
-    return Cell(text=f"≤ {format_value(reachable)} / {format_value(bound)}", detail="; ".join([shares + above, *also]))
+    return Cell(
+        text=f"≤ {format_value(reachable)} / {format_value(bound)} {unit}", detail="; ".join([shares + above, *also])
+    )
+
+
+# MFU and the share of the bound differ on one row: each counts a step's FLOPs its own way.
+MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run (recomputation in, masked half out)"
 
 
 def preflight_figures(run: LoadedRun) -> str | None:
@@ -307,7 +320,7 @@ def training_row(
     claimed = claimed_on_this_host(expecting, case.id, ("tokens_per_s",))
     said = [words for _, words in claimed]
     if bound:
-        expected = _bound_cell(throughput.mean, bound, reachable, *said)
+        expected = _bound_cell(throughput.mean, bound, reachable, "tokens/s", *said)
     elif claimed:
         expected = Cell(text=claimed[0][0], detail="; ".join([*said, f"no bound: {_training_gap(result)}"]))
     else:
@@ -317,7 +330,7 @@ def training_row(
         cells=[
             label,
             measured_cell,
-            Cell(text=ranked),
+            Cell(text=ranked, detail=workload(case)),  # the workload it is ranked within, on the row
             expected,
             paper_cell(reference, case, ("tokens_per_s", "mfu")),
             *pricing.cells(result, "tokens_per_s"),
@@ -359,16 +372,6 @@ def training_rows(run: LoadedRun, stage: str, reference: Reference | None, prici
                 else _across(label, Cell(text="no measurement", detail=_statuses(members), tone="bad"))
             )
     return rows
-
-
-def _ttft_bound_s(result: Result) -> float | None:
-    """The least time to first token of a prompt served alone (kit.plan.predictions.serving_bounds),
-    as each run's driver recorded it."""
-    bounds = _burst_bounds(result)
-    known = [bound for bound in bounds if bound is not None]
-    return (
-        statistics.fmean(bound.prefill_one.seconds for bound in known) if bounds and len(known) == len(bounds) else None
-    )
 
 
 def _burst_bounds(result: Result) -> list[ServingBounds | None]:
@@ -427,24 +430,20 @@ def serving_row(
     standing_cell = Cell(
         text=ranked,
         detail=(
-            f"capacity {format_value(best.figures.output_throughput)} (N={best.concurrency})"
+            f"capacity {capacity_figure(points, best)} (N={best.concurrency}"
+            + (", the largest tried)" if at_sweep_cap(points, best) else ")")
             if best
             else unjudged or "no sweep point within the objectives"
         )
         if points
         else None,
     )
-    bound, ttft_bound = headline_bound(result), _ttft_bound_s(result)
+    bound = headline_bound(result)
     reachable = serving_reachable(result, run_calibration(run)) if bound is not None else None
     if bound is None:
         expected = Cell(text="no bound", detail=_note_about(result, "bound") or "no roofline bound", tone="muted")
-    else:
-        ttft = (
-            [f"TTFT {format_value(median.mean / ttft_bound)} × its {format_value(1000 * ttft_bound)} ms"]
-            if ttft_bound
-            else []
-        )
-        expected = _bound_cell(throughput.mean, bound, reachable, *ttft)
+    else:  # no TTFT ratio: a burst's queueing against one prompt's prefill says nothing of the GPU
+        expected = _bound_cell(throughput.mean, bound, reachable, "tokens/s")
     energy, cost = pricing.cells(result, "output_throughput")
     if best and pricing.gpu_hour_price is not None and case.device == "cuda":
         at_capacity = cost_per_million_tokens(best.figures.output_throughput, case.gpus, pricing.gpu_hour_price)
@@ -533,7 +532,7 @@ def comm_row(run: LoadedRun, case: Case, reference: Reference | None) -> Row:
     also = f"; preflight {format_value(preflight.value)} GB/s" if preflight else ""  # how: the Calibration fact
     expected = (
         Cell(
-            text=f"≤ {format_value(bound.gbps)}",
+            text=f"≤ {format_value(bound.gbps)} GB/s",
             detail=f"{_ratio(busbw.mean, bound.gbps)} ({(bound.link or '').split(':')[0]}){also}",
         )
         if bound.gbps is not None  # known: a known bound names its link, an unknown one its reason
@@ -619,8 +618,7 @@ def headline_table(
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
             "fastest of its kind only where its interval clears the next one's, else tied. Bound: kit.plan.predictions' "
-            "roofline at the GPUs' datasheet peaks (TTFT: a prompt alone; a link's rate), in the unit measured; a figure "
-            "past it is invalid"
+            "roofline at the GPUs' datasheet peaks (a link's rate), in the unit measured; a figure past it is invalid"
             + (
                 f"; two where the preflight measured the GPUs below their datasheet: at its {figures} / at the datasheet's"
                 if (figures := preflight_figures(run))
@@ -628,6 +626,7 @@ def headline_table(
             )
             + ". MFU: of the datasheet peak"
             + ("; preflight: of the preflight's matmul. " if run_calibration(run) else ". ")
+            + f"{MFU_AGAINST_BOUND}. "
             + (
                 f"Paper: the value {reference_path().name} records for the case and metric. "
                 if paper_given
@@ -807,14 +806,16 @@ def page_one(
     currency: str = "USD",
     capacities: Capacities | None = None,
     slo: Slo = DEFAULT_SLO,
+    comparisons: Sequence[AbSection] = (),
 ) -> PageOne:
     """Page one of the report of `run`; `sections` are the report's, whose anchors its figures link to;
-    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity)."""
+    `capacities` the serve cases' sweeps held to `slo` (kit.report.sections.capacity); `comparisons`
+    the runs it is compared with (A/B), each said in a line of the verdict, linked to its section."""
     anchors: Collection[str] = {section.anchor for section in sections}
     pricing = Pricing(gpu_hour_price, currency, f"#{ENERGY_ANCHOR}" if ENERGY_ANCHOR in anchors else "")
-    headline = [
-        result for case_id in run.info.selected if (result := run.results.get(case_id)) and not result.case.variant
-    ]
+    table = headline_table(run, reference, sections, pricing, capacities or {}, slo)
+    shown = shown_case_ids(table)  # the range the verdict gives is that of the figures on the page
+    headline = [result for case_id in run.info.selected if case_id in shown and (result := run.results.get(case_id))]
     fractions = [
         found
         for result in measured(run, headline, "tokens_per_s")
@@ -823,9 +824,10 @@ def page_one(
         if (found := fraction_of_bound(result)) is not None
     ]
     return PageOne(
-        verdict=verdict_box(run, outcomes, expectations, fractions),
+        verdict=verdict_box(run, outcomes, expectations, fractions)
+        + [Fact(label="A/B", value=comparison.summary, tone="strong") for comparison in comparisons],
         cannot_tell=cannot_tell(run),
         host=[*health_lines(run), *host_facts(run)],
-        headline=headline_table(run, reference, sections, pricing, capacities or {}, slo),
+        headline=table,
         legend=method_legend(run, protocol),
     )

@@ -4,7 +4,9 @@ Full-parameter training, training over a frozen 4-bit base (Q: its NF4 linears t
 gradients) and adapters (LoRA, QLoRA: only the adapters train) do different work per token, so
 each kind is ranked apart. A method is the fastest of its kind only where its interval (mean ±
 one standard deviation over its runs) clears the next one's; where they overlap, they are tied,
-and single runs, which have no spread, cannot tell a tie from a lead.
+and single runs, which have no spread, cannot tell a tie from a lead. Only cases of one workload (the
+same micro-batch, sequence and precision) are set side by side: a step of 16 sequences is not
+faster than a step of one in any sense a buyer can quote, and the row says which workload it is.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ def method_kind(case: Case) -> str:
     if case.train is not None and case.train.peft != "none":
         return "adapter"
     return "quantized" if case.train is not None and case.train.quantization != "none" else "full"
+
+
+def workload(case: Case) -> str | None:
+    """What one step of a training case processes, in words ("micro-batch 16 × 350 tokens, bf16");
+    None for a case without steps (serving, communication)."""
+    step = case.step
+    if step is None:
+        return None
+    return f"micro-batch {step.micro_batch} × {step.seq_len} tokens, {step.dtype}"
 
 
 def overlap(a: Metric, b: Metric) -> bool:
@@ -49,6 +60,12 @@ def standing(results: Iterable[Result], metric: str, kind: str | None = None, na
         return None
     best, name = ranked[0], name or (lambda result: method_label(result.case.method))
     kind = kind or KINDS[method_kind(best.case)]
+    apart = [result for result in ranked if workload(result.case) != workload(best.case)]
+    if apart:  # like with like: the others of its workload, those of another named as not ranked
+        within = standing([r for r in ranked if r not in apart], metric, kind, name)
+        assert within is not None  # best is of its own workload
+        more = f"{len(apart)} of another workload not ranked ({', '.join(name(r) for r in apart[:3])})"
+        return Standing(best, f"{within.words}; {more}")
     if len(ranked) == 1:
         return Standing(best, f"the only {kind} measured")
     top, runner = metric_of(best, metric), ranked[1]

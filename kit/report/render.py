@@ -48,13 +48,17 @@ class PartContents:
 # a letter; a command-line option (--gpu-hour-price); a unit (tokens/s, J/token, GB/s).
 DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\b[A-Za-z]{1,6}/[A-Za-z]{1,6}\b")
 ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
+# A name of words joined by underscores (no_uncorrectable_ecc_error, max_batch_search): a check's or a stage's.
+SNAKE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 
 
 def breakable(text: str) -> str:
     """The text with each dotted name breakable after its dots and nowhere else, and each option
     and unit whole: a table cell narrower than a case id wraps it "serve.llama2-70b." / "tgi.g8",
-    never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash.
-    Neither character is drawn, nor read back from the PDF."""
+    never after a hyphen nor anywhere (as WeasyPrint would), and "tokens/s" never after its slash;
+    a name of underscores breaks after one of them ("no_uncorrectable_" / "ecc_error"), never
+    inside a word. Neither character is drawn, nor read back from the PDF."""
+    text = SNAKE_NAME.sub(lambda name: name.group(0).replace("_", "_" + ZERO_WIDTH_SPACE), text)
     return DOTTED_NAME.sub(
         lambda name: (
             name.group(0)

@@ -12,10 +12,10 @@ from kit.measure.registry import BY_NAME
 from kit.plan.protocol import build_plan, load_protocol
 from kit.reference.claims import ClaimOutcome, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expectation_counts
-from kit.report.cells import has_metrics, method_label, metric_of, with_unit
+from kit.report.cells import devices_text, has_metrics, method_label, metric_of, with_unit
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Fact, Tone
-from kit.report.ranking import KINDS, method_kind, standing
+from kit.report.ranking import KINDS, method_kind, standing, workload
 from kit.report.sections.common import why_unmeasured
 from kit.report.sections.environment import fingerprint_facts, host_checks, kit_provenance
 from kit.rundir.schema import Result
@@ -32,7 +32,7 @@ DOES = {
     "comm": ("all-reduces at", "bus_bandwidth_gb_s", "GB/s of bus bandwidth"),
 }
 INSTEAD = {
-    "scaling": ("trains data-parallel", "tokens_per_s", "tokens/s"),
+    "scaling": ("trains", "tokens_per_s", "tokens/s"),  # data-parallel only where on several GPUs: said by its devices
     "profile": ("trains (module breakdown)", "tokens_per_s", "tokens/s"),
 }
 
@@ -87,7 +87,8 @@ def host_does(run: LoadedRun) -> str:
             done.append(f"{verb} {figure}")
         else:
             how = best.case.method if stage == "serve" else method_label(best.case.method)
-            done.append(f"{verb} {model} at {figure} ({how})")
+            said = ", ".join(filter(None, [how, workload(best.case), devices_text(best.case)]))  # the workload, said
+            done.append(f"{verb} {model} at {figure} ({said})")
     fingerprint = run.before.fingerprint
     devices = (
         dict(fingerprint_facts(fingerprint, run.hostname))["GPUs"]

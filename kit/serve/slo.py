@@ -98,6 +98,15 @@ class SweepPoint(BaseModel):
     bound_note: str | None
     cut_short: bool  # the case's time ran out during it: not a steady state, never the capacity
     client_limited: str | None = None  # why the client may have limited it (kit.rundir.serving.saturation)
+    invalid: str | None = None  # why its figures are no measurement: past its bound, or its case is invalid
+
+    @property
+    def above_bound(self) -> str | None:
+        """Output tokens/s past the roofline of its concurrency on its GPUs: impossible."""
+        if not self.bound_tokens_per_s or self.figures.output_throughput <= self.bound_tokens_per_s:
+            return None
+        ratio = self.figures.output_throughput / self.bound_tokens_per_s
+        return f"output tokens/s {ratio:.3g} × its roofline bound ({self.bound_tokens_per_s:.4g} tokens/s): impossible"
 
     @property
     def not_judged(self) -> str | None:
@@ -112,8 +121,8 @@ class SweepPoint(BaseModel):
 
     @property
     def counted(self) -> bool:
-        """Within the objectives, and measured as the server, not the client or the clock, set it."""
-        return self.judged.meets and self.not_judged is None
+        """Within the objectives, measured as the server, not the client or the clock, set it, and valid."""
+        return self.judged.meets and self.not_judged is None and self.invalid is None
 
 
 def capacity(points: Sequence[SweepPoint]) -> SweepPoint | None:
@@ -122,3 +131,9 @@ def capacity(points: Sequence[SweepPoint]) -> SweepPoint | None:
     return max(
         (point for point in points if point.counted), key=lambda point: point.figures.output_throughput, default=None
     )
+
+
+def at_sweep_cap(points: Sequence[SweepPoint], point: SweepPoint) -> bool:
+    """Whether `point` is the sweep's largest concurrency: the server may serve more than it, so
+    a capacity found there is a lower bound."""
+    return point.concurrency == max(p.concurrency for p in points)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kit.execute.samples import launch_samples, run_sample
+from kit.execute.samples import killed_for_host_memory, launch_samples, run_sample
 from kit.rundir.schema import RankSample
 
 
@@ -78,3 +78,28 @@ def test_a_served_engine_is_driven_by_one_process_whatever_its_gpus(paper_plan):
     train = next(c for c in paper_plan.cases if c.stage == "pretrain")
     assert (serve.gpus, processes(serve)) == (8, 1)
     assert processes(train) == train.gpus == 8
+
+
+def test_a_container_the_kernels_oom_killer_ended_is_out_of_host_memory_said_with_the_hosts_memory(tmp_path):
+    """Docker's State.OOMKilled: no process wrote a sample, and the launch's exit code is SIGKILL's
+    137; the run ran out of host memory, which is `oom`, not an error."""
+
+    (tmp_path / "1").mkdir()
+    [killed] = launch_samples(
+        indices=[1],
+        out_dirs=[tmp_path / "1"],
+        expected_ranks=8,
+        exit_code=137,
+        wall_s=600.0,
+        timed_out=False,
+        timeout_s=3600,
+    )
+    assert killed.status == "error" and "exit code 137" in killed.reason
+    said = killed_for_host_memory(killed, 2048 * 2**30)
+    assert said.status == "oom"
+    assert said.reason == (
+        "host out of memory: the kernel's OOM killer ended the container (exit code 137) on a host of 2048 GiB; "
+        "see log.txt"
+    )
+    gpu_oom = killed.model_copy(update={"status": "oom", "reason": "rank 0: OutOfMemoryError: CUDA out of memory"})
+    assert killed_for_host_memory(gpu_oom, 2048 * 2**30) == gpu_oom

@@ -206,3 +206,13 @@ def test_the_exports_beside_the_run_are_not_evidence_and_a_bad_price_is_refused(
     assert refused.returncode == 2 and "a positive number is needed; got -1" in refused.stderr
     unknown = kit_report(str(cpu_run), "--format", "xlsx")
     assert unknown.returncode == 2 and "html, pdf, json, csv" in unknown.stderr
+
+
+def test_an_invalid_figure_is_no_figure_in_the_energy_table_nor_priced(tmp_path, paper_plan):
+    """Past its physical bound, a throughput is no measurement: its row says "invalid: <why>" in the
+    place of the tokens/s and of the joules per token drawn from them, and is not priced."""
+    run = write_run(tmp_path / "a800", paper_plan, cases=GPU_CASES, past_bound=("serve.llama2-7b.vllm.g8",))
+    throughput, energy, _, cost = energy_rows(run, compare=(), gpu_hour_price=2.5)["serve.llama2-7b.vllm.g8"]
+    assert throughput.startswith("invalid: output tokens/s") and throughput.endswith("impossible")
+    assert energy == "invalid" and cost.startswith("not priced | invalid: output tokens/s")
+    assert not energy_rows(run, compare=(), gpu_hour_price=2.5)["pretrain.llama2-7b.z3.g8"][0].startswith("invalid")

@@ -600,15 +600,21 @@ def test_an_ab_comparison_tests_each_common_case_and_the_fingerprints(tmp_path, 
         gpus=[A800] * 8,
         fingerprint=a800_fingerprint(torch="2.5.0"),
     )
-    ab = section(report_of(a, [str(b)]), "ab-b")
+    report = report_of(a, [str(b)])
+    ab = section(report, "ab-b")
     signers, comparability, cases_table = ab.tables
     assert texts(signers) == [["A = a", "unsigned (no SHA256SUMS.sig)"], ["B = b", "unsigned (no SHA256SUMS.sig)"]]
     stage, verdict, reasons = texts(comparability)[0]
     assert (stage, verdict) == ("pretrain", "no") and reasons.startswith("torch differs: 2.4.0 vs 2.5.0;")
     rows = {(row[0], row[1]): row[4:] for row in texts(cases_table)}
     assert rows[("pretrain.llama2-7b.z2.g8", "tokens/s")][0] == "0.500 ×"
-    assert rows[("pretrain.llama2-7b.z2.g8", "tokens/s")][2] == "yes"
+    # the environments differ for pre-training: a difference there is no significant finding about the runs
+    assert rows[("pretrain.llama2-7b.z2.g8", "tokens/s")][2] == "not comparable"
     assert rows[("pretrain.llama2-7b.naive.g8", "tokens/s")][0] == "1.00 ×"
+    # page one is about A against B: B named in the verdict, its summary beside it
+    [against_b] = [fact.value for fact in report.page_one.verdict if fact.label == "A/B"]
+    assert against_b.startswith("Against run b: 2 cases in common; throughput differs significantly")
+    assert "in 0 of the 0 measured in both in comparable environments" in against_b
 
 
 def test_without_fingerprints_an_ab_comparison_says_so(tmp_path, smoke_plan, report_of):

@@ -24,6 +24,7 @@ import pytest
 from support.paper_size_run import write_paper_size_run, write_run
 
 from kit.plan.protocol import build_plan, load_protocol
+from kit.report.build import SYNTHETIC_BANNER
 from kit.rundir.directory import RunDir
 from kit.rundir.evidence import verify
 from kit.rundir.schema import RankSample
@@ -124,7 +125,8 @@ def test_the_paper_size_run_has_every_case_of_the_paper_plan_and_every_outcome(p
     plan = build_plan(load_protocol(), "paper")
     assert list(results) == [case.id for case in plan.cases]
     statuses = Counter(result.status for result in results.values())
-    assert statuses["ok"] > 90 and statuses["oom"] > 10 and statuses["error"] >= 3 and statuses["unavailable"] >= 1
+    assert statuses["ok"] > 90 and statuses["oom"] > 10 and statuses["error"] >= 2 and statuses["unavailable"] >= 1
+    assert any((result.reason or "").startswith("host out of memory") for result in results.values())  # oom, not error
     assert {result.stage for result in results.values()} == {
         "pretrain",
         "maxbatch",
@@ -220,7 +222,7 @@ def test_page_one_holds_the_fastest_figure_of_each_kind_and_no_more(pages, resul
     busbw = results["comm.all_reduce.g8"].metrics["bus_bandwidth_gb_s"].mean
     assert f"{busbw:.{significant(busbw)}f} GB/s" in first
     assert "Methods: Naive: DeepSpeed data parallel, no ZeRO;" in first  # the legend, last on the page
-    assert flat(pages[1]).startswith("This report")
+    assert flat(pages[1]).removeprefix(SYNTHETIC_BANNER + " ").startswith("This report")  # after the banner
 
 
 def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(text, results):
@@ -228,9 +230,20 @@ def test_every_case_without_a_measurement_is_listed_with_its_status_and_reason(t
     failures = between(text, "Cases that ended without a measurement", "Each was recorded as it happened")
     ended = {cid: result for cid, result in results.items() if result.status != "ok"}
     assert {"oom", "error", "unavailable"} <= {result.status for result in ended.values()}
+    grouped: dict[tuple[str, str], list[str]] = {}
     for cid, result in ended.items():
+        if result.status in ("skipped", "unavailable"):  # one row per reason, the cases counted
+            grouped.setdefault((result.status, result.reason.split(": ", 1)[1]), []).append(cid)
+            continue
         first_words = re.escape(" ".join(result.reason.split()[:3]))
         assert re.search(rf"^\s*{re.escape(cid)}\s+{result.status}\s+{first_words}", failures, re.M), cid
+    assert grouped
+    for (status, reason), ids in grouped.items():
+        first_words = re.escape(" ".join(reason.split()[:3]))
+        named = f"{len(ids)} cases" if len(ids) > 1 else ids[0]
+        assert re.search(rf"^\s*{re.escape(named)}\s+{status}\s+{first_words}", failures, re.M), ids
+    host_oom = next(result for result in ended.values() if "OOM killer" in result.reason)
+    assert host_oom.status == "oom" and host_oom.reason.startswith("host out of memory")  # listed as such above
 
 
 def test_a_table_longer_than_a_page_repeats_its_header_on_every_page(pages):
@@ -275,6 +288,9 @@ def test_the_pdf_printed_in_parts_reads_as_one_document(pages, paper_run):
     assert {"claims", "deviations", "appendix", "pretrain"} <= set(links), links  # both parts, from the cover
     assert destinations["claims"] == headed["Reference claims (arXiv:2311.03687)"]
     assert destinations["pretrain"] == headed["Pre-training"]
+    # a part that fills its last page exactly ends there: no page holds nothing but its margins
+    bodies = [flat(page).removeprefix(SYNTHETIC_BANNER).split("kit report · run")[0].strip() for page in pages]
+    assert not [number for number, body in enumerate(bodies, start=1) if not body]
     bookmarks = {
         item.title: reader.get_destination_page_number(item) for item in reader.outline if not isinstance(item, list)
     }

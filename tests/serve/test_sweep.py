@@ -198,6 +198,39 @@ def test_the_capacity_is_the_fastest_point_within_the_objectives_and_never_one_c
     assert [within_cell(p).text for p in points] == ["yes", "yes", "no", "cut short", "not judged"]
 
 
+def test_a_point_past_its_bound_is_invalid_never_the_capacity_and_said_so_in_every_cell():
+    """Output tokens/s above the roofline of its concurrency is impossible: the point is no
+    measurement, so the capacity is the fastest valid point, and the table says "invalid" in the
+    place of its throughput, in its bound and in its verdict."""
+    from kit.report.sections.capacity import bound_cell, capacity_cells, point_row
+
+    valid = point(1, 100, True).model_copy(update={"bound_tokens_per_s": 150.0})
+    past = point(2, 300, True).model_copy(update={"bound_tokens_per_s": 250.0})
+    assert valid.above_bound is None
+    assert past.above_bound == "output tokens/s 1.2 × its roofline bound (250 tokens/s): impossible"
+    past = past.model_copy(update={"invalid": past.above_bound})
+    assert capacity([valid, past]) is valid
+    cells = point_row(past).cells
+    assert (cells[2].text, cells[2].tone) == ("invalid", "bad")
+    assert within_cell(past).text == "invalid" and within_cell(past).detail == past.invalid
+    assert bound_cell(past).detail == "measured 1.20 × bound: invalid"
+    only_past = capacity_cells([past])[0]
+    assert only_past.text.startswith("invalid: output tokens/s 1.2 ×") and only_past.tone == "bad"
+
+
+def test_a_capacity_at_the_sweeps_largest_concurrency_is_a_lower_bound():
+    """The server met the objectives at the most requests the sweep sent: it may serve more."""
+    from kit.report.sections.capacity import capacity_cells
+    from kit.serve.slo import at_sweep_cap
+
+    points = [point(1, 100, True), point(2, 190, True)]
+    assert at_sweep_cap(points, capacity(points))
+    assert capacity_cells(points)[0].text == "≥ 190 tokens/s at concurrency 2 (the largest tried: a lower bound)"
+    points.append(point(4, 300, False))
+    assert not at_sweep_cap(points, capacity(points))
+    assert capacity_cells(points)[0].text == "190 tokens/s at concurrency 2"
+
+
 def test_the_default_objectives_are_mlperfs_for_llama2_70b_in_its_server_scenario():
     """mlcommons/inference loadgen/mlperf.conf: llama2-70b.Server.ttft_latency = 2000 (ms), tpot_latency = 200."""
     assert (DEFAULT_SLO.ttft_s, DEFAULT_SLO.tpot_s) == (2.0, 0.2)

@@ -32,7 +32,7 @@ from kit.comm.nccl_tests_output import parse_nccl_tests
 from kit.comm.sweep import TopologyFacts
 from kit.execute import nccl_tests, processes
 from kit.execute.case_run import result_of
-from kit.execute.samples import run_sample
+from kit.execute.samples import killed_for_host_memory, run_sample
 from kit.files.atomic import atomic_write_text
 from kit.host.environment import evaluate, load_expectations
 from kit.host.fingerprint import (
@@ -174,6 +174,7 @@ class Host:
         self.lock = load_lock()
         self.seed, self.speed = seed, speed
         self.clock = Clock()
+        self.memory_bytes = (2048 if self.cuda else 8) * GIB  # as its fingerprint says
 
     def slower(self, factor: float) -> Host:
         """This host, its throughputs scaled by `factor` (the same clock and images)."""
@@ -255,6 +256,8 @@ def finish_run(
         timed_out=False,
         timeout_s=case.params.timeout_s,
     )
+    if oom_killed:
+        sample = killed_for_host_memory(sample, host.memory_bytes)
     return sample.model_copy(update={"container": host.container(case, index, exit_code, oom_killed)})
 
 

@@ -60,6 +60,7 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
     common = [cid for cid in a.info.selected if cid in a.results and cid in b.results]
     stages = list(dict.fromkeys(a.results[cid].stage for cid in common))
     fa, fb = a.before.fingerprint, b.before.fingerprint
+    differing: list[str] = []  # stages whose environments differ: no difference there is significant
     if fa is None or fb is None:
         sides = "; ".join(
             f"{name}: {loaded.missing}"
@@ -128,10 +129,16 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
         names = [n for n in AB_METRICS if left.metrics.get(n) and right.metrics.get(n)] or [
             n for n in left.metrics if left.metrics.get(n) and right.metrics.get(n)
         ]
+        apart = left.stage in differing
         for name in names:
             ma, mb = metric_of(left, name), metric_of(right, name)
             test = welch_t_test(ma.per_run, mb.per_run)
             ratio = mb.mean / ma.mean if ma.mean else None
+            p_value, significant = _p_value(test)
+            if apart:  # a difference between environments that differ says nothing of the two runs
+                significant = Cell(
+                    text="not comparable", detail=f"the environments differ for {left.stage}", tone="muted"
+                )
             rows.append(
                 Row(
                     cells=[
@@ -140,13 +147,15 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
                         Cell(text=mean_std(ma)),
                         Cell(text=mean_std(mb)),
                         Cell(text=f"{format_value(ratio)} ×" if ratio is not None else "—"),
-                        *_p_value(test),
+                        p_value,
+                        significant,
                     ]
                 )
             )
             if name == "tokens_per_s" and ratio is not None:
-                bars.append(charts.RatioBar(label=cid, ratio=ratio, significant=test.significant))
-                tested.append(test.significant)
+                bars.append(charts.RatioBar(label=cid, ratio=ratio, significant=test.significant and not apart))
+                if not apart:
+                    tested.append(test.significant)
     only_a = [cid for cid in a.results if cid not in b.results]
     only_b = [cid for cid in b.results if cid not in a.results]
     notes = [
@@ -180,6 +189,6 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
     summary = (
         f"Against run {b.info.run_id}: {len(common)} cases in common; throughput differs significantly "
         f"(Welch, α = {SIGNIFICANCE_LEVEL}) in {sum(1 for t in tested if t)} of the {len(tested)} measured in "
-        f"both; {environments}."
+        f"both in comparable environments; {environments}."
     )
     return AbSection(section=section, summary=summary)

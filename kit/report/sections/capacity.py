@@ -16,7 +16,7 @@ from kit.plan.protocol import Case
 from kit.report import charts
 from kit.report.cells import devices_text, percent
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
+from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.rundir.schema import Result
 from kit.rundir.serving import (
     NoBound,
@@ -25,7 +25,7 @@ from kit.rundir.serving import (
     SweepPointDetails,
     latency_figures,
 )
-from kit.serve.slo import Slo, SweepPoint, capacity, judge
+from kit.serve.slo import Slo, SweepPoint, at_sweep_cap, capacity, judge
 from kit.serve.sweep import point_folder
 from kit.units import format_value
 
@@ -46,6 +46,7 @@ def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
             rows = rows_of(folder / "requests.jsonl", RequestTimes)
             pooled.setdefault(point.concurrency, []).append((sample.index, point, rows))
     points = []
+    case_invalid = run.invalid.get(result.case_id, [])
     for concurrency, measured in sorted(pooled.items()):
         rows = [row for _, _, run_rows in measured for row in run_rows]
         duration = sum(
@@ -59,17 +60,17 @@ def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
             for index, point, _ in measured
             if point.saturation.client_limited
         ]
-        points.append(
-            SweepPoint(
-                concurrency=concurrency,
-                figures=latency_figures(rows, duration),
-                judged=judge(rows, duration, slo),
-                bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
-                bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
-                cut_short=any(point.cut_short for _, point, _ in measured),
-                client_limited="; ".join(limited) or None,
-            )
+        found = SweepPoint(
+            concurrency=concurrency,
+            figures=latency_figures(rows, duration),
+            judged=judge(rows, duration, slo),
+            bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
+            bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
+            cut_short=any(point.cut_short for _, point, _ in measured),
+            client_limited="; ".join(limited) or None,
         )
+        invalid = found.above_bound or next(iter(case_invalid), None)
+        points.append(found.model_copy(update={"invalid": invalid}) if invalid else found)
     return points
 
 
@@ -98,6 +99,8 @@ def _percentiles(distribution, scale: float) -> str:
 
 
 def within_cell(point: SweepPoint) -> Cell:
+    if point.invalid:
+        return Cell(text="invalid", detail=point.invalid, tone="bad")
     if point.cut_short:
         return Cell(text="cut short", detail="the case's time ran out during it", tone="warn")
     if point.client_limited:
@@ -114,7 +117,7 @@ def bound_cell(point: SweepPoint) -> Cell:
     ratio = point.figures.output_throughput / point.bound_tokens_per_s
     return Cell(
         text=format_value(point.bound_tokens_per_s),
-        detail=f"measured {format_value(ratio)} × bound",
+        detail=f"measured {format_value(ratio)} × bound" + (": invalid" if ratio > 1 else ""),
         tone="bad" if ratio > 1 else "plain",
     )
 
@@ -125,7 +128,9 @@ def point_row(point: SweepPoint) -> Row:
         cells=[
             Cell(text=str(point.concurrency)),
             Cell(text=str(figures.requests)),
-            Cell(text=format_value(figures.output_throughput)),
+            Cell(text="invalid", detail=format_value(figures.output_throughput), tone="bad")
+            if point.invalid
+            else Cell(text=format_value(figures.output_throughput)),
             Cell(text=format_value(figures.request_throughput)),
             Cell(text=_percentiles(figures.ttft_s, 1)),
             Cell(text=_percentiles(figures.tpot_s, 1000)),
@@ -141,19 +146,33 @@ def case_label(case: Case) -> str:
     return f"{case.model} {case.method}, {devices_text(case)}"
 
 
-def capacity_text(points: Sequence[SweepPoint]) -> tuple[str, str]:
-    """The capacity of a sweep in words, and its latencies (or why no point meets the objectives)."""
+def capacity_figure(points: Sequence[SweepPoint], best: SweepPoint) -> str:
+    """The capacity's tokens/s, "≥" where it is the sweep's largest concurrency (a lower bound)."""
+    return ("≥ " if at_sweep_cap(points, best) else "") + format_value(best.figures.output_throughput)
+
+
+def capacity_cells(points: Sequence[SweepPoint]) -> tuple[Cell, Cell]:
+    """The capacity of a sweep in words, and its latencies (or why no point meets the objectives,
+    or why the point that would is invalid)."""
     best = capacity(points)
     if best is None:
-        first = points[0]
+        first = next((point for point in points if point.invalid and point.judged.meets), points[0])
+        if first.invalid:
+            return (
+                Cell(text=f"invalid: {first.invalid}", tone="bad"),
+                Cell(text=f"concurrency {first.concurrency}: not a measurement", tone="bad"),
+            )
         return (
-            "none within the objectives",
-            f"concurrency {first.concurrency}: {first.not_judged or first.judged.why_not}",
+            Cell(text="none within the objectives"),
+            Cell(text=f"concurrency {first.concurrency}: {first.not_judged or first.judged.why_not}"),
         )
+    cap = " (the largest tried: a lower bound)" if at_sweep_cap(points, best) else ""
     return (
-        f"{format_value(best.figures.output_throughput)} tokens/s at concurrency {best.concurrency}",
-        f"p99 TTFT {format_value(best.judged.ttft_p99_s)} s, p99 TPOT {ms(best.judged.tpot_p99_s)}; goodput "
-        f"{format_value(best.judged.goodput)} requests/s; {percent(best.figures.error_rate)} failed",
+        Cell(text=f"{capacity_figure(points, best)} tokens/s at concurrency {best.concurrency}{cap}"),
+        Cell(
+            text=f"p99 TTFT {format_value(best.judged.ttft_p99_s)} s, p99 TPOT {ms(best.judged.tpot_p99_s)}; goodput "
+            f"{format_value(best.judged.goodput)} requests/s; {percent(best.figures.error_rate)} failed"
+        ),
     )
 
 
@@ -172,6 +191,7 @@ def pareto_charts(run: LoadedRun, capacities: Capacities, slo: Slo) -> list[Char
                         ttft_p99_s=p.judged.ttft_p99_s,
                         tpot_p99_s=p.judged.tpot_p99_s,
                         meets=p.counted,
+                        invalid=p.invalid is not None,
                     )
                     for p in capacities[case.id]
                 ],
@@ -186,7 +206,8 @@ def pareto_charts(run: LoadedRun, capacities: Capacities, slo: Slo) -> list[Char
                 caption=f"Each engine's sweep, one point per concurrency (its number beside it), output tokens/s against "
                 f"the p99 of the time per output token and of the time to first token; a filled point meets both "
                 f"objectives ({slo.describe()}, dashed) and is judged (neither cut short nor limited by the "
-                "client). Up and to the left is better; the capacity is the highest filled point.",
+                "client); a point labelled invalid is past its physical bound or of an invalid case, no measurement. "
+                "Up and to the left is better; the capacity is the highest filled point.",
             )
         )
     return charts_
@@ -230,7 +251,7 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
             Row(
                 cells=[
                     Cell(text=case_label(case), detail=case.id, tone="strong"),
-                    *(Cell(text=text) for text in capacity_text(capacities[case.id])),
+                    *capacity_cells(capacities[case.id]),
                     _capacity_bound(capacities[case.id]),
                 ]
             )
@@ -241,44 +262,41 @@ def capacity_section(run: LoadedRun, capacities: Capacities, slo: Slo) -> Sectio
     for case in cases:
         rows.append(Row(heading=True, cells=[Cell(text=case_label(case), detail=case.id, tone="strong", colspan=10)]))
         rows += [point_row(point) for point in capacities[case.id]]
-    points = printed_if_short(
-        Table(
-            caption="Every point of every sweep",
-            header=[
-                "N",
-                "requests",
-                "output tokens/s",
-                "requests/s",
-                "TTFT p50 / p90 / p99 (s)",
-                "TPOT p50 / p90 / p99 (ms)",
-                "failed",
-                "goodput (requests/s)",
-                "within objectives",
-                "bound (tokens/s)",
-            ],
-            widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
-            rows=rows,
-            dense=True,
-            notes=[
-                "Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
-                "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
-                "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
-                + "".join(
-                    f"; none: {note}"
-                    for note in sorted(
-                        {
-                            p.bound_note
-                            for points in capacities.values()
-                            for p in points
-                            if p.bound_tokens_per_s is None and p.bound_note
-                        }
-                    )
+    points = Table(
+        caption="Every point of every sweep",
+        header=[
+            "N",
+            "requests",
+            "output tokens/s",
+            "requests/s",
+            "TTFT p50 / p90 / p99 (s)",
+            "TPOT p50 / p90 / p99 (ms)",
+            "failed",
+            "goodput (requests/s)",
+            "within objectives",
+            "bound (tokens/s)",
+        ],
+        widths=[5, 7, 10, 9, 15, 15, 7, 11, 11, 10],
+        rows=rows,
+        dense=True,
+        notes=[
+            "Latency percentiles are over the requests that finished (vLLM's definitions, as in the burst's "
+            "table); failed: the share of the point's requests that did not finish; bound: the roofline of N "
+            "requests served as one batch on this host's GPUs (kit.plan.predictions.concurrency_bound)"
+            + "".join(
+                f"; none: {note}"
+                for note in sorted(
+                    {
+                        p.bound_note
+                        for points in capacities.values()
+                        for p in points
+                        if p.bound_tokens_per_s is None and p.bound_note
+                    }
                 )
-                + "."
-            ],
-        ),
-        "in `kit report --format json`",
-    )
+            )
+            + "."
+        ],
+    )  # printed whole: its ten columns do not fit a line of the monospace listing
     return Section(
         anchor=ANCHOR,
         title=title,

@@ -12,6 +12,7 @@ from kit.reference.claims import (
     ClaimOutcome,
     RelationOutcome,
     TableComparison,
+    Verdict,
     verdict_counts,
 )
 from kit.reference.expectation import (
@@ -21,7 +22,7 @@ from kit.reference.expectation import (
 )
 from kit.reference.measured_run import MeasuredRun
 from kit.reference.published import Reference, reference_path
-from kit.report.cells import VERDICT_TONES
+from kit.report.cells import VERDICT_TONES, one_line_cause
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
 from kit.units import metric_label
@@ -141,6 +142,51 @@ def relation_rows(
     return [values, Row(cells=[Cell(text=""), why_cell.model_copy(update={"colspan": 5})])]
 
 
+UNJUDGED: tuple[Verdict, ...] = ("not applicable", "not measured")
+JUDGED_EXPECTATIONS = ("consistent", "deviates", "inconclusive")
+
+
+def split_judged(
+    outcomes: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation]
+) -> tuple[list[ClaimOutcome], list[ClaimOutcome]]:
+    """The claims this run judged (against the paper, or against the kit's expectation on this
+    host), and those it could not: a reviewer reads the first relation by relation, the second
+    as a list of what this run cannot tell."""
+    expected = {e.id: e.verdict for e in expectations}
+    judged = [c for c in outcomes if c.verdict not in UNJUDGED or expected.get(c.id) in JUDGED_EXPECTATIONS]
+    return judged, [c for c in outcomes if c not in judged]
+
+
+def unjudged_tables(unjudged: Sequence[ClaimOutcome], expectations: Sequence[ClaimExpectation]) -> list[Table]:
+    """The claims not judged, one line each in print (its statement and why); relation by
+    relation, with what the run measured for information, on screen."""
+    listed = Table(
+        caption=f"Claims this run does not judge ({len(unjudged)}): one line each",
+        header=["Claim", "Statement", "Verdict", "Why"],
+        widths=[6, 46, 12, 36],
+        dense=True,
+        rows=[
+            Row(
+                cells=[
+                    Cell(text=claim.id, tone="strong"),
+                    Cell(text=claim.statement),
+                    Cell(text=claim.verdict, tone=VERDICT_TONES[claim.verdict]),
+                    Cell(text=one_line_cause(claim.reason or _first_finding(claim))),
+                ]
+            )
+            for claim in unjudged
+        ],
+    )
+    detailed = claims_table(unjudged, expectations).model_copy(
+        update={"caption": "Claims this run does not judge, relation by relation", "media": "screen"}
+    )
+    return [listed, detailed]
+
+
+def _first_finding(claim: ClaimOutcome) -> str:
+    return next((relation.finding for relation in claim.relations if relation.finding), "no finding recorded")
+
+
 def tables_table(comparisons: Sequence[TableComparison]) -> Table:
     return Table(
         caption="Values transcribed from the paper's tables, case by case",
@@ -203,7 +249,11 @@ def claims_section(
             "hardware: " + ", ".join(f"{count} {verdict}" for verdict, count in against.items()) + ". These are not "
             "the paper's verdicts: the expected value and its basis stand beside each relation."
         )
-    section.tables.append(claims_table(outcomes, expectations))
+    judged, unjudged = split_judged(outcomes, expectations)
+    if judged:
+        section.tables.append(claims_table(judged, expectations))
+    if unjudged:
+        section.tables += unjudged_tables(unjudged, expectations)
     if comparisons:
         section.tables.append(tables_table(comparisons))
     else:

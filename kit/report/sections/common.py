@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from kit.plan.predictions import GIB, device_memory_bytes
 from kit.plan.protocol import Case, Protocol
-from kit.report.cells import mean_std, method_label, metric_of, status_cell
+from kit.report.cells import mean_std, method_label, metric_of, one_line_cause, status_cell
 from kit.report.charts import Bar, Limit
 from kit.report.model import Cell, Row, Section, Table
 from kit.rundir.schema import Result
@@ -36,7 +36,7 @@ def why_unmeasured(results: Sequence[Result | None], most: int | None = None, br
     reasons = Counter(
         "no result: the run ended before it finished"
         if result is None
-        else f"{result.status}: {first_clause(result.reason) if brief else RANK_PREFIX.sub('', result.reason or 'no reason recorded')}"
+        else f"{result.status}: {first_clause(result.reason) if brief else one_line_cause(RANK_PREFIX.sub('', result.reason or 'no reason recorded'))}"
         for result in results
     )
     return "; ".join(

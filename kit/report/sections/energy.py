@@ -18,7 +18,7 @@ from kit.measure.registry import unit_of
 from kit.report import charts
 from kit.report.cells import devices_text, mean_std, method_label, metric_of
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table, printed_if_short
+from kit.report.model import PRINTED_ROWS, Cell, Chart, Row, Section, Table
 from kit.report.sections.common import bars_note
 from kit.rundir.schema import Result
 from kit.units import format_value
@@ -100,12 +100,17 @@ def _rows(
             if invalid
             else cost_cell(result, name, gpu_hour_price, currency)
         )
+        # an invalid throughput, and the joules per token drawn from it, are no figures: said so in their place
+        figures = (
+            [Cell(text=f"invalid: {invalid[0]}", tone="bad"), Cell(text="invalid", tone="bad")]
+            if invalid
+            else [Cell(text=mean_std(metric_of(result, name))), energy_cell(result)]
+        )
         rows.append(
             Row(
                 cells=[
                     *label(result),
-                    Cell(text=mean_std(metric_of(result, name))),
-                    energy_cell(result),
+                    *figures,
                     Cell(text=mean_std(power)) if power else Cell(text="-", tone="muted"),
                     cost,
                 ]
@@ -216,8 +221,9 @@ def energy_section(run: LoadedRun, gpu_hour_price: float | None, currency: str) 
             run, priced, gpu_hour_price, currency, lambda r: [Cell(text=r.case_id, tone="mono", detail=r.case.fitted)]
         ),
     )
+    # every case's energy and cost is what a buyer prices: printed, as aligned lines where it is long
     tables.append(
-        printed_if_short(every, "in `kit report --format csv`")
+        every.model_copy(update={"print_as_listing": len(every.rows) > PRINTED_ROWS})
         if frugal
         else every.model_copy(update={"media": "screen"})
     )

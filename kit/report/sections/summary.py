@@ -9,12 +9,25 @@ from collections.abc import Sequence
 
 from kit.reference.claims import MIN_RUNS, ClaimOutcome, verdict_counts
 from kit.reference.expectation import ClaimExpectation, expectation_counts
-from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label, metric_of
+from kit.report.cells import STATUS_TONES, has_metrics, mean_std, method_label, metric_of, one_line_cause
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table, Tone, printed_if_short
 from kit.report.ranking import KINDS, method_kind, standing
 from kit.report.sections.ab import AbSection
+from kit.report.sections.common import RANK_PREFIX
 from kit.report.sections.environment import machine
+
+GROUPED_STATUSES = ("skipped", "unavailable")  # cases that did not run: listed by reason
+
+
+NAMED_IDS = 6  # a group of cases that did not run names this many of them: the rest are in the raw-data index
+
+
+def _some(ids: list[str]) -> str | None:
+    if len(ids) == 1:
+        return None
+    more = f", and {len(ids) - NAMED_IDS} more (each in the raw-data index)" if len(ids) > NAMED_IDS else ""
+    return ", ".join(ids[:NAMED_IDS]) + more
 
 
 def issues_section(
@@ -24,6 +37,11 @@ def issues_section(
     selected = run.info.selected
     failures = [run.results[cid] for cid in selected if cid in run.results and run.results[cid].status != "ok"]
     unfinished = [cid for cid in selected if cid not in run.results]
+    # a case that did not run (skipped, unavailable) is one of many for one reason: one row per reason
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for r in failures:
+        if r.status in GROUPED_STATUSES:
+            grouped.setdefault((r.status, RANK_PREFIX.sub("", r.reason or "no reason recorded")), []).append(r.case_id)
     rows = [
         Row(
             cells=[
@@ -33,6 +51,21 @@ def issues_section(
             ]
         )
         for r in failures
+        if r.status not in GROUPED_STATUSES
+    ]
+    rows += [
+        Row(
+            cells=[
+                Cell(
+                    text=f"{len(ids)} cases" if len(ids) > 1 else ids[0],
+                    tone="mono",
+                    detail=_some(ids),
+                ),
+                Cell(text=status, tone=STATUS_TONES.get(status, "plain")),
+                Cell(text=reason),
+            ]
+        )
+        for (status, reason), ids in grouped.items()
     ]
     rows += [
         Row(
@@ -210,11 +243,14 @@ def summary_section(
         f"{tally['measured']} measured, " + ", ".join(others) + "."
     ]
     reasons = Counter(
-        r.reason for r in run.results.values() if r.status in ("unavailable", "skipped", "error") and r.reason
+        one_line_cause(r.reason)
+        for r in run.results.values()
+        if r.status in ("unavailable", "skipped", "error", "oom", "timeout") and r.reason
     )
     if reasons:
         paragraphs.append(
-            "Why cases ended without a measurement: "
+            "Why cases ended without a measurement (in one line each; the whole text under Deviations, and in "
+            "each case's cases/<case>/log.txt): "
             + "; ".join(f"{reason} ({count}×)" if count > 1 else reason for reason, count in reasons.most_common())
             + "."
         )

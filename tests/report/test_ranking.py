@@ -1,0 +1,45 @@
+"""Like with like: a headline ranks a case only against cases of its own workload, and says which."""
+
+from __future__ import annotations
+
+import pytest
+from support.paper_size_run import write_run
+
+from kit.report.build import build_report
+from kit.report.load import load_run
+from kit.report.ranking import standing, workload
+
+BREAKDOWN = ["profile.llama2-7b.base.g1", "profile.llama2-7b.f.g1", "profile.llama2-7b.r.g1.b16"]
+
+
+@pytest.fixture(scope="module")
+def breakdown_run(tmp_path_factory, paper_plan):
+    return write_run(tmp_path_factory.mktemp("ranking") / "a800", paper_plan, cases=BREAKDOWN)
+
+
+def test_a_step_of_sixteen_sequences_is_not_ranked_against_steps_of_one(breakdown_run):
+    """The module breakdown measures BASE and F at micro-batch 1 and R at 16 (as on the recorded
+    H100 run, where page one said R was the 'highest full-parameter; next BASE')."""
+    results = load_run(breakdown_run, False).results
+    ranked = standing(list(results.values()), "tokens_per_s")
+    assert ranked.best.case_id == "profile.llama2-7b.r.g1.b16"  # the most tokens/s: 16 sequences a step
+    assert workload(ranked.best.case) == "micro-batch 16 × 350 tokens, bf16"
+    assert ranked.words.startswith("the only full-parameter measured; 2 of another workload not ranked")
+    assert "next" not in ranked.words
+    same = standing([results["profile.llama2-7b.base.g1"], results["profile.llama2-7b.f.g1"]], "tokens_per_s")
+    assert "next" in same.words or "tied" in same.words
+
+
+def test_the_headline_row_and_the_verdict_say_the_workload(breakdown_run):
+    report = build_report(breakdown_run, ["reference"])
+    rows = [row for row in report.page_one.headline.rows if (row.cells[0].detail or "").startswith("cases/profile.")]
+    assert rows and all(row.cells[2].detail == workload_of(row) for row in rows)
+    this_host = next(fact.value for fact in report.page_one.verdict if fact.label == "This host")
+    assert "micro-batch 16 × 350 tokens, bf16, 1 GPU" in this_host and "data-parallel" not in this_host
+
+
+def workload_of(row) -> str:
+    case_id = row.cells[0].detail.removeprefix("cases/").rstrip("/")
+    return {
+        "profile.llama2-7b.r.g1.b16": "micro-batch 16 × 350 tokens, bf16",
+    }.get(case_id, "micro-batch 1 × 350 tokens, bf16")
