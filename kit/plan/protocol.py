@@ -7,6 +7,7 @@ Case ids are derived only from those axes, so two runs on two machines match cas
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +188,37 @@ class ConcurrencySweep(Strict):
         return max(self.min_requests, self.requests_per_slot * concurrency)
 
 
+class RateSearch(Strict):
+    """Arrivals at a rate after the sweep, on the same engine (kit.serve.rate): requests sent at
+    seeded Poisson arrival times (or evenly spaced: `process` constant), as MLPerf Inference's
+    Server scenario and `vllm bench serve --request-rate` send them. A point at rate R sends
+    max(min_requests, R x min_duration_s) requests. The search doubles the rate from `start_rps`
+    until a point misses the objectives or is past saturation (or `max_rps`), then bisects
+    between the highest rate that met them and the lowest that did not, `bisections` times,
+    never starting a point after `max_search_s`: the capacity is a rate interval, not a guess.
+    The objectives (p99 TTFT and TPOT) are MLPerf's Llama-2-70B Server ones unless given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    process: Literal["poisson", "constant"] = "poisson"
+    start_rps: float = Field(gt=0)
+    max_rps: float = Field(gt=0)
+    min_requests: int = Field(gt=1)
+    min_duration_s: float = Field(gt=0)
+    bisections: int = Field(ge=0)
+    max_search_s: int = Field(gt=0)
+    slo_ttft_ms: float = Field(default=2000, gt=0)
+    slo_tpot_ms: float = Field(default=200, gt=0)
+
+    @model_validator(mode="after")
+    def _start_below_max(self) -> RateSearch:
+        if self.start_rps > self.max_rps:
+            raise ValueError(f"start_rps ({self.start_rps}) is above max_rps ({self.max_rps})")
+        return self
+
+    def requests_at(self, rate: float) -> int:
+        return max(self.min_requests, math.ceil(rate * self.min_duration_s))
+
+
 class ServeParams(CaseParams):
     """Serving under the paper's burst: N prompts of L tokens, all released at t=0; then, where
     `sweep` is set, steady-state points at rising concurrency on the same engine."""
@@ -204,6 +236,7 @@ class ServeParams(CaseParams):
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
+    rates: RateSearch | None = None  # None: no arrivals at a rate, no capacity search
     soak: Soak | None = None  # set on a soak case (kit/plan/soak.py): bursts one after another for that long
 
 

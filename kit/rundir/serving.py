@@ -291,6 +291,82 @@ class SweepDetails(BaseModel):
     server_count_mismatches: list[int] = []
 
 
+class QuantileInterval(BaseModel):
+    """A percentile's confidence interval from the order statistics of its samples alone (no
+    assumed distribution): `high` None where too few samples bound it from above (with n
+    samples, the p99's upper 95 % bound needs n of about 300 or more)."""
+
+    percentile: float
+    confidence: float
+    n: int
+    low: float | None
+    high: float | None
+
+
+class ArrivalCheck(BaseModel):
+    """Whether the gaps between the requests' send times, as the client recorded them, are those
+    of a Poisson process at the point's rate: a Kolmogorov-Smirnov test of the gaps against the
+    exponential distribution of mean 1/rate."""
+
+    gaps: int
+    mean_gap_s: float
+    ks_statistic: float
+    p_value: float
+    passes: bool  # p-value at or above the test's level
+
+
+class Backlog(BaseModel):
+    """Whether the engine kept up with the arrivals, read from the rows: the rate at which
+    requests ended against the rate at which they were sent, over the window from one median
+    latency after the release (the ramp) to the last send, and how fast the requests in flight
+    grew there. Past saturation: requests ended slower than they arrived and the queue grew."""
+
+    window_s: float
+    offered_rps: float
+    completed_rps: float
+    queue_growth_per_s: float  # least-squares slope of the requests in flight at each send
+    saturated: bool
+    why: str | None = None  # what says so, or why the window is too short to say
+
+
+class RatePointDetails(BaseModel):
+    """One point of the rate search: its rate, the requests planned and sent, their figures,
+    the p99s with their intervals, the objectives' verdict, the arrivals' test and the backlog."""
+
+    rate_rps: float
+    process: str
+    planned: int
+    sent: int
+    files: PointFiles
+    aggregates: BurstAggregates
+    client: ClientLoad | None = None
+    saturation: Saturation  # the client's (kit.rundir.serving.saturation)
+    ttft_p99: QuantileInterval
+    tpot_p99: QuantileInterval
+    meets: bool
+    why_not: str | None = None
+    arrivals: ArrivalCheck | None = None  # Poisson points with enough gaps
+    backlog: Backlog
+    cut_short: bool
+
+
+class RateDetails(BaseModel):
+    """The rate search: its objectives, every point in the order run, and its answer: the highest
+    rate that met the objectives and the lowest above it that did not (None where the search did
+    not find one), and why it stopped."""
+
+    process: str
+    slo_ttft_s: float
+    slo_tpot_s: float
+    max_search_s: float
+    points: list[RatePointDetails]
+    capacity_rps: float | None = None  # the highest rate that met them
+    missed_rps: float | None = None  # the lowest rate above it that missed them (or was saturated)
+    stopped: str
+    tokens: TokenCheck | None = None
+    server_count_mismatches: list[int] = []
+
+
 class CpuSplit(BaseModel):
     """The CPUs the engine may use and those the client keeps."""
 
@@ -388,3 +464,4 @@ class ServeDetails(BaseModel):
     bounds: ServingBounds | NoBound | None = None
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
+    rates: RateDetails | None = None

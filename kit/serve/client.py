@@ -1,5 +1,6 @@
-"""The load generator: the burst as the paper sends it, every request released at t=0; and a
-point of the sweep, N requests in flight at a time.
+"""The load generator: the burst as the paper sends it, every request released at t=0; a
+point of the sweep, N requests in flight at a time; and a point of the rate search, each request
+sent at its own arrival time (kit.serve.arrivals), however many are in flight then.
 
 One asyncio event loop over aiohttp (the HTTP client vLLM's `benchmark_serving` and NVIDIA
 AIPerf use too), one streaming request per prompt, no cap on open connections. At a concurrency
@@ -161,6 +162,18 @@ async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: Requ
         raise
 
 
+async def _on_time(at: float, record: RequestRecord, *request) -> None:
+    """One request of a rate point: sent at `at` (on perf_counter's clock), as `vllm bench serve
+    --request-rate` sends each after its drawn gap, whether or not the others have ended."""
+    try:
+        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+        await _one_request(*request)
+    except asyncio.CancelledError:
+        if record.error is None:  # not sent yet
+            record.error = "timeout: the deadline passed before this request was sent"
+        raise
+
+
 async def _fire(
     base_url: str,
     engine: Engine,
@@ -171,8 +184,10 @@ async def _fire(
     on_end: Callable[[RequestRecord], None] | None,
     concurrency: int | None,
     stop_sending_s: float | None,
+    arrivals: Sequence[float] | None = None,
 ) -> Firing:
-    """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
+    """fire_burst's, fire_at_concurrency's and fire_at_rate's: `concurrency` and `arrivals` None
+    send every request at once."""
     import aiohttp
 
     records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
@@ -188,13 +203,15 @@ async def _fire(
         slots = asyncio.Semaphore(concurrency) if concurrency else None
         stop_at = None if stop_sending_s is None else t0 + stop_sending_s
         tasks = []
-        for (path, body), record in zip(requests, records):
+        for index, ((path, body), record) in enumerate(zip(requests, records)):
             request = (session, base_url + path, body, engine, record, t0, counters)
-            tasks.append(
-                asyncio.create_task(
-                    _one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)
-                )
-            )
+            if arrivals is not None:
+                sending = _on_time(t0 + arrivals[index], record, *request)
+            elif slots is not None:
+                sending = _in_slot(slots, stop_at, record, *request)
+            else:
+                sending = _one_request(*request)
+            tasks.append(asyncio.create_task(sending))
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
@@ -211,7 +228,7 @@ async def _fire(
         loop_lag_p99_s=percentile(lag, 99) if lag else 0.0,
         loop_lag_max_s=max(lag) if lag else 0.0,
     )
-    if concurrency:  # a point's rows are the requests it sent
+    if concurrency or arrivals is not None:  # a point's rows are the requests it sent
         records = [record for record in records if record.ended_at is not None]
     return Firing(records, load, duration, cut_short=bool(pending))
 
@@ -246,3 +263,19 @@ def fire_at_concurrency(
     return asyncio.run(
         _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s)
     )
+
+
+def fire_at_rate(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    arrivals: Sequence[float],
+) -> Firing:
+    """Send prompt i at `arrivals[i]` seconds after the release and read every stream to its end
+    (or until `deadline_s`). The rows are those of the requests sent."""
+    if len(arrivals) != len(prompts):
+        raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
+    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, arrivals))

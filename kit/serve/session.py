@@ -5,9 +5,10 @@ a `Placement`; everything else happens here, the same way for every placement: t
 directory the engine reads (config and tokenizer only where the engine makes random weights
 itself; else a synthetic checkpoint, made once), prompts of exactly `input_tokens` tokens as the
 served tokenizer counts them, readiness, untimed warm-up requests, the engine's own counters
-before and after, the burst, then the sweep's points (kit.serve.sweep), the engine stopped
-gracefully. Into the run's folder go requests.jsonl (one row per request: the raw samples every
-aggregate is computed from; a point of the sweep's in sweep/c<N>/), engine.log (everything the
+before and after, the burst, then the sweep's points (kit.serve.sweep), then the rate search
+(kit.serve.rate), the engine stopped gracefully. Into the run's folder go requests.jsonl (one row per request: the raw samples every
+aggregate is computed from; a point of the sweep's in sweep/c<N>/, of the rate search's in
+rates/p<k>/), engine.log (everything the
 engine printed), engine.json (how it was started) and rank-0.json (the driver's sample).
 Requests that fail are data: their rows are kept and counted, the figures are those of the
 requests that finished. An engine that dies, or never becomes ready, or a burst or sweep in
@@ -49,6 +50,7 @@ from kit.serve.cpu_split import cpu_split, running_on
 from kit.serve.engines import Engine, engine_for
 from kit.serve.process import EngineFailed, http_get, log_tail
 from kit.serve.prometheus import counter_total, parse_samples
+from kit.serve.rate import run_rate_search
 from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import Unavailable
 
@@ -311,11 +313,13 @@ def measure(
     )
     write_engine_record(out_dir, record)
     windows: list[SoakWindow] = []
-    burst = sweep = None
+    burst = sweep = rates = None
     failure = None
     before: dict | str = "not read"
     after: dict | str = "not read"
     swept: dict | str = "not read"
+    rated: dict | str = "not read"
+    before_rates: dict | str = "not read"
     deadline = started + params.timeout_s - STOP_MARGIN_S
     with running_on(split.client if split else None):  # the client apart from the engine's CPUs
         try:
@@ -364,6 +368,11 @@ def measure(
                 sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
                 swept = read_counters(engine, handle.base_url)
                 failure = sweep.failure
+            if failure is None and params.rates is not None:
+                before_rates = swept if points else after
+                rates = run_rate_search(case, engine, handle, tokenizer, out_dir, deadline, say)
+                rated = read_counters(engine, handle.base_url)
+                failure = rates.failure
         except EngineFailed as exc:
             failure = str(exc)
         finally:
@@ -396,6 +405,11 @@ def measure(
         failure = failure or none_finished("sweep", sweep.records)
         if failure is None and sweep.details.server_count_mismatches:
             failure = f"{len(sweep.details.server_count_mismatches)} prompts of the sweep were counted differently by the engine"
+    if rates is not None:
+        details.rates = rates.details
+        rates.details.tokens = token_counts(engine, before_rates, rated, rates.records)
+        rates.details.server_count_mismatches = miscounted(rates.records)
+        failure = failure or none_finished("rate search", rates.records)
     if failure is not None:
         record.log_tail = tail = log_tail(out_dir / "engine.log")
         say(f"serve: {failure}\n--- engine.log (last lines) ---\n{tail}")

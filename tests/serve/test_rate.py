@@ -1,0 +1,210 @@
+"""Arrivals at a rate and the capacity search: seeded Poisson send times and the test they pass,
+a percentile's distribution-free interval, the backlog that says a point is past saturation, the
+search's doubling and bisection, the client sending each request at its time to a real HTTP
+server, and the search on the smoke run's real vLLM."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from http.server import ThreadingHTTPServer
+
+import pytest
+from test_sweep import CountingReplay, smoke_serve_case
+
+from kit.measure.rate import arrival_check, backlog, quantile_interval
+from kit.plan.protocol import RateSearch
+from kit.rundir.serving import (
+    Backlog,
+    BurstAggregates,
+    PointFiles,
+    QuantileInterval,
+    RatePointDetails,
+    RequestRecord,
+    Saturation,
+    aggregate,
+)
+from kit.serve.arrivals import arrival_times
+from kit.serve.client import fire_at_rate
+from kit.serve.engines import ENGINES
+from kit.serve.rate import next_rate
+from kit.serve.slo import DEFAULT_SLO, judge
+
+# --- arrivals ----------------------------------------------------------------------------------------
+
+
+def test_poisson_arrivals_are_seeded_and_their_gaps_pass_the_exponential_test_at_their_rate_only():
+    times = arrival_times(20, 400, "poisson", seed=7)
+    assert times == arrival_times(20, 400, "poisson", seed=7) != arrival_times(20, 400, "poisson", seed=8)
+    assert times[0] == 0 and times == sorted(times) and 17 < 399 / times[-1] < 23
+    assert arrival_check(times, 20).passes
+    assert not arrival_check(times, 10).passes  # the same gaps, against half the rate
+    constant = arrival_times(20, 400, "constant", seed=7)
+    assert constant[1] == pytest.approx(0.05) and not arrival_check(constant, 20).passes
+    assert arrival_check(times[:5], 20) is None  # too few gaps to test
+
+
+def test_the_arrivals_test_rejects_gaps_of_another_shape_with_the_same_mean():
+    rng = random.Random(3)
+    uniform, now = [], 0.0
+    for _ in range(400):  # gaps uniform on [0, 0.1]: mean 0.05 s, as Exp(20)'s
+        uniform.append(now)
+        now += rng.uniform(0, 0.1)
+    check = arrival_check(uniform, 20)
+    assert check.mean_gap_s == pytest.approx(0.05, rel=0.1) and not check.passes
+
+
+# --- a percentile's interval -------------------------------------------------------------------------
+
+
+def test_a_percentiles_interval_is_the_order_statistics_the_binomial_gives():
+    # n = 100, the median at 95 %: ranks 40 and 61 (the textbook's table), values 39 and 60 here
+    assert quantile_interval(list(range(100)), 50) == QuantileInterval(
+        percentile=50, confidence=0.95, n=100, low=39, high=60
+    )
+    few = quantile_interval(list(range(100)), 99)  # 100 samples bound a p99 from below only
+    assert few.low is not None and few.high is None
+    many = quantile_interval(list(range(1000)), 99)
+    assert many.low is not None and many.high is not None and many.low < 990 < many.high
+    assert quantile_interval([], 99).n == 0
+
+
+# --- past saturation ---------------------------------------------------------------------------------
+
+
+def served_by_one_slot(rate: float, service_s: float, count: int) -> list[RequestRecord]:
+    """Rows of a server that serves one request at a time, each in `service_s`, under arrivals
+    at `rate`: a queue that holds when rate < 1 / service_s and grows when it is above."""
+    rows, free_at = [], 0.0
+    for index, sent in enumerate(arrival_times(rate, count, "constant", seed=0)):
+        start = max(sent, free_at)
+        free_at = start + service_s
+        rows.append(
+            RequestRecord(
+                index=index,
+                input_tokens=8,
+                sent_at=sent,
+                ended_at=free_at,
+                ttft=start - sent + 0.001,
+                latency=free_at - sent,
+                output_tokens=2,
+            )
+        )
+    return rows
+
+
+def test_a_point_whose_queue_grows_while_requests_end_slower_than_they_arrive_is_past_saturation():
+    kept_up = backlog(served_by_one_slot(rate=8, service_s=0.1, count=80))
+    assert not kept_up.saturated and kept_up.completed_rps == pytest.approx(8, rel=0.1)
+    fell_behind = backlog(served_by_one_slot(rate=20, service_s=0.1, count=200))
+    assert fell_behind.saturated and fell_behind.completed_rps == pytest.approx(10, rel=0.15)
+    assert fell_behind.queue_growth_per_s == pytest.approx(10, rel=0.2) and "requests ended at" in fell_behind.why
+    short = backlog(served_by_one_slot(rate=20, service_s=0.1, count=5))
+    assert not short.saturated and "too short to judge" in short.why
+
+
+# --- the search --------------------------------------------------------------------------------------
+
+
+def rate_point(rate: float, meets: bool) -> RatePointDetails:
+    empty = aggregate([], 0.0)
+    interval = QuantileInterval(percentile=99, confidence=0.95, n=0, low=None, high=None)
+    return RatePointDetails(
+        rate_rps=rate,
+        process="poisson",
+        planned=1,
+        sent=1,
+        files=PointFiles(requests="rates/p1/requests.jsonl"),
+        aggregates=BurstAggregates.model_validate(empty.model_dump()),
+        saturation=Saturation(client_limited=False, reasons=[], cpu_share=0, cpu_us_per_event=0),
+        ttft_p99=interval,
+        tpot_p99=interval,
+        meets=meets,
+        backlog=Backlog(window_s=0, offered_rps=0, completed_rps=0, queue_growth_per_s=0, saturated=False),
+        cut_short=False,
+    )
+
+
+def test_the_search_doubles_to_the_first_miss_then_bisects_between_the_last_met_rate_and_it():
+    search = RateSearch(start_rps=2, max_rps=100, min_requests=10, min_duration_s=1, bisections=2, max_search_s=60)
+    capacity = 11.0  # a server that meets the objectives up to 11 requests/s
+    points: list[RatePointDetails] = []
+    while (rate := next_rate(search, points)) is not None:
+        points.append(rate_point(rate, rate <= capacity))
+    assert [p.rate_rps for p in points] == [2, 4, 8, 16, 12, 10]
+    met = max(p.rate_rps for p in points if p.meets)
+    missed = min(p.rate_rps for p in points if not p.meets)
+    assert met <= capacity < missed and (met, missed) == (10, 12)
+
+
+def test_the_search_stops_at_max_rps_where_every_rate_met_and_halves_where_the_first_missed():
+    search = RateSearch(start_rps=2, max_rps=5, min_requests=10, min_duration_s=1, bisections=2, max_search_s=60)
+    points = [rate_point(2, True), rate_point(4, True)]
+    assert next_rate(search, points) == 5 and next_rate(search, [*points, rate_point(5, True)]) is None
+    assert next_rate(search, [rate_point(2, False)]) == 1
+
+
+def test_a_search_that_starts_above_its_largest_rate_is_refused():
+    with pytest.raises(ValueError, match="start_rps"):
+        RateSearch(start_rps=8, max_rps=4, min_requests=10, min_duration_s=1, bisections=2, max_search_s=60)
+
+
+# --- the client at a rate, against a real HTTP server -------------------------------------------------
+
+
+def test_the_client_sends_each_request_at_its_arrival_time_whatever_is_in_flight(smoke_plan):
+    handler = type("Replay", (CountingReplay,), {"lock": threading.Lock()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    arrivals = arrival_times(40, 30, "poisson", seed=1)
+    try:
+        fired = fire_at_rate(
+            f"http://127.0.0.1:{server.server_port}",
+            ENGINES["vllm"],
+            smoke_serve_case(smoke_plan).params,
+            ["p"] * 30,
+            [8] * 30,
+            60,
+            arrivals,
+        )
+    finally:
+        server.shutdown()
+    assert len(fired.records) == handler.served == 30 and all(r.ok for r in fired.records)
+    late = [r.sent_at - arrivals[r.index] for r in fired.records]
+    assert min(late) >= 0 and max(late) < 0.05  # each on time, within the event loop's lag
+    assert handler.most > 1  # sent whether or not the previous ones had ended
+    with pytest.raises(ValueError, match="3 arrival times for 2 prompts"):
+        fire_at_rate(
+            "http://127.0.0.1:1", ENGINES["vllm"], smoke_serve_case(smoke_plan).params, ["p"] * 2, [8] * 2, 1, [0, 1, 2]
+        )
+
+
+# --- the smoke run: the real vLLM ------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objectives_and_one_that_missed(real_smoke_run):
+    case_dir = next(real_smoke_run.glob("cases/serve.*"))
+    result = json.loads((case_dir / "result.json").read_text())
+    assert result["status"] == "ok", result["reason"]
+    rates = result["samples"][0]["ranks"][0]["details"]["rates"]
+    points = rates["points"]
+    assert rates["capacity_rps"] is not None and rates["missed_rps"] is not None
+    assert rates["capacity_rps"] < rates["missed_rps"]
+    assert any(p["meets"] and p["rate_rps"] == rates["capacity_rps"] for p in points)
+    assert any(not p["meets"] and p["rate_rps"] == rates["missed_rps"] for p in points)
+    assert rates["tokens"]["equal"]  # the rows hold every token vLLM's counters say it generated
+    slo = DEFAULT_SLO.model_copy(update={"ttft_s": rates["slo_ttft_s"], "tpot_s": rates["slo_tpot_s"]})
+    for entry in points:  # each point's figures and verdict from its own rows
+        rows = [
+            RequestRecord.model_validate_json(line)
+            for line in (case_dir / "runs/1" / entry["files"]["requests"]).read_text().splitlines()
+        ]
+        assert aggregate(rows, entry["aggregates"]["duration_s"]).model_dump() == entry["aggregates"]
+        judged = judge(rows, entry["aggregates"]["duration_s"], slo)
+        if entry["meets"]:
+            assert judged.meets and not entry["backlog"]["saturated"]
+    # the arrivals of the points the engine kept up with pass the test for a Poisson process
+    kept_up = [p for p in points if p["arrivals"] and not p["backlog"]["saturated"]]
+    assert kept_up and all(p["arrivals"]["passes"] for p in kept_up)
