@@ -9,9 +9,9 @@ intervals (kit.measure.rate), the objectives (kit.serve.slo.judge), whether its 
 Poisson, and whether the engine kept up (a queue that grows while requests end slower than they
 arrive: past saturation). The search doubles the rate from start_rps until a point misses (or
 max_rps), then bisects between the highest rate that met and the lowest that missed; no point is
-started after max_search_s, nor once the case's time is short. A point that misses because it is
-past saturation, cut short, or maybe limited by the client counts as a miss: the capacity stated is
-never above what was shown. Rows go to rates/p<k>/requests.jsonl, in the order run.
+started after max_search_s, nor once the case's time is short. A point past saturation, cut short,
+or within the objectives by less than the client's own lag counts as a miss (verdict): the
+capacity stated is never above what was shown. Rows go to rates/p<k>/requests.jsonl, in the order run.
 """
 
 from __future__ import annotations
@@ -22,12 +22,19 @@ from typing import NamedTuple
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
 from kit.plan.protocol import Case, RateSearch, ServeParams
-from kit.rundir.serving import PointFiles, RateDetails, RatePointDetails, RequestRecord
+from kit.rundir.serving import (
+    CPU_SHARE_LIMIT,
+    ClientLoad,
+    PointFiles,
+    RateDetails,
+    RatePointDetails,
+    RequestRecord,
+)
 from kit.serve.arrivals import arrival_times
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_rate
 from kit.serve.engines import Engine
-from kit.serve.slo import PERCENTILE, Slo, judge
+from kit.serve.slo import PERCENTILE, Judged, Slo, judge
 
 SEED_OFFSET = 5000  # point k draws its prompts and arrivals from seed + 5000 + k: apart from the sweep's
 DRAIN_S = 30.0  # a point's requests may run this long after its last arrival (and as long again as its arrivals)
@@ -65,15 +72,27 @@ def stop_reason(search: RateSearch, points: list[RatePointDetails]) -> str:
     return f"{search.bisections} bisections after the first rate that missed"
 
 
-def verdict(point_meets: bool, why: str | None, saturated: str | None, cut_short: bool, client: list[str]):
-    """A point meets the objectives only where nothing else may have set its figures."""
+def verdict(
+    judged: Judged, slo: Slo, load: ClientLoad, saturated: str | None, cut_short: bool
+) -> tuple[bool, str | None]:
+    """Whether a point meets the objectives, where nothing else may have set its figures. A client
+    whose event loop lagged stamps events late by at most its largest lag: a point within the
+    objectives by more than that margin met them whatever the lag; one within them by less, or
+    a client that used a whole core, is a miss (the capacity is never above what was shown)."""
     if cut_short:
         return False, "cut short: its time ran out before its requests ended"
     if saturated:
         return False, f"past saturation: {saturated}"
-    if client:
-        return False, f"the client may have limited it: {'; '.join(client)}"
-    return point_meets, why
+    if not judged.meets:
+        return False, judged.why_not
+    if load.cpu_share >= CPU_SHARE_LIMIT:
+        return False, f"the client may have limited it: it used {load.cpu_share:.0%} of a core"
+    margin = load.loop_lag_max_s
+    if judged.ttft_p99_s + margin > slo.ttft_s or judged.tpot_p99_s + margin > slo.tpot_s:
+        return False, (
+            f"within the objectives by less than the client's largest event loop lag ({1000 * margin:.3g} ms)"
+        )
+    return True, None
 
 
 class RateOutcome(NamedTuple):
@@ -131,9 +150,7 @@ def run_rate_search(case: Case, engine: Engine, handle, tokenizer, out_dir: Path
         totals, client = fired.kept(out_dir / folder / "requests.jsonl", all_at_once=False)
         judged = judge(fired.records, totals.duration_s, slo)
         queue = backlog(fired.records)
-        meets, why = verdict(
-            judged.meets, judged.why_not, queue.why if queue.saturated else None, fired.cut_short, client.reasons
-        )
+        meets, why = verdict(judged, slo, fired.load, queue.why if queue.saturated else None, fired.cut_short)
         done = [row for row in fired.records if row.ok]
         details.points.append(
             RatePointDetails(

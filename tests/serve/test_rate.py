@@ -18,18 +18,20 @@ from kit.plan.protocol import RateSearch
 from kit.rundir.serving import (
     Backlog,
     BurstAggregates,
+    ClientLoad,
     PointFiles,
     QuantileInterval,
     RatePointDetails,
     RequestRecord,
+    RequestTimes,
     Saturation,
     aggregate,
 )
 from kit.serve.arrivals import arrival_times
 from kit.serve.client import fire_at_rate
 from kit.serve.engines import ENGINES
-from kit.serve.rate import next_rate
-from kit.serve.slo import DEFAULT_SLO, judge
+from kit.serve.rate import next_rate, verdict
+from kit.serve.slo import DEFAULT_SLO, Slo, judge
 
 # --- arrivals ----------------------------------------------------------------------------------------
 
@@ -208,3 +210,21 @@ def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objective
     # the arrivals of the points the engine kept up with pass the test for a Poisson process
     kept_up = [p for p in points if p["arrivals"] and not p["backlog"]["saturated"]]
     assert kept_up and all(p["arrivals"]["passes"] for p in kept_up)
+
+
+def load(cpu_share: float, lag_max_s: float) -> ClientLoad:
+    return ClientLoad(
+        cpu_s=cpu_share, wall_s=1, events=1, dispatch_s=0, loop_lag_p99_s=lag_max_s, loop_lag_max_s=lag_max_s
+    )
+
+
+def test_a_point_meets_only_by_a_margin_of_the_clients_lag_and_never_past_saturation_or_cut_short():
+    slo = Slo(ttft_s=1.0, tpot_s=0.1)
+    within = judge([RequestTimes(ended_at=1, ttft=0.5, latency=1.4, output_tokens=11)], 1.0, slo)  # TPOT 90 ms
+    assert within.meets
+    assert verdict(within, slo, load(0.1, 0.005), None, False) == (True, None)
+    meets, why = verdict(within, slo, load(0.1, 0.02), None, False)  # 90 ms + 20 ms of lag > 100 ms
+    assert not meets and "client's largest event loop lag (20 ms)" in why
+    assert verdict(within, slo, load(0.95, 0.0), None, False)[0] is False
+    assert verdict(within, slo, load(0.1, 0.0), "the queue grew", False) == (False, "past saturation: the queue grew")
+    assert verdict(within, slo, load(0.1, 0.0), None, True)[0] is False
