@@ -105,7 +105,8 @@ def backlog(rows: Sequence[RequestRecord]) -> Backlog:
             why=f"too short to judge: {len(window)} sends after the ramp (one median latency), {LEAST_WINDOW_SENDS} needed",
         )
     ends = [row.ended_at for row in rows if row.ok and row.ended_at is not None]
-    offered = (len(window) - 1) / span
+    # a request sent at t ends near t + the median latency: the window's ends against the sends one ramp earlier
+    offered = sum(1 for t in sends if t <= last_send - ramp) / span
     completed = sum(1 for end in ends if ramp <= end <= last_send) / span
     in_flight = [
         sum(1 for row in rows if row.sent_at < t and (row.ended_at is None or row.ended_at > t)) for t in window

@@ -237,6 +237,9 @@ class ServeParams(CaseParams):
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
     rates: RateSearch | None = None  # None: no arrivals at a rate, no capacity search
+    startup: bool = (
+        False  # after the rest: the engine started again from a cold cache, then a warm one (kit.serve.startup)
+    )
     soak: Soak | None = None  # set on a soak case (kit/plan/soak.py): bursts one after another for that long
 
 

@@ -316,13 +316,14 @@ class ArrivalCheck(BaseModel):
 
 
 class Backlog(BaseModel):
-    """Whether the engine kept up with the arrivals, read from the rows: the rate at which
-    requests ended against the rate at which they were sent, over the window from one median
-    latency after the release (the ramp) to the last send, and how fast the requests in flight
-    grew there. Past saturation: requests ended slower than they arrived and the queue grew."""
+    """Whether the engine kept up with the arrivals, read from the rows: over the window from one
+    median latency after the release (the ramp) to the last send, the rate at which requests
+    ended against the rate at which they were sent one ramp earlier (a request that is served in
+    the median latency ends one ramp after it is sent), and how fast the requests in flight grew
+    there. Past saturation: requests ended slower than they arrived and the queue grew."""
 
     window_s: float
-    offered_rps: float
+    offered_rps: float  # sends over the window one ramp earlier
     completed_rps: float
     queue_growth_per_s: float  # least-squares slope of the requests in flight at each send
     saturated: bool
@@ -365,6 +366,27 @@ class RateDetails(BaseModel):
     stopped: str
     tokens: TokenCheck | None = None
     server_count_mismatches: list[int] = []
+
+
+class StartupTime(BaseModel):
+    """One start of the engine: from the process (or container) started to its health route
+    answering 200, and to the first token of a first request, sent as soon as it is ready."""
+
+    cache: Literal["cold", "warm", "first"]  # first: the run's own start, its cache as the host had it
+    ready_s: float
+    first_token_s: float | None = None  # None where the first request failed
+    error: str | None = None
+    engine_log: str | None = None  # relative to the run's folder
+
+
+class StartupDetails(BaseModel):
+    """The engine's start-up times: the run's own start, then starts from an empty cache (cold)
+    and from the cache the cold start filled (warm), the cache named by `cache_variable`; or why
+    one kind could not be measured."""
+
+    cache_variable: str | None = None
+    starts: list[StartupTime] = []
+    unavailable: str | None = None
 
 
 class CpuSplit(BaseModel):
@@ -465,3 +487,4 @@ class ServeDetails(BaseModel):
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
     rates: RateDetails | None = None
+    startup: StartupDetails | None = None

@@ -85,6 +85,9 @@ class Engine(ABC):
     finished_requests: ClassVar[Counter]
     makes_random_weights: ClassVar[bool] = False  # needs only config and tokenizer, no checkpoint
     ignore_eos_note: ClassVar[str | None] = None  # why EOS cannot be ignored, where it cannot
+    # The variable naming the folder where the engine keeps what it compiles or caches between
+    # starts (None: none documented): an empty one is a cold start, the one it filled a warm one.
+    cache_variable: ClassVar[str | None] = None
 
     @abstractmethod
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
@@ -137,6 +140,7 @@ class VllmEngine(Engine):
     finished_requests = Counter("vllm:request_success_total", exclude=(("finished_reason", ("abort", "error")),))
     makes_random_weights = True
     cpu_kv_cache_gib = 1
+    cache_variable = "VLLM_CACHE_ROOT"  # envs.py; `vllm bench sweep startup` points it at a new folder for a cold start
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params = case.params_as(ServeParams)

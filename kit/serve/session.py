@@ -22,9 +22,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 from kit.files.atomic import atomic_write_text
 from kit.files.regular import sha256_file
@@ -33,12 +31,13 @@ from kit.rundir.directory import atomic_write_model
 from kit.rundir.schema import RankSample, SoakWindow, utc_now
 from kit.rundir.serving import (
     EngineRecord,
-    EngineStop,
     ModelRecord,
     PromptsRecord,
     RunFiles,
     ServeDetails,
     ServerCounters,
+    StartupDetails,
+    StartupTime,
     TokenCheck,
     WarmupRecord,
     aggregate,
@@ -48,38 +47,16 @@ from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_burst
 from kit.serve.cpu_split import cpu_split, running_on
 from kit.serve.engines import Engine, engine_for
+from kit.serve.placement import EngineHandle, Placement, wait_ready
 from kit.serve.process import EngineFailed, http_get, log_tail
 from kit.serve.prometheus import counter_total, parse_samples
 from kit.serve.rate import run_rate_search
+from kit.serve.startup import measure_startups
 from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import Unavailable
 
 STOP_MARGIN_S = 45  # left of the case's timeout for stopping the engine and writing the rows
 WARMUP_SEED_OFFSET = 1  # warm-up prompts are drawn apart from the burst's
-POLL_S = 0.5
-
-
-class EngineHandle(Protocol):
-    """A started engine, wherever it runs."""
-
-    base_url: str
-
-    def exit_code(self) -> int | None: ...
-
-    def stop(self) -> EngineStop: ...
-
-
-class Placement(Protocol):
-    """Where an executor puts a serve case's engine (and, where needed, makes its checkpoint)."""
-
-    name: str
-
-    def checkpoint(self, case: Case, say) -> Path: ...
-
-    def start(
-        self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None
-    ) -> tuple[EngineHandle, EngineRecord]:
-        """The engine, on `cpus` where given (kit.serve.cpu_split), and what the result records of its launch."""
 
 
 def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, ModelRecord]:
@@ -105,25 +82,6 @@ def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tu
     marker = read_marker(path)
     files = {rel: facts["sha256"] for rel, facts in marker["files"].items()}
     return path, ModelRecord(kind=kind, path=str(path), sha256=entry_digest(marker), files=files)
-
-
-def wait_ready(handle: EngineHandle, health_path: str, timeout_s: float) -> float:
-    """Seconds until the health route answered 200; EngineFailed if the engine exits or the
-    time runs out."""
-    started = time.monotonic()
-    while True:
-        code = handle.exit_code()
-        if code is not None:
-            raise EngineFailed(f"the engine exited with code {code} before it was ready")
-        try:
-            status, _ = http_get(handle.base_url + health_path)
-            if status == 200:
-                return time.monotonic() - started
-        except OSError:
-            pass  # not listening yet
-        if time.monotonic() - started > timeout_s:
-            raise EngineFailed(f"the engine was not ready after {timeout_s} s")
-        time.sleep(POLL_S)
 
 
 def engine_version(engine: Engine, base_url: str) -> str | None:
@@ -299,6 +257,7 @@ def measure(
     points = planned_points(tokenizer, params)
 
     split = cpu_split(case)
+    launched = time.monotonic()
     handle, record = placement.start(engine, case, model_dir, out_dir, say, cpus=split.engine if split else None)
     if split:
         say(f"serve: the engine on CPUs {list(split.engine)}, the client on {list(split.client)}")
@@ -325,11 +284,15 @@ def measure(
         try:
             say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
             record.ready_s = wait_ready(handle, engine.health_path, params.ready_timeout_s)
+            first_start = StartupTime(cache="first", ready_s=time.monotonic() - launched, engine_log="engine.log")
             record.version = engine_version(engine, handle.base_url) or record.version
             if warmup:
                 warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
                 errors = [r.error for r in warm.records if not r.ok]
                 details.warmup = WarmupRecord(requests=len(warmup), duration_s=warm.duration, errors=errors)
+                opening = warm.records[0]
+                if opening.ttft is not None:
+                    first_start.first_token_s = first_start.ready_s + opening.sent_at + opening.ttft
                 if errors:
                     raise EngineFailed(f"the warm-up request failed: {errors[0]}")
             before = read_counters(engine, handle.base_url)
@@ -378,6 +341,10 @@ def measure(
         finally:
             record.stop = handle.stop()
             write_engine_record(out_dir, record)
+        if failure is None and params.startup:
+            details.startup = startups(
+                case, engine, placement, model_dir, out_dir, prompts[0], counts[0], say, split, first_start, deadline
+            )
 
     if burst is not None:
         totals, saturated = burst.kept(out_dir / "requests.jsonl", all_at_once=True)
@@ -415,6 +382,34 @@ def measure(
         say(f"serve: {failure}\n--- engine.log (last lines) ---\n{tail}")
         raise ServeFailed(f"{failure}; engine log: engine.log", details, windows)
     return details, windows
+
+
+def startups(
+    case: Case,
+    engine: Engine,
+    placement: Placement,
+    model_dir: Path,
+    out_dir: Path,
+    prompt: str,
+    input_tokens: int,
+    say,
+    split,
+    first: StartupTime,
+    deadline: float,
+) -> StartupDetails:
+    """The run's own start (`first`: to its first warm-up token) beside a cold and a warm one
+    (kit.serve.startup), where the case's time leaves room for two more starts as long as it."""
+    needed = 2 * first.ready_s + STOP_MARGIN_S
+    if deadline - time.monotonic() < needed:
+        return StartupDetails(
+            starts=[first],
+            unavailable=f"cold and warm starts: the case's time left less than the {needed:.0f} s they need",
+        )
+    found = measure_startups(
+        case, engine, placement, model_dir, out_dir, prompt, input_tokens, say, split.engine if split else None
+    )
+    found.starts.insert(0, first)
+    return found
 
 
 def write_engine_record(out_dir: Path, record: EngineRecord) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 TOKEN_DELAY_S = 0.002  # per generated token: a fast engine, so the client is what is tested
+COMPILE_S = 1.0  # vLLM's first start in an empty VLLM_CACHE_ROOT compiles; a later one reads what it left
 # STUB_503_EVERY=k (vLLM only): every k-th completion request is answered 503 with the body vLLM
 # 0.32 sends for a request it asks the client to retry (a RetryableRequestError's ErrorResponse,
 # rendered by starlette's JSONResponse: vllm/entrypoints/serve/exception_handling/error_response.py,
@@ -257,6 +258,10 @@ def main(name: str, argv: list[str]) -> None:
         flush=True,
     )
     engine = Engine(name, Path(args.model_dir), needs_weights=name != "vllm" or args.load_format != "dummy")
+    compiled = Path(os.environ.get("VLLM_CACHE_ROOT", "")) / "stub-compiled"
+    if name == "vllm" and os.environ.get("VLLM_CACHE_ROOT") and not compiled.exists():
+        time.sleep(COMPILE_S)
+        compiled.write_text("compiled\n")
     server = ThreadingHTTPServer((args.host or "0.0.0.0", args.port), handler_for(engine))
     server.daemon_threads = True
     print(f"listening on {args.host}:{args.port}", flush=True)

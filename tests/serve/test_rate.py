@@ -11,7 +11,7 @@ import threading
 from http.server import ThreadingHTTPServer
 
 import pytest
-from test_sweep import CountingReplay, smoke_serve_case
+from test_sweep import CountingReplay, StubPlacement, small_serve_case, smoke_serve_case
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
 from kit.plan.protocol import RateSearch
@@ -228,3 +228,40 @@ def test_a_point_meets_only_by_a_margin_of_the_clients_lag_and_never_past_satura
     assert verdict(within, slo, load(0.95, 0.0), None, False)[0] is False
     assert verdict(within, slo, load(0.1, 0.0), "the queue grew", False) == (False, "past saturation: the queue grew")
     assert verdict(within, slo, load(0.1, 0.0), None, True)[0] is False
+
+
+# --- start-up, through a real HTTP server that compiles into an empty cache -----------------------
+
+
+@pytest.fixture
+def stub_case(smoke_plan, tmp_path, monkeypatch):
+    """The smoke profile's serve case, its model's config and tokenizer made in a cache of the test's."""
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))
+    return small_serve_case(smoke_plan)
+
+
+def test_a_cold_start_finds_an_empty_cache_and_a_warm_one_what_it_left(stub_case, tmp_path):
+    from kit.plan.model_files import load_tokenizer, weightless_model
+    from kit.serve.burst import burst_prompts, token_count
+    from kit.serve.startup import measure_startups
+
+    engine = ENGINES["vllm"]
+    model_dir = weightless_model(*stub_case.named_model, stub_case.params.seed, say=print)
+    [prompt] = burst_prompts(load_tokenizer(model_dir), 1, stub_case.params.input_tokens, 1)
+    found = measure_startups(
+        stub_case,
+        engine,
+        StubPlacement(0),
+        model_dir,
+        tmp_path,
+        prompt,
+        token_count(load_tokenizer(model_dir), prompt),
+        print,
+        None,
+    )
+    assert found.cache_variable == "VLLM_CACHE_ROOT" and found.unavailable is None
+    cold, warm = found.starts
+    assert (cold.cache, warm.cache) == ("cold", "warm") and cold.error is None is warm.error
+    assert cold.ready_s > warm.ready_s + 0.5  # the stand-in compiled for 1 s into the empty folder only
+    assert cold.first_token_s > cold.ready_s and warm.first_token_s > warm.ready_s
+    assert (tmp_path / "startup/cold/engine.log").is_file() and (tmp_path / "startup/warm/engine.log").is_file()
