@@ -188,6 +188,57 @@ class ConcurrencySweep(Strict):
         return max(self.min_requests, self.requests_per_slot * concurrency)
 
 
+class Lengths(Strict):
+    """Tokens per request, drawn uniformly from [low_share x tokens, tokens], seeded; low_share 1
+    (the default) is always `tokens`, as the paper's burst."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    tokens: int = Field(gt=0)
+    low_share: float = Field(default=1.0, gt=0, le=1)
+
+    @property
+    def low(self) -> int:
+        return max(1, math.ceil(self.low_share * self.tokens))
+
+
+class LengthPair(Strict):
+    """A request's prompt and output lengths, each a distribution."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    input: Lengths
+    output: Lengths
+
+
+# SemiAnalysis InferenceMAX's (InferenceX's) input/output pairs, each length drawn from
+# U[0.8 L, L] (its README: ISL/OSL 1024/1024, 1024/8192, 8192/1024, RANDOM_RANGE_RATIO 0.8).
+LENGTH_PRESETS: dict[str, LengthPair] = {
+    f"inferencex-{name}": LengthPair(
+        input=Lengths(tokens=isl, low_share=0.8), output=Lengths(tokens=osl, low_share=0.8)
+    )
+    for name, isl, osl in (("1k1k", 1024, 1024), ("1k8k", 1024, 8192), ("8k1k", 8192, 1024))
+}
+
+
+class SharedPrefix(Strict):
+    """A multi-turn chat workload (kit.serve.prefix): `conversations` at once, each of `turns`
+    requests sent one after another, every prompt the same system prefix of `shared_tokens`, then
+    the conversation so far (each earlier turn's user text of `turn_tokens` and an answer of
+    `answer_tokens`) and the new user text; each asks for `answer_tokens`. With the engine's
+    prefix caching on, and (`compare_off`) on a second start of the engine with it off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    conversations: int = Field(gt=0)
+    turns: int = Field(gt=1)
+    shared_tokens: int = Field(gt=0)
+    turn_tokens: int = Field(gt=0)
+    answer_tokens: int = Field(gt=0)
+    compare_off: bool = True
+
+    @property
+    def longest_prompt(self) -> int:
+        return self.shared_tokens + self.turns * self.turn_tokens + (self.turns - 1) * self.answer_tokens + 8
+
+
 class RateSearch(Strict):
     """Arrivals at a rate after the sweep, on the same engine (kit.serve.rate): requests sent at
     seeded Poisson arrival times (or evenly spaced: `process` constant), as MLPerf Inference's
@@ -208,6 +259,21 @@ class RateSearch(Strict):
     max_search_s: int = Field(gt=0)
     slo_ttft_ms: float = Field(default=2000, gt=0)
     slo_tpot_ms: float = Field(default=200, gt=0)
+    lengths: LengthPair | str | None = None  # None: the burst's; a name: one of LENGTH_PRESETS
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> RateSearch:
+        if isinstance(self.lengths, str) and self.lengths not in LENGTH_PRESETS:
+            raise ValueError(f"no length preset {self.lengths!r} (known: {', '.join(LENGTH_PRESETS)})")
+        return self
+
+    def length_pair(self, input_tokens: int, output_tokens: int) -> LengthPair:
+        """The lengths its requests are drawn from: its own, a preset's, or the burst's (fixed)."""
+        if isinstance(self.lengths, str):
+            return LENGTH_PRESETS[self.lengths]
+        if self.lengths is not None:
+            return self.lengths
+        return LengthPair(input=Lengths(tokens=input_tokens), output=Lengths(tokens=output_tokens))
 
     @model_validator(mode="after")
     def _start_below_max(self) -> RateSearch:
@@ -237,10 +303,22 @@ class ServeParams(CaseParams):
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
     rates: RateSearch | None = None  # None: no arrivals at a rate, no capacity search
-    startup: bool = (
-        False  # after the rest: the engine started again from a cold cache, then a warm one (kit.serve.startup)
-    )
+    prefix: SharedPrefix | None = None  # None: no multi-turn shared-prefix workload
+    prefix_caching: bool = True  # the engine's prefix cache; off on the shared-prefix workload's second start
+    # After the rest: the engine started again from a cold cache, then a warm one (kit.serve.startup).
+    startup: bool = False
     soak: Soak | None = None  # set on a soak case (kit/plan/soak.py): bursts one after another for that long
+
+
+def longest_request(params: ServeParams) -> tuple[int, int]:
+    """The most prompt and output tokens any request of the case may have (the engine's context)."""
+    prompt, output = params.input_tokens, params.max_output_tokens
+    if params.rates is not None:
+        pair = params.rates.length_pair(params.input_tokens, params.max_output_tokens)
+        prompt, output = max(prompt, pair.input.tokens), max(output, pair.output.tokens)
+    if params.prefix is not None:
+        prompt, output = max(prompt, params.prefix.longest_prompt), max(output, params.prefix.answer_tokens)
+    return prompt, output
 
 
 class CommParams(CaseParams):

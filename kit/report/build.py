@@ -27,6 +27,7 @@ from kit.report.sections.capacity import capacity_part
 from kit.report.sections.claims import claims_section
 from kit.report.sections.energy import energy_section
 from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
+from kit.report.sections.prefix import prefix_section
 from kit.report.sections.rates import rates_section
 from kit.report.sections.stages import stage_sections
 from kit.report.sections.startup import startup_section
@@ -183,6 +184,7 @@ def build_report(
         *stages,
         capacity,
         rates_section(run),
+        prefix_section(run),
         startup_section(run),
         energy_section(run, gpu_hour_price, currency),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),

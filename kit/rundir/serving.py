@@ -360,12 +360,57 @@ class RateDetails(BaseModel):
     slo_ttft_s: float
     slo_tpot_s: float
     max_search_s: float
+    lengths: str | None = None  # the requests' lengths: fixed, or the distributions they were drawn from
     points: list[RatePointDetails]
     capacity_rps: float | None = None  # the highest rate that met them
     missed_rps: float | None = None  # the lowest rate above it that missed them (or was saturated)
     stopped: str
     tokens: TokenCheck | None = None
     server_count_mismatches: list[int] = []
+
+
+class PrefixCacheCounts(BaseModel):
+    """The engine's prefix cache over one workload (after minus before): prompt tokens looked up
+    and, of them, found cached (vLLM: vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total);
+    or why they are not known."""
+
+    queried_tokens: float | None = None
+    hit_tokens: float | None = None
+    unavailable: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def hit_rate(self) -> float | None:
+        if self.queried_tokens is None or self.hit_tokens is None or self.queried_tokens <= 0:
+            return None
+        return self.hit_tokens / self.queried_tokens
+
+
+class PrefixRunDetails(BaseModel):
+    """The multi-turn shared-prefix workload on one start of the engine, its prefix cache on or off."""
+
+    caching: bool
+    conversations: int
+    turns: int
+    requests: int
+    files: PointFiles
+    aggregates: BurstAggregates
+    cache: PrefixCacheCounts
+    engine_log: str
+    cut_short: bool
+    tokens: TokenCheck | None = None
+
+
+class SharedPrefixDetails(BaseModel):
+    """The workload with the engine's prefix caching on (the run's engine) and off (a second start),
+    or why the second could not be made."""
+
+    shared_tokens: int
+    turn_tokens: int
+    answer_tokens: int
+    on: PrefixRunDetails | None = None
+    off: PrefixRunDetails | None = None
+    off_unavailable: str | None = None
 
 
 class StartupTime(BaseModel):
@@ -487,4 +532,5 @@ class ServeDetails(BaseModel):
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
     rates: RateDetails | None = None
+    prefix: SharedPrefixDetails | None = None
     startup: StartupDetails | None = None

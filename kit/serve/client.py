@@ -174,6 +174,12 @@ async def _on_time(at: float, record: RequestRecord, *request) -> None:
         raise
 
 
+async def _in_turn(requests: Sequence[tuple]) -> None:
+    """One conversation: each turn sent once the previous one has ended, as a chat user does."""
+    for request in requests:
+        await _one_request(*request)
+
+
 async def _fire(
     base_url: str,
     engine: Engine,
@@ -185,13 +191,17 @@ async def _fire(
     concurrency: int | None,
     stop_sending_s: float | None,
     arrivals: Sequence[float] | None = None,
+    output_tokens: Sequence[int] | None = None,
+    chains: Sequence[Sequence[int]] | None = None,
 ) -> Firing:
-    """fire_burst's, fire_at_concurrency's and fire_at_rate's: `concurrency` and `arrivals` None
-    send every request at once."""
+    """fire_burst's, fire_at_concurrency's, fire_at_rate's and fire_conversations': `concurrency`,
+    `arrivals` and `chains` None send every request at once; `output_tokens` None asks each for
+    the case's max_output_tokens."""
     import aiohttp
 
     records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
-    requests = [engine.request(prompt, params) for prompt in prompts]  # built before t=0
+    wanted: Sequence[int | None] = output_tokens or [None] * len(prompts)
+    requests = [engine.request(prompt, params, n) for prompt, n in zip(prompts, wanted)]  # built before t=0
     counters = {"events": 0, "last_sent": 0.0, "on_end": on_end}
     lag: list[float] = []
     stop = asyncio.Event()
@@ -203,8 +213,14 @@ async def _fire(
         slots = asyncio.Semaphore(concurrency) if concurrency else None
         stop_at = None if stop_sending_s is None else t0 + stop_sending_s
         tasks = []
-        for index, ((path, body), record) in enumerate(zip(requests, records)):
-            request = (session, base_url + path, body, engine, record, t0, counters)
+        requested = [
+            (session, base_url + path, body, engine, record, t0, counters)
+            for (path, body), record in zip(requests, records)
+        ]
+        for chain in chains or []:
+            tasks.append(asyncio.create_task(_in_turn([requested[index] for index in chain])))
+        for index, request in enumerate(requested if chains is None else []):
+            record = records[index]
             if arrivals is not None:
                 sending = _on_time(t0 + arrivals[index], record, *request)
             elif slots is not None:
@@ -228,7 +244,7 @@ async def _fire(
         loop_lag_p99_s=percentile(lag, 99) if lag else 0.0,
         loop_lag_max_s=max(lag) if lag else 0.0,
     )
-    if concurrency or arrivals is not None:  # a point's rows are the requests it sent
+    if concurrency or arrivals is not None or chains is not None:  # a point's rows are the requests it sent
         records = [record for record in records if record.ended_at is not None]
     return Firing(records, load, duration, cut_short=bool(pending))
 
@@ -273,9 +289,32 @@ def fire_at_rate(
     input_tokens: Sequence[int],
     deadline_s: float,
     arrivals: Sequence[float],
+    output_tokens: Sequence[int] | None = None,
 ) -> Firing:
-    """Send prompt i at `arrivals[i]` seconds after the release and read every stream to its end
-    (or until `deadline_s`). The rows are those of the requests sent."""
+    """Send prompt i at `arrivals[i]` seconds after the release, asking for `output_tokens[i]`
+    tokens, and read every stream to its end (or until `deadline_s`). The rows are those of the
+    requests sent."""
     if len(arrivals) != len(prompts):
         raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
-    return asyncio.run(_fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, arrivals))
+    return asyncio.run(
+        _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, arrivals, output_tokens)
+    )
+
+
+def fire_conversations(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    chains: Sequence[Sequence[int]],
+    output_tokens: Sequence[int],
+) -> Firing:
+    """Every conversation at once, each a chain of prompt indices sent one after another (the
+    next once the previous ended), and read every stream to its end (or until `deadline_s`)."""
+    return asyncio.run(
+        _fire(
+            base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, None, output_tokens, chains
+        )
+    )

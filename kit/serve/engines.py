@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kit.plan.protocol import Case, ServeParams
+from kit.plan.protocol import Case, ServeParams, longest_request
+from kit.serve.prometheus import counter_total
 
 SERVED_NAME = "kit-model"
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -66,6 +67,11 @@ class Counter:
             return (f"{self.name}_sum",)
         return (self.name, f"{self.name}_total") if not self.name.endswith("_total") else (self.name,)
 
+    def total(self, samples: list) -> float | None:
+        """Its value on a parsed /metrics page (kit.serve.prometheus), None where the page lacks it."""
+        values = [counter_total(samples, name, dict(self.exclude)) for name in self.metric_names()]
+        return next((value for value in values if value is not None), None)
+
 
 class Engine(ABC):
     """One serving engine. Subclasses state only what is specific to them."""
@@ -88,6 +94,11 @@ class Engine(ABC):
     # The variable naming the folder where the engine keeps what it compiles or caches between
     # starts (None: none documented): an empty one is a cold start, the one it filled a warm one.
     cache_variable: ClassVar[str | None] = None
+    # Its prefix cache: the counters of tokens looked up and found (None: it exposes none), and
+    # the arguments that turn the cache off (None: it cannot be turned off by argument).
+    prefix_cache_queries: ClassVar[Counter | None] = None
+    prefix_cache_hits: ClassVar[Counter | None] = None
+    prefix_caching_off: ClassVar[tuple[str, ...] | None] = None
 
     @abstractmethod
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
@@ -99,8 +110,9 @@ class Engine(ABC):
         return {}
 
     @abstractmethod
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
-        """Path and JSON body of one streamed, greedy completion of `prompt`."""
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
+        """Path and JSON body of one streamed, greedy completion of `prompt`, of `max_tokens`
+        (None: the case's max_output_tokens)."""
 
     @abstractmethod
     def parse(self, data: str) -> StreamEvent:
@@ -109,7 +121,7 @@ class Engine(ABC):
 
 
 def _max_model_len(params: ServeParams) -> int:
-    return params.input_tokens + params.max_output_tokens
+    return sum(longest_request(params))
 
 
 class VllmEngine(Engine):
@@ -140,6 +152,9 @@ class VllmEngine(Engine):
     finished_requests = Counter("vllm:request_success_total", exclude=(("finished_reason", ("abort", "error")),))
     makes_random_weights = True
     cpu_kv_cache_gib = 1
+    prefix_cache_queries = Counter("vllm:prefix_cache_queries_total")  # tokens looked up (v1 metrics)
+    prefix_cache_hits = Counter("vllm:prefix_cache_hits_total")  # of them, tokens found cached
+    prefix_caching_off = ("--no-enable-prefix-caching",)  # on by default (engine/arg_utils.py)
     cache_variable = "VLLM_CACHE_ROOT"  # envs.py; `vllm bench sweep startup` points it at a new folder for a cold start
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
@@ -167,6 +182,8 @@ class VllmEngine(Engine):
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
         if case.device == "cpu":
             argv.append("--enforce-eager")
+        if not params.prefix_caching:
+            argv += self.prefix_caching_off
         return argv
 
     def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
@@ -178,11 +195,11 @@ class VllmEngine(Engine):
             found["VLLM_CPU_OMP_THREADS_BIND"] = bind
         return found
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/v1/completions", {
             "model": SERVED_NAME,
             "prompt": prompt,
-            "max_tokens": params.max_output_tokens,
+            "max_tokens": max_tokens or params.max_output_tokens,
             "temperature": 0.0,
             "ignore_eos": params.ignore_eos,
             "stream": True,
@@ -267,7 +284,7 @@ class TgiEngine(Engine):
             "--dtype",
             DTYPE_NAMES[params.dtype],
             "--max-input-tokens",
-            str(params.input_tokens),
+            str(longest_request(params)[0]),
             "--max-total-tokens",
             str(_max_model_len(params)),
             "--max-concurrent-requests",
@@ -280,10 +297,14 @@ class TgiEngine(Engine):
     def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1"}  # a local model directory; never the hub
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/generate_stream", {
             "inputs": prompt,
-            "parameters": {"max_new_tokens": params.max_output_tokens, "do_sample": False, "details": True},
+            "parameters": {
+                "max_new_tokens": max_tokens or params.max_output_tokens,
+                "do_sample": False,
+                "details": True,
+            },
         }
 
     def parse(self, data: str) -> StreamEvent:
@@ -345,11 +366,11 @@ class LightllmEngine(Engine):
             argv += ["--running_max_req_size", str(params.max_batch_requests)]
         return argv
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/generate_stream", {
             "inputs": prompt,
             "parameters": {
-                "max_new_tokens": params.max_output_tokens,
+                "max_new_tokens": max_tokens or params.max_output_tokens,
                 "ignore_eos": params.ignore_eos,
                 "top_k": 1,
                 "temperature": 1.0,

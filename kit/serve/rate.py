@@ -3,7 +3,8 @@ highest rate whose p99 TTFT and TPOT meet the objectives.
 
 The sweep holds N requests in flight; production load arrives at a rate whatever is in flight,
 as MLPerf Inference's Server scenario sends it and as `vllm bench sweep serve_sla` searches it.
-Each point sends max(min_requests, rate x min_duration_s) new prompts (the burst's lengths) at
+Each point sends max(min_requests, rate x min_duration_s) new prompts (the burst's lengths, or
+lengths drawn from the search's distributions or a named preset, seeded) at
 seeded arrival times (kit.serve.arrivals) and is judged from its rows: the p99s with their
 intervals (kit.measure.rate), the objectives (kit.serve.slo.judge), whether its arrivals were
 Poisson, and whether the engine kept up (a queue that grows while requests end slower than they
@@ -16,12 +17,13 @@ capacity stated is never above what was shown. Rows go to rates/p<k>/requests.js
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
-from kit.plan.protocol import Case, RateSearch, ServeParams
+from kit.plan.protocol import Case, LengthPair, RateSearch, ServeParams
 from kit.rundir.serving import (
     CPU_SHARE_LIMIT,
     ClientLoad,
@@ -31,7 +33,7 @@ from kit.rundir.serving import (
     RequestRecord,
 )
 from kit.serve.arrivals import arrival_times
-from kit.serve.burst import burst_prompts, token_count
+from kit.serve.burst import prompts_of_lengths, token_count
 from kit.serve.client import fire_at_rate
 from kit.serve.engines import Engine
 from kit.serve.slo import PERCENTILE, Judged, Slo, judge
@@ -39,6 +41,14 @@ from kit.serve.slo import PERCENTILE, Judged, Slo, judge
 SEED_OFFSET = 5000  # point k draws its prompts and arrivals from seed + 5000 + k: apart from the sweep's
 DRAIN_S = 30.0  # a point's requests may run this long after its last arrival (and as long again as its arrivals)
 LEAST_POINT_S = 5.0
+
+
+def describe_lengths(pair: LengthPair, preset: str | None) -> str:
+    def one(lengths) -> str:
+        return str(lengths.tokens) if lengths.low == lengths.tokens else f"U[{lengths.low}, {lengths.tokens}]"
+
+    said = f"input {one(pair.input)}, output {one(pair.output)} tokens"
+    return f"{preset}: {said}" if preset else said
 
 
 def point_folder(index: int) -> str:
@@ -108,11 +118,13 @@ def run_rate_search(case: Case, engine: Engine, handle, tokenizer, out_dir: Path
     search = params.rates
     assert search is not None, "a rate search is a case's with rates"
     slo = Slo(ttft_s=search.slo_ttft_ms / 1000, tpot_s=search.slo_tpot_ms / 1000)
+    pair = search.length_pair(params.input_tokens, params.max_output_tokens)
     details = RateDetails(
         process=search.process,
         slo_ttft_s=slo.ttft_s,
         slo_tpot_s=slo.tpot_s,
         max_search_s=search.max_search_s,
+        lengths=describe_lengths(pair, search.lengths if isinstance(search.lengths, str) else None),
         points=[],
         stopped="not started",
     )
@@ -134,7 +146,10 @@ def run_rate_search(case: Case, engine: Engine, handle, tokenizer, out_dir: Path
         if left < LEAST_POINT_S + arrivals[-1]:
             details.stopped = f"the case's time (timeout_s {params.timeout_s}) ran short before {rate:.4g} requests/s"
             break
-        prompts = burst_prompts(tokenizer, count, params.input_tokens, seed)
+        draw = random.Random(seed)
+        inputs = [draw.randint(pair.input.low, pair.input.tokens) for _ in range(count)]
+        outputs = [draw.randint(pair.output.low, pair.output.tokens) for _ in range(count)]
+        prompts = prompts_of_lengths(tokenizer, inputs, seed)
         say(f"serve: rate {rate:.4g} requests/s ({search.process}): {count} requests over {arrivals[-1]:.1f} s")
         fired = fire_at_rate(
             handle.base_url,
@@ -144,6 +159,7 @@ def run_rate_search(case: Case, engine: Engine, handle, tokenizer, out_dir: Path
             [token_count(tokenizer, prompt) for prompt in prompts],
             min(left, arrivals[-1] * 2 + DRAIN_S),
             arrivals,
+            outputs,
         )
         folder = point_folder(index)
         (out_dir / folder).mkdir(parents=True, exist_ok=True)

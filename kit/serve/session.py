@@ -48,8 +48,10 @@ from kit.serve.client import fire_burst
 from kit.serve.cpu_split import cpu_split, running_on
 from kit.serve.engines import Engine, engine_for
 from kit.serve.placement import EngineHandle, Placement, wait_ready
+from kit.serve.prefix import describe as describe_prefix
+from kit.serve.prefix import plan_conversations, run_conversations, without_caching
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import counter_total, parse_samples
+from kit.serve.prometheus import read_page
 from kit.serve.rate import run_rate_search
 from kit.serve.startup import measure_startups
 from kit.serve.sweep import planned_points, run_sweep
@@ -96,24 +98,13 @@ def engine_version(engine: Engine, base_url: str) -> str | None:
 
 def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | str:
     """The engine's generated-token and finished-request counters, or why they cannot be read."""
-    try:
-        status, body = http_get(base_url + "/metrics", timeout=10)
-    except OSError as exc:
-        return f"GET /metrics failed: {exc}"
-    if status != 200:
-        return f"GET /metrics answered {status}"
-    try:
-        samples = parse_samples(body.decode("utf-8", errors="replace"))
-    except ValueError as exc:
-        return f"GET /metrics answered a page that is not Prometheus text: {exc}"
-    found: dict[str, float | None] = {}
-    for field, counter in (
-        ("generated_tokens", engine.generated_tokens),
-        ("finished_requests", engine.finished_requests),
-    ):
-        values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
-        found[field] = next((value for value in values if value is not None), None)
-    return found
+    samples = read_page(base_url)
+    if isinstance(samples, str):
+        return samples
+    return {
+        "generated_tokens": engine.generated_tokens.total(samples),
+        "finished_requests": engine.finished_requests.total(samples),
+    }
 
 
 def counters_during(engine: Engine, before: dict | str, after: dict | str) -> ServerCounters:
@@ -255,6 +246,7 @@ def measure(
     counts = [token_count(tokenizer, prompt) for prompt in prompts]
     warmup = burst_prompts(tokenizer, params.warmup_requests, params.input_tokens, params.seed + WARMUP_SEED_OFFSET)
     points = planned_points(tokenizer, params)
+    conversations = plan_conversations(tokenizer, params)
 
     split = cpu_split(case)
     launched = time.monotonic()
@@ -336,11 +328,22 @@ def measure(
                 rates = run_rate_search(case, engine, handle, tokenizer, out_dir, deadline, say)
                 rated = read_counters(engine, handle.base_url)
                 failure = rates.failure
+            if failure is None and conversations is not None:
+                assert params.prefix is not None, "conversations are planned from the case's prefix"
+                details.prefix = describe_prefix(params.prefix)
+                opened = read_counters(engine, handle.base_url)
+                details.prefix.on, chatted = run_conversations(case, engine, handle, conversations, out_dir, "on", say)
+                details.prefix.on.tokens = token_counts(engine, opened, read_counters(engine, handle.base_url), chatted)
+                failure = none_finished("shared-prefix workload", chatted)
         except EngineFailed as exc:
             failure = str(exc)
         finally:
             record.stop = handle.stop()
             write_engine_record(out_dir, record)
+        if failure is None and params.prefix and params.prefix.compare_off and details.prefix and conversations:
+            details.prefix.off, details.prefix.off_unavailable = without_caching(
+                case, engine, placement, model_dir, out_dir, conversations, say, split.engine if split else None
+            )
         if failure is None and params.startup:
             details.startup = startups(
                 case, engine, placement, model_dir, out_dir, prompts[0], counts[0], say, split, first_start, deadline

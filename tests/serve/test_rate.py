@@ -6,15 +6,17 @@ server, and the search on the smoke run's real vLLM."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 from http.server import ThreadingHTTPServer
 
 import pytest
+import support
 from test_sweep import CountingReplay, StubPlacement, small_serve_case, smoke_serve_case
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
-from kit.plan.protocol import RateSearch
+from kit.plan.protocol import LENGTH_PRESETS, RateSearch, SharedPrefix
 from kit.rundir.serving import (
     Backlog,
     BurstAggregates,
@@ -28,10 +30,20 @@ from kit.rundir.serving import (
     aggregate,
 )
 from kit.serve.arrivals import arrival_times
-from kit.serve.client import fire_at_rate
+from kit.serve.client import fire_at_rate, fire_conversations
 from kit.serve.engines import ENGINES
 from kit.serve.rate import next_rate, verdict
 from kit.serve.slo import DEFAULT_SLO, Slo, judge
+
+METRICS_PAGE = support.FIXTURES / "serve" / "vllm-0.32-metrics-after-52-requests.prom"  # real vLLM 0.32 (CPU)
+
+
+def stub_case_params(caching: bool):
+    from kit.plan.protocol import build_plan, load_protocol
+
+    case = next(c for c in build_plan(load_protocol(), "smoke").cases if c.stage == "serve")
+    return case.model_copy(update={"params": case.params.model_copy(update={"prefix_caching": caching})})
+
 
 # --- arrivals ----------------------------------------------------------------------------------------
 
@@ -265,3 +277,84 @@ def test_a_cold_start_finds_an_empty_cache_and_a_warm_one_what_it_left(stub_case
     assert cold.ready_s > warm.ready_s + 0.5  # the stand-in compiled for 1 s into the empty folder only
     assert cold.first_token_s > cold.ready_s and warm.first_token_s > warm.ready_s
     assert (tmp_path / "startup/cold/engine.log").is_file() and (tmp_path / "startup/warm/engine.log").is_file()
+
+
+# --- lengths and shared prefixes ---------------------------------------------------------------------
+
+
+def test_lengths_are_fixed_by_default_and_the_inferencex_presets_are_uniform_from_four_fifths():
+    search = RateSearch(start_rps=1, max_rps=2, min_requests=2, min_duration_s=1, bisections=0, max_search_s=1)
+    burst = search.length_pair(128, 32)
+    assert (burst.input.low, burst.input.tokens, burst.output.low, burst.output.tokens) == (128, 128, 32, 32)
+    preset = search.model_copy(update={"lengths": "inferencex-8k1k"}).length_pair(128, 32)
+    assert (preset.input.low, preset.input.tokens, preset.output.low, preset.output.tokens) == (6554, 8192, 820, 1024)
+    assert set(LENGTH_PRESETS) == {"inferencex-1k1k", "inferencex-1k8k", "inferencex-8k1k"}
+    with pytest.raises(ValueError, match="no length preset 'sharegpt'"):
+        RateSearch.model_validate({**search.model_dump(), "lengths": "sharegpt"})
+
+
+def test_every_turn_resends_the_shared_prefix_and_the_conversation_so_far(stub_case):
+    from kit.plan.model_files import load_tokenizer, weightless_model
+    from kit.serve.burst import token_count
+    from kit.serve.prefix import Conversations
+
+    tokenizer = load_tokenizer(weightless_model(*stub_case.named_model, stub_case.params.seed, say=print))
+    shape = SharedPrefix(conversations=3, turns=4, shared_tokens=40, turn_tokens=8, answer_tokens=6)
+    made = Conversations(tokenizer, shape, seed=1)
+    assert [len(chain) for chain in made.chains] == [4, 4, 4] and len(made.prompts) == 12
+    shared = os.path.commonprefix(made.prompts)  # the system prefix (and perhaps part of a word after it)
+    assert 40 <= token_count(tokenizer, shared) - token_count(tokenizer, "") <= 41
+    for chain in made.chains:  # each turn extends the previous one by an answer and a user text
+        for earlier, later in zip(chain, chain[1:]):
+            assert made.prompts[later].startswith(made.prompts[earlier])
+            assert made.input_tokens[later] - made.input_tokens[earlier] == 6 + 8
+    assert made.prompts[made.chains[0][1]] != made.prompts[made.chains[1][1]]  # conversations differ after the prefix
+    assert Conversations(tokenizer, shape, seed=1).prompts == made.prompts
+
+
+def test_the_prefix_cache_counts_are_read_from_vllms_own_metrics_page():
+    from kit.serve.prefix import cache_counts
+    from kit.serve.prometheus import parse_samples
+
+    page = METRICS_PAGE.read_text()
+    after = parse_samples(page)
+    queries = 'vllm:prefix_cache_queries_total{engine="0",model_name="/models/tiny-llama"}'
+    start = parse_samples(
+        page.replace(f"{queries} 3228.0", f"{queries} 3000.0")
+    )  # the same page 228 looked-up tokens earlier
+    counts = cache_counts(ENGINES["vllm"], start, after)
+    assert (counts.queried_tokens, counts.hit_tokens, counts.hit_rate) == (228.0, 0.0, 0.0)
+    assert (
+        cache_counts(ENGINES["vllm"], "GET /metrics failed: refused", after).unavailable
+        == "GET /metrics failed: refused"
+    )
+    assert cache_counts(ENGINES["tgi"], after, after).unavailable == (
+        "Text Generation Inference exposes no prefix cache counters"
+    )
+    assert "--no-enable-prefix-caching" not in ENGINES["vllm"].arguments(stub_case_params(True), "/m", "h", 1)
+    assert "--no-enable-prefix-caching" in ENGINES["vllm"].arguments(stub_case_params(False), "/m", "h", 1)
+
+
+def test_a_conversation_sends_its_next_turn_only_once_the_previous_one_ended(smoke_plan):
+    handler = type("Replay", (CountingReplay,), {"lock": threading.Lock()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    chains = [[0, 1, 2], [3, 4, 5]]
+    try:
+        fired = fire_conversations(
+            f"http://127.0.0.1:{server.server_port}",
+            ENGINES["vllm"],
+            smoke_serve_case(smoke_plan).params,
+            ["p"] * 6,
+            [8] * 6,
+            60,
+            chains,
+            [4] * 6,
+        )
+    finally:
+        server.shutdown()
+    rows = {row.index: row for row in fired.records}
+    assert len(rows) == 6 and all(row.ok for row in rows.values()) and handler.most == 2
+    for chain in chains:
+        for earlier, later in zip(chain, chain[1:]):
+            assert rows[later].sent_at >= rows[earlier].ended_at

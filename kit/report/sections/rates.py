@@ -116,8 +116,8 @@ def rates_section(run: LoadedRun) -> Section:
         )
     summary = Table(
         caption="Capacity at a rate: the highest request rate within the objectives, per engine and model",
-        header=["Case", "Capacity", "Interval (requests/s)", "Objectives (the run's)", "Points", "Stopped"],
-        widths=[22, 16, 20, 16, 8, 18],
+        header=["Case", "Capacity", "Interval (requests/s)", "Objectives (the run's)", "Lengths", "Points", "Stopped"],
+        widths=[18, 13, 17, 14, 16, 6, 16],
         rows=[
             Row(
                 cells=[
@@ -127,6 +127,7 @@ def rates_section(run: LoadedRun) -> Section:
                         text=f"p99 TTFT ≤ {format_value(1000 * search.slo_ttft_s)} ms, TPOT ≤ "
                         f"{format_value(1000 * search.slo_tpot_s)} ms"
                     ),
+                    Cell(text=search.lengths or "the burst's"),
                     Cell(text=str(len(search.points))),
                     Cell(text=search.stopped),
                 ]
