@@ -393,7 +393,96 @@ class LightllmEngine(Engine):
         )
 
 
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine())}
+class SglangEngine(Engine):
+    """SGLang's OpenAI-compatible server, streamed /v1/completions.
+
+    Image: no server entrypoint of its own; its docs start it as `python3 -m
+    sglang.launch_server` (docs, "Install SGLang", docker), listening on 30000, with
+    `--shm-size 32g`. `--load-format dummy` makes random weights (server_args.py), so it gets
+    config and tokenizer only. Its OpenAI completions take the same streamed, greedy,
+    EOS-ignoring body as vLLM's (`ignore_eos` is one of its sampling parameters;
+    `stream_options.include_usage` ends the stream with a usage chunk), one chunk per step of
+    `stream_interval` (1 by default: one token) with the text in `choices[].text`, then
+    `data: [DONE]`. Its counters are exposed with `--enable-metrics` (metrics/collector.py):
+    generated tokens, finished requests, and the prompt tokens of finished requests beside those
+    served from its prefix cache (RadixAttention, on unless `--disable-radix-cache`).
+    """
+
+    name = "sglang"
+    label = "SGLang"
+    image = "serve-sglang"
+    entrypoint = ("python3", "-m", "sglang.launch_server")
+    command = entrypoint
+    container_port = 30000
+    shm_size = "32g"  # SGLang docs, docker run
+    generated_tokens = Counter("sglang:generation_tokens_total")
+    finished_requests = Counter("sglang:num_requests_total")
+    prefix_cache_queries = Counter("sglang:prompt_tokens_total")  # every prompt token of a finished request
+    prefix_cache_hits = Counter("sglang:cached_tokens_total")  # of them, those served from its prefix cache
+    prefix_caching_off = ("--disable-radix-cache",)
+    makes_random_weights = True
+
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
+        params = case.params_as(ServeParams)
+        argv = [
+            "--model-path",
+            model_dir,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tp-size",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--context-length",
+            str(_max_model_len(params)),
+            "--random-seed",
+            str(params.seed),
+            "--load-format",
+            "dummy",
+            "--enable-metrics",
+        ]
+        if params.max_batch_requests is not None:
+            argv += ["--max-running-requests", str(params.max_batch_requests)]
+        if case.device == "cpu":
+            argv += ["--device", "cpu"]
+        if not params.prefix_caching:
+            argv += self.prefix_caching_off
+        return argv
+
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
+        return "/v1/completions", {
+            "model": SERVED_NAME,
+            "prompt": prompt,
+            "max_tokens": max_tokens or params.max_output_tokens,
+            "temperature": 0.0,
+            "ignore_eos": params.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    def parse(self, data: str) -> StreamEvent:
+        if data == "[DONE]":
+            return StreamEvent(finished=True)
+        event = json.loads(data)
+        if "error" in event or event.get("object") == "error":
+            return StreamEvent(error=str(event.get("error") or event.get("message")))
+        usage = event.get("usage") or {}
+        choices = event.get("choices") or []
+        return StreamEvent(
+            token_events=1 if choices else 0,
+            tokens=len(choices),
+            output_tokens=usage.get("completion_tokens"),
+            prompt_tokens=usage.get("prompt_tokens"),
+        )
+
+
+ENGINES: dict[str, Engine] = {
+    engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine(), SglangEngine())
+}
 
 
 def engine_for(params: ServeParams) -> Engine:

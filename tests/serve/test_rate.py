@@ -358,3 +358,53 @@ def test_a_conversation_sends_its_next_turn_only_once_the_previous_one_ended(smo
     for chain in chains:
         for earlier, later in zip(chain, chain[1:]):
             assert rows[later].sent_at >= rows[earlier].ended_at
+
+
+# --- SGLang: its spec against its recorded outputs ----------------------------------------------------
+
+
+def test_sglangs_recorded_stream_chunks_are_one_token_event_each():
+    engine = ENGINES["sglang"]
+    payloads = (support.FIXTURES / "serve" / "sglang-completions-stream.data").read_text().splitlines()
+    events = [engine.parse(payload) for payload in payloads]
+    assert len(events) == 4 and all((e.token_events, e.tokens, e.finished) == (1, 1, False) for e in events)
+    assert all(e.error is None and e.output_tokens is None for e in events)
+    assert engine.parse("[DONE]").finished
+
+
+def test_sglangs_counters_are_read_from_its_documented_metrics_page():
+    from kit.serve.prefix import cache_counts
+    from kit.serve.prometheus import parse_samples
+
+    engine = ENGINES["sglang"]
+    samples = parse_samples((support.FIXTURES / "serve" / "sglang-metrics-docs.prom").read_text())
+    assert engine.generated_tokens.total(samples) == 7557572.0
+    assert engine.prefix_cache_queries.total(samples) == 8128902.0
+    # that page predates the finished-request and cached-token counters: said, never a zero
+    assert engine.finished_requests.total(samples) is None
+    assert cache_counts(engine, samples, samples).unavailable == "/metrics has no sglang:cached_tokens_total"
+
+
+def test_sglang_is_started_as_its_docs_start_it_with_random_weights_and_its_metrics():
+    engine = ENGINES["sglang"]
+    on, off = stub_case_params(True), stub_case_params(False)
+    argv = engine.arguments(on, "/m", "0.0.0.0", 30000)
+    assert engine.command == ("python3", "-m", "sglang.launch_server") and engine.container_port == 30000
+    for flag, value in (("--model-path", "/m"), ("--load-format", "dummy"), ("--port", "30000"), ("--device", "cpu")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--enable-metrics" in argv and "--disable-radix-cache" not in argv
+    assert "--disable-radix-cache" in engine.arguments(off, "/m", "0.0.0.0", 30000)
+    path, body = engine.request("p", on.params, 7)
+    assert path == "/v1/completions" and body["max_tokens"] == 7 and body["stream_options"] == {"include_usage": True}
+
+
+def test_sglang_is_pinned_by_digest_with_its_source_and_has_no_cpu_environment():
+    from kit.images import load_lock
+
+    lock = load_lock()
+    image = lock.images["serve-sglang"]
+    assert image.reference.startswith("lmsysorg/sglang:") and image.digest.startswith("sha256:")
+    assert image.digest_source and image.versions == {"sglang": "0.5.20"}
+    assert {(env.engine, env.device) for env in lock.environments.values() if env.engine == "sglang"} == {
+        ("sglang", "cuda")
+    }
