@@ -381,9 +381,13 @@ class PrefixCacheCounts(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def hit_rate(self) -> float | None:
-        if self.queried_tokens is None or self.hit_tokens is None or self.queried_tokens <= 0:
+        """Hits over lookups; 0 where no token was found cached, lookups or none (vLLM with its
+        cache off looks up nothing); None where the counters are unknown."""
+        if self.queried_tokens is None or self.hit_tokens is None:
             return None
-        return self.hit_tokens / self.queried_tokens
+        if self.hit_tokens == 0:
+            return 0.0
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens > 0 else None
 
 
 class PrefixRunDetails(BaseModel):

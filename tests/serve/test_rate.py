@@ -27,6 +27,7 @@ from kit.rundir.serving import (
     RequestRecord,
     RequestTimes,
     Saturation,
+    SharedPrefixDetails,
     aggregate,
 )
 from kit.serve.arrivals import arrival_times
@@ -223,6 +224,17 @@ def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objective
     kept_up = [p for p in points if p["arrivals"] and not p["backlog"]["saturated"]]
     assert kept_up and all(p["arrivals"]["passes"] for p in kept_up)
 
+    # shared prefixes: vLLM's own counters found cached tokens with its prefix cache on, none with it off
+    prefix = SharedPrefixDetails.model_validate(result["samples"][0]["ranks"][0]["details"]["prefix"])
+    assert prefix.on.cache.hit_rate > 0 and prefix.on.tokens.equal
+    assert prefix.off.cache.hit_rate == 0 and prefix.off.cache.hit_tokens == 0
+    assert prefix.on.requests == prefix.off.requests == 16
+    # start-up: the run's own start, then a cold and a warm one, each to its first token
+    starts = result["samples"][0]["ranks"][0]["details"]["startup"]["starts"]
+    assert [s["cache"] for s in starts] == ["first", "cold", "warm"]
+    assert all(0 < s["ready_s"] < s["first_token_s"] for s in starts)
+    assert all((case_dir / "runs/1" / s["engine_log"]).is_file() for s in starts)
+
 
 def load(cpu_share: float, lag_max_s: float) -> ClientLoad:
     return ClientLoad(
@@ -408,3 +420,11 @@ def test_sglang_is_pinned_by_digest_with_its_source_and_has_no_cpu_environment()
     assert {(env.engine, env.device) for env in lock.environments.values() if env.engine == "sglang"} == {
         ("sglang", "cuda")
     }
+
+
+def test_a_cache_that_found_nothing_has_a_hit_rate_of_zero_even_where_it_looked_up_nothing():
+    from kit.rundir.serving import PrefixCacheCounts
+
+    assert PrefixCacheCounts(queried_tokens=0, hit_tokens=0).hit_rate == 0.0  # vLLM with its cache off
+    assert PrefixCacheCounts(queried_tokens=2576, hit_tokens=1024).hit_rate == pytest.approx(0.3975, abs=1e-4)
+    assert PrefixCacheCounts(unavailable="GET /metrics failed").hit_rate is None
