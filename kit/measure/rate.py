@@ -114,8 +114,8 @@ def backlog(rows: Sequence[RequestRecord]) -> Backlog:
     growth = _slope(window, in_flight)
     saturated = completed < COMPLETED_SHARE * offered and growth > GROWTH_SHARE * offered
     why = (
-        f"requests ended at {completed:.3g}/s while they arrived at {offered:.3g}/s, and the requests in flight "
-        f"grew by {growth:.3g}/s"
+        f"requests ended at {completed:.3g}/s, sent at {offered:.3g}/s one median latency earlier; the requests "
+        f"in flight grew by {growth:.3g}/s"
         if saturated
         else None
     )

@@ -78,10 +78,12 @@ def point_row(point: RatePointDetails) -> Row:
             Cell(
                 text="past saturation" if queue.saturated else "kept up",
                 detail=queue.why
-                or f"ended {format_value(queue.completed_rps)}/s of {format_value(queue.offered_rps)}/s sent",
+                or f"ended {format_value(queue.completed_rps)}/s, sent {format_value(queue.offered_rps)}/s",
                 tone="bad" if queue.saturated else "plain",
             ),
-            Cell(text="yes", tone="good") if point.meets else Cell(text="no", detail=point.why_not, tone="bad"),
+            Cell(text="yes", tone="good")
+            if point.meets
+            else Cell(text="no", detail="past saturation" if queue.saturated else point.why_not, tone="bad"),
         ]
     )
 
