@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -35,6 +37,7 @@ from kit.serve.client import fire_at_rate, fire_conversations
 from kit.serve.engines import ENGINES
 from kit.serve.rate import next_rate, verdict
 from kit.serve.slo import DEFAULT_SLO, Slo, judge
+from kit.units import format_value
 
 METRICS_PAGE = support.FIXTURES / "serve" / "vllm-0.32-metrics-after-52-requests.prom"  # real vLLM 0.32 (CPU)
 
@@ -201,7 +204,9 @@ def test_the_client_sends_each_request_at_its_arrival_time_whatever_is_in_flight
 
 
 @pytest.mark.e2e
-def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objectives_and_one_that_missed(real_smoke_run):
+def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objectives_and_one_that_missed(
+    real_smoke_run, tmp_path
+):
     case_dir = next(real_smoke_run.glob("cases/serve.*"))
     result = json.loads((case_dir / "result.json").read_text())
     assert result["status"] == "ok", result["reason"]
@@ -236,6 +241,30 @@ def test_the_smoke_runs_vllm_capacity_lies_between_a_rate_that_met_the_objective
     assert [s["cache"] for s in starts] == ["first", "cold", "warm"]
     assert all(0 < s["ready_s"] < s["first_token_s"] for s in starts)
     assert all((case_dir / "runs/1" / s["engine_log"]).is_file() for s in starts)
+    # the report: the capacity with its interval and points, the prefix cache, the start-up times
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "report",
+            str(real_smoke_run),
+            "--format",
+            "html,json",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (tmp_path / "report.html").read_text()
+    for title in ("Serving capacity at a rate", "Shared prefixes and the prefix cache", "Engine start-up"):
+        assert title in html
+    interval = f"between {format_value(rates['capacity_rps'])} (met) and {format_value(rates['missed_rps'])} (missed)"
+    assert interval in html
+    [exported] = json.loads((tmp_path / "report.json").read_text())["rate_searches"]
+    assert exported["capacity_rps"] == rates["capacity_rps"] and len(exported["points"]) == len(points)
 
 
 def load(cpu_share: float, lag_max_s: float) -> ClientLoad:
