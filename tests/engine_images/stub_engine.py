@@ -50,6 +50,9 @@ def arguments(engine: str, argv: list[str]) -> argparse.Namespace:
         for flag in ("--port", "--tensor-parallel-size", "--max-model-len", "--seed", "--max-num-seqs"):
             parser.add_argument(flag, type=int)
         parser.add_argument("--enforce-eager", action="store_true")
+        parser.add_argument(
+            "--no-enable-prefix-caching", action="store_true"
+        )  # arg_utils: --[no-]enable-prefix-caching
         parsed = parser.parse_args(argv)
         parsed.port = parsed.port or 8000
         parsed.model_dir = parsed.model

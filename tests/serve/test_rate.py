@@ -459,3 +459,37 @@ def test_a_cache_that_found_nothing_has_a_hit_rate_of_zero_even_where_it_looked_
     assert PrefixCacheCounts(queried_tokens=0, hit_tokens=0).hit_rate == 0.0  # vLLM with its cache off
     assert PrefixCacheCounts(queried_tokens=2576, hit_tokens=1024).hit_rate == pytest.approx(0.3975, abs=1e-4)
     assert PrefixCacheCounts(unavailable="GET /metrics failed").hit_rate is None
+
+
+# --- a whole serve run through a real HTTP server: the burst, the search, shared prefixes, start-up ---
+
+
+def test_a_serve_run_records_its_rate_search_shared_prefixes_and_start_up_beside_the_burst(stub_case, tmp_path):
+    from test_sweep import serve_through_stub
+
+    params = stub_case.params.model_copy(
+        update={
+            "sweep": None,
+            "rates": RateSearch(
+                start_rps=20, max_rps=40, min_requests=10, min_duration_s=0.5, bisections=1, max_search_s=60
+            ),
+            "prefix": SharedPrefix(conversations=2, turns=3, shared_tokens=32, turn_tokens=8, answer_tokens=4),
+            "startup": True,
+        }
+    )
+    sample = serve_through_stub(stub_case.model_copy(update={"params": params}), tmp_path, refuse_every=0)
+    [driver] = sample.ranks
+    assert sample.status == "ok", driver.reason
+    details = driver.details
+    rates = details.rates
+    assert [p.rate_rps for p in rates.points] == [20, 40] and rates.capacity_rps == 40 and rates.missed_rps is None
+    assert rates.stopped.startswith("every rate met the objectives") and rates.tokens.equal
+    for point in rates.points:  # each point's rows on disk, as many as it sent
+        rows = (tmp_path / "case/runs/1" / point.files.requests).read_text().splitlines()
+        assert len(rows) == point.sent == point.planned == max(10, round(point.rate_rps * 0.5))
+    prefix = details.prefix
+    assert prefix.on.requests == prefix.off.requests == 6 and prefix.on.tokens.equal
+    assert prefix.on.cache.unavailable == "/metrics has no vllm:prefix_cache_queries_total"  # the stand-in keeps none
+    assert "--no-enable-prefix-caching" in (tmp_path / "case/runs/1/prefix/off/engine.log").read_text()
+    assert [start.cache for start in details.startup.starts] == ["first", "cold", "warm"]
+    assert all(start.first_token_s > start.ready_s > 0 for start in details.startup.starts)
