@@ -123,6 +123,9 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
                 points_s.append(sweep.requests_at(n) / n * point.together.seconds / SERVING_SHARE_OF_BOUND)
             serving_s += sum(min(seconds, sweep.max_point_s or seconds) for seconds in points_s)
             what += f" and the sweep's {len(levels)} points"
+        if params.rates is not None:  # its time cap: a search stops starting points after it
+            serving_s += params.rates.max_search_s
+            what += f", the rate search's {params.rates.max_search_s} s"
         seconds = params.runs * (ENGINE_START_S + serving_s)
         return Estimate(
             seconds=seconds,

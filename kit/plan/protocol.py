@@ -7,6 +7,7 @@ Case ids are derived only from those axes, so two runs on two machines match cas
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +188,103 @@ class ConcurrencySweep(Strict):
         return max(self.min_requests, self.requests_per_slot * concurrency)
 
 
+class Lengths(Strict):
+    """Tokens per request, drawn uniformly from [low_share x tokens, tokens], seeded; low_share 1
+    (the default) is always `tokens`, as the paper's burst."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    tokens: int = Field(gt=0)
+    low_share: float = Field(default=1.0, gt=0, le=1)
+
+    @property
+    def low(self) -> int:
+        return max(1, math.ceil(self.low_share * self.tokens))
+
+
+class LengthPair(Strict):
+    """A request's prompt and output lengths, each a distribution."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    input: Lengths
+    output: Lengths
+
+
+# SemiAnalysis InferenceMAX's (InferenceX's) input/output pairs, each length drawn from
+# U[0.8 L, L] (its README: ISL/OSL 1024/1024, 1024/8192, 8192/1024, RANDOM_RANGE_RATIO 0.8).
+LENGTH_PRESETS: dict[str, LengthPair] = {
+    f"inferencex-{name}": LengthPair(
+        input=Lengths(tokens=isl, low_share=0.8), output=Lengths(tokens=osl, low_share=0.8)
+    )
+    for name, isl, osl in (("1k1k", 1024, 1024), ("1k8k", 1024, 8192), ("8k1k", 8192, 1024))
+}
+
+
+class SharedPrefix(Strict):
+    """A multi-turn chat workload (kit.serve.prefix): `conversations` at once, each of `turns`
+    requests sent one after another, every prompt the same system prefix of `shared_tokens`, then
+    the conversation so far (each earlier turn's user text of `turn_tokens` and an answer of
+    `answer_tokens`) and the new user text; each asks for `answer_tokens`. With the engine's
+    prefix caching on, and (`compare_off`) on a second start of the engine with it off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    conversations: int = Field(gt=0)
+    turns: int = Field(gt=1)
+    shared_tokens: int = Field(gt=0)
+    turn_tokens: int = Field(gt=0)
+    answer_tokens: int = Field(gt=0)
+    compare_off: bool = True
+
+    @property
+    def longest_prompt(self) -> int:
+        return self.shared_tokens + self.turns * self.turn_tokens + (self.turns - 1) * self.answer_tokens + 8
+
+
+class RateSearch(Strict):
+    """Arrivals at a rate after the sweep, on the same engine (kit.serve.rate): requests sent at
+    seeded Poisson arrival times (or evenly spaced: `process` constant), as MLPerf Inference's
+    Server scenario and `vllm bench serve --request-rate` send them. A point at rate R sends
+    max(min_requests, R x min_duration_s) requests. The search doubles the rate from `start_rps`
+    until a point misses the objectives or is past saturation (or `max_rps`), then bisects
+    between the highest rate that met them and the lowest that did not, `bisections` times,
+    never starting a point after `max_search_s`: the capacity is a rate interval, not a guess.
+    The objectives (p99 TTFT and TPOT) are MLPerf's Llama-2-70B Server ones unless given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    process: Literal["poisson", "constant"] = "poisson"
+    start_rps: float = Field(gt=0)
+    max_rps: float = Field(gt=0)
+    min_requests: int = Field(gt=1)
+    min_duration_s: float = Field(gt=0)
+    bisections: int = Field(ge=0)
+    max_search_s: int = Field(gt=0)
+    slo_ttft_ms: float = Field(default=2000, gt=0)
+    slo_tpot_ms: float = Field(default=200, gt=0)
+    lengths: LengthPair | str | None = None  # None: the burst's; a name: one of LENGTH_PRESETS
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> RateSearch:
+        if isinstance(self.lengths, str) and self.lengths not in LENGTH_PRESETS:
+            raise ValueError(f"no length preset {self.lengths!r} (known: {', '.join(LENGTH_PRESETS)})")
+        return self
+
+    def length_pair(self, input_tokens: int, output_tokens: int) -> LengthPair:
+        """The lengths its requests are drawn from: its own, a preset's, or the burst's (fixed)."""
+        if isinstance(self.lengths, str):
+            return LENGTH_PRESETS[self.lengths]
+        if self.lengths is not None:
+            return self.lengths
+        return LengthPair(input=Lengths(tokens=input_tokens), output=Lengths(tokens=output_tokens))
+
+    @model_validator(mode="after")
+    def _start_below_max(self) -> RateSearch:
+        if self.start_rps > self.max_rps:
+            raise ValueError(f"start_rps ({self.start_rps}) is above max_rps ({self.max_rps})")
+        return self
+
+    def requests_at(self, rate: float) -> int:
+        return max(self.min_requests, math.ceil(rate * self.min_duration_s))
+
+
 class ServeParams(CaseParams):
     """Serving under the paper's burst: N prompts of L tokens, all released at t=0; then, where
     `sweep` is set, steady-state points at rising concurrency on the same engine."""
@@ -204,7 +302,23 @@ class ServeParams(CaseParams):
     ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
+    rates: RateSearch | None = None  # None: no arrivals at a rate, no capacity search
+    prefix: SharedPrefix | None = None  # None: no multi-turn shared-prefix workload
+    prefix_caching: bool = True  # the engine's prefix cache; off on the shared-prefix workload's second start
+    # After the rest: the engine started again from a cold cache, then a warm one (kit.serve.startup).
+    startup: bool = False
     soak: Soak | None = None  # set on a soak case (kit/plan/soak.py): bursts one after another for that long
+
+
+def longest_request(params: ServeParams) -> tuple[int, int]:
+    """The most prompt and output tokens any request of the case may have (the engine's context)."""
+    prompt, output = params.input_tokens, params.max_output_tokens
+    if params.rates is not None:
+        pair = params.rates.length_pair(params.input_tokens, params.max_output_tokens)
+        prompt, output = max(prompt, pair.input.tokens), max(output, pair.output.tokens)
+    if params.prefix is not None:
+        prompt, output = max(prompt, params.prefix.longest_prompt), max(output, params.prefix.answer_tokens)
+    return prompt, output
 
 
 class CommParams(CaseParams):

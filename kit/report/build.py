@@ -31,7 +31,10 @@ from kit.report.sections.claims import claims_section
 from kit.report.sections.energy import energy_section
 from kit.report.sections.environment import environment_section, machine, node_fingerprints_section
 from kit.report.sections.health import health_section
+from kit.report.sections.prefix import prefix_section
+from kit.report.sections.rates import rates_section
 from kit.report.sections.stages import stage_sections
+from kit.report.sections.startup import startup_section
 from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
 from kit.serve.slo import DEFAULT_SLO, Slo
 
@@ -191,6 +194,9 @@ def build_report(
         *filter(None, [node_fingerprints_section(run)]),
         *stages,
         capacity,
+        rates_section(run),
+        prefix_section(run),
+        startup_section(run),
         energy_section(run, gpu_hour_price, currency),
         claims_section(reference, outcomes or [], table_comparisons, run, runs, expectations or []),
         *(c.section for c in ab_comparisons),

@@ -29,6 +29,7 @@ from kit.report.cells import metric_of
 from kit.report.loaded_run import LoadedRun
 from kit.report.sections.capacity import sweep_capacities
 from kit.report.sections.energy import token_throughput
+from kit.report.sections.rates import rate_searches
 from kit.rundir.schema import Metric, Result
 from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 
@@ -97,6 +98,10 @@ def export_document(
         "currency": currency,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": PERCENTILE, "described": slo.describe()},
         "sweeps": sweep_document(run, slo),
+        "rate_searches": [
+            {"case": case.id, "run": index, **search.model_dump(mode="json")}
+            for case, index, search in rate_searches(run)
+        ],
         "claims": None
         if assessment.outcomes is None
         else [

@@ -291,6 +291,153 @@ class SweepDetails(BaseModel):
     server_count_mismatches: list[int] = []
 
 
+class QuantileInterval(BaseModel):
+    """A percentile's confidence interval from the order statistics of its samples alone (no
+    assumed distribution): `high` None where too few samples bound it from above (with n
+    samples, the p99's upper 95 % bound needs n of about 300 or more)."""
+
+    percentile: float
+    confidence: float
+    n: int
+    low: float | None
+    high: float | None
+
+
+class ArrivalCheck(BaseModel):
+    """Whether the gaps between the requests' send times, as the client recorded them, are those
+    of a Poisson process at the point's rate: a Kolmogorov-Smirnov test of the gaps against the
+    exponential distribution of mean 1/rate."""
+
+    gaps: int
+    mean_gap_s: float
+    ks_statistic: float
+    p_value: float
+    passes: bool  # p-value at or above the test's level
+
+
+class Backlog(BaseModel):
+    """Whether the engine kept up with the arrivals, read from the rows: over the window from one
+    median latency after the release (the ramp) to the last send, the rate at which requests
+    ended against the rate at which they were sent one ramp earlier (a request that is served in
+    the median latency ends one ramp after it is sent), and how fast the requests in flight grew
+    there. Past saturation: requests ended slower than they arrived and the queue grew."""
+
+    window_s: float
+    offered_rps: float  # sends over the window one ramp earlier
+    completed_rps: float
+    queue_growth_per_s: float  # least-squares slope of the requests in flight at each send
+    saturated: bool
+    why: str | None = None  # what says so, or why the window is too short to say
+
+
+class RatePointDetails(BaseModel):
+    """One point of the rate search: its rate, the requests planned and sent, their figures,
+    the p99s with their intervals, the objectives' verdict, the arrivals' test and the backlog."""
+
+    rate_rps: float
+    process: str
+    planned: int
+    sent: int
+    files: PointFiles
+    aggregates: BurstAggregates
+    client: ClientLoad | None = None
+    saturation: Saturation  # the client's (kit.rundir.serving.saturation)
+    ttft_p99: QuantileInterval
+    tpot_p99: QuantileInterval
+    meets: bool
+    why_not: str | None = None
+    arrivals: ArrivalCheck | None = None  # Poisson points with enough gaps
+    backlog: Backlog
+    cut_short: bool
+
+
+class RateDetails(BaseModel):
+    """The rate search: its objectives, every point in the order run, and its answer: the highest
+    rate that met the objectives and the lowest above it that did not (None where the search did
+    not find one), and why it stopped."""
+
+    process: str
+    slo_ttft_s: float
+    slo_tpot_s: float
+    max_search_s: float
+    lengths: str | None = None  # the requests' lengths: fixed, or the distributions they were drawn from
+    points: list[RatePointDetails]
+    capacity_rps: float | None = None  # the highest rate that met them
+    missed_rps: float | None = None  # the lowest rate above it that missed them (or was saturated)
+    stopped: str
+    tokens: TokenCheck | None = None
+    server_count_mismatches: list[int] = []
+
+
+class PrefixCacheCounts(BaseModel):
+    """The engine's prefix cache over one workload (after minus before): prompt tokens looked up
+    and, of them, found cached (vLLM: vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total);
+    or why they are not known."""
+
+    queried_tokens: float | None = None
+    hit_tokens: float | None = None
+    unavailable: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def hit_rate(self) -> float | None:
+        """Hits over lookups; 0 where no token was found cached, lookups or none (vLLM with its
+        cache off looks up nothing); None where the counters are unknown."""
+        if self.queried_tokens is None or self.hit_tokens is None:
+            return None
+        if self.hit_tokens == 0:
+            return 0.0
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens > 0 else None
+
+
+class PrefixRunDetails(BaseModel):
+    """The multi-turn shared-prefix workload on one start of the engine, its prefix cache on or off."""
+
+    caching: bool
+    conversations: int
+    turns: int
+    requests: int
+    files: PointFiles
+    aggregates: BurstAggregates
+    cache: PrefixCacheCounts
+    engine_log: str
+    cut_short: bool
+    tokens: TokenCheck | None = None
+
+
+class SharedPrefixDetails(BaseModel):
+    """The workload with the engine's prefix caching on (the run's engine) and off (a second start),
+    or why the second could not be made."""
+
+    shared_tokens: int
+    turn_tokens: int
+    answer_tokens: int
+    on: PrefixRunDetails | None = None
+    off: PrefixRunDetails | None = None
+    off_unavailable: str | None = None
+
+
+class StartupTime(BaseModel):
+    """One start of the engine: from the process (or container) started to its health route
+    answering 200, and to the first token of a first request, sent as soon as it is ready."""
+
+    cache: Literal["cold", "warm", "first"]  # first: the run's own start, its cache as the host had it
+    ready_s: float
+    first_token_s: float | None = None  # None where the first request failed
+    error: str | None = None
+    engine_log: str | None = None  # relative to the run's folder
+
+
+class StartupDetails(BaseModel):
+    """The engine's start-up times: the run's own start, then starts from an empty cache (cold)
+    and from the cache the cold start filled (warm), the cache named by `cache_variable`; or why
+    one kind could not be measured."""
+
+    cache_variable: str | None = None
+    starts: list[StartupTime] = []
+    unavailable: str | None = None
+
+
 class CpuSplit(BaseModel):
     """The CPUs the engine may use and those the client keeps."""
 
@@ -404,3 +551,6 @@ class ServeDetails(BaseModel):
     short_outputs: int | None = None  # requests that ended before max_output_tokens (EOS)
     sweep: SweepDetails | None = None
     correctness: OutputCheck | None = None  # before the burst: the engine's greedy output against transformers'
+    rates: RateDetails | None = None
+    prefix: SharedPrefixDetails | None = None
+    startup: StartupDetails | None = None

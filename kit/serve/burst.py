@@ -59,6 +59,11 @@ def exact_prompt(tokenizer, words: list[str], length: int, rng: random.Random) -
 
 def burst_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
     """The burst's prompts, reproducible from the seed, each exactly `length` tokens long."""
+    return prompts_of_lengths(tokenizer, [length] * count, seed)
+
+
+def prompts_of_lengths(tokenizer, lengths: list[int], seed: int) -> list[str]:
+    """One prompt per length, each exactly that long, reproducible from the seed."""
     rng = random.Random(seed)
     words = single_token_words(tokenizer)
-    return [exact_prompt(tokenizer, words, length, rng) for _ in range(count)]
+    return [exact_prompt(tokenizer, words, length, rng) for length in lengths]

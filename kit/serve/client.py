@@ -1,5 +1,6 @@
-"""The load generator: the burst as the paper sends it, every request released at t=0; and a
-point of the sweep, N requests in flight at a time.
+"""The load generator: the burst as the paper sends it, every request released at t=0; a
+point of the sweep, N requests in flight at a time; and a point of the rate search, each request
+sent at its own arrival time (kit.serve.arrivals), however many are in flight then.
 
 One asyncio event loop over aiohttp (the HTTP client vLLM's `benchmark_serving` and NVIDIA
 AIPerf use too), one streaming request per prompt, no cap on open connections. At a concurrency
@@ -161,6 +162,24 @@ async def _in_slot(slots: asyncio.Semaphore, stop_at: float | None, record: Requ
         raise
 
 
+async def _on_time(at: float, record: RequestRecord, *request) -> None:
+    """One request of a rate point: sent at `at` (on perf_counter's clock), as `vllm bench serve
+    --request-rate` sends each after its drawn gap, whether or not the others have ended."""
+    try:
+        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+        await _one_request(*request)
+    except asyncio.CancelledError:
+        if record.error is None:  # not sent yet
+            record.error = "timeout: the deadline passed before this request was sent"
+        raise
+
+
+async def _in_turn(requests: Sequence[tuple]) -> None:
+    """One conversation: each turn sent once the previous one has ended, as a chat user does."""
+    for request in requests:
+        await _one_request(*request)
+
+
 async def _fire(
     base_url: str,
     engine: Engine,
@@ -171,12 +190,18 @@ async def _fire(
     on_end: Callable[[RequestRecord], None] | None,
     concurrency: int | None,
     stop_sending_s: float | None,
+    arrivals: Sequence[float] | None = None,
+    output_tokens: Sequence[int] | None = None,
+    chains: Sequence[Sequence[int]] | None = None,
 ) -> Firing:
-    """fire_burst's and fire_at_concurrency's: `concurrency` None sends every request at once."""
+    """fire_burst's, fire_at_concurrency's, fire_at_rate's and fire_conversations': `concurrency`,
+    `arrivals` and `chains` None send every request at once; `output_tokens` None asks each for
+    the case's max_output_tokens."""
     import aiohttp
 
     records = [RequestRecord(index=i, input_tokens=n, sent_at=0.0) for i, n in enumerate(input_tokens)]
-    requests = [engine.request(prompt, params) for prompt in prompts]  # built before t=0
+    wanted: Sequence[int | None] = output_tokens or [None] * len(prompts)
+    requests = [engine.request(prompt, params, n) for prompt, n in zip(prompts, wanted)]  # built before t=0
     counters = {"events": 0, "last_sent": 0.0, "on_end": on_end}
     lag: list[float] = []
     stop = asyncio.Event()
@@ -188,13 +213,21 @@ async def _fire(
         slots = asyncio.Semaphore(concurrency) if concurrency else None
         stop_at = None if stop_sending_s is None else t0 + stop_sending_s
         tasks = []
-        for (path, body), record in zip(requests, records):
-            request = (session, base_url + path, body, engine, record, t0, counters)
-            tasks.append(
-                asyncio.create_task(
-                    _one_request(*request) if slots is None else _in_slot(slots, stop_at, record, *request)
-                )
-            )
+        requested = [
+            (session, base_url + path, body, engine, record, t0, counters)
+            for (path, body), record in zip(requests, records)
+        ]
+        for chain in chains or []:
+            tasks.append(asyncio.create_task(_in_turn([requested[index] for index in chain])))
+        for index, request in enumerate(requested if chains is None else []):
+            record = records[index]
+            if arrivals is not None:
+                sending = _on_time(t0 + arrivals[index], record, *request)
+            elif slots is not None:
+                sending = _in_slot(slots, stop_at, record, *request)
+            else:
+                sending = _one_request(*request)
+            tasks.append(asyncio.create_task(sending))
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         for task in pending:
             task.cancel()
@@ -211,7 +244,7 @@ async def _fire(
         loop_lag_p99_s=percentile(lag, 99) if lag else 0.0,
         loop_lag_max_s=max(lag) if lag else 0.0,
     )
-    if concurrency:  # a point's rows are the requests it sent
+    if concurrency or arrivals is not None or chains is not None:  # a point's rows are the requests it sent
         records = [record for record in records if record.ended_at is not None]
     return Firing(records, load, duration, cut_short=bool(pending))
 
@@ -245,4 +278,43 @@ def fire_at_concurrency(
     The rows are those of the requests sent."""
     return asyncio.run(
         _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, concurrency, stop_sending_s)
+    )
+
+
+def fire_at_rate(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    arrivals: Sequence[float],
+    output_tokens: Sequence[int] | None = None,
+) -> Firing:
+    """Send prompt i at `arrivals[i]` seconds after the release, asking for `output_tokens[i]`
+    tokens, and read every stream to its end (or until `deadline_s`). The rows are those of the
+    requests sent."""
+    if len(arrivals) != len(prompts):
+        raise ValueError(f"{len(arrivals)} arrival times for {len(prompts)} prompts")
+    return asyncio.run(
+        _fire(base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, arrivals, output_tokens)
+    )
+
+
+def fire_conversations(
+    base_url: str,
+    engine: Engine,
+    params: ServeParams,
+    prompts: Sequence[str],
+    input_tokens: Sequence[int],
+    deadline_s: float,
+    chains: Sequence[Sequence[int]],
+    output_tokens: Sequence[int],
+) -> Firing:
+    """Every conversation at once, each a chain of prompt indices sent one after another (the
+    next once the previous ended), and read every stream to its end (or until `deadline_s`)."""
+    return asyncio.run(
+        _fire(
+            base_url, engine, params, prompts, input_tokens, deadline_s, None, None, None, None, output_tokens, chains
+        )
     )

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from kit.plan.protocol import Case, ServeParams
+from kit.plan.protocol import Case, ServeParams, longest_request
+from kit.serve.prometheus import counter_total
 from kit.theory.analytic import parameter_count
 
 SERVED_NAME = "kit-model"
@@ -70,6 +71,11 @@ class Counter:
             return (f"{self.name}_sum",)
         return (self.name, f"{self.name}_total") if not self.name.endswith("_total") else (self.name,)
 
+    def total(self, samples: list) -> float | None:
+        """Its value on a parsed /metrics page (kit.serve.prometheus), None where the page lacks it."""
+        values = [counter_total(samples, name, dict(self.exclude)) for name in self.metric_names()]
+        return next((value for value in values if value is not None), None)
+
 
 class Engine(ABC):
     """One serving engine. Subclasses state only what is specific to them."""
@@ -89,6 +95,14 @@ class Engine(ABC):
     finished_requests: ClassVar[Counter]
     makes_random_weights: ClassVar[bool] = False  # needs only config and tokenizer, no checkpoint
     ignore_eos_note: ClassVar[str | None] = None  # why EOS cannot be ignored, where it cannot
+    # The variable naming the folder where the engine keeps what it compiles or caches between
+    # starts (None: none documented): an empty one is a cold start, the one it filled a warm one.
+    cache_variable: ClassVar[str | None] = None
+    # Its prefix cache: the counters of tokens looked up and found (None: it exposes none), and
+    # the arguments that turn the cache off (None: it cannot be turned off by argument).
+    prefix_cache_queries: ClassVar[Counter | None] = None
+    prefix_cache_hits: ClassVar[Counter | None] = None
+    prefix_caching_off: ClassVar[tuple[str, ...] | None] = None
 
     @abstractmethod
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
@@ -100,8 +114,9 @@ class Engine(ABC):
         return {}
 
     @abstractmethod
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
-        """Path and JSON body of one streamed, greedy completion of `prompt`."""
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
+        """Path and JSON body of one streamed, greedy completion of `prompt`, of `max_tokens`
+        (None: the case's max_output_tokens)."""
 
     @abstractmethod
     def parse(self, data: str) -> StreamEvent:
@@ -115,7 +130,7 @@ def loads_checkpoint(case: Case, engine: Engine) -> bool:
 
 
 def _max_model_len(params: ServeParams) -> int:
-    return params.input_tokens + params.max_output_tokens
+    return sum(longest_request(params))
 
 
 class VllmEngine(Engine):
@@ -146,6 +161,10 @@ class VllmEngine(Engine):
     finished_requests = Counter("vllm:request_success_total", exclude=(("finished_reason", ("abort", "error")),))
     makes_random_weights = True
     cpu_kv_cache_gib = 1
+    prefix_cache_queries = Counter("vllm:prefix_cache_queries_total")  # tokens looked up (v1 metrics)
+    prefix_cache_hits = Counter("vllm:prefix_cache_hits_total")  # of them, tokens found cached
+    prefix_caching_off = ("--no-enable-prefix-caching",)  # on by default (engine/arg_utils.py)
+    cache_variable = "VLLM_CACHE_ROOT"  # envs.py; `vllm bench sweep startup` points it at a new folder for a cold start
 
     def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
         params = case.params_as(ServeParams)
@@ -172,6 +191,8 @@ class VllmEngine(Engine):
             argv += ["--max-num-seqs", str(params.max_batch_requests)]
         if case.device == "cpu":
             argv.append("--enforce-eager")
+        if not params.prefix_caching:
+            argv += self.prefix_caching_off
         return argv
 
     def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
@@ -183,11 +204,11 @@ class VllmEngine(Engine):
             found["VLLM_CPU_OMP_THREADS_BIND"] = bind
         return found
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/v1/completions", {
             "model": SERVED_NAME,
             "prompt": prompt,
-            "max_tokens": params.max_output_tokens,
+            "max_tokens": max_tokens or params.max_output_tokens,
             "temperature": 0.0,
             "ignore_eos": params.ignore_eos,
             "stream": True,
@@ -272,7 +293,7 @@ class TgiEngine(Engine):
             "--dtype",
             DTYPE_NAMES[params.dtype],
             "--max-input-tokens",
-            str(params.input_tokens),
+            str(longest_request(params)[0]),
             "--max-total-tokens",
             str(_max_model_len(params)),
             "--max-concurrent-requests",
@@ -285,10 +306,14 @@ class TgiEngine(Engine):
     def environment(self, case: Case, cpus: Sequence[int] | None = None) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1"}  # a local model directory; never the hub
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/generate_stream", {
             "inputs": prompt,
-            "parameters": {"max_new_tokens": params.max_output_tokens, "do_sample": False, "details": True},
+            "parameters": {
+                "max_new_tokens": max_tokens or params.max_output_tokens,
+                "do_sample": False,
+                "details": True,
+            },
         }
 
     def parse(self, data: str) -> StreamEvent:
@@ -350,11 +375,11 @@ class LightllmEngine(Engine):
             argv += ["--running_max_req_size", str(params.max_batch_requests)]
         return argv
 
-    def request(self, prompt: str, params: ServeParams) -> tuple[str, dict]:
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
         return "/generate_stream", {
             "inputs": prompt,
             "parameters": {
-                "max_new_tokens": params.max_output_tokens,
+                "max_new_tokens": max_tokens or params.max_output_tokens,
                 "ignore_eos": params.ignore_eos,
                 "top_k": 1,
                 "temperature": 1.0,
@@ -377,7 +402,96 @@ class LightllmEngine(Engine):
         )
 
 
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine())}
+class SglangEngine(Engine):
+    """SGLang's OpenAI-compatible server, streamed /v1/completions.
+
+    Image: no server entrypoint of its own; its docs start it as `python3 -m
+    sglang.launch_server` (docs, "Install SGLang", docker), listening on 30000, with
+    `--shm-size 32g`. `--load-format dummy` makes random weights (server_args.py), so it gets
+    config and tokenizer only. Its OpenAI completions take the same streamed, greedy,
+    EOS-ignoring body as vLLM's (`ignore_eos` is one of its sampling parameters;
+    `stream_options.include_usage` ends the stream with a usage chunk), one chunk per step of
+    `stream_interval` (1 by default: one token) with the text in `choices[].text`, then
+    `data: [DONE]`. Its counters are exposed with `--enable-metrics` (metrics/collector.py):
+    generated tokens, finished requests, and the prompt tokens of finished requests beside those
+    served from its prefix cache (RadixAttention, on unless `--disable-radix-cache`).
+    """
+
+    name = "sglang"
+    label = "SGLang"
+    image = "serve-sglang"
+    entrypoint = ("python3", "-m", "sglang.launch_server")
+    command = entrypoint
+    container_port = 30000
+    shm_size = "32g"  # SGLang docs, docker run
+    generated_tokens = Counter("sglang:generation_tokens_total")
+    finished_requests = Counter("sglang:num_requests_total")
+    prefix_cache_queries = Counter("sglang:prompt_tokens_total")  # every prompt token of a finished request
+    prefix_cache_hits = Counter("sglang:cached_tokens_total")  # of them, those served from its prefix cache
+    prefix_caching_off = ("--disable-radix-cache",)
+    makes_random_weights = True
+
+    def arguments(self, case: Case, model_dir: str, host: str, port: int) -> list[str]:
+        params = case.params_as(ServeParams)
+        argv = [
+            "--model-path",
+            model_dir,
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tp-size",
+            str(case.gpus),
+            "--dtype",
+            DTYPE_NAMES[params.dtype],
+            "--context-length",
+            str(_max_model_len(params)),
+            "--random-seed",
+            str(params.seed),
+            "--load-format",
+            "dummy",
+            "--enable-metrics",
+        ]
+        if params.max_batch_requests is not None:
+            argv += ["--max-running-requests", str(params.max_batch_requests)]
+        if case.device == "cpu":
+            argv += ["--device", "cpu"]
+        if not params.prefix_caching:
+            argv += self.prefix_caching_off
+        return argv
+
+    def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
+        return "/v1/completions", {
+            "model": SERVED_NAME,
+            "prompt": prompt,
+            "max_tokens": max_tokens or params.max_output_tokens,
+            "temperature": 0.0,
+            "ignore_eos": params.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    def parse(self, data: str) -> StreamEvent:
+        if data == "[DONE]":
+            return StreamEvent(finished=True)
+        event = json.loads(data)
+        if "error" in event or event.get("object") == "error":
+            return StreamEvent(error=str(event.get("error") or event.get("message")))
+        usage = event.get("usage") or {}
+        choices = event.get("choices") or []
+        return StreamEvent(
+            token_events=1 if choices else 0,
+            tokens=len(choices),
+            output_tokens=usage.get("completion_tokens"),
+            prompt_tokens=usage.get("prompt_tokens"),
+        )
+
+
+ENGINES: dict[str, Engine] = {
+    engine.name: engine for engine in (VllmEngine(), TgiEngine(), LightllmEngine(), SglangEngine())
+}
 
 
 def engine_for(params: ServeParams) -> Engine:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from kit.serve.process import http_get
+
 
 def parse_samples(text: str) -> list:
     """Every sample of an exposition page (prometheus_client's Sample: name, labels, value).
@@ -29,3 +31,17 @@ def counter_total(samples: list, name: str, exclude: dict[str, tuple[str, ...]] 
         if sample.name == name and not any(sample.labels.get(key) in skipped for key, skipped in exclude.items())
     ]
     return math.fsum(values) if values else None
+
+
+def read_page(base_url: str) -> list | str:
+    """The samples of the engine's /metrics page, or why it could not be read."""
+    try:
+        status, body = http_get(base_url + "/metrics", timeout=10)
+    except OSError as exc:
+        return f"GET /metrics failed: {exc}"
+    if status != 200:
+        return f"GET /metrics answered {status}"
+    try:
+        return parse_samples(body.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return f"GET /metrics answered a page that is not Prometheus text: {exc}"

@@ -5,9 +5,10 @@ a `Placement`; everything else happens here, the same way for every placement: t
 directory the engine reads (config and tokenizer only where the engine makes random weights
 itself; else a synthetic checkpoint, made once), prompts of exactly `input_tokens` tokens as the
 served tokenizer counts them, readiness, untimed warm-up requests, the engine's own counters
-before and after, the burst, then the sweep's points (kit.serve.sweep), the engine stopped
-gracefully. Into the run's folder go requests.jsonl (one row per request: the raw samples every
-aggregate is computed from; a point of the sweep's in sweep/c<N>/), engine.log (everything the
+before and after, the burst, then the sweep's points (kit.serve.sweep), then the rate search
+(kit.serve.rate), the engine stopped gracefully. Into the run's folder go requests.jsonl (one row per request: the raw samples every
+aggregate is computed from; a point of the sweep's in sweep/c<N>/, of the rate search's in
+rates/p<k>/), engine.log (everything the
 engine printed), engine.json (how it was started) and rank-0.json (the driver's sample).
 Requests that fail are data: their rows are kept and counted, the figures are those of the
 requests that finished. An engine that dies, or never becomes ready, or a burst or sweep in
@@ -21,9 +22,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 from kit.files.atomic import atomic_write_text
 from kit.files.regular import sha256_file
@@ -32,12 +31,13 @@ from kit.rundir.directory import atomic_write_model
 from kit.rundir.schema import RankSample, SoakWindow, utc_now
 from kit.rundir.serving import (
     EngineRecord,
-    EngineStop,
     ModelRecord,
     PromptsRecord,
     RunFiles,
     ServeDetails,
     ServerCounters,
+    StartupDetails,
+    StartupTime,
     TokenCheck,
     WarmupRecord,
     aggregate,
@@ -48,37 +48,18 @@ from kit.serve.client import fire_burst
 from kit.serve.correctness import check_output
 from kit.serve.cpu_split import cpu_split, running_on
 from kit.serve.engines import Engine, engine_for, loads_checkpoint
+from kit.serve.placement import EngineHandle, Placement, wait_ready
+from kit.serve.prefix import describe as describe_prefix
+from kit.serve.prefix import plan_conversations, run_conversations, without_caching
 from kit.serve.process import EngineFailed, http_get, log_tail
-from kit.serve.prometheus import counter_total, parse_samples
+from kit.serve.prometheus import read_page
+from kit.serve.rate import run_rate_search
+from kit.serve.startup import measure_startups
 from kit.serve.sweep import planned_points, run_sweep
 from kit.workloads.harness import Unavailable
 
 STOP_MARGIN_S = 45  # left of the case's timeout for stopping the engine and writing the rows
 WARMUP_SEED_OFFSET = 1  # warm-up prompts are drawn apart from the burst's
-POLL_S = 0.5
-
-
-class EngineHandle(Protocol):
-    """A started engine, wherever it runs."""
-
-    base_url: str
-
-    def exit_code(self) -> int | None: ...
-
-    def stop(self) -> EngineStop: ...
-
-
-class Placement(Protocol):
-    """Where an executor puts a serve case's engine (and, where needed, makes its checkpoint)."""
-
-    name: str
-
-    def checkpoint(self, case: Case, say) -> Path: ...
-
-    def start(
-        self, engine: Engine, case: Case, model_dir: Path, out_dir: Path, say, cpus: Sequence[int] | None = None
-    ) -> tuple[EngineHandle, EngineRecord]:
-        """The engine, on `cpus` where given (kit.serve.cpu_split), and what the result records of its launch."""
 
 
 def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tuple[Path, ModelRecord]:
@@ -106,25 +87,6 @@ def model_directory(case: Case, engine: Engine, placement: Placement, say) -> tu
     return path, ModelRecord(kind=kind, path=str(path), sha256=entry_digest(marker), files=files)
 
 
-def wait_ready(handle: EngineHandle, health_path: str, timeout_s: float) -> float:
-    """Seconds until the health route answered 200; EngineFailed if the engine exits or the
-    time runs out."""
-    started = time.monotonic()
-    while True:
-        code = handle.exit_code()
-        if code is not None:
-            raise EngineFailed(f"the engine exited with code {code} before it was ready")
-        try:
-            status, _ = http_get(handle.base_url + health_path)
-            if status == 200:
-                return time.monotonic() - started
-        except OSError:
-            pass  # not listening yet
-        if time.monotonic() - started > timeout_s:
-            raise EngineFailed(f"the engine was not ready after {timeout_s} s")
-        time.sleep(POLL_S)
-
-
 def engine_version(engine: Engine, base_url: str) -> str | None:
     if engine.version_path is None:
         return None
@@ -137,24 +99,13 @@ def engine_version(engine: Engine, base_url: str) -> str | None:
 
 def read_counters(engine: Engine, base_url: str) -> dict[str, float | None] | str:
     """The engine's generated-token and finished-request counters, or why they cannot be read."""
-    try:
-        status, body = http_get(base_url + "/metrics", timeout=10)
-    except OSError as exc:
-        return f"GET /metrics failed: {exc}"
-    if status != 200:
-        return f"GET /metrics answered {status}"
-    try:
-        samples = parse_samples(body.decode("utf-8", errors="replace"))
-    except ValueError as exc:
-        return f"GET /metrics answered a page that is not Prometheus text: {exc}"
-    found: dict[str, float | None] = {}
-    for field, counter in (
-        ("generated_tokens", engine.generated_tokens),
-        ("finished_requests", engine.finished_requests),
-    ):
-        values = [counter_total(samples, name, dict(counter.exclude)) for name in counter.metric_names()]
-        found[field] = next((value for value in values if value is not None), None)
-    return found
+    samples = read_page(base_url)
+    if isinstance(samples, str):
+        return samples
+    return {
+        "generated_tokens": engine.generated_tokens.total(samples),
+        "finished_requests": engine.finished_requests.total(samples),
+    }
 
 
 def counters_during(engine: Engine, before: dict | str, after: dict | str) -> ServerCounters:
@@ -296,8 +247,10 @@ def measure(
     counts = [token_count(tokenizer, prompt) for prompt in prompts]
     warmup = burst_prompts(tokenizer, params.warmup_requests, params.input_tokens, params.seed + WARMUP_SEED_OFFSET)
     points = planned_points(tokenizer, params)
+    conversations = plan_conversations(tokenizer, params)
 
     split = cpu_split(case)
+    launched = time.monotonic()
     handle, record = placement.start(engine, case, model_dir, out_dir, say, cpus=split.engine if split else None)
     if split:
         say(f"serve: the engine on CPUs {list(split.engine)}, the client on {list(split.client)}")
@@ -312,16 +265,19 @@ def measure(
     )
     write_engine_record(out_dir, record)
     windows: list[SoakWindow] = []
-    burst = sweep = None
+    burst = sweep = rates = None
     failure = None
     before: dict | str = "not read"
     after: dict | str = "not read"
     swept: dict | str = "not read"
+    rated: dict | str = "not read"
+    before_rates: dict | str = "not read"
     deadline = started + params.timeout_s - STOP_MARGIN_S
     with running_on(split.client if split else None):  # the client apart from the engine's CPUs
         try:
             say(f"serve: waiting for {engine.label} to be ready (up to {params.ready_timeout_s} s)")
             record.ready_s = wait_ready(handle, engine.health_path, params.ready_timeout_s)
+            first_start = StartupTime(cache="first", ready_s=time.monotonic() - launched, engine_log="engine.log")
             record.version = engine_version(engine, handle.base_url) or record.version
             say("serve: checking the engine's greedy output against transformers' on the same weights")
             details.correctness = check_output(case, engine, handle.base_url, model_dir, tokenizer)
@@ -331,6 +287,9 @@ def measure(
                 warm = fire_burst(handle.base_url, engine, params, warmup, [params.input_tokens] * len(warmup), 600)
                 errors = [r.error for r in warm.records if not r.ok]
                 details.warmup = WarmupRecord(requests=len(warmup), duration_s=warm.duration, errors=errors)
+                opening = warm.records[0]
+                if opening.ttft is not None:
+                    first_start.first_token_s = first_start.ready_s + opening.sent_at + opening.ttft
                 if errors:
                     raise EngineFailed(f"the warm-up request failed: {errors[0]}")
             before = read_counters(engine, handle.base_url)
@@ -369,11 +328,31 @@ def measure(
                 sweep = run_sweep(case, engine, handle, points, out_dir, deadline, say)
                 swept = read_counters(engine, handle.base_url)
                 failure = sweep.failure
+            if failure is None and params.rates is not None:
+                before_rates = swept if points else after
+                rates = run_rate_search(case, engine, handle, tokenizer, out_dir, deadline, say)
+                rated = read_counters(engine, handle.base_url)
+                failure = rates.failure
+            if failure is None and conversations is not None:
+                assert params.prefix is not None, "conversations are planned from the case's prefix"
+                details.prefix = describe_prefix(params.prefix)
+                opened = read_counters(engine, handle.base_url)
+                details.prefix.on, chatted = run_conversations(case, engine, handle, conversations, out_dir, "on", say)
+                details.prefix.on.tokens = token_counts(engine, opened, read_counters(engine, handle.base_url), chatted)
+                failure = none_finished("shared-prefix workload", chatted)
         except EngineFailed as exc:
             failure = str(exc)
         finally:
             record.stop = handle.stop()
             write_engine_record(out_dir, record)
+        if failure is None and params.prefix and params.prefix.compare_off and details.prefix and conversations:
+            details.prefix.off, details.prefix.off_unavailable = without_caching(
+                case, engine, placement, model_dir, out_dir, conversations, say, split.engine if split else None
+            )
+        if failure is None and params.startup:
+            details.startup = startups(
+                case, engine, placement, model_dir, out_dir, prompts[0], counts[0], say, split, first_start, deadline
+            )
 
     if burst is not None:
         totals, saturated = burst.kept(out_dir / "requests.jsonl", all_at_once=True)
@@ -401,11 +380,44 @@ def measure(
         failure = failure or none_finished("sweep", sweep.records)
         if failure is None and sweep.details.server_count_mismatches:
             failure = f"{len(sweep.details.server_count_mismatches)} prompts of the sweep were counted differently by the engine"
+    if rates is not None:
+        details.rates = rates.details
+        rates.details.tokens = token_counts(engine, before_rates, rated, rates.records)
+        rates.details.server_count_mismatches = miscounted(rates.records)
+        failure = failure or none_finished("rate search", rates.records)
     if failure is not None:
         record.log_tail = tail = log_tail(out_dir / "engine.log")
         say(f"serve: {failure}\n--- engine.log (last lines) ---\n{tail}")
         raise ServeFailed(f"{failure}; engine log: engine.log", details, windows)
     return details, windows
+
+
+def startups(
+    case: Case,
+    engine: Engine,
+    placement: Placement,
+    model_dir: Path,
+    out_dir: Path,
+    prompt: str,
+    input_tokens: int,
+    say,
+    split,
+    first: StartupTime,
+    deadline: float,
+) -> StartupDetails:
+    """The run's own start (`first`: to its first warm-up token) beside a cold and a warm one
+    (kit.serve.startup), where the case's time leaves room for two more starts as long as it."""
+    needed = 2 * first.ready_s + STOP_MARGIN_S
+    if deadline - time.monotonic() < needed:
+        return StartupDetails(
+            starts=[first],
+            unavailable=f"cold and warm starts: the case's time left less than the {needed:.0f} s they need",
+        )
+    found = measure_startups(
+        case, engine, placement, model_dir, out_dir, prompt, input_tokens, say, split.engine if split else None
+    )
+    found.starts.insert(0, first)
+    return found
 
 
 def write_engine_record(out_dir: Path, record: EngineRecord) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 TOKEN_DELAY_S = 0.002  # per generated token: a fast engine, so the client is what is tested
+COMPILE_S = 1.0  # vLLM's first start in an empty VLLM_CACHE_ROOT compiles; a later one reads what it left
 # STUB_503_EVERY=k (vLLM only): every k-th completion request is answered 503 with the body vLLM
 # 0.32 sends for a request it asks the client to retry (a RetryableRequestError's ErrorResponse,
 # rendered by starlette's JSONResponse: vllm/entrypoints/serve/exception_handling/error_response.py,
@@ -49,6 +50,9 @@ def arguments(engine: str, argv: list[str]) -> argparse.Namespace:
         for flag in ("--port", "--tensor-parallel-size", "--max-model-len", "--seed", "--max-num-seqs"):
             parser.add_argument(flag, type=int)
         parser.add_argument("--enforce-eager", action="store_true")
+        parser.add_argument(
+            "--no-enable-prefix-caching", action="store_true"
+        )  # arg_utils: --[no-]enable-prefix-caching
         parsed = parser.parse_args(argv)
         parsed.port = parsed.port or 8000
         parsed.model_dir = parsed.model
@@ -257,6 +261,10 @@ def main(name: str, argv: list[str]) -> None:
         flush=True,
     )
     engine = Engine(name, Path(args.model_dir), needs_weights=name != "vllm" or args.load_format != "dummy")
+    compiled = Path(os.environ.get("VLLM_CACHE_ROOT", "")) / "stub-compiled"
+    if name == "vllm" and os.environ.get("VLLM_CACHE_ROOT") and not compiled.exists():
+        time.sleep(COMPILE_S)
+        compiled.write_text("compiled\n")
     server = ThreadingHTTPServer((args.host or "0.0.0.0", args.port), handler_for(engine))
     server.daemon_threads = True
     print(f"listening on {args.host}:{args.port}", flush=True)

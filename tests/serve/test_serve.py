@@ -313,9 +313,9 @@ def test_a_label_value_holding_a_brace_and_an_escaped_quote_keeps_its_sample_and
 
 
 def test_a_metrics_page_that_is_not_prometheus_text_leaves_the_counters_unknown_with_the_parsers_words(monkeypatch):
-    from kit.serve import session
+    from kit.serve import prometheus, session
 
-    monkeypatch.setattr(session, "http_get", lambda url, timeout: (200, b"<html>not found</html>\n"))
+    monkeypatch.setattr(prometheus, "http_get", lambda url, timeout: (200, b"<html>not found</html>\n"))
     reason = session.read_counters(ENGINES["vllm"], "http://127.0.0.1:1")
     assert isinstance(reason, str) and reason.startswith("GET /metrics answered a page that is not Prometheus text: ")
 

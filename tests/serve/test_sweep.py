@@ -257,7 +257,7 @@ class StubPlacement:
     def start(self, engine, case, model_dir, out_dir, say, cpus=None):
         port = free_port()
         argv = [sys.executable, str(STUB_ENGINE), "vllm", "serve", *engine.arguments(case, str(model_dir), HOST, port)]
-        env = clean_environment({"STUB_503_EVERY": str(self.refuse_every)})
+        env = clean_environment({"STUB_503_EVERY": str(self.refuse_every)}, case.params.env)
         handle = EngineProcess(argv, out_dir / "engine.log", port, env, cpus)
         return handle, EngineRecord(
             name=engine.name,
