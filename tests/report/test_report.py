@@ -795,3 +795,60 @@ def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
     defined = set(re.findall(r'\bid="([^"]+)"', svg))
     assert referenced and referenced == defined
     assert all(name.startswith("t-") for name in defined)
+
+
+# Markup a run received from elsewhere may hold in every field a person chooses: its folder's name
+# (any name without a '/'), the run id in run.json, the host's name, a case's reason.
+MARKUP = ('<img src=x onerror="alert(1)">', "a' onmouseover='alert(2)", "<svg onload=alert(3)>", "[bold]x[/]")
+
+
+def with_markup(run: Path, markup: str) -> Path:
+    """`run` with `markup` in its run id, its host's name and each failed case's reason, resealed."""
+    info = RunDir(run).read_info()
+    info.run_id = f"{markup}<script>alert(4)</script>"
+    info.host.hostname = markup
+    RunDir(run).write_info(info)
+    for result in RunDir(run).results():
+        if result.reason is not None:
+            RunDir(run).write_result(result.model_copy(update={"reason": f"{result.reason} {markup}"}))
+    RunDir(run).write_sums()
+    return run
+
+
+def elements_and_attributes(html: str) -> tuple[set[str], set[str]]:
+    from html.parser import HTMLParser
+
+    class Collect(HTMLParser):
+        tags: set[str] = set()
+        attributes: set[str] = set()
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            self.attributes.update(name for name, _ in attrs)
+
+    found = Collect()
+    found.feed(html)
+    return found.tags, found.attributes
+
+
+@pytest.mark.parametrize("markup", MARKUP)
+def test_no_markup_from_a_run_reaches_any_html_report(tmp_path, smoke_plan, markup):
+    """The single run's report, the A/B report (the compared run's name in ids, charts and text),
+    and the fleet report: markup from a run is text in each, never an element or an attribute."""
+    cases = {"pretrain.tiny-llama.naive.g2": 0.1, "pretrain.tiny-llama.z2.g2": "oom"}
+    a = with_markup(write_run(tmp_path / "runs" / markup.replace("/", "|"), smoke_plan, cases), markup)
+    b = with_markup(write_run(tmp_path / "runs" / f"b {markup.replace('/', '|')}", smoke_plan, cases), markup)
+    from kit.report.fleet import render_fleet
+
+    pages = [
+        render(a, ["reference"], ["html"], tmp_path / "single", False)[0],
+        render(a, ["reference", str(b)], ["html"], tmp_path / "ab", False)[0],
+        render_fleet([a, b], ["html"], tmp_path / "fleet")[0],
+    ]
+    for page in pages:
+        html = page.read_text()
+        tags, attributes = elements_and_attributes(html)
+        assert not {"script", "img", "iframe", "object"} & tags, page
+        assert not [name for name in attributes if name.startswith("on")], page
+        assert "<script>alert" not in html and 'onerror="alert' not in html and "onmouseover='alert" not in html
+
