@@ -852,3 +852,16 @@ def test_no_markup_from_a_run_reaches_any_html_report(tmp_path, smoke_plan, mark
         assert not [name for name in attributes if name.startswith("on")], page
         assert "<script>alert" not in html and 'onerror="alert' not in html and "onmouseover='alert" not in html
 
+
+def test_links_planted_where_a_report_is_written_are_replaced_never_written_through(smoke_dir, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("someone's file\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    planted = ["report.html", "report.json", "report-claims.csv", ".report.html.partial", ".report.json.partial"]
+    for name in planted:
+        (out / name).symlink_to(victim)
+    written = render(smoke_dir, ["reference"], ["html", "json", "csv"], out, False)
+    assert victim.read_text() == "someone's file\n"
+    assert [path.name for path in written] == ["report.html", "report.json", "report-claims.csv", "report-metrics.csv"]
+    assert not any(path.is_symlink() for path in written)
