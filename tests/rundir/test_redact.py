@@ -29,6 +29,9 @@ KIT = [sys.executable, "-m", "kit.cli"]
         ("DATABASE_URL", "postgres://u:pw@db/x"),
         ("NOTE", "AKIAIOSFODNN7EXAMPLE"),
         ("NOTE", "ghp_" + "a1" * 18),
+        ("NOTE", "https://store.example/b/x?sv=2022-11-02&sig=plAnted%2Fsig"),  # an Azure SAS
+        ("NCCL_TOPO_URL", "https://h.example/topo.xml?access_token=planted0token"),
+        ("NOTE", "https://kit:pass/with/slashes@h.example/x"),
     ],
 )
 def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manifests_copy, name, value):
@@ -131,6 +134,9 @@ NCCL_PLANTED = {
     "NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789",
     "NCCL_DEBUG_FILE": "postgres://u:planted-pw@db/x",
     "NCCL_SOCKET_IFNAME": "AKIAPLANTEDEXAMPLE01",
+    "NCCL_NET_PLUGIN_URL": "https://s3.example/p.so?X-Amz-Credential=x&X-Amz-Signature=planted0sig",
+    "NCCL_TOPO_FILE": "https://kit:planted/pass@h.example/topo.xml",
+    "NCCL_GRAPH_FILE": "https://h.example/g.xml?token=planted0token2",
 }
 
 
