@@ -8,7 +8,6 @@ the real durations.
 
 from __future__ import annotations
 
-import json
 import statistics
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.files.regular import RUN_FILE_LIMIT, read_json
 
 if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
     from kit.plan.protocol import Case
@@ -47,17 +46,20 @@ class Estimate(BaseModel):
 
 def run_history(root: Path) -> dict[str, list[float]]:
     """Case id -> how long it took (result.json's finished - started) in earlier run directories
-    under `root` that finished it ok."""
+    under `root` that finished it ok. A file that is no result the kit wrote (a list, a string,
+    a case id that is no text) gives no history, nor does a span the clock stepped back across
+    (a negative duration is no estimate)."""
     found: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/cases/*/result.json")):
         try:
-            result = json.loads(read_regular(path, RUN_FILE_LIMIT))
-            if result.get("status") != "ok":
+            result = read_json(path, RUN_FILE_LIMIT)
+            if not isinstance(result, dict) or result.get("status") != "ok" or not isinstance(result["case_id"], str):
                 continue
             span = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a result the kit wrote: no history from it
-        found.setdefault(result["case_id"], []).append(span.total_seconds())
+        if span.total_seconds() >= 0:
+            found.setdefault(result["case_id"], []).append(span.total_seconds())
     return found
 
 

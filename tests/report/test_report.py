@@ -865,3 +865,16 @@ def test_links_planted_where_a_report_is_written_are_replaced_never_written_thro
     assert victim.read_text() == "someone's file\n"
     assert [path.name for path in written] == ["report.html", "report.json", "report-claims.csv", "report-metrics.csv"]
     assert not any(path.is_symlink() for path in written)
+
+
+def test_a_case_the_clock_stepped_back_across_has_no_actual_duration_and_the_report_says_why(smoke_run):
+    from kit.report.sections.timing import timing_section
+
+    run = RunDir(smoke_run)
+    result = run.read_result("pretrain.tiny-llama.naive.g2")
+    run.write_result(result.model_copy(update={"finished_at": "2025-12-31T21:00:00+00:00"}))  # 3 h before its start
+    run.write_sums()
+    stage_table, case_table = timing_section(load_run(smoke_run, False)).tables[-2:]
+    row = next(r for r in texts(case_table) if r[0] == "pretrain.tiny-llama.naive.g2")
+    assert row[3] == "clock set back (3 h 00 min)" and "-" not in "".join(r[3] for r in texts(stage_table))
+    assert any("clock was set back while 1 case(s) ran" in note for note in stage_table.notes)
