@@ -46,5 +46,14 @@ def looks_like_a_credential(name: str, value: str) -> bool:
 
 
 def masked(env: dict[str, str]) -> dict[str, str]:
-    """The variables as the kit writes them down: each that looks like a credential masked."""
-    return {name: MASKED if looks_like_a_credential(name, value) else value for name, value in env.items()}
+    """The variables as the kit writes them down: each that looks like a credential masked, and
+    each byte that is not UTF-8 (os.environ holds it as a lone surrogate, which no JSON file can)
+    written as its escape, `\\xff`."""
+    return {
+        written(name): MASKED if looks_like_a_credential(name, value) else written(value) for name, value in env.items()
+    }
+
+
+def written(text: str) -> str:
+    """`text` with each byte that was not UTF-8 as its escape."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

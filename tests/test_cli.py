@@ -315,6 +315,10 @@ A_FILE = "a-file"  # made in the test's folder
             "holds an earlier run's cases without its run.json",
         ),
         (["run", "--all", "--nodes", "0"], "--nodes"),
+        (
+            ["run", "--all", "--profile", "smoke", "--out", "r\udcffun"],
+            "--out r\\udcffun: a name that is not printable",
+        ),
         (["list", "--profile", "sm\udcffoke"], "'sm\\xffoke' is not a profile name"),  # a byte that is not UTF-8
         # paths past the file system's limits: one short line, the path by its ends
         (["report", "--verify", "/tmp/" + "z" * 6000], "a name longer than the file system allows"),

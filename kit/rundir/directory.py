@@ -108,6 +108,8 @@ def unusable_out(out: Path) -> str | None:
     A folder holding anything else is refused, never adopted: its files would be sealed into the
     run's SHA256SUMS as evidence, and an earlier run's cases (its run.json lost) taken for this
     run's."""
+    if printable(str(out)) != str(out):  # run.json holds the folder's name as the run id: text
+        return f"--out {printable(str(out))}: a name that is not printable UTF-8 text, which a run id cannot be"
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         return f"--out {out}: not a folder; give a new or empty folder"
     try:

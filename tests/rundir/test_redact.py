@@ -166,3 +166,13 @@ def test_a_report_masks_what_an_earlier_kit_recorded_of_the_nccl_variables(real_
     assert html.escape(MASKED) in written and not [
         value for value in NCCL_PLANTED.values() if value in written + out + err
     ]
+
+
+def test_an_nccl_value_that_is_not_utf8_is_written_as_its_escape(real_smoke_run):
+    """os.environ holds such a byte as a lone surrogate, which no JSON file can: once, it ended
+    the fingerprint's writing in a traceback."""
+    from kit.host.fingerprint import Fingerprint
+
+    fingerprint = json.loads((real_smoke_run / "fingerprint.json").read_text())
+    recorded = Fingerprint.model_validate({**fingerprint, "nccl_environment": {"NCCL_DEBUG": "IN\udcffFO"}})
+    assert json.loads(recorded.model_dump_json())["nccl_environment"] == {"NCCL_DEBUG": "IN\\xffFO"}
