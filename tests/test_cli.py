@@ -333,6 +333,7 @@ A_FILE = "a-file"  # made in the test's folder
         (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
         (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
         (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
+        (["list", "--fingerprint", "deep.json"], "nested more than 64 levels deep"),
         (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
         (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
         (["report", "RUN", "--verify", "--allowed-signers", "a-fifo"], "is not a regular file"),
@@ -345,6 +346,7 @@ def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypa
     (tmp_path / A_FILE).write_bytes(bytes(range(256)))
     (tmp_path / "a-list.json").write_text("[1, 2]")
     (tmp_path / "not-utf8.json").write_bytes(b"\xff\xfe{}")
+    (tmp_path / "deep.json").write_text('{"a": ' * 20_000 + "1" + "}" * 20_000)
     os.mkfifo(tmp_path / "a-fifo")  # read as a key, it kept ssh-keygen waiting for ever
     (tmp_path / "a-stranger").mkdir()  # a folder of someone's own: never sealed into a run's evidence
     (tmp_path / "a-stranger" / "notes.tex").write_text("\\section{mine}\n")
