@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kit.files.regular import MiB, read_regular
+from kit.files.regular import MiB, read_json
 
 CACHE_ENV = "KIT_CACHE"
 MARKER = "kit-cache-entry.json"
@@ -91,7 +91,7 @@ def readable_by_all(folder: Path) -> None:
 def read_marker(entry: Path) -> dict:
     """The marker of a whole entry; CacheEntryInvalid says what is wrong with any other."""
     try:
-        marker = json.loads(read_regular(entry / MARKER, MARKER_LIMIT))
+        marker = read_json(entry / MARKER, MARKER_LIMIT)
         files = marker["files"]
     except FileNotFoundError:
         raise CacheEntryInvalid(f"{entry} has no {MARKER}") from None

@@ -24,8 +24,19 @@ FORMATS_HELP = "comma-separated: html, pdf, json (report.json), csv (report-clai
 PRICE_HELP = "price of one GPU-hour (or $KIT_GPU_HOUR_PRICE): the report prices a million tokens with it"
 
 
+def profile_name(ctx, param, value: str | None) -> str | None:
+    """--profile: a name as the protocol writes one (a byte that is not UTF-8 is said, not raised)."""
+    from kit.files.names import NAME_PATTERN
+
+    if value is not None and not NAME_PATTERN.fullmatch(value):
+        shown = value.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")[:80]
+        raise click.BadParameter(f"'{shown}' is not a profile name (paper, quick, smoke, or one of the protocol's)")
+    return value
+
+
 PROFILE_OPTION = click.option(
     "--profile",
+    callback=profile_name,
     shell_complete=lambda *a: complete_profile(*a),
     help="paper, quick, acceptance, cluster or smoke (default: paper with GPUs, else smoke)",
 )
@@ -379,7 +390,12 @@ def k8s_group() -> None:
 
 @k8s_group.command("manifests")
 @click.option(
-    "--profile", default="paper", show_default=True, shell_complete=complete_profile, help="paper, quick or smoke"
+    "--profile",
+    default="paper",
+    show_default=True,
+    callback=profile_name,
+    shell_complete=complete_profile,
+    help="paper, quick or smoke",
 )
 @click.option("--stage", "stages", multiple=True, help="only this stage (repeatable; default: every case)")
 @click.option("--case", "case_ids", multiple=True, help="only this case id (repeatable; see `kit list`)")
@@ -531,9 +547,7 @@ def report(**options) -> None:
     from kit.console import show_report
     from kit.report.request import ReportRequest, make_report
 
-    outcome = make_report(
-        ReportRequest(**options), say=lambda line: output.log().print(line, markup=False, soft_wrap=True)
-    )
+    outcome = make_report(ReportRequest(**options), say=lambda line: output.log().print(line, soft_wrap=True))
     show_report(outcome)
     sys.exit(outcome.exit_status)
 
@@ -546,10 +560,10 @@ def main() -> None:
         sys.exit(130)
     except click.UsageError as exc:  # an option or argument: one line, what is wrong and where the options are listed
         command = exc.ctx.command_path if exc.ctx else "kit"
-        click.echo(f"error: {exc.format_message()} (see `{command} --help`)", err=True)
+        click.echo(output.elided(f"error: {exc.format_message()} (see `{command} --help`)"), err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(output.elided(f"Error: {exc.format_message()}"), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -564,6 +578,7 @@ def _said(exc: Exception) -> int | None:
     the kit did not expect, which is raised with its traceback."""
     from pydantic import ValidationError
 
+    from kit.files.atomic import UnsafeWrite
     from kit.images import EngineUnavailable
     from kit.manifest import ManifestError, first_problem
     from kit.rundir.directory import RunInUse, UnreadableRun
@@ -577,14 +592,21 @@ def _said(exc: Exception) -> int | None:
         traceback.print_exc()
     if isinstance(exc, OSError) and exc.errno in NO_ROOM:
         click.echo(
-            f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system (df -h) "
-            "or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on.",
+            output.elided(
+                f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free space on its file system "
+                "(df -h) or make it writable; a run keeps every finished case, and `kit run --resume RUN_DIR` goes on."
+            ),
             err=True,
         )
         return 1
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a path argument past the system's limits
+        click.echo(
+            output.elided(f"error: {exc.filename or 'a path'}: a name longer than the file system allows"), err=True
+        )
+        return 2
     if isinstance(exc, (RefusedToStart, EvidenceError, RunInterrupted)):
         output.alerts().print(
-            str(exc), style="yellow" if isinstance(exc, RunInterrupted) else "red", markup=False, soft_wrap=True
+            output.elided(str(exc)), style="yellow" if isinstance(exc, RunInterrupted) else "red", soft_wrap=True
         )
         return 130 if isinstance(exc, RunInterrupted) else 1
     if isinstance(exc, (RequestError, SigningFailed, EngineUnavailable, ValidationError)):
@@ -597,10 +619,13 @@ def _said(exc: Exception) -> int | None:
                 else str(exc)
             )
         )
-        said.show()
+        click.echo(output.elided(f"Error: {said.format_message()}"), err=True)
+        return 2
+    if isinstance(exc, UnsafeWrite):  # a link or a special file planted where the kit writes
+        click.echo(output.elided(f"error: will not write {exc.filename}: {exc.strerror}"), err=True)
         return 2
     if isinstance(exc, (ManifestError, UnreadableRun, RunInUse)):  # a manifest or a run directory that cannot be used
-        click.echo(f"error: {exc}", err=True)
+        click.echo(output.elided(f"error: {exc}"), err=True)
         return 2
     return None
 

@@ -8,6 +8,7 @@ from collections import Counter
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from kit import output
 from kit.execute.case_run import Progress as CaseProgress
@@ -51,7 +52,7 @@ def checks_table(checks: list[Check]) -> Table:
         style = CHECK_STYLE[check.status]
         remedy = check.remedy if check.status in ("fail", "warn") else ""
         observed = "(see below)" if check.status == "skip" and check.observed in shared else check.observed
-        table.add_row(check.name, f"[{style}]{check.status}[/]", observed, check.expected, remedy)
+        table.add_row(check.name, Text(check.status, style=style), observed, check.expected, remedy)
     return table
 
 
@@ -109,7 +110,7 @@ def summary_table(results: list[Result]) -> Table:
         style = STATUS_STYLE.get(result.status, "")
         table.add_row(
             result.case_id,
-            f"[{style}]{result.status}[/]",
+            Text(result.status, style=style),
             headline(result),
             figure(result, "peak_memory_gib", digits=2),
             str(len(result.samples)),
@@ -129,7 +130,7 @@ class RichProgress(CaseProgress):
         self.pending = set(self.predicted) - finished
         self.case_started_at = self.started
         self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("cases"),
@@ -160,17 +161,17 @@ class RichProgress(CaseProgress):
         self.case_started_at = time.monotonic()
         self.bar.update(self.task, description=case.id)
         if output.verbosity.verbose:
-            self.bar.console.print(f"{'started':>11}  {case.id} ({position} of {total})", markup=False, highlight=False)
+            self.bar.console.print(f"{'started':>11}  {case.id} ({position} of {total})")
 
     def run_started(self, case: Case, index: int, runs: int) -> None:
         self.bar.update(self.task, description=f"{case.id} (run {index}/{runs})")
         if output.verbosity.verbose:
-            self.bar.console.print(f"{'run':>11}  {case.id} {index}/{runs}", markup=False, highlight=False)
+            self.bar.console.print(f"{'run':>11}  {case.id} {index}/{runs}")
 
     def case_finished(self, result: Result, position: int, total: int) -> None:
         style = STATUS_STYLE.get(result.status, "")
         detail = headline(result) if result.status == "ok" else (result.reason or "")[:100]
-        self.bar.console.print(f"[{style}]{result.status:>11}[/]  {result.case_id}  {detail}")
+        self.bar.console.print(Text.assemble((f"{result.status:>11}", style), f"  {result.case_id}  {detail}"))
         self.pending.discard(result.case_id)
         if result.status == "ok":
             self.actual[result.case_id] = time.monotonic() - self.case_started_at
@@ -182,10 +183,10 @@ class ConsoleUi:
     warnings always; data (a path, a reason) never read as markup."""
 
     def say(self, line: str) -> None:
-        output.log().print(line, markup=False, highlight=False, soft_wrap=True)
+        output.log().print(line, soft_wrap=True)
 
     def warn(self, line: str) -> None:
-        output.alerts().print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
+        output.alerts().print(line, style="yellow", soft_wrap=True)
 
     def show_checks(self, checks: list[Check]) -> None:
         output.alerts().print(checks_table(checks))
@@ -212,17 +213,20 @@ def images_table(lock, local) -> Table:
         if image.digest:
             pinned = image.pinned_reference
         else:
-            pinned = f"{image.reference} " + ("(built here)" if image.build else "[yellow](unpinned)[/]")
+            pinned = Text(f"{image.reference} ") + (
+                Text("(built here)") if image.build else Text("(unpinned)", style="yellow")
+            )
         if image.build:
             pinned += f"\nbuilt from {image.build.context} on {image.build.base}"
             current = local.current_context_sha256.get(name)
             if current is None:
-                pinned += "\n[yellow]context not here: a source checkout builds it[/]"
+                pinned += Text("\ncontext not here: a source checkout builds it", style="yellow")
             elif current != image.context_sha256:
-                pinned += f"\n[red]context changed: {current} (lock {image.context_sha256})[/]"
+                pinned += Text(f"\ncontext changed: {current} (lock {image.context_sha256})", style="red")
         versions = ", ".join(f"{key} {value}" for key, value in image.versions.items())
-        here = "unknown" if local.engine else (local.present.get(name) or "[yellow]missing[/]")
-        table.add_row(name, pinned, versions, here[:19] if here.startswith("sha256:") else here)
+        present = local.present.get(name)
+        here = Text("unknown") if local.engine else Text(present[:19]) if present else Text("missing", style="yellow")
+        table.add_row(name, pinned, versions, here)
     return table
 
 
@@ -240,7 +244,7 @@ def verify_table(states) -> Table:
                 f"local {state.image_id[:19]}" + (f" ({', '.join(state.repo_digests)})" if state.repo_digests else ""),
             )
         style = VERIFY_STYLE[state.status]
-        table.add_row(state.name, f"[{style}]{state.status}[/]", "\n".join(lines) or "")
+        table.add_row(state.name, Text(state.status, style=style), "\n".join(lines) or "")
     return table
 
 
@@ -251,7 +255,7 @@ def preflight_table(preflight) -> Table:
         table.add_column(column, max_width=width)
     for line in preflight.lines:
         style = "green" if line.status == "ok" else "red"
-        table.add_row(line.image, line.check, f"[{style}]{line.status}[/]", line.detail, line.hint or "")
+        table.add_row(line.image, line.check, Text(line.status, style=style), line.detail, line.hint or "")
     return table
 
 
@@ -260,12 +264,12 @@ def show_run(outcome) -> None:
     run's evidence, or that a resumed run had nothing left to run."""
     found = output.results()
     if outcome.plan_text is not None:
-        found.print(outcome.plan_text, markup=False, highlight=False, soft_wrap=True)
+        found.print(outcome.plan_text, soft_wrap=True)
     elif outcome.finished_before is not None:
-        found.print(outcome.finished_before, markup=False, soft_wrap=True)
+        found.print(outcome.finished_before, soft_wrap=True)
     else:
         found.print(summary_table(outcome.results))
-        found.print(f"evidence: {outcome.run_dir.root / 'SHA256SUMS'}", markup=False, soft_wrap=True)
+        found.print(f"evidence: {outcome.run_dir.root / 'SHA256SUMS'}", soft_wrap=True)
 
 
 def show_report(outcome) -> None:
@@ -275,19 +279,19 @@ def show_report(outcome) -> None:
     if outcome.verified is not None:
         folder, problems, digest = outcome.verified
         for problem in problems:
-            shown.print(problem, style="red", markup=False, soft_wrap=True)
+            shown.print(problem, style="red", soft_wrap=True)
         said = (
             "does not match its evidence"
             if problems
             else "every file matches SHA256SUMS" + (f", whose digest is the one expected ({digest})" if digest else "")
         )
-        shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
-        shown.print(said, style="red" if problems else "green", markup=False, soft_wrap=True)
+        shown.print(f"{folder}: ", end="", soft_wrap=True)
+        shown.print(said, style="red" if problems else "green", soft_wrap=True)
     for path in outcome.written:
-        shown.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+        shown.print(f"wrote {path}", soft_wrap=True)
     for folder, check in outcome.signatures:
-        shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
-        shown.print(check.summary, style=SIGNATURE_STYLE[check.state], markup=False, soft_wrap=True)
+        shown.print(f"{folder}: ", end="", soft_wrap=True)
+        shown.print(check.summary, style=SIGNATURE_STYLE[check.state], soft_wrap=True)
     for folder, decision in outcome.decisions:
         show_decision(folder, decision)
 
@@ -299,14 +303,13 @@ def show_decision(folder, decision) -> None:
     """`kit report --accept`: the run's decision, then each line that is not a pass (kit.reference.acceptance.Decision)."""
     shown = output.results()
     counts = ", ".join(f"{decision.counted(o)} {o}" for o in ("pass", "fail", "inconclusive", "not measured"))
-    shown.print(f"{folder}: ", end="", markup=False, soft_wrap=True)
-    shown.print(decision.decided, style=DECISION_STYLE[decision.decided], end="", markup=False)
-    shown.print(f": {decision.spec_name} against {decision.baseline_name} ({counts})", markup=False, soft_wrap=True)
+    shown.print(f"{folder}: ", end="", soft_wrap=True)
+    shown.print(decision.decided, style=DECISION_STYLE[decision.decided], end="")
+    shown.print(f": {decision.spec_name} against {decision.baseline_name} ({counts})", soft_wrap=True)
     for line in decision.lines:
         if line.outcome != "pass":
             shown.print(
                 f"  {line.outcome}: {line.label}, {line.case_id}" + (f" ({line.why})" if line.why else ""),
-                markup=False,
                 soft_wrap=True,
             )
 
@@ -318,7 +321,6 @@ def show_baseline(path, baseline, signed: bool) -> None:
         f"wrote {path}: baseline {baseline.name!r}, {len(baseline.figures)} figures of {cases} cases from "
         f"{len(baseline.runs)} run(s) on {baseline.gpu_model}; {baseline.digest}"
         + (f"; signed: {path.name}.sig" if signed else "; unsigned"),
-        markup=False,
         highlight=False,
         soft_wrap=True,
     )
@@ -329,10 +331,10 @@ def show_doctor(profile: str, fingerprint, checks: list[Check]) -> None:
     topology = fingerprint.topology
     shape = topology.topology_class.label if topology.topology_class else topology.unavailable or "unknown"
     results = output.results()
-    results.print(f"profile {profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}", markup=False)
+    results.print(f"profile {profile}; GPUs: {len(fingerprint.gpus.gpus)}; topology: {shape}")
     results.print(checks_table(checks))
     health = fingerprint.health
     if health is not None and health.not_applicable is not None:
-        results.print(f"Health: not applicable ({health.catalog}): {health.not_applicable}", markup=False)
+        results.print(f"Health: not applicable ({health.catalog}): {health.not_applicable}")
     elif health is not None:
         results.print(health_table(health))

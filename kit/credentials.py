@@ -1,6 +1,6 @@
 """What looks like a credential: a variable whose name says so, or a value of a token's published
-shape (Hugging Face, GitHub, GitLab, AWS, Slack, OpenAI, Google, a JWT, a private key) or holding
-a password in a URL.
+shape (Hugging Face, GitHub, GitLab, AWS, Slack, OpenAI, Google, a JWT, a private key), or a URL
+holding a password or a query parameter named for a credential (`?access_token=`, `&sig=`).
 
 A case's variables are written into run.json, case.json and the report, so one that looks like a
 credential is refused where the manifest is read (kit.plan.protocol). The variables the kit records of
@@ -29,7 +29,12 @@ SECRET_VALUE = re.compile(
             r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
             r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.",  # a JSON Web Token
             r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-            r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@",  # scheme://user:password@host
+            # scheme://user:password@host, the password holding any character but a space or '@'
+            # (a '/' too: written unescaped it is still the password, whatever RFC 3986 says)
+            r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^\s@]+@",
+            # a URL's query or fragment parameter named for a credential: ?access_token=,
+            # &sig= (Azure SAS), &X-Amz-Signature= (S3), &X-Goog-Credential=, ?password=, ?apikey=
+            r"[?&;#][\w.~-]*(?i:token|secret|passw|pwd|key|sig|credential|auth|session)[\w.~-]*=[^&#\s]",
         ]
     )
 )
@@ -41,5 +46,14 @@ def looks_like_a_credential(name: str, value: str) -> bool:
 
 
 def masked(env: dict[str, str]) -> dict[str, str]:
-    """The variables as the kit writes them down: each that looks like a credential masked."""
-    return {name: MASKED if looks_like_a_credential(name, value) else value for name, value in env.items()}
+    """The variables as the kit writes them down: each that looks like a credential masked, and
+    each byte that is not UTF-8 (os.environ holds it as a lone surrogate, which no JSON file can)
+    written as its escape, `\\xff`."""
+    return {
+        written(name): MASKED if looks_like_a_credential(name, value) else written(value) for name, value in env.items()
+    }
+
+
+def written(text: str) -> str:
+    """`text` with each byte that was not UTF-8 as its escape."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -135,6 +135,9 @@ def read_yaml(path: Path) -> object:
 # table, has about 1,000): beyond this, a few lines of anchors ("billion laughs") would take
 # hours to validate.
 MAX_VALUES = 100_000
+# The largest a manifest's number may be (the largest written is 8 GiB in bytes): beyond it an
+# integer is no longer exact as a float, and a time or a size means nothing a host can do.
+MAX_MAGNITUDE = 2**53
 
 
 def _as_written(path: Path, data: object) -> object:
@@ -158,6 +161,9 @@ def _as_written(path: Path, data: object) -> object:
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise ManifestError(path, _key_path(location), f"{value} is not a finite number")
+        if isinstance(value, (int, float)) and abs(value) > MAX_MAGNITUDE:
+            written = str(value) if len(str(value)) <= 24 else f"a number of {len(str(value)):,} digits"
+            raise ManifestError(path, _key_path(location), f"{written} is larger than any a manifest means (2**53)")
         if isinstance(value, dict):
             stack += reversed([(item, (*location, key), depth + 1) for key, item in value.items()])
         elif isinstance(value, list):

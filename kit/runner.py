@@ -36,13 +36,13 @@ from kit.plan.fit import skip_reason
 from kit.plan.protocol import Case, Plan, plan_for, select, with_runs
 from kit.plan.view import duration_text, plan_text
 from kit.rundir.directory import (
-    ATOMIC_TEMP,
     SUMS_FILE,
     RunDir,
     UnreadableRun,
     atomic_write_model,
     not_a_file,
     read_model,
+    unusable_out,
 )
 from kit.rundir.evidence import EvidenceChanged, changes_since_evidence, unsealed_cases
 from kit.rundir.schema import (
@@ -97,10 +97,12 @@ def start_run(
     redact: bool = False,
     slurm: SlurmOptions | None = None,
 ) -> RunDir:
+    if (why := unusable_out(out)) is not None:
+        raise RequestError(why)
     run = RunDir(out)
     run.lock()
-    if run.info_path.exists():
-        raise FileExistsError(f"{out} already holds a run; use --resume {out} or another --out")
+    if (why := unusable_out(out)) is not None:  # filled by another since it was checked
+        raise RequestError(why)
     atomic_write_model(run.fingerprint_path, fingerprint)
     info = RunInfo(
         run_id=out.name,
@@ -262,9 +264,8 @@ def resume(path: Path, accept_changes: bool = False) -> RunDir:
     run.lock()
     # A write the kill cut short left its temporary file (kit.files.atomic): the file it was
     # writing is whole or absent, and the temporary, in no evidence, is litter.
-    for leftover in run.root.rglob(".*.tmp"):
-        if ATOMIC_TEMP.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
-            leftover.unlink()
+    for leftover in run.stray_temporaries():
+        (run.root / leftover).unlink()
     info = run.read_info()
     sums = run.root / SUMS_FILE
     if not_a_file(sums):  # the seal could not replace it
@@ -488,8 +489,8 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
             check_shared_run_dir(run_dir, pending, chosen, ui, request.force)
     else:
         out = request.out or default_run_dir(planned.plan.profile)
-        if (out / "run.json").exists():
-            raise RequestError(f"{out} already holds a run; use --resume {out} or another --out")
+        if (why := unusable_out(out)) is not None:
+            raise RequestError(why)
         ui.say("checking the environment (kit doctor)...")
         fingerprint, checks = check_host(
             planned.plan, redact=planned.redact, executor=executor, dcgm_level=request.dcgm_level

@@ -320,7 +320,25 @@ A_FILE = "a-file"  # made in the test's folder
         (["run", "--all", "--out", "/proc/kit-run"], "cannot make or write the folder"),
         (["run", "--all", "--out", f"{A_FILE}/run"], "cannot make or write the folder"),
         (["run", "--resume", "/dev/null"], "not a run directory"),
+        (
+            ["run", "--all", "--profile", "smoke", "--out", "a-stranger"],
+            "holds files that are not a kit run (notes.tex)",
+        ),
+        (
+            ["run", "--all", "--profile", "smoke", "--out", "a-run-without-run-json"],
+            "holds an earlier run's cases without its run.json",
+        ),
         (["run", "--all", "--nodes", "0"], "--nodes"),
+        (
+            ["run", "--all", "--profile", "smoke", "--out", "r\udcffun"],
+            "--out r\\udcffun: a name that is not printable",
+        ),
+        (["list", "--profile", "sm\udcffoke"], "'sm\\xffoke' is not a profile name"),  # a byte that is not UTF-8
+        # paths past the file system's limits: one short line, the path by its ends
+        (["report", "--verify", "/tmp/" + "z" * 6000], "a name longer than the file system allows"),
+        (["run", "--resume", "/tmp/" + "/".join(["y" * 250] * 20)], "a name longer than the file system allows"),
+        (["run", "--all", "--profile", "smoke", "--out", "/tmp/" + "q" * 300], "a name longer than the file system"),
+        (["list", "--fingerprint", "/tmp/" + "f" * 9000], "--fingerprint"),
         (["k8s", "manifests", "--pvc", "c", "--out", "/dev/null"], "is there and is not a folder"),
         (["k8s", "manifests", "--pvc", "c", "--out", A_FILE], "is there and is not a folder"),
         (["k8s", "manifests", "--pvc", "c", "--out", "/proc/kit-k8s"], "cannot make or write the folder"),
@@ -329,6 +347,7 @@ A_FILE = "a-file"  # made in the test's folder
         (["list", "--fingerprint", "RUN/run.json"], "collected_at: Field required"),
         (["list", "--fingerprint", "a-list.json"], "valid dictionary"),
         (["list", "--fingerprint", "not-utf8.json"], "is not a fingerprint"),
+        (["list", "--fingerprint", "deep.json"], "nested more than 64 levels deep"),
         (["run", "--all", "--soak", "nan", "--dry-run"], "a positive number is needed"),
         (["sign", "RUN", "--key", "a-fifo"], "is not a regular file"),
         (["run", "--all", "--runs", "0", "--dry-run"], "--runs"),
@@ -347,11 +366,17 @@ def test_a_usage_error_is_one_line_and_exit_2(real_smoke_run, tmp_path, monkeypa
     (tmp_path / A_FILE).write_bytes(bytes(range(256)))
     (tmp_path / "a-list.json").write_text("[1, 2]")
     (tmp_path / "not-utf8.json").write_bytes(b"\xff\xfe{}")
+    (tmp_path / "deep.json").write_text('{"a": ' * 20_000 + "1" + "}" * 20_000)
     os.mkfifo(tmp_path / "a-fifo")  # read as a key, it kept ssh-keygen waiting for ever
+    (tmp_path / "a-stranger").mkdir()  # a folder of someone's own: never sealed into a run's evidence
+    (tmp_path / "a-stranger" / "notes.tex").write_text("\\section{mine}\n")
+    (tmp_path / "a-run-without-run-json" / "cases" / "comm.reduce.g2").mkdir(parents=True)  # never adopted
+    before = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
     code, out, err = kit_in_process(*[arg.replace("RUN", str(real_smoke_run)) for arg in args])
-    assert code == 2 and said in err and len(err.strip().splitlines()) == 1, out + err
-    assert not (tmp_path / "kit-run").exists() and sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        [A_FILE, "a-list.json", "not-utf8.json", "a-fifo"]
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1 and len(err) < 800, out + err
+    assert (
+        not (tmp_path / "kit-run").exists()
+        and sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before
     ), "a refused command left something behind"
 
 
@@ -390,3 +415,17 @@ def test_ctrl_c_at_a_terminal_stops_the_run_with_130_and_says_how_to_resume(tmp_
     out, err = started.communicate(timeout=120)
     assert started.returncode == 130, err[-3000:]
     assert f"finish it with `kit run --resume {run}`" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["r[/]x", "[bold]run[/bold]", "[link=https://x.example]y", "a :smile: [red]z"])
+def test_a_path_is_shown_as_it_is_never_read_as_markup(real_smoke_run, tmp_path, kit_in_process, name):
+    """A folder's name is data: `[/]` once stopped a run from starting or resuming, and `[bold]`
+    made the kit print an evidence path that does not exist."""
+    import shutil
+
+    run = tmp_path / name
+    shutil.copytree(real_smoke_run, run)
+    code, out, err = kit_in_process("report", "--verify", run)
+    assert code == 0 and f"{run}: every file matches SHA256SUMS" in out, out + err
+    code, out, err = kit_in_process("run", "--resume", run)
+    assert code == 0 and "Traceback" not in err and str(run) in out + err, out + err

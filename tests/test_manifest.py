@@ -64,6 +64,28 @@ def kit(*args, env_manifests):
         pytest.param(
             "  seq_len: 350 ", "  seq_len: " + "9" * 5000 + " ", "", "unreadable value", id="a 5000-digit number"
         ),
+        # Bounded where it is read: a time limit that would overflow a clock, a plan too large to list.
+        pytest.param(
+            "  timeout_s: 7200\n",
+            "  timeout_s: " + "7" * 3000 + "\n",
+            "timeout_s",
+            "a number of 3,000 digits is larger than any a manifest means",
+            id="a 3000-digit time limit",
+        ),
+        pytest.param(
+            "optimizer_impl: torch, timeout_s: 300,",
+            "optimizer_impl: torch, timeout_s: 9999999999,",
+            "params.timeout_s",
+            "less than or equal to 2592000",
+            id="a time limit of 300 years",
+        ),
+        pytest.param(
+            "      gpus: [1, 2, 4, 8]\n",
+            "      gpus: [" + ", ".join(str(n) for n in range(1, 4097)) + "]\n",
+            "stages.scaling",
+            "more than the 5,000 a plan may hold",
+            id="4096 GPU counts",
+        ),
         # Read as written, not coerced: `true` is not 1 run, "5" not 5 steps, "yes" not on.
         (
             "&smoke_train {runs: 3,",

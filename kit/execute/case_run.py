@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kit.execute.base import Executor
 from kit.execute.choice import choose as choose_executor
+from kit.files.atomic import appending
 from kit.host.this_host import Host
 from kit.measure import effective, maxbatch
 from kit.measure.registry import measure, unit_of
@@ -102,7 +103,7 @@ def execute_case(
     executor = choose_executor(case, requested)
     runs: list[RunSample] = []
     indices = list(range(1, case.params.runs + 1))
-    with (case_dir / "log.txt").open("a", encoding="utf-8") as log:
+    with appending(case_dir / "log.txt") as log:
         if case.max_batch_search is not None:
             runs = search_max_batch(case, case_dir, executor, log, progress, host)
         elif case.shares_launch:

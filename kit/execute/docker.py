@@ -28,6 +28,7 @@ from kit.execute import memory_cap_bytes, nccl_tests, processes
 from kit.execute.local import launcher_command
 from kit.execute.owners import alive, mark_this_process, process_start_ticks
 from kit.execute.samples import host_memory_bytes, killed_for_host_memory, launch_samples, serve_run
+from kit.files.atomic import appending
 from kit.host.this_host import gpu_names
 from kit.plan.protocol import Case
 from kit.rundir.directory import atomic_write_model
@@ -352,7 +353,7 @@ class EngineContainer:
 
     def __init__(self, container, host_port: int, log_path: Path):
         self.container, self.base_url = container, f"http://127.0.0.1:{host_port}"
-        self._log = log_path.open("a", encoding="utf-8")
+        self._log = appending(log_path)
         self._pump = _LogPump(container, self._log)
         self._pump.start()
         self._watchdog = _start_watchdog(container.id)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.execute.base import Executor
+from kit.files.atomic import appending
 from kit.host.collection import collect
 from kit.host.environment import Check, evaluate, load_expectations
 from kit.host.fingerprint import Calibration, Fingerprint
@@ -166,7 +167,7 @@ def run_check(case: Case, executor: Executor, work: Path) -> tuple[RunSample | s
     from kit.rundir.directory import atomic_write_model
 
     atomic_write_model(folder / "case.json", case)
-    with (folder / "log.txt").open("a", encoding="utf-8") as log:
+    with appending(folder / "log.txt") as log:
         try:
             return executor.run_once(case, folder, 1, log), folder
         except Exception as exc:  # noqa: BLE001 - a refused container, a broken executor: the line's answer

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.files.regular import RUN_FILE_LIMIT, read_regular
 from kit.plan.predictions import GIB
 from kit.plan.protocol import Case
+from kit.rundir.directory import read_model
 from kit.rundir.schema import RankSample, RunSample
 from kit.serve.session import Placement, run_driver
 
@@ -80,7 +80,7 @@ def serve_run(case: Case, case_dir: Path, index: int, log, placement: Placement)
 
 def read_rank_samples(out_dir: Path) -> list[RankSample]:
     return [
-        RankSample.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
+        read_model(path, RankSample)
         for path in sorted(out_dir.glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1]))
     ]
 

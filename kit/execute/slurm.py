@@ -45,6 +45,7 @@ from kit.execute.slurm_script import (
     node_fingerprint_script,
     pyxis_arguments,
 )
+from kit.files.atomic import appending, atomic_write_text
 from kit.host.hostlist import expand_hostlist
 from kit.plan.protocol import Case
 from kit.rundir.directory import CHECK_MARKS, atomic_write_model
@@ -183,8 +184,7 @@ def kept_copy(script_text: str, run_dir: Path, redact: bool) -> str | None:
 def run_job(script_text: str, script: Path, say, kept_text: str | None = None) -> tuple[JobState, float]:
     """Write (as `kept_text`, kept_copy, where the run must not hold what is submitted), submit and
     follow one job; cancelled if the kit is interrupted while it runs."""
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(script_text if kept_text is None else kept_text, encoding="utf-8")
+    atomic_write_text(script, script_text if kept_text is None else kept_text)
     job_id = submit(script, script_text)
     say(f"submitted {script.name} as Slurm job {job_id}")
     try:
@@ -387,7 +387,7 @@ class SlurmExecutor:
         the report names."""
         folder = run_dir / "slurm" / "node-fingerprints"
         folder.mkdir(parents=True, exist_ok=True)
-        with (folder / "log.txt").open("a", encoding="utf-8") as log:
+        with appending(folder / "log.txt") as log:
             try:
                 return fingerprint_missing_nodes(
                     run_dir, samples, self.options, lambda line: print(line, file=log, flush=True), redact

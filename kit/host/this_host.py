@@ -124,16 +124,14 @@ def gpu_names() -> list[str]:
 def host_described_by(path: Path) -> Host:
     """The host a fingerprint file describes, its GPUs and their memory (a run's fingerprint.json,
     or `kit doctor --json`, which wraps it); ValueError, in one line, for a file that is neither."""
-    import json
-
     from pydantic import ValidationError
 
-    from kit.files.regular import RUN_FILE_LIMIT, read_regular
+    from kit.files.regular import RUN_FILE_LIMIT, read_json
     from kit.host.fingerprint import Fingerprint
     from kit.manifest import first_problem
 
     try:
-        data = json.loads(read_regular(path, RUN_FILE_LIMIT))
+        data = read_json(path, RUN_FILE_LIMIT)
         found = Fingerprint.model_validate(
             data["fingerprint"] if isinstance(data, dict) and "fingerprint" in data else data
         )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from kit.files.regular import RUN_FILE_LIMIT, read_regular_text
+from kit.files.regular import RUN_FILE_LIMIT, UnusableJson, read_regular_text, within_bounds
 from kit.manifest import first_problem
 from kit.measure.metrics import summarize
 from kit.measure.unit import StageUnit
@@ -162,9 +162,11 @@ def rows_of(path: Path, row: type[RequestTimes] = RequestRecord) -> Sequence[Req
     rows = []
     for number, line in enumerate(read_regular_text(path, RUN_FILE_LIMIT).splitlines(), start=1):
         try:
-            rows += [row.model_validate_json(line)] if line.strip() else []
+            rows += [row.model_validate_json(within_bounds(line))] if line.strip() else []
         except ValidationError as exc:
             raise UnreadableRun(f"{path}: line {number}: {first_problem(exc)}") from None
+        except UnusableJson as exc:
+            raise UnreadableRun(f"{path}: line {number}: {exc}") from None
     return rows
 
 

@@ -8,7 +8,6 @@ the real durations.
 
 from __future__ import annotations
 
-import json
 import statistics
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.files.regular import RUN_FILE_LIMIT, read_json
 
 if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
     from kit.plan.protocol import Case
@@ -53,19 +52,22 @@ def independent_runs(case: Case) -> int:
 def run_history(root: Path) -> dict[str, list[float]]:
     """Case id -> how long one of its runs took (result.json's finished - started, over the runs
     it made; a max-batch search is one) in earlier run directories under `root` that finished it
-    ok: a run asked for more runs of the case (`kit run --runs N`) takes as many times as long."""
+    ok: a run asked for more runs of the case (`kit run --runs N`) takes as many times as long.
+    A file that is no result the kit wrote (a list, a string, a case id that is no text) gives no
+    history, nor does a span the clock stepped back across (a negative duration is no estimate)."""
     found: dict[str, list[float]] = {}
     for path in sorted(root.glob("*/cases/*/result.json")):
         try:
-            result = json.loads(read_regular(path, RUN_FILE_LIMIT))
-            if result.get("status") != "ok":
+            result = read_json(path, RUN_FILE_LIMIT)
+            if not isinstance(result, dict) or result.get("status") != "ok" or not isinstance(result["case_id"], str):
                 continue
             span = datetime.fromisoformat(result["finished_at"]) - datetime.fromisoformat(result["started_at"])
             params = result["case"]["params"]
             runs = 1 if params.get("max_batch_search") else int(params["runs"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a result the kit wrote: no history from it
-        found.setdefault(result["case_id"], []).append(span.total_seconds() / max(runs, 1))
+        if span.total_seconds() >= 0:
+            found.setdefault(result["case_id"], []).append(span.total_seconds() / max(runs, 1))
     return found
 
 

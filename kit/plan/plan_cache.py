@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import kit
 from kit.cache import cache_dir, drop_oldest
 from kit.files.names import NAME_PATTERN
-from kit.files.regular import MANIFEST_LIMIT, MiB, read_regular
+from kit.files.regular import MANIFEST_LIMIT, MiB, read_json, read_regular
 from kit.manifest import manifests_dir
 
 # Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
@@ -65,7 +65,7 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
         entry = None
     if entry is not None:
         try:
-            data = json.loads(read_regular(entry, PLAN_LIMIT))
+            data = read_json(entry, PLAN_LIMIT)
             if reads_as_plan(data):
                 return data
         except (OSError, ValueError):

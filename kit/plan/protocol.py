@@ -46,6 +46,12 @@ class ModelSpec(LlamaShape):
 
 Name = Annotated[str, AfterValidator(checked_name)]
 GpuCount = Annotated[int, Field(gt=0, le=4096, strict=True)]  # `true` or "2" is not a count
+# A time limit: at most 30 days (a 4000-digit timeout passed every check, then overflowed the
+# clock of the process that waits on a case, and left the run interrupted).
+Seconds = Annotated[int, Field(gt=0, le=30 * 86400)]
+# The cases a plan may hold (the paper profile has a few hundred): a manifest crossing more (60
+# models by 4,096 GPU counts) is refused before a case is made, instead of taking minutes to list.
+MAX_PLAN_CASES = 5000
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -78,7 +84,7 @@ class CaseParams(Strict):
     model_config = ConfigDict(strict=True)
     runs: int = Field(gt=0)
     seed: int
-    timeout_s: int = Field(gt=0)
+    timeout_s: Seconds
     env: Annotated[dict[str, str], AfterValidator(checked_env)] = {}
 
 
@@ -177,7 +183,7 @@ class ConcurrencySweep(Strict):
     max_concurrency: int | None = Field(default=None, gt=0)  # None: the burst's size
     requests_per_slot: int = Field(gt=0)
     min_requests: int = Field(gt=0)
-    max_point_s: int | None = Field(default=None, gt=0)  # None: every planned request is sent
+    max_point_s: Seconds | None = None  # None: every planned request is sent
 
     def levels(self, prompts: int) -> list[int]:
         """The concurrencies of the points, ascending: powers of two below the largest, then it."""
@@ -299,7 +305,7 @@ class ServeParams(CaseParams):
     ignore_eos: bool = True  # every request generates max_output_tokens, where the engine allows
     max_batch_requests: int | None = Field(default=None, gt=0)  # None: the engine's own default
     warmup_requests: int = Field(default=1, ge=0)  # untimed, after readiness, before the burst
-    ready_timeout_s: int = Field(default=1800, gt=0)  # engine start (weights load) until healthy
+    ready_timeout_s: Seconds = 1800  # engine start (weights load) until healthy
     model_path: str | None = None  # a directory of real weights; None: the synthetic checkpoint
     sweep: ConcurrencySweep | None = None  # None: the burst alone
     rates: RateSearch | None = None  # None: no arrivals at a rate, no capacity search
@@ -752,6 +758,14 @@ def _stage_cases(
     else:
         host = None
     where = f"profiles.{profile_name}.stages.{stage_name}"
+    crossed = max(1, len(models)) * len(methods) * len(gpu_counts) * (1 + len(stage.variants))
+    if crossed > MAX_PLAN_CASES:
+        raise ManifestError(
+            path,
+            where,
+            f"crosses up to {crossed:,} cases ({len(models)} models, {len(methods)} methods, {len(gpu_counts)} GPU "
+            f"counts), more than the {MAX_PLAN_CASES:,} a plan may hold",
+        )
     cases = []
     for model in models or (None,):
         if model is not None and model not in protocol.models:
@@ -838,6 +852,12 @@ def build_plan(
     host = HostGpus(host_gpus, gpu_memory_bytes) if host_gpus else None
     for stage_name, narrowed in profile.stages.items():
         cases += _stage_cases(protocol, profile_name, stage_name, narrowed, path, host)
+        if len(cases) > MAX_PLAN_CASES:
+            raise ManifestError(
+                path,
+                f"profiles.{profile_name}",
+                f"{len(cases):,} cases, more than the {MAX_PLAN_CASES:,} a plan may hold",
+            )
     seen: set[str] = set()
     for case in cases:
         if case.id in seen:

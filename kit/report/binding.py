@@ -13,6 +13,8 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.files.atomic import write_into
+
 PT_PER_PX = 0.75  # WeasyPrint's CSS pixel is 1/96 in; a PDF point 1/72 in
 
 # Where style.css puts the footer's right edge (the page's right margin) and how its text sits.
@@ -65,7 +67,8 @@ def contents_lines(pages) -> dict[str, tuple[int, float, float, float]]:
 
 
 def bind(parts: list[PrintedPart], target: Path) -> None:
-    """Write the parts, in order, as one PDF at `target`."""
+    """Write the parts, in order, as one PDF into `target`, a temporary file the kit made
+    (kit.files.atomic.exclusive_temporary), never through a link put in its place."""
     from pypdf import PdfReader, PdfWriter
 
     writer = PdfWriter()
@@ -97,8 +100,9 @@ def bind(parts: list[PrintedPart], target: Path) -> None:
                 )
     for index, texts in drawn.items():
         _draw(writer, writer.pages[index], texts)
-    with open(target, "wb") as out:
-        writer.write(out)
+    bound = io.BytesIO()
+    writer.write(bound)
+    write_into(target, bound.getvalue(), shared=True)
 
 
 def _name_destinations(writer, parts, readers, offsets) -> dict[str, int]:

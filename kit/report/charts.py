@@ -13,6 +13,7 @@ from xml.dom import minidom
 from pydantic import BaseModel
 
 from kit.report.chart_cache import drawn_once
+from kit.report.model import html_id
 
 STYLE = {
     "font.family": "DejaVu Sans",
@@ -277,9 +278,12 @@ def data_uri(svg: str) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
 
 
-def _scoped_ids(svg: str, scope: str) -> str:
+def _scoped_ids(svg: str, salt: str) -> str:
     """Matplotlib numbers element ids per figure (figure_1, patch_1...); prefixing them, and
-    every reference to them, lets several charts share one HTML document."""
+    every reference to them, lets several charts share one HTML document. The prefix is made
+    safe in an id (a chart's salt may hold a run's name, which is any folder name) before it is
+    written into the markup, which the report inlines as it is."""
+    scope = html_id(salt)
     svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{scope}-{m.group(1)}"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{scope}-{m.group(1)})", svg)
     return re.sub(r'href="#([^"]+)"', lambda m: f'href="#{scope}-{m.group(1)}"', svg)

@@ -10,7 +10,6 @@ fingerprints and run.json that is not the same on every node, and who signed eac
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit import __version__
-from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.files.regular import RUN_FILE_LIMIT, read_json
 from kit.measure.registry import unit_of
 from kit.reference.acceptance import Decision
 from kit.report.acceptance_box import node_decision_fact
@@ -76,7 +75,7 @@ def check_fleet(run_dirs: Sequence[Path]) -> None:
         if not path.is_file():
             raise ValueError(f"{folder} is not a run directory (no run.json)")
         try:
-            profiles[folder] = json.loads(read_regular(path, RUN_FILE_LIMIT))["profile"]
+            profiles[folder] = read_json(path, RUN_FILE_LIMIT)["profile"]
         except (OSError, ValueError, KeyError, TypeError):
             raise ValueError(f"{path} is not a run.json the kit wrote (no profile in it)") from None
     if len(set(profiles.values())) > 1:

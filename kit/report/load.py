@@ -7,7 +7,6 @@ from functools import partial
 from pathlib import Path
 
 from kit import __version__
-from kit.files.regular import RUN_FILE_LIMIT, read_regular
 from kit.host.fingerprint import Fingerprint
 from kit.host.hostlist import expand_hostlist
 from kit.host.kit_source import PACKAGE_DIR, measuring_sources, sources_sha256
@@ -21,7 +20,7 @@ from kit.reference.measured_run import measured_run
 from kit.report.forked import in_parallel
 from kit.report.loaded_run import LoadedFingerprint, LoadedRun
 from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
-from kit.rundir.directory import RunDir, UnreadableRun
+from kit.rundir.directory import RunDir, UnreadableRun, read_model
 from kit.rundir.evidence import EvidenceError, EvidenceFile, evidence_digest, read_sums
 from kit.rundir.schema import Result, RunInfo
 from kit.rundir.signing import check_signature
@@ -31,11 +30,9 @@ def _read_fingerprint(path: Path, redact: bool) -> LoadedFingerprint:
     if not path.is_file():
         return LoadedFingerprint(missing=f"not recorded (no {path.name} in the run directory)")
     try:
-        fingerprint = Fingerprint.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
-    except (OSError, ValueError) as exc:
-        return LoadedFingerprint(
-            missing=f"unreadable {path.name}: {(exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]}"
-        )
+        fingerprint = read_model(path, Fingerprint)
+    except UnreadableRun as exc:
+        return LoadedFingerprint(missing=f"unreadable {path.name}: {str(exc).removeprefix(f'{path}: ')}")
     if redact and not fingerprint.redacted:
         fingerprint = redact_identifiers(fingerprint, redaction_salt())
     return LoadedFingerprint(fingerprint=fingerprint)

@@ -3,9 +3,27 @@ formatted (kit/report/build.py fills it in). Templates lay it out and compute no
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Literal
 
 from pydantic import BaseModel
+
+# What an HTML id, a link's fragment and an SVG id may hold as they are: no quote, no '<', no
+# space, nothing a browser or the PDF binder reads otherwise.
+ID_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def html_id(text: str) -> str:
+    """`text` as an element id: itself where every character is safe in one (a case id, a
+    stage), else its safe characters and a digest of the whole, so that a run named
+    `<img src=x onerror=...>` or `a" onload="...` is never markup where an id is written, and
+    two such names stay apart."""
+    if ID_SAFE.fullmatch(text):
+        return text
+    kept = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:40]
+    return f"{kept or 'id'}-{hashlib.sha256(text.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+
 
 Tone = Literal["plain", "muted", "good", "bad", "warn", "unsure", "mono", "strong"]
 

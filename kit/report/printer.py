@@ -25,7 +25,8 @@ Part = tuple[str, frozenset[str]]  # a part's HTML, and the anchors it holds as 
 
 
 def write_pdf(parts: Sequence[Part], target: Path) -> None:
-    """Print the parts, at once where there are cores for them, and bind them into `target`."""
+    """Print the parts, at once where there are cores for them, and bind them into `target` (a
+    temporary file kit.files.atomic.exclusive_temporary made)."""
     bind(in_parallel([partial(print_part, html, stand_ins) for html, stand_ins in parts]), target)
 
 

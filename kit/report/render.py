@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from kit.files.atomic import atomic_write_text, exclusive_temporary
 from kit.manifest import package_data
 from kit.measure.energy import DEFAULT_CURRENCY
 from kit.reference.acceptance import Judgement
@@ -144,17 +144,21 @@ def write_documents(
     printed by `printer` (kit.report.printer, one is started here if none is given) while this
     process renders and writes the HTML."""
     written = []
+    printed = exclusive_temporary(pdf_path) if "pdf" in wanted else None
     with printer or Printer() as printing:
         try:
-            if "pdf" in wanted:
-                printing.submit(print_parts(report), _partial(pdf_path))
+            if printed is not None:
+                printing.submit(print_parts(report), printed)
             if "html" in wanted:
-                html = render_html(report, "screen")
-                written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
-            if "pdf" in wanted:
-                written.append(_replace(pdf_path, lambda _part: printing.wait()))
+                atomic_write_text(html_path, render_html(report, "screen"), shared=True)
+                written.append(html_path)
+            if printed is not None:
+                printing.wait()
+                os.replace(printed, pdf_path)
+                written.append(pdf_path)
         finally:
-            _partial(pdf_path).unlink(missing_ok=True)  # where the HTML failed, and the printer was stopped
+            if printed is not None:  # where the HTML failed, and the printer was stopped
+                printed.unlink(missing_ok=True)
     return written
 
 
@@ -246,26 +250,12 @@ def _render(
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
+    exported = []
     if "json" in wanted:
-        document = export_json(assessment, gpu_hour_price, currency, slo)
-        written.append(_replace(out_dir / json_file, lambda part: part.write_text(document, "utf-8")))
+        exported.append((json_file, export_json(assessment, gpu_hour_price, currency, slo)))
     if "csv" in wanted:
-        for name, text in zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency)):
-            written.append(_replace(out_dir / name, functools.partial(Path.write_text, data=text, encoding="utf-8")))
+        exported += zip((claims_csv, metrics_csv), export_csv(assessment, gpu_hour_price, currency))
+    for name, text in exported:  # each whole or not at all, never through a link (kit.files.atomic)
+        atomic_write_text(out_dir / name, text, shared=True)
+        written.append(out_dir / name)
     return written
-
-
-def _partial(path: Path) -> Path:
-    return path.with_name(f".{path.name}.partial")
-
-
-def _replace(path: Path, write: Callable[[Path], object]) -> Path:
-    """Write beside `path`, then rename: a reader never sees half a report (the file's mode
-    follows the umask, as any file a user writes)."""
-    partial = _partial(path)
-    try:
-        write(partial)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-    return path

@@ -28,8 +28,17 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kit.files.atomic import atomic_write_text
-from kit.files.names import checked_name
-from kit.files.regular import RUN_FILE_LIMIT, kind_of, read_regular, sha256_file
+from kit.files.names import NAME_PATTERN, checked_name
+from kit.files.regular import (
+    RUN_FILE_LIMIT,
+    UnusableJson,
+    kind_of,
+    read_regular,
+    sha256_file,
+    too_large,
+    within_bounds,
+)
+from kit.files.tree import FOLDER_DEPTH_LIMIT, listing
 from kit.manifest import first_problem
 from kit.plan.protocol import Case
 from kit.rundir.schema import (
@@ -69,10 +78,14 @@ class UnreadableRun(ValueError):
 
 
 def read_model(path: Path, model: type[M]) -> M:
+    """A record of the run, bounded in size, depth and the length of its texts
+    (kit.files.regular); UnreadableRun, in one line, for anything the kit did not write."""
     try:
-        return model.model_validate_json(read_regular(path, RUN_FILE_LIMIT))
+        return model.model_validate_json(within_bounds(read_regular(path, RUN_FILE_LIMIT)))
     except ValidationError as exc:
         raise UnreadableRun(f"{path}: {first_problem(exc)}") from None
+    except UnusableJson as exc:
+        raise UnreadableRun(f"{path}: {exc}") from None
     except OSError as exc:
         raise UnreadableRun(f"{path}: {exc.strerror or exc}") from None
 
@@ -88,6 +101,32 @@ def printable(name: str) -> str:
     break, an escape sequence, a right-to-left override) and each byte that was not UTF-8 written
     as its escape, `\\n`, `\\x1b`, `\\u202e`, `\\udcff`."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
+def unusable_out(out: Path) -> str | None:
+    """Why `out` cannot take a new run, in one line; None for a folder that is missing or empty.
+    A folder holding anything else is refused, never adopted: its files would be sealed into the
+    run's SHA256SUMS as evidence, and an earlier run's cases (its run.json lost) taken for this
+    run's."""
+    if printable(str(out)) != str(out):  # run.json holds the folder's name as the run id: text
+        return f"--out {printable(str(out))}: a name that is not printable UTF-8 text, which a run id cannot be"
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        return f"--out {out}: not a folder; give a new or empty folder"
+    try:
+        held = sorted(os.listdir(out)) if out.exists() else []
+    except OSError as exc:
+        return f"--out {out}: cannot be listed ({exc.strerror or exc})"
+    if not held:
+        return None
+    if "run.json" in held:
+        return f"{out} already holds a run; use --resume {out} or another --out"
+    if held == [LOCK_NOTE]:
+        return None  # an earlier start, stopped before its run.json (or one starting now: the lock says)
+    shown = ", ".join(printable(name)[:60] for name in held[:3]) + (
+        f" and {len(held) - 3} more" if len(held) > 3 else ""
+    )
+    kind = "an earlier run's cases without its run.json" if "cases" in held else "files that are not a kit run"
+    return f"--out {out} holds {kind} ({shown}); give a new or empty folder"
 
 
 class RunInUse(RuntimeError):
@@ -195,29 +234,50 @@ class RunDir:
         each): a symbolic link (a report would read through it, out of the run), a FIFO, a
         device or a socket (a read would wait for ever), a name that is not printable UTF-8
         text (a line break would split its line of SHA256SUMS; an escape sequence acts on the
-        terminal that shows it)."""
+        terminal that shows it), a case folder whose name no case id can have (a twin of one, the same
+        id in another Unicode form), a file larger than any a run writes (a sparse file of 256 GiB
+        would be hashed for minutes: its size is judged before a byte is read), and folders
+        nested deeper than a run's (kit.files.tree). The temporary files of writes cut short
+        (kit.files.atomic) are left out: stray_temporaries names them."""
         found, foreign = {}, []
-        for folder, dirs, files in os.walk(self.root):  # a linked folder is listed in dirs, not entered
-            for name in dirs + files:
-                path = Path(folder) / name
-                rel = path.relative_to(self.root).as_posix()
-                mode = path.lstat().st_mode
-                if printable(rel) != rel:
-                    foreign.append(f"{printable(rel)} (a name SHA256SUMS cannot hold: not printable UTF-8 text)")
-                elif stat.S_ISLNK(mode):
-                    foreign.append(f"{rel} (a symbolic link)")
-                elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
-                    foreign.append(f"{rel} ({kind_of(mode)})")
-                elif (
-                    name in files
-                    and rel not in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES)
-                    and not ATOMIC_TEMP.fullmatch(name)
-                ):
-                    found[rel] = sha256_file(path)
+        tree = listing(self.root)
+        foreign += [f"{printable(rel)}/ (folders nested more than {FOLDER_DEPTH_LIMIT} deep)" for rel in tree.too_deep]
+        foreign += [f"{printable(rel)} (a folder that cannot be listed)" for rel in tree.unreadable]
+        for entry in tree.entries:
+            rel, name, mode = entry.relative, entry.path.name, entry.mode
+            if printable(rel) != rel:
+                foreign.append(f"{printable(rel)} (a name SHA256SUMS cannot hold: not printable UTF-8 text)")
+            elif stat.S_ISLNK(mode):
+                foreign.append(f"{rel} (a symbolic link)")
+            elif rel.startswith("cases/") and rel.count("/") == 1 and not NAME_PATTERN.fullmatch(name):
+                # a case id is ASCII: a folder that looks like one in another Unicode form is a twin
+                foreign.append(f"{printable(rel)} (a case folder whose name no case id can have)")
+            elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
+                foreign.append(f"{rel} ({kind_of(mode)})")
+            elif stat.S_ISREG(mode) and entry.size > RUN_FILE_LIMIT:
+                foreign.append(f"{rel} ({too_large(entry.size, RUN_FILE_LIMIT)})")
+            elif stat.S_ISREG(mode) and not _left_out_of_evidence(rel, name):
+                found[rel] = sha256_file(entry.path, RUN_FILE_LIMIT)
         if foreign:
             raise UnreadableRun(
                 f"{self.root}: not what a run writes, so neither listed in SHA256SUMS nor read: "
-                + "; ".join(sorted(foreign))
+                + "; ".join(sorted(foreign)[:20])
+                + (f" and {len(foreign) - 20} more" if len(foreign) > 20 else "")
                 + ". Remove it, then resume or verify again"
             )
         return dict(sorted(found.items()))
+
+    def stray_temporaries(self) -> list[str]:
+        """The temporary files of writes cut short (kit.files.atomic) anywhere in the run: never
+        evidence, and in a finished run only where someone put them."""
+        return sorted(
+            entry.relative
+            for entry in listing(self.root).entries
+            if stat.S_ISREG(entry.mode) and ATOMIC_TEMP.fullmatch(entry.path.name)
+        )
+
+
+def _left_out_of_evidence(rel: str, name: str) -> bool:
+    """The files SHA256SUMS does not cover: itself, the lock's note, the report, the signatures
+    of SHA256SUMS, and a write's temporary file."""
+    return rel in (SUMS_FILE, LOCK_NOTE, *REPORT_FILES, *SIGNATURE_FILES) or bool(ATOMIC_TEMP.fullmatch(name))

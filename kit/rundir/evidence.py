@@ -4,7 +4,6 @@ directory that changed after the run wrote it."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from pydantic import BaseModel
 
 from kit.files.regular import (
     RUN_FILE_LIMIT,
-    read_regular,
+    read_json,
     read_regular_text,
     sha256_file,
 )
@@ -137,7 +136,12 @@ def verify(run_dir: Path) -> list[str]:
         ]
     except (ValueError, OSError) as exc:
         return [str(exc)]
-    return changed + misplaced_results(run)
+    stray = [
+        f"added: {printable(path)} (named as the temporary file of a write cut short, which no finished run holds; "
+        f"`kit run --resume {run_dir}` removes such files)"
+        for path in run.stray_temporaries()
+    ]
+    return changed + stray + misplaced_results(run)
 
 
 def differences(run: RunDir) -> list[tuple[str, str]]:
@@ -159,7 +163,7 @@ def misplaced_results(run: RunDir) -> list[str]:
     for path in sorted((run.root / "cases").glob("*/result.json")):
         where = path.relative_to(run.root).as_posix()
         try:
-            case_id = json.loads(read_regular(path, RUN_FILE_LIMIT)).get("case_id")
+            case_id = read_json(path, RUN_FILE_LIMIT).get("case_id")
         except (OSError, ValueError, AttributeError) as exc:
             problems.append(f"unreadable: {where} ({str(exc)[:200]})")
             continue

@@ -17,11 +17,14 @@ import os
 import platform
 import re
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from kit.cache import cache_dir
 from kit.files.atomic import atomic_write_bytes, atomic_write_text
+from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.files.tree import listing
 from kit.host.hostlist import expand_hostlist
 from kit.host.redaction_tokens import (
     REDACTION_SALT_ENV,
@@ -116,13 +119,15 @@ class Redactor:
         """Every text file under `folder`, gzipped ones too (the profiler's traces name the host),
         redacted in place (atomically); other binary files and links as they are. Then every file
         and folder whose name identifies (a node's fingerprint, a node's mark) is renamed."""
-        paths = sorted(Path(folder).rglob("*"))
-        for path in paths:
-            if path.is_symlink() or not path.is_file():
+        entries = sorted(listing(Path(folder)).entries, key=lambda entry: entry.path)
+        paths = [entry.path for entry in entries]
+        for entry in entries:
+            path = entry.path
+            if not stat.S_ISREG(entry.mode):
                 continue
             zipped = path.suffix == ".gz"
             try:
-                raw = path.read_bytes()
+                raw = read_regular(path, RUN_FILE_LIMIT)
                 original = (gzip.decompress(raw) if zipped else raw).decode("utf-8")
             except (UnicodeDecodeError, OSError, EOFError):
                 continue

@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from kit.files.atomic import atomic_write_bytes
-from kit.files.regular import RUN_FILE_LIMIT, read_regular, sha256_file
+from kit.files.regular import RUN_FILE_LIMIT, UnusableJson, read_regular, sha256_file, within_bounds
 from kit.rundir.directory import SIGNATURE_FILES, SUMS_FILE, RunDir
 from kit.rundir.provenance import PROVENANCE_FILE, Statement, run_statement
 from kit.rundir.schema import utc_now
@@ -214,9 +214,11 @@ def check_signature(run_dir: Path, allowed_signers: Path | None = None) -> Signa
     except SigningFailed as exc:  # no ssh-keygen: the signature cannot be checked here
         return _failed(f"signed by {signer}, not checked: {exc}")
     try:
-        statement = Statement.model_validate_json(read_regular(root / PROVENANCE_FILE, RUN_FILE_LIMIT))
+        statement = Statement.model_validate_json(within_bounds(read_regular(root / PROVENANCE_FILE, RUN_FILE_LIMIT)))
     except ValidationError as exc:
         return _failed(f"{PROVENANCE_FILE} is not the kit's provenance statement ({exc.errors()[0]['msg']})")
+    except UnusableJson as exc:
+        return _failed(f"{PROVENANCE_FILE} is not the kit's provenance statement ({exc})")
     except OSError as exc:
         return _failed(f"{PROVENANCE_FILE} cannot be read ({exc.strerror or exc})")
     named = next((subject.digest.get("sha256") for subject in statement.subject if subject.name == SUMS_FILE), None)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.child_process import die_with_parent
+from kit.files.atomic import appending_bytes
 from kit.rundir.serving import EngineStop
 
 HOST = "127.0.0.1"  # engines of this host listen on loopback only: the client runs beside them
@@ -59,7 +60,7 @@ class EngineProcess:
     ):
         self.argv, self.log_path, self.port = argv, log_path, port
         self.base_url = f"http://{HOST}:{port}"
-        self._log = log_path.open("ab")
+        self._log = appending_bytes(log_path)
 
         def before_exec() -> None:  # in the child: its processes inherit the CPUs
             die_with_parent()

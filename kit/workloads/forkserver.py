@@ -287,15 +287,20 @@ class ForkServer:
         )
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.requests.close()
+        """End the server (kit's exit). A second Ctrl-C while it waits for the server kills the
+        server instead of ending the clean-up in a traceback, and the log is removed either way
+        (it was left in $TMPDIR)."""
         try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.requests.close()
+            try:
+                self.process.wait(timeout=10)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                self.process.send_signal(signal.SIGKILL)
+                self.process.wait()
+        finally:
+            self.log.close()
+            Path(self.log.name).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from kit.files.atomic import replacing
 from kit.measure.breakdown import (
     CALL_PREFIX,
     CALLS_KEY,
@@ -412,7 +413,7 @@ def _detached(recompute_ranges: RecomputeRanges | None):
 
 
 def _gzip(source: Path, target: Path) -> None:
-    with source.open("rb") as raw, target.open("wb") as out, gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as handle:
+    with source.open("rb") as raw, replacing(target) as out, gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as handle:
         shutil.copyfileobj(raw, handle)
 
 

@@ -91,3 +91,27 @@ def test_kit_list_estimates_a_case_from_an_earlier_run_of_it(tmp_path):
     assert 0 < estimates["comm.all_reduce.g2"]["seconds"] < 300 and estimates["comm.reduce.g2"]["seconds"] is None
     info = json.loads(next(tmp_path.glob("runs/*/run.json")).read_text())
     assert info["no_preflight"] and info["skip_predicted_oom"] and "comm.all_reduce.g2" in info["estimates"]
+
+
+def test_stray_results_and_a_clock_set_back_give_no_history_and_no_traceback(tmp_path):
+    """`kit list` reads runs/*/cases/*/result.json: one holding a list, null or a string, one
+    nested past any record, and one whose end the clock put before its start give no estimate."""
+    cases = tmp_path / "runs" / "r1" / "cases"
+    stray = {"a": "[]", "b": "null", "c": '"text"', "d": '{"a": ' * 5000 + "1" + "}" * 5000}
+    for name, text in stray.items():
+        (cases / name).mkdir(parents=True)
+        (cases / name / "result.json").write_text(text)
+    (cases / "comm.all_reduce.g2").mkdir()
+    (cases / "comm.all_reduce.g2" / "result.json").write_text(
+        json.dumps(
+            {
+                "case_id": "comm.all_reduce.g2",
+                "status": "ok",
+                "started_at": "2026-01-01T03:00:00+00:00",
+                "finished_at": "2026-01-01T02:00:00+00:00",  # an hour before it started
+            }
+        )
+    )
+    listed = subprocess.run([*KIT, "list", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-2000:]
+    assert json.loads(listed.stdout)["host"]["estimates"]["comm.all_reduce.g2"]["seconds"] is None

@@ -93,6 +93,9 @@ def test_a_cache_entry_that_is_not_a_plan_the_kit_wrote_is_not_read(tmp_path, mo
         entry.write_text(json.dumps(content))
         code, out, err = kit_in_process("list", "--profile", "smoke")
         assert (code, out) == (0, listed) and "forged" not in out, err
+    entry.write_text("[" * 100_000 + "]" * 100_000)  # nested past any plan: a RecursionError once
+    code, out, err = kit_in_process("list", "--profile", "smoke")
+    assert (code, out) == (0, listed) and "Traceback" not in err, err
     entry.unlink()
     os.mkfifo(entry)  # a read of it would wait for a writer for ever
     assert kit_in_process("list", "--profile", "smoke", seconds=30)[:2] == (0, listed)

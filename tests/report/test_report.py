@@ -801,3 +801,86 @@ def test_a_chart_keeps_only_what_it_draws_and_every_id_it_refers_to():
     defined = set(re.findall(r'\bid="([^"]+)"', svg))
     assert referenced and referenced == defined
     assert all(name.startswith("t-") for name in defined)
+
+
+# Markup a run received from elsewhere may hold in every field a person chooses: its folder's name
+# (any name without a '/'), the run id in run.json, the host's name, a case's reason.
+MARKUP = ('<img src=x onerror="alert(1)">', "a' onmouseover='alert(2)", "<svg onload=alert(3)>", "[bold]x[/]")
+
+
+def with_markup(run: Path, markup: str) -> Path:
+    """`run` with `markup` in its run id, its host's name and each failed case's reason, resealed."""
+    info = RunDir(run).read_info()
+    info.run_id = f"{markup}<script>alert(4)</script>"
+    info.host.hostname = markup
+    RunDir(run).write_info(info)
+    for result in RunDir(run).results():
+        if result.reason is not None:
+            RunDir(run).write_result(result.model_copy(update={"reason": f"{result.reason} {markup}"}))
+    RunDir(run).write_sums()
+    return run
+
+
+def elements_and_attributes(html: str) -> tuple[set[str], set[str]]:
+    from html.parser import HTMLParser
+
+    class Collect(HTMLParser):
+        tags: set[str] = set()
+        attributes: set[str] = set()
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            self.attributes.update(name for name, _ in attrs)
+
+    found = Collect()
+    found.feed(html)
+    return found.tags, found.attributes
+
+
+@pytest.mark.parametrize("markup", MARKUP)
+def test_no_markup_from_a_run_reaches_any_html_report(tmp_path, smoke_plan, markup):
+    """The single run's report, the A/B report (the compared run's name in ids, charts and text),
+    and the fleet report: markup from a run is text in each, never an element or an attribute."""
+    cases = {"pretrain.tiny-llama.naive.g2": 0.1, "pretrain.tiny-llama.z2.g2": "oom"}
+    a = with_markup(write_run(tmp_path / "runs" / markup.replace("/", "|"), smoke_plan, cases), markup)
+    b = with_markup(write_run(tmp_path / "runs" / f"b {markup.replace('/', '|')}", smoke_plan, cases), markup)
+    from kit.report.fleet import render_fleet
+
+    pages = [
+        render(a, ["reference"], ["html"], tmp_path / "single", False)[0],
+        render(a, ["reference", str(b)], ["html"], tmp_path / "ab", False)[0],
+        render_fleet([a, b], ["html"], tmp_path / "fleet")[0],
+    ]
+    for page in pages:
+        html = page.read_text()
+        tags, attributes = elements_and_attributes(html)
+        assert not {"script", "img", "iframe", "object"} & tags, page
+        assert not [name for name in attributes if name.startswith("on")], page
+        assert "<script>alert" not in html and 'onerror="alert' not in html and "onmouseover='alert" not in html
+
+
+def test_links_planted_where_a_report_is_written_are_replaced_never_written_through(smoke_dir, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("someone's file\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    planted = ["report.html", "report.json", "report-claims.csv", ".report.html.partial", ".report.json.partial"]
+    for name in planted:
+        (out / name).symlink_to(victim)
+    written = render(smoke_dir, ["reference"], ["html", "json", "csv"], out, False)
+    assert victim.read_text() == "someone's file\n"
+    assert [path.name for path in written] == ["report.html", "report.json", "report-claims.csv", "report-metrics.csv"]
+    assert not any(path.is_symlink() for path in written)
+
+
+def test_a_case_the_clock_stepped_back_across_has_no_actual_duration_and_the_report_says_why(smoke_run):
+    from kit.report.sections.timing import timing_section
+
+    run = RunDir(smoke_run)
+    result = run.read_result("pretrain.tiny-llama.naive.g2")
+    run.write_result(result.model_copy(update={"finished_at": "2025-12-31T21:00:00+00:00"}))  # 3 h before its start
+    run.write_sums()
+    stage_table, case_table = timing_section(load_run(smoke_run, False)).tables[-2:]
+    row = next(r for r in texts(case_table) if r[0] == "pretrain.tiny-llama.naive.g2")
+    assert row[3] == "clock set back (3 h 00 min)" and "-" not in "".join(r[3] for r in texts(stage_table))
+    assert any("clock was set back while 1 case(s) ran" in note for note in stage_table.notes)

@@ -522,3 +522,87 @@ def test_a_run_sealed_again_over_data_the_kit_cannot_read_is_refused_in_one_line
     code, out, err = kit_in_process("report", run, "--format", "html", "--out", tmp_path / "report")
     said = [line for line in err.splitlines() if line.lower().startswith("error")]
     assert code == 2 and len(said) == 1 and "Input should be a valid number" in said[0], out + err
+
+
+def reseal(run) -> None:
+    """SHA256SUMS made again over the run as it now is, as a forger would with sha256sum."""
+    lines = [
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(run).as_posix()}"
+        for path in sorted(run.rglob("*"))
+        if path.is_file() and path.name not in ("SHA256SUMS", "kit.lock")
+    ]
+    (run / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def nested(folder, depth: int) -> None:
+    path = folder
+    for _ in range(depth):
+        path = path / "d"
+    path.mkdir(parents=True)
+
+
+def long_reason(run, characters: int) -> None:
+    result = run / "cases" / CASE / "result.json"
+    recorded = json.loads(result.read_text())
+    recorded["reason"] = "x" * characters
+    result.write_text(json.dumps(recorded))
+    reseal(run)
+
+
+def sparse(path, size: int) -> None:
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+
+
+def deep_json(path, depth: int) -> None:
+    path.write_text('{"a": ' * depth + "1" + "}" * depth)
+
+
+HOSTILE = {
+    # a sparse file: hashed, it would be read for minutes
+    "a sparse file of 300 GiB in a case": lambda run: sparse(run / "cases" / CASE / "core", 300 << 30),
+    "folders nested 400 deep in a case": lambda run: nested(run / "cases" / CASE, 400),
+    "a reason of 3 MB, resealed": lambda run: long_reason(run, 3 << 20),
+    "result.json nested 20000 deep, resealed": lambda run: (
+        deep_json(run / "cases" / CASE / "result.json", 20000),
+        reseal(run),
+    ),
+    "fingerprint.json nested 3000 deep, resealed": lambda run: (deep_json(run / "fingerprint.json", 3000), reseal(run)),
+    # the same case id with a full-width first letter: a twin folder, its result taken for the case's
+    "a twin case folder, resealed": lambda run: (
+        shutil.copytree(run / "cases" / CASE, run / "cases" / ("\uff43" + CASE[1:])),
+        reseal(run),
+    ),
+}
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE))
+def test_hostile_content_is_refused_by_report_verify_and_resume_in_one_line_within_seconds(real_run, tmp_path, hostile):
+    """What would have made the kit read until killed, lay a report out for minutes or recurse
+    until Python gave up is refused before it is read: one line, no traceback, in seconds."""
+    import time
+
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    HOSTILE[hostile](run)
+    for args in (
+        ["report", "--verify", str(run)],
+        ["report", str(run), "--format", "html", "--out", str(tmp_path / "r")],
+        ["run", "--resume", str(run)],
+    ):
+        started = time.monotonic()
+        done = subprocess.run([*KIT, *args], capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        said = (done.stdout + done.stderr).strip().splitlines()
+        # refused (1, 2), or, for a resealed fingerprint, the report saying it cannot read it (0)
+        assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, (args, done.stderr[-3000:])
+        assert len(said) <= 3 and max(map(len, said)) < 2000 and took < 30, (args, took, said)
+
+
+def test_a_file_named_like_a_writes_temporary_fails_verify(real_run, tmp_path):
+    """No finished run holds one (a resume removes them), so one added after is named, not passed."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    (run / "cases" / CASE / ".result.json.q7x2k9ab.tmp").write_text('{"status": "ok"}')
+    done = subprocess.run([*KIT, "report", "--verify", str(run)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and f"added: cases/{CASE}/.result.json.q7x2k9ab.tmp" in done.stdout, done.stdout

@@ -29,6 +29,9 @@ KIT = [sys.executable, "-m", "kit.cli"]
         ("DATABASE_URL", "postgres://u:pw@db/x"),
         ("NOTE", "AKIAIOSFODNN7EXAMPLE"),
         ("NOTE", "ghp_" + "a1" * 18),
+        ("NOTE", "https://store.example/b/x?sv=2022-11-02&sig=plAnted%2Fsig"),  # an Azure SAS
+        ("NCCL_TOPO_URL", "https://h.example/topo.xml?access_token=planted0token"),
+        ("NOTE", "https://kit:pass/with/slashes@h.example/x"),
     ],
 )
 def test_a_credential_in_a_cases_env_is_refused_where_the_manifest_is_read(manifests_copy, name, value):
@@ -131,6 +134,9 @@ NCCL_PLANTED = {
     "NCCL_FUZZ_TOKEN": "hf_plantedInANcclName0123456789",
     "NCCL_DEBUG_FILE": "postgres://u:planted-pw@db/x",
     "NCCL_SOCKET_IFNAME": "AKIAPLANTEDEXAMPLE01",
+    "NCCL_NET_PLUGIN_URL": "https://s3.example/p.so?X-Amz-Credential=x&X-Amz-Signature=planted0sig",
+    "NCCL_TOPO_FILE": "https://kit:planted/pass@h.example/topo.xml",
+    "NCCL_GRAPH_FILE": "https://h.example/g.xml?token=planted0token2",
 }
 
 
@@ -160,3 +166,13 @@ def test_a_report_masks_what_an_earlier_kit_recorded_of_the_nccl_variables(real_
     assert html.escape(MASKED) in written and not [
         value for value in NCCL_PLANTED.values() if value in written + out + err
     ]
+
+
+def test_an_nccl_value_that_is_not_utf8_is_written_as_its_escape(real_smoke_run):
+    """os.environ holds such a byte as a lone surrogate, which no JSON file can: once, it ended
+    the fingerprint's writing in a traceback."""
+    from kit.host.fingerprint import Fingerprint
+
+    fingerprint = json.loads((real_smoke_run / "fingerprint.json").read_text())
+    recorded = Fingerprint.model_validate({**fingerprint, "nccl_environment": {"NCCL_DEBUG": "IN\udcffFO"}})
+    assert json.loads(recorded.model_dump_json())["nccl_environment"] == {"NCCL_DEBUG": "IN\\xffFO"}

@@ -54,3 +54,21 @@ def test_a_launch_over_its_time_limit_is_stopped_with_its_ranks(smoke_plan, tmp_
     assert sample.status == "timeout" and time.monotonic() - started < 60
     assert "forked by kit.workloads.forkserver" in (case_dir / "log.txt").read_text()
     assert not processes_mentioning(str(case_dir))  # neither the launcher nor a rank holds the case log
+
+
+def test_a_second_ctrl_c_during_the_clean_up_ends_the_server_and_removes_its_log(tmp_path):
+    """The first Ctrl-C stops the run; a second one lands while kit waits for the server to end
+    (held here with SIGSTOP): the server is killed, its log removed, and no traceback escapes."""
+    import signal
+
+    server = ForkServer(dict(os.environ), tmp_path / "server.log")
+    os.kill(server.process.pid, signal.SIGSTOP)  # a server slow to end: kit waits on it
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    previous = signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        server.close()  # the SIGINT, 0.5 s in, is the second Ctrl-C
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert server.process.returncode == -signal.SIGKILL
+    assert not (tmp_path / "server.log").exists()

@@ -10,7 +10,7 @@ from kit.host.environment import comparable, load_expectations
 from kit.report import charts
 from kit.report.cells import mean_std, metric_of, signature_cell, status_cell
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table
+from kit.report.model import Cell, Chart, Row, Section, Table, html_id
 from kit.report.sections.environment import machine
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
 from kit.units import format_value, metric_label
@@ -39,7 +39,7 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
     """Every case both runs have: A and B side by side, B / A, and Welch's test on per-run values."""
     a, b = run, other
     section = Section(
-        anchor=f"ab-{b.info.run_id}",
+        anchor=html_id(f"ab-{b.info.run_id}"),
         title=f"A/B: this run against {b.info.run_id}",
         paragraphs=[
             f"A = {a.info.run_id} (profile {a.info.profile}, {machine(a)}). "

@@ -40,6 +40,7 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
     estimates = run.info.estimates
     rows: list[Row] = []
     per_stage: dict[str, dict[str, float]] = {}  # by stage: its counts of cases and its seconds
+    stepped_back: list[str] = []  # cases whose recorded end is before their start
     for case_id, result in run.results.items():
         estimate = estimates.get(case_id)
         stage = per_stage.setdefault(
@@ -55,6 +56,20 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
             continue
         actual = actual_seconds(result)
         stage["cases"] += 1
+        if actual < 0:  # the host's clock was set back while it ran: its span measures nothing
+            stepped_back.append(case_id)
+            rows.append(
+                Row(
+                    cells=[
+                        Cell(text=case_id),
+                        Cell(text=result.status),
+                        Cell(text=duration_text(estimate.seconds) if estimate else "not estimated"),
+                        Cell(text=f"clock set back ({duration_text(-actual)})", tone="warn"),
+                        Cell(text="-"),
+                    ]
+                )
+            )
+            continue
         stage["actual"] += actual
         ratio = "-"
         if estimate is not None and estimate.seconds:
@@ -101,6 +116,12 @@ def _durations_tables(run: LoadedRun) -> list[Table]:
         "analytic model on a GPU. The ratio is over the cases that had an estimate. A skipped case took no time "
         "and counts in neither."
     ]
+    if stepped_back:
+        notes.append(
+            f"The host's clock was set back while {len(stepped_back)} case(s) ran ({', '.join(stepped_back[:5])}"
+            + (" and more" if len(stepped_back) > 5 else "")
+            + "): each ends, by the clock, before it started, so it has no actual duration and counts in no sum."
+        )
     return [
         Table(
             caption="Duration by stage: estimated before the run, and actual",
