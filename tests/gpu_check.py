@@ -160,20 +160,16 @@ def install(check: Check, wheels: Path | None) -> None:
 
 def chosen_cases(listed: dict, every: bool) -> list[str]:
     """From `kit list --json`: every case this host runs (`every`), or per stage the one `kit
-    list` estimates cheapest among those not predicted to run out of memory."""
-    skipped, estimates = listed["host"]["skipped"], listed["host"]["estimates"]
-    runnable = [case for case in listed["cases"] if case["id"] not in skipped]
+    list` estimates cheapest; never one it cannot run or predicts to fail (GPU or host memory,
+    disk, software: a compiler or flash-attn the host lacks)."""
+    host = listed["host"]
+    estimates, cannot = host["estimates"], {**host["skipped"], **host["predicted_failures"]}
+    runnable = [case for case in listed["cases"] if case["id"] not in cannot]
     if every:
         return [case["id"] for case in runnable]
     chosen = []
     for stage in STAGE_ORDER:
-        fits = [
-            case["id"]
-            for case in runnable
-            if case["stage"] == stage
-            and case["variant"] is None
-            and not estimates.get(case["id"], {}).get("basis", "").startswith("analytic: predicted OOM")
-        ]
+        fits = [case["id"] for case in runnable if case["stage"] == stage and case["variant"] is None]
         if fits:
             chosen.append(min(fits, key=lambda cid: estimates.get(cid, {}).get("seconds") or float("inf")))
     return chosen
