@@ -306,3 +306,19 @@ def test_the_engines_without_a_checkpoint_are_those_the_fit_says():
     from kit.serve.engines import ENGINES
 
     assert {name for name, engine in ENGINES.items() if not engine.makes_random_weights} == set(IMAGE_ONLY_ENGINES)
+
+
+def test_the_quick_plan_counts_its_first_run_work_apart_and_ends_with_what_it_cannot_tell():
+    done = subprocess.run(
+        [*KIT, "list", "--profile", "quick", "--fingerprint", str(DOCTOR)], capture_output=True, text=True, check=True
+    )
+    summary, notes = done.stdout.splitlines()[0], done.stdout.split("first-run work, once per host:")[1]
+    assert "+ first-run work 1 min 57 s and 2 not estimated)" in summary  # the preflight's 42 s, 7B's checkpoint 75 s
+    assert "synthetic checkpoint of llama2-7b written (13.5 GB): 1 min 15 s" in notes
+    assert "vLLM's CUDA environment made: ?" in notes
+    assert "4 cases need more GPUs than this host's 1 (up to 2)" in notes
+    assert "`kit run --skip-predicted-oom` does not attempt them" in notes
+    assert "add flash-attn (pip install flash-attn) to run its 4 cases" in notes
+    assert "not judged, as not recorded: free disk, a CUDA compiler" in notes
+    listed = kit_list("quick", DOCTOR)["host"]
+    assert [item["seconds"] and round(item["seconds"]) for item in listed["first_run"]] == [42, 75, None, None]
