@@ -14,7 +14,7 @@ from pathlib import Path
 from kit.cache import cache_dir
 
 # The distributions whose absence turns a case `unavailable` (kit.plan.fit).
-PLANNED_PACKAGES = ("deepspeed", "flash-attn", "vllm")
+PLANNED_PACKAGES = ("bitsandbytes", "deepspeed", "flash-attn", "vllm")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 
 

@@ -85,11 +85,13 @@ def _missing_software(case: Case, host: Host) -> PredictedFailure | None:
         if engine is not None:
             return PredictedFailure("unavailable", f"no docker engine for {engine}'s image")
         return None
-    step, packages = case.step, found.packages
-    if step is not None and step.attention == "flash_attention_2" and packages is not None:
-        if packages.get("flash-attn") is None:
-            return PredictedFailure("unavailable", "no flash-attn")
-    train = case.train
+    step, train, packages = case.step, case.train, found.packages or {}
+    needed = ["flash-attn"] if step is not None and step.attention == "flash_attention_2" else []
+    needed += ["deepspeed"] if train is not None and train.framework == "deepspeed" else []
+    needed += ["bitsandbytes"] if train is not None and train.quantization != "none" else []
+    missing = [name for name in needed if name in packages and packages[name] is None]
+    if missing:
+        return PredictedFailure("unavailable", f"no {' and no '.join(missing)}")
     fused_adam = (
         train is not None
         and train.framework == "deepspeed"

@@ -297,7 +297,7 @@ def test_a_fingerprint_records_the_disk_and_the_compiler_and_this_host_reads_its
     assert fingerprint.host.disk_free_bytes and fingerprint.host.disk_free_bytes > 0
     mine = this_hosts_resources()
     assert mine.memory_bytes == fingerprint.host.memory_bytes
-    assert mine.packages is not None and set(mine.packages) == {"deepspeed", "flash-attn", "vllm"}
+    assert mine.packages is not None and set(mine.packages) == {"bitsandbytes", "deepspeed", "flash-attn", "vllm"}
     assert isinstance(mine.cuda_compiler, bool) and isinstance(mine.docker_engine, bool)
 
 
