@@ -139,18 +139,22 @@ def write_documents(
     printed by `printer` (kit.report.printer, one is started here if none is given) while this
     process renders and writes the HTML."""
     written = []
+    if "pdf" not in wanted:  # nothing to print: no printer started (and stopped)
+        return [_write_html(report, html_path)] if "html" in wanted else []
     with printer or Printer() as printing:
         try:
-            if "pdf" in wanted:
-                printing.submit(print_parts(report), _partial(pdf_path))
+            printing.submit(print_parts(report), _partial(pdf_path))
             if "html" in wanted:
-                html = render_html(report, "screen")
-                written.append(_replace(html_path, lambda part: part.write_text(html, "utf-8")))
-            if "pdf" in wanted:
-                written.append(_replace(pdf_path, lambda _part: printing.wait()))
+                written.append(_write_html(report, html_path))
+            written.append(_replace(pdf_path, lambda _part: printing.wait()))
         finally:
             _partial(pdf_path).unlink(missing_ok=True)  # where the HTML failed, and the printer was stopped
     return written
+
+
+def _write_html(report: Report, html_path: Path) -> Path:
+    html = render_html(report, "screen")
+    return _replace(html_path, lambda part: part.write_text(html, "utf-8"))
 
 
 def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str = "report") -> list[str]:
