@@ -31,7 +31,7 @@ from kit.host.environment import Check, drift
 from kit.host.fingerprint import Calibration, Fingerprint
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
-from kit.plan.fit import skip_reason
+from kit.plan.fit import predicted_failure, skip_reason
 from kit.plan.protocol import Case, Plan, plan_for, select
 from kit.plan.view import plan_text
 from kit.rundir.directory import (
@@ -618,7 +618,8 @@ def before_the_cases(
     # a case the host cannot attempt takes no time: the ETA and run.json count the others
     cluster = executor is not None and executor.on_cluster
     runnable = [case for case in cases if skip_reason(case, host, request.skip_predicted_oom, cluster=cluster) is None]
-    info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
+    failing = {} if cluster else {case.id: found.text for case in runnable if (found := predicted_failure(case, host))}
+    info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory, failing)
     if request.no_preflight:
         info.no_preflight = True
     else:
