@@ -43,3 +43,14 @@ def test_the_archive_holds_no_hostname_serial_or_uuid(tmp_path):
     secrets = ["gpu-node-17", "GPU-f861d2f1-d6fd-30e1-4e27-09e33fa778b7", "1752624008057"]
     assert scrub(tmp_path, secrets) == 1
     assert log.read_text() == "host redacted-0, redacted-1 serial redacted-2\n"
+
+
+def test_on_cpu_the_check_chooses_no_flashattention_case():
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "list", "--profile", "smoke", "--json"], capture_output=True, text=True
+    )
+    listed = json.loads(done.stdout)
+    failing = listed["host"]["predicted_failures"]
+    assert failing["profile.tiny-llama.f.g1"] == {"kind": "unavailable", "reason": "FlashAttention-2 needs a CUDA GPU"}
+    chosen = chosen_cases(listed, every=False, budget_s=120, serving=False)
+    assert chosen and not set(chosen) & set(failing)

@@ -135,7 +135,7 @@ def estimate(
     """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known;
     `predicted_to_fail`: why the fit (kit.plan.fit.predicted_failure) says the case will fail,
     which then costs its start alone."""
-    if predicted_to_fail is not None:
+    if predicted_to_fail is not None and case.device == "cuda":  # a CPU case's recorded duration says it
         start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
         search = case.max_batch_search
         runs = search.max_trials if search else case.params.runs

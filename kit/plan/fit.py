@@ -68,9 +68,10 @@ def gpu_memory_margin(gpus: int) -> int:
 def predicted_failure(case: Case, host: Host) -> PredictedFailure | None:
     """The first resource the host lacks for a GPU case it can attempt, or None: its software,
     then its GPUs' memory (with the margin), its host memory, its free disk. A resource the host
-    (or its fingerprint) does not report is not judged."""
-    if case.device != "cuda":
-        return None
+    (or its fingerprint) does not report is not judged. A CPU case fails for one reason alone."""
+    if case.device != "cuda":  # kit.plan.protocol.unavailable_by_design's, read from a plan-cache view too
+        flash = case.step is not None and case.step.attention == "flash_attention_2"
+        return PredictedFailure("unavailable", "FlashAttention-2 needs a CUDA GPU") if flash else None
     return _missing_software(case, host) or _gpu_memory(case, host) or _host_memory(case, host) or _disk(case, host)
 
 
