@@ -201,12 +201,13 @@ def list_cases(profile: str | None, as_json: bool, fingerprint_file: Path | None
         host = host_described_by(fingerprint_file) if fingerprint_file is not None else this_host()
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
-    found = listing(profile, host)
+    found = listing(profile, host, own_host=fingerprint_file is None)
     if as_json:
         click.echo(json.dumps(found.data, indent=2))
         return
     click.echo(found.summary)
     click.echo(found.table)
+    click.echo(found.notes)
 
 
 def _stop_on_sigterm() -> None:

@@ -32,7 +32,7 @@ from kit.host.fingerprint import Calibration, Fingerprint
 from kit.host.health import SilentDataCorruption
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
-from kit.plan.fit import skip_reason
+from kit.plan.fit import predicted_failure, skip_reason
 from kit.plan.protocol import Case, Plan, plan_for, select, with_runs
 from kit.plan.view import duration_text, plan_text
 from kit.rundir.directory import (
@@ -648,7 +648,8 @@ def before_the_cases(
     info = run_dir.read_info()  # with the node fingerprints a Slurm check recorded
     cluster = executor is not None and executor.on_cluster
     runnable = attempted_cases(cases, host, request.skip_predicted_oom, cluster)
-    info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
+    failing = {} if cluster else {case.id: found.text for case in runnable if (found := predicted_failure(case, host))}
+    info.estimates = estimates(runnable, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory, failing)
     if request.no_preflight:
         info.no_preflight = True
     else:

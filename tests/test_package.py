@@ -16,7 +16,15 @@ from support import FIXTURES, REPO
 
 ROOT = REPO
 # What the distribution is built from (pyproject.toml names the readme and the licence file).
-DISTRIBUTION_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "kit", "manifests", "report_templates")
+DISTRIBUTION_SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "constraints-cpu.txt",
+    "kit",
+    "manifests",
+    "report_templates",
+)
 RECORDED_RUN = FIXTURES / "h100x1-run" / "run.tgz"
 
 
@@ -94,7 +102,10 @@ def test_the_wheel_is_its_own_distribution_and_carries_the_manifests_the_templat
         "kit/manifests/references/arxiv-2311.03687.yaml",
         "kit/report_templates/report.html.j2",
         "kit/report_templates/style.css",
+        "kit/constraints-cpu.txt",  # the CPU path's pins, for a wheel installed on CPU (README)
     } <= names
+    pins = zipfile.ZipFile(wheel).read("kit/constraints-cpu.txt").decode()
+    assert pins == (ROOT / "constraints-cpu.txt").read_text() and "torch==" in pins
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     metadata = (
         zipfile.ZipFile(wheel).read(next(name for name in names if name.endswith(".dist-info/METADATA"))).decode()

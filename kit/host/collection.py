@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kit.cache import cache_dir
 from kit.host.clock_events import decode_clock_event_reasons, read_clock_event_mask
 from kit.host.facts import (
     cuda_version_text,
@@ -48,6 +49,7 @@ from kit.host.health_collection import collect_health
 from kit.host.kit_source import kit_info
 from kit.host.nvidia_topology import TopologyParseError, classify_topology, parse_topology_matrix
 from kit.host.redaction_tokens import redact_identifiers, redaction_salt
+from kit.host.resources import free_bytes
 from kit.host.this_host import nvml_text, open_nvml, run_command
 
 T = TypeVar("T")
@@ -105,6 +107,7 @@ def _collect_host() -> HostInfo:
         memory_bytes=_attempt(
             unreadable, "memory_bytes", lambda: parse_meminfo_total(Path("/proc/meminfo").read_text())
         ),
+        disk_free_bytes=_attempt(unreadable, "disk_free_bytes", lambda: free_bytes(cache_dir())),
         unreadable=unreadable,
     )
 

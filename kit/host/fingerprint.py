@@ -38,6 +38,7 @@ class HostInfo(BaseModel):
     cpu: CpuInfo = Field(default_factory=CpuInfo)
     numa_nodes: int | None = None
     memory_bytes: int | None = None
+    disk_free_bytes: int | None = None  # free where the kit's cache (synthetic checkpoints) lives
     unreadable: dict[str, str] = Field(default_factory=dict)
 
 
@@ -187,6 +188,7 @@ class ImageProbe(BaseModel):
     cudnn: str | None = None
     nccl: str | None = None
     packages: dict[str, str | None] = Field(default_factory=dict)
+    cuda_compiler_found: bool | None = None  # nvcc for DeepSpeed's JIT-built ops; None: not probed
     import_errors: dict[str, str] = Field(default_factory=dict)
 
 

@@ -11,6 +11,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.host.resources import HostResources, this_hosts_resources
+
 
 @dataclass
 class Host:
@@ -18,6 +20,7 @@ class Host:
 
     gpu_names: list[str]
     gpu_memory_bytes: list[int] = field(default_factory=list)  # NVML's total memory of each GPU
+    resources: HostResources = field(default_factory=HostResources)  # memory, disk, software
 
     @property
     def gpu_count(self) -> int:
@@ -34,7 +37,7 @@ class Host:
 
 
 def this_host() -> Host:
-    return Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes())
+    return Host(gpu_names=gpu_names(), gpu_memory_bytes=gpu_memory_bytes(), resources=this_hosts_resources())
 
 
 def parse_nvidia_smi_list(text: str) -> list[str]:
@@ -121,6 +124,20 @@ def gpu_names() -> list[str]:
     return [] if problem else parse_nvidia_smi_list(stdout)
 
 
+def resources_recorded(found) -> HostResources:
+    """What a fingerprint (kit.host.fingerprint.Fingerprint) recorded of the host's memory, disk and
+    software; a fingerprint of an older kit leaves the disk and the CUDA compiler unknown."""
+    runtime, probe = found.container_runtime, found.image
+    docker = True if runtime.docker_server_version else False if "docker" in runtime.unreadable else None
+    return HostResources(
+        memory_bytes=found.host.memory_bytes,
+        disk_free_bytes=found.host.disk_free_bytes,
+        packages=None if probe is None else dict(probe.packages),
+        cuda_compiler=None if probe is None else probe.cuda_compiler_found,
+        docker_engine=docker,
+    )
+
+
 def host_described_by(path: Path) -> Host:
     """The host a fingerprint file describes, its GPUs and their memory (a run's fingerprint.json,
     or `kit doctor --json`, which wraps it); ValueError, in one line, for a file that is neither."""
@@ -143,6 +160,7 @@ def host_described_by(path: Path) -> Host:
         return Host(
             gpu_names=[gpu.name or "unknown GPU" for gpu in found.gpus.gpus],
             gpu_memory_bytes=[gpu.memory_bytes for gpu in found.gpus.gpus if gpu.memory_bytes],
+            resources=resources_recorded(found),
         )
     raise ValueError(
         f"--fingerprint {path} is not a fingerprint ({reason}); give a run's fingerprint.json or the output of "

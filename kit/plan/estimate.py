@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from kit.files.regular import RUN_FILE_LIMIT, read_json
+from kit.plan.recorded_durations import CPU_CASE_SECONDS, RECORDED_ON
 
 if TYPE_CHECKING:  # a CPU case's estimate reads its id alone: `kit list` passes plan-cache views
     from kit.plan.protocol import Case
@@ -138,9 +139,20 @@ def _analytic(case: Case, gpu_names: list[str], capacity_bytes: int | None) -> E
 
 
 def estimate(
-    case: Case, history: dict[str, list[float]], gpu_names: list[str], capacity_bytes: int | None = None
+    case: Case,
+    history: dict[str, list[float]],
+    gpu_names: list[str],
+    capacity_bytes: int | None = None,
+    predicted_to_fail: str | None = None,
 ) -> Estimate:
-    """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known."""
+    """`capacity_bytes`: the smallest of the host's GPUs' memory (NVML), where known;
+    `predicted_to_fail`: why the fit (kit.plan.fit.predicted_failure) says the case will fail,
+    which then costs its start alone."""
+    if predicted_to_fail is not None and case.device == "cuda":  # a CPU case's recorded duration says it
+        start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
+        search = case.max_batch_search
+        runs = search.max_trials if search else case.params.runs
+        return Estimate(seconds=runs * start, basis=f"{predicted_to_fail}: {start:.0f} s start per run")
     soak = case.soak
     if soak is not None:  # as long as it was asked to last, whatever an earlier soak lasted
         start = ENGINE_START_S if case.workload == "serve" else ASSUMED_START_S
@@ -154,16 +166,22 @@ def estimate(
             seconds=runs * statistics.median(earlier),
             basis=f"median of {len(earlier)} earlier run(s) of this case" + (f", × {runs} runs" if runs > 1 else ""),
         )
+    if case.device == "cpu" and case.id in CPU_CASE_SECONDS:
+        return Estimate(seconds=CPU_CASE_SECONDS[case.id], basis=RECORDED_ON)
     return _analytic(case, gpu_names, capacity_bytes) or Estimate(
         seconds=None, basis="unknown: no earlier run, no analytic model here"
     )
 
 
 def estimates(
-    cases: list[Case], history_root: Path, gpu_names: list[str], capacity_bytes: int | None = None
+    cases: list[Case],
+    history_root: Path,
+    gpu_names: list[str],
+    capacity_bytes: int | None = None,
+    predicted_to_fail: dict[str, str] | None = None,
 ) -> dict[str, Estimate]:
-    history = run_history(history_root)
-    return {case.id: estimate(case, history, gpu_names, capacity_bytes) for case in cases}
+    history, failing = run_history(history_root), predicted_to_fail or {}
+    return {case.id: estimate(case, history, gpu_names, capacity_bytes, failing.get(case.id)) for case in cases}
 
 
 def remaining_seconds(pending: list[str], predicted: dict[str, Estimate], actual: dict[str, float]) -> float | None:

@@ -35,8 +35,8 @@ def plan_text(
     estimates: dict | None = None,
 ) -> str:
     """The cases (kit.plan.protocol.Case, or the plan cache's views of them: kit.plan.plan_cache.case_view),
-    one per line; with `finished`, which are done; with `on_host`, each case this
-    host cannot run says why (skipped: ...); with `estimates`, how long each will take."""
+    one per line; with `finished`, which are done; with `on_host`, what each will do on this
+    host ("runs", "skipped: ...", "predicted OOM: ..."); with `estimates`, how long each will take."""
     header = ["case", "model", "method", "GPUs", "runs", "steps (warm-up + measured)"]
     header += (
         ["state"] * bool(finished) + ["on this host"] * (on_host is not None) + ["estimated"] * (estimates is not None)
@@ -58,7 +58,7 @@ def plan_text(
         if finished:
             row.append("done" if case.id in finished else "to run")
         if on_host is not None:
-            row.append(f"skipped: {on_host[case.id]}" if case.id in on_host else "runs")
+            row.append(on_host[case.id])
         if estimates is not None:
             row.append(duration_text(estimates[case.id].seconds) if case.id in estimates else "-")
         rows.append(row)

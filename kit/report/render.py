@@ -144,22 +144,25 @@ def write_documents(
     printed by `printer` (kit.report.printer, one is started here if none is given) while this
     process renders and writes the HTML."""
     written = []
-    printed = exclusive_temporary(pdf_path) if "pdf" in wanted else None
+    if "pdf" not in wanted:  # nothing to print: no printer started (and stopped)
+        return [_write_html(report, html_path)] if "html" in wanted else []
+    printed = exclusive_temporary(pdf_path)
     with printer or Printer() as printing:
         try:
-            if printed is not None:
-                printing.submit(print_parts(report), printed)
+            printing.submit(print_parts(report), printed)
             if "html" in wanted:
-                atomic_write_text(html_path, render_html(report, "screen"), shared=True)
-                written.append(html_path)
-            if printed is not None:
-                printing.wait()
-                os.replace(printed, pdf_path)
-                written.append(pdf_path)
+                written.append(_write_html(report, html_path))
+            printing.wait()
+            os.replace(printed, pdf_path)
+            written.append(pdf_path)
         finally:
-            if printed is not None:  # where the HTML failed, and the printer was stopped
-                printed.unlink(missing_ok=True)
+            printed.unlink(missing_ok=True)  # where the HTML failed, and the printer was stopped
     return written
+
+
+def _write_html(report: Report, html_path: Path) -> Path:
+    atomic_write_text(html_path, render_html(report, "screen"), shared=True)
+    return html_path
 
 
 def chosen_formats(given: Sequence[str], known: Sequence[str] = FORMATS, of: str = "report") -> list[str]:

@@ -16,6 +16,8 @@ import os
 import platform
 import sys
 
+from kit.host.resources import cuda_compiler_path
+
 # distribution name -> module name
 FRAMEWORKS = {
     "deepspeed": "deepspeed",
@@ -88,6 +90,7 @@ def probe() -> dict:
         "cudnn": None,
         "nccl": None,
         "packages": {},
+        "cuda_compiler_found": cuda_compiler_path() is not None,
         "import_errors": {},
     }
     with _stdout_to_stderr():
