@@ -484,7 +484,7 @@ def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: 
     their GPU model, driver, images, kit version and evidence digests; hashed, and signed where the
     runs were (exit 1 if a run does not match its evidence)."""
     from kit.console import show_baseline
-    from kit.reference.baseline import write_baseline
+    from kit.reference.baseline_runs import write_baseline
     from kit.rundir.schema import utc_now
 
     try:

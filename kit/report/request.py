@@ -171,7 +171,8 @@ def judgement(request: ReportRequest, run_dir: Path) -> Judged:
     """The run's decision under the spec --accept names, against --baseline or the spec's own
     baseline (ManifestError for a malformed spec or baseline, RequestError where none is named)."""
     from kit.reference.acceptance import decide, load_spec
-    from kit.reference.baseline import load_baseline, read_source
+    from kit.reference.baseline import load_baseline
+    from kit.reference.baseline_runs import read_source
     from kit.rundir.signing import check_file_signature
 
     assert request.accept is not None

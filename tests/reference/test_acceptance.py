@@ -50,7 +50,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def baseline(runs, tmp_path_factory) -> Path:
-    from kit.reference.baseline import write_baseline
+    from kit.reference.baseline_runs import write_baseline
 
     out = tmp_path_factory.mktemp("baseline") / "a800.json"
     write_baseline([runs["measured"]], out, "8 x A800, as measured", None, "2026-03-02T09:00:00+00:00")
