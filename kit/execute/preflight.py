@@ -42,7 +42,7 @@ MINIATURE_TIMEOUT_S = 600
 
 def miniature(case: Case) -> Case:
     """The case's smallest real form: the tiny Llama, one run, one warm-up-free step, one
-    message size, one short request (no sweep); same stage, method, image, device and executor path."""
+    message size, one short request (no sweep, rate search, shared prefixes or start-up); same stage, method, image, device and executor path."""
     tiny = load_protocol().models[MINIATURE_MODEL]
     params = case.params
     common = {"runs": 1, "timeout_s": MINIATURE_TIMEOUT_S}
@@ -63,6 +63,9 @@ def miniature(case: Case) -> Case:
             "warmup_requests": 0,
             "ready_timeout_s": 480,
             "sweep": None,
+            "rates": None,
+            "prefix": None,
+            "startup": False,
         }
         model = {"model": MINIATURE_MODEL, "shape": tiny}
     return case.model_copy(update={"id": f"preflight.{case.id}", "params": params.model_copy(update=update), **model})

@@ -31,8 +31,8 @@ def soak_case(case: Case, seconds: float) -> Case:
     if case.params.kind == "train":
         update["launch"] = "per_run"
     else:
-        update["sweep"] = None  # its windows are bursts; the sweep and the rate search are the serving case's own
-        update["rates"] = None
+        # its windows are bursts; the sweep, the rate search, shared prefixes and start-up are the serving case's own
+        update.update(sweep=None, rates=None, prefix=None, startup=False)
     said = (
         f"{case.id} measured for {seconds / 60:g} min on end (kit run --soak), in windows of {window_s:g} s, each with its "
         "throughput and NVML's SM clock, temperature and power: the first minute against the last"

@@ -42,13 +42,14 @@ def test_a_soak_repeats_the_first_training_and_serving_case_the_host_can_run(smo
     )  # a minute at most
 
 
-def test_a_serving_soak_fires_its_bursts_alone_without_the_cases_sweep(smoke_plan):
+def test_a_serving_soak_fires_its_bursts_alone_without_the_cases_sweep_rates_prefixes_or_start_up(smoke_plan):
     _, (_, serving) = with_soak(smoke_plan, Host(gpu_names=[], gpu_memory_bytes=[]), 0.5)
     twin = next(case for case in smoke_plan.cases if case.id == "serve.tiny-llama.vllm.g1")
-    assert twin.params.sweep is not None and serving.params.sweep is None
+    own = ("sweep", "rates", "prefix", "startup")
+    assert all(getattr(twin.params, name) for name in own) and not any(getattr(serving.params, name) for name in own)
+    restored = {name: getattr(twin.params, name) for name in own}
     assert (
-        serving.params.model_copy(update={"soak": None, "sweep": twin.params.sweep, "timeout_s": twin.params.timeout_s})
-        == twin.params
+        serving.params.model_copy(update={"soak": None, "timeout_s": twin.params.timeout_s, **restored}) == twin.params
     )
 
 

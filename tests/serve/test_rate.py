@@ -493,3 +493,10 @@ def test_a_serve_run_records_its_rate_search_shared_prefixes_and_start_up_beside
     assert "--no-enable-prefix-caching" in (tmp_path / "case/runs/1/prefix/off/engine.log").read_text()
     assert [start.cache for start in details.startup.starts] == ["first", "cold", "warm"]
     assert all(start.first_token_s > start.ready_s > 0 for start in details.startup.starts)
+
+
+def test_the_preflight_serves_one_request_without_the_search_prefixes_or_start_up(smoke_plan):
+    from kit.execute.preflight import miniature
+
+    params = miniature(smoke_serve_case(smoke_plan)).params
+    assert (params.prompts, params.sweep, params.rates, params.prefix, params.startup) == (1, None, None, None, False)
