@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import support
+from support.calibration import H100, h100_calibration
 
-from kit.host.fingerprint import Calibration, MeasuredFigure
 from kit.measure.calibration import Achievable, achievable_mfu, calibration_case, calibration_of, summary
 from kit.plan.predictions import training_throughput_bound
 from kit.plan.protocol import Case, build_plan, load_protocol
@@ -16,7 +16,6 @@ from kit.rundir.schema import RankSample, RunSample
 from kit.theory.hardware import load_hardware
 
 FIXTURES = support.FIXTURES / "calibration"
-H100 = "NVIDIA H100 80GB HBM3"
 
 
 def test_the_matmuls_are_each_trained_models_linears_at_its_largest_step(paper_plan):
@@ -97,23 +96,6 @@ def test_several_gpus_are_held_to_the_slowest_and_the_all_reduce_to_nccl_tests_b
     assert calibration.host_to_device.value == pytest.approx(2**28 / 0.002 / 1e9)
     assert calibration.all_reduce_busbw.value == pytest.approx(2**29 / 0.001 / 1e9 * 2 * (2 - 1) / 2)
     assert "the lowest of 2 GPUs" in calibration.matmul.how
-
-
-def h100_calibration(matmul_tflops: float, copy_gb_s: float) -> Calibration:
-    """A calibration of one H100 with the figures given (inputs of the arithmetic under test)."""
-
-    def figure(value: float, unit: str) -> MeasuredFigure:
-        return MeasuredFigure(value=value, unit=unit, per_device=[value], how="as given")
-
-    return Calibration(
-        device="cuda",
-        device_names=[H100],
-        matmul_dtype="bf16",
-        matmul=figure(matmul_tflops, "TFLOPS"),
-        memory_copy=figure(copy_gb_s, "GB/s"),
-        raw_samples="raw",
-        seconds=9.0,
-    )
 
 
 def test_a_figure_measured_below_the_datasheet_stands_in_for_it_and_says_so(paper_plan):

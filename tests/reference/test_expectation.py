@@ -12,6 +12,7 @@ import re
 import pytest
 import support
 import yaml
+from support.calibration import h100_calibration
 from support.claims import RTX4090, claim, result, run_on
 
 from kit.reference.claims import evaluate_claims
@@ -158,7 +159,6 @@ def test_an_absolute_throughput_is_scaled_by_the_dense_bf16_peaks(reference, pap
 def test_a_matmul_measured_below_the_datasheet_scales_the_expectation_and_says_so(reference, paper_plan):
     """The preflight measured this H100's bf16 matmul at 700 TFLOPS (an input of the test): C21's
     RTX 4090 figure is scaled by it, not by the datasheet's 989.4, and the basis says which."""
-    from test_calibration import h100_calibration
 
     run = run_on(H100, [result(paper_plan, "finetune.llama2-70b.ql+z3+o+r+f.g8", tokens_per_s=1100)])
     run = run.model_copy(update={"calibration": h100_calibration(700.0, 3000.0)})

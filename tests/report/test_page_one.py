@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.calibration import h100_calibration
 from support.paper_size_run import A800, write_run
 
 from kit.measure.energy import cost_per_million_tokens
@@ -81,7 +82,6 @@ def calibrated_run(gpu_run, tmp_path_factory) -> Path:
     limit and clocks its fingerprint records, and as if one case's first rank had sampled its
     power cap (pynvml's bit) in its last two samples."""
     import pynvml
-    from test_calibration import h100_calibration
 
     from kit.host.fingerprint import Fingerprint, GpuClocks
     from kit.measure.telemetry import summarize
