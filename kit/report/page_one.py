@@ -289,7 +289,7 @@ def _bound_cell(measured_value: float, bound: float, reachable: float | None, un
 
 
 # MFU and the share of the bound differ on one row: each counts a step's FLOPs its own way.
-MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run (recomputation in, masked half out)"
+MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run"
 
 
 def preflight_figures(run: LoadedRun) -> str | None:
@@ -430,7 +430,7 @@ def serving_row(
         text=ranked,
         detail=(
             f"capacity {capacity_figure(points, best)} (N={best.concurrency}"
-            + (", the largest tried)" if at_sweep_cap(points, best) else ")")
+            + (", the most tried)" if at_sweep_cap(points, best) else ")")
             if best
             else unjudged or "no sweep point within the objectives"
         )
