@@ -83,3 +83,5 @@ def test_a_name_breaks_only_where_a_reader_would_break_it():
         "g8",
     ]
     assert breakable("a plain sentence, 12.5 s") == "a plain sentence, 12.5 s"
+    # a case id's underscore is no place to break it: only its dots are
+    assert "_" + ZERO_WIDTH_SPACE not in breakable("comm.reduce_scatter.g8 and cases/comm.reduce_scatter.g8/")
