@@ -179,7 +179,7 @@ def build_report(
     banners, warnings = [], []
     if info.synthetic:  # a test's run: no figure of it was measured, which every page says
         banners.append(SYNTHETIC_BANNER)
-        warnings.append("SYNTHETIC: MEASURED ON NO MACHINE")
+        warnings.append("SYNTHETIC RUN")
     if not info.plan.comparable_to_reference:
         banners.append(
             f"Not comparable to the reference: profile {info.profile} ({info.plan.description}); "

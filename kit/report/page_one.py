@@ -290,7 +290,7 @@ def _bound_cell(measured_value: float, bound: float, reachable: float | None, un
 
 
 # MFU and the share of the bound differ on one row: each counts a step's FLOPs its own way.
-MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run (recomputation in, masked half out)"
+MFU_AGAINST_BOUND = "MFU counts the model's FLOPs, the bound what the GPUs run"
 
 
 def preflight_figures(run: LoadedRun) -> str | None:
@@ -431,7 +431,7 @@ def serving_row(
         text=ranked,
         detail=(
             f"capacity {capacity_figure(points, best)} (N={best.concurrency}"
-            + (", the largest tried)" if at_sweep_cap(points, best) else ")")
+            + (", the most tried)" if at_sweep_cap(points, best) else ")")
             if best
             else unjudged or "no sweep point within the objectives"
         )
@@ -555,6 +555,21 @@ def _any_ok(run: LoadedRun, cases: Sequence[Case]) -> bool:
     return any(run.results[c.id].status == "ok" for c in cases if c.id in run.results)
 
 
+def workload_once(title: str, rows: list[Row]) -> tuple[str, list[Row]]:
+    """A group of training rows that share one workload says it once, in its heading; rows of
+    several keep it each under its standing (training_row)."""
+    workloads = {row.cells[2].detail for row in rows if len(row.cells) > 2}
+    if len(workloads) != 1 or None in workloads or len(rows) != len([r for r in rows if len(r.cells) > 2]):
+        return title, rows
+    said = [
+        row.model_copy(
+            update={"cells": [*row.cells[:2], row.cells[2].model_copy(update={"detail": None}), *row.cells[3:]]}
+        )
+        for row in rows
+    ]
+    return f"{title}; each at {workloads.pop()}", said
+
+
 def headline_table(
     run: LoadedRun,
     reference: Reference | None,
@@ -566,11 +581,12 @@ def headline_table(
     selected = [case for case in run.info.plan.cases if case.variant is None and case.id in run.info.selected]
     not_run = {section.anchor: section.not_run for section in sections if section.not_run}
     training = {
-        stage: (title, training_rows(run, stage, reference, pricing)) for stage, title in TRAINING_STAGES.items()
+        stage: workload_once(title, training_rows(run, stage, reference, pricing))
+        for stage, title in TRAINING_STAGES.items()
     }
     if not any(rows for _, rows in training.values()):
         training |= {
-            stage: (title, rows)
+            stage: workload_once(title, rows)
             for stage, title in FALLBACK_STAGES.items()
             if (rows := training_rows(run, stage, reference, pricing))
         }

@@ -49,7 +49,7 @@ class PartContents:
 DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\b[A-Za-z]{1,6}/[A-Za-z]{1,6}\b")
 ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
 # A name of words joined by underscores (no_uncorrectable_ecc_error, max_batch_search): a check's or a stage's.
-SNAKE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+SNAKE_NAME = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w.])")  # not a piece of a dotted name
 
 
 def breakable(text: str) -> str:

@@ -220,7 +220,7 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
     said = standing.detail.removeprefix("capacity ")
     # the sweep's largest concurrency met the objectives: the capacity is at least that, said so
     assert best.concurrency == 1000 and said.startswith("≥ ")
-    assert said.endswith(f" (N={best.concurrency}, the largest tried)")  # in the tokens/s of the figure beside it
+    assert said.endswith(f" (N={best.concurrency}, the most tried)")  # in the tokens/s of the figure beside it
     assert numbers(said)[0] == pytest.approx(best.figures.output_throughput, rel=5e-3)
     assert numbers(cost.detail)[0] == pytest.approx(
         cost_per_million_tokens(best.figures.output_throughput, 8, PRICE), rel=5e-3

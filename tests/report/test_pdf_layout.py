@@ -66,7 +66,7 @@ def test_the_footer_wraps_a_long_run_id_and_never_runs_under_the_page_number(lon
         for word, _, ymin, xmax, ymax in others:
             overlaps = xmax > left_edge and any(ymin < n[4] and ymax > n[2] for n in numbering)
             assert not overlaps, f"page {number}: {word!r} runs under the page number"
-        assert "SYNTHETIC" in text, f"page {number} does not say the run is synthetic: {text}"
+        assert "SYNTHETIC RUN" in text, f"page {number} does not say the run is synthetic: {text}"
 
 
 def test_a_name_breaks_only_where_a_reader_would_break_it():
@@ -83,3 +83,5 @@ def test_a_name_breaks_only_where_a_reader_would_break_it():
         "g8",
     ]
     assert breakable("a plain sentence, 12.5 s") == "a plain sentence, 12.5 s"
+    # a case id's underscore is no place to break it: only its dots are
+    assert "_" + ZERO_WIDTH_SPACE not in breakable("comm.reduce_scatter.g8 and cases/comm.reduce_scatter.g8/")

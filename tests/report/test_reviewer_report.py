@@ -308,7 +308,9 @@ def test_the_scaling_efficiency_is_judged_once_and_the_claims_resting_on_it_poin
         expected = by_id[claim]["expectation"]
         assert (expected["verdict"], expected["relations"][0]["judged_in"]) == ("judged in another claim", "C1")
     claims = paper.section("The paper's published findings against this run", "Deviations, failures and waivers")
-    assert claims.count("vs expectation: judged in another claim (C1: the same measurement, judged there once)") == 2
+    # judged in C1, neither is judged here: each is a line of the list of claims this run does not judge
+    unjudged = claims[claims.index("Claims this run does not judge") :]
+    assert re.search(r"\bC2\b", unjudged) and re.search(r"\bC3\b", unjudged)
     deviating = (
         paper.section("Claims where this host's GPUs deviate", "Notes the results carry")
         if ("Claims where this host's GPUs deviate" in paper.text)
@@ -399,7 +401,8 @@ def test_training_charts_give_each_model_a_panel_mark_each_failure_and_say_how_m
     chart = paper.section("Pre-training throughput by method", "One panel per model")
     assert all(model in chart for model in ("llama2-7b", "llama2-13b", "llama2-70b"))
     oom = sum(r.status == "oom" for r in primary(paper, "pretrain"))
-    assert chart.split().count("OOM") == oom and chart.split().count("error") == 1
+    # the host out-of-memory kill is an OOM (kit.execute.samples.killed_for_host_memory), no error
+    assert chart.split().count("OOM") == oom and chart.split().count("error") == 0
     caption = paper.section("One panel per model, each on its own scale; a mark", "Pre-training: peak memory")
     assert "Each bar is the mean of 3 runs, its error bar one standard deviation." in caption
     memory = paper.section("Pre-training: peak memory against the GPU's capacity", "The allocator's peak per GPU")

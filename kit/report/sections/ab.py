@@ -135,7 +135,7 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
             test = welch_t_test(ma.per_run, mb.per_run)
             ratio = mb.mean / ma.mean if ma.mean else None
             p_value, significant = _p_value(test)
-            if apart:  # a difference between environments that differ says nothing of the two runs
+            if apart and test.p_value is not None:  # a difference between unlike environments says nothing of the runs
                 significant = Cell(
                     text="not comparable", detail=f"the environments differ for {left.stage}", tone="muted"
                 )
