@@ -129,6 +129,19 @@ def loads_checkpoint(case: Case, engine: Engine) -> bool:
     return not engine.makes_random_weights or parameter_count(case.model_shape) <= REFERENCE_MAX_PARAMETERS
 
 
+def completion_request(prompt: str, params: ServeParams, max_tokens: int | None) -> tuple[str, dict]:
+    """An OpenAI-compatible streamed completion, greedy, with the usage at its end (vLLM and SGLang)."""
+    return "/v1/completions", {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": max_tokens or params.max_output_tokens,
+        "temperature": 0.0,
+        "ignore_eos": params.ignore_eos,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
 def _max_model_len(params: ServeParams) -> int:
     return sum(longest_request(params))
 
@@ -205,16 +218,8 @@ class VllmEngine(Engine):
         return found
 
     def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
-        return "/v1/completions", {
-            "model": SERVED_NAME,
-            "prompt": prompt,
-            "max_tokens": max_tokens or params.max_output_tokens,
-            "temperature": 0.0,
-            "ignore_eos": params.ignore_eos,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "return_token_ids": True,
-        }
+        path, body = completion_request(prompt, params, max_tokens)
+        return path, {**body, "return_token_ids": True}
 
     def parse(self, data: str) -> StreamEvent:
         if '"finish_reason":null' in data and '"usage"' not in data and '"error"' not in data:
@@ -463,15 +468,7 @@ class SglangEngine(Engine):
         return argv
 
     def request(self, prompt: str, params: ServeParams, max_tokens: int | None = None) -> tuple[str, dict]:
-        return "/v1/completions", {
-            "model": SERVED_NAME,
-            "prompt": prompt,
-            "max_tokens": max_tokens or params.max_output_tokens,
-            "temperature": 0.0,
-            "ignore_eos": params.ignore_eos,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        return completion_request(prompt, params, max_tokens)
 
     def parse(self, data: str) -> StreamEvent:
         if data == "[DONE]":

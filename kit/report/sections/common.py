@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kit.plan.predictions import GIB, device_memory_bytes
@@ -14,6 +14,7 @@ from kit.report.cells import mean_std, method_label, metric_of, one_line_cause, 
 from kit.report.charts import Bar, Limit
 from kit.report.model import Cell, Row, Section, Table
 from kit.rundir.schema import Result
+from kit.rundir.serving import ServeDetails
 from kit.theory.hardware import load_hardware
 from kit.units import metric_label
 
@@ -51,6 +52,19 @@ def unmeasured_line(caption: str, results: Sequence[Result | None]) -> str | Non
     if any(result is not None and result.status == "ok" for result in results):
         return None
     return f"{caption}: none of its {len(results)} cases measured ({why_unmeasured(results, 3)})."
+
+
+def served_runs(run: LoadedRun) -> Iterator[tuple[Case, int, ServeDetails]]:
+    """Each run of every serve case that ended ok, in plan order, with what its driver (rank 0) recorded."""
+    for case in run.info.plan.cases:
+        result = run.results.get(case.id)
+        if case.workload != "serve" or result is None or result.status != "ok":
+            continue
+        for sample in result.samples:
+            driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
+            details = driver.details_as(ServeDetails) if driver else None
+            if details is not None:
+                yield case, sample.index, details
 
 
 def stage_cases(run: LoadedRun, stage: str) -> list[Case]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from kit.report.cells import devices_text
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
-from kit.rundir.serving import PrefixRunDetails, ServeDetails
+from kit.report.sections.common import served_runs
+from kit.rundir.serving import PrefixRunDetails
 from kit.units import format_value
 
 ANCHOR = "prefix-cache"
@@ -45,25 +46,19 @@ def prefix_section(run: LoadedRun) -> Section:
         "vllm:prefix_cache_queries_total) read before and after the workload. Rows: runs/<k>/prefix/<on|off>/.",
     ]
     rows, notes = [], []
-    for case in run.info.plan.cases:
-        result = run.results.get(case.id)
-        if case.workload != "serve" or result is None or result.status != "ok":
+    for case, index, details in served_runs(run):
+        prefix = details.prefix
+        if prefix is None:
             continue
-        for sample in result.samples:
-            driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-            details = driver.details_as(ServeDetails) if driver else None
-            prefix = details.prefix if details else None
-            if prefix is None:
-                continue
-            label = f"{case.model} {case.method}, {devices_text(case)}, run {sample.index}"
-            cell = Cell(
-                text=label,
-                detail=f"prefix {prefix.shared_tokens}, turns of {prefix.turn_tokens} + answers of {prefix.answer_tokens} tokens",
-                tone="strong",
-            )
-            rows += [run_row(cell, side) for side in (prefix.on, prefix.off) if side is not None]
-            if prefix.off_unavailable:
-                notes.append(f"{label}: caching off not measured: {prefix.off_unavailable}")
+        label = f"{case.model} {case.method}, {devices_text(case)}, run {index}"
+        cell = Cell(
+            text=label,
+            detail=f"prefix {prefix.shared_tokens}, turns of {prefix.turn_tokens} + answers of {prefix.answer_tokens} tokens",
+            tone="strong",
+        )
+        rows += [run_row(cell, side) for side in (prefix.on, prefix.off) if side is not None]
+        if prefix.off_unavailable:
+            notes.append(f"{label}: caching off not measured: {prefix.off_unavailable}")
     if not rows:
         return Section(
             anchor=ANCHOR, title=title, paragraphs=paragraphs, not_run="no serve case of the run sent shared prefixes"

@@ -12,7 +12,8 @@ from kit.plan.protocol import Case
 from kit.report.cells import devices_text
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
-from kit.rundir.serving import QuantileInterval, RateDetails, RatePointDetails, ServeDetails
+from kit.report.sections.common import served_runs
+from kit.rundir.serving import QuantileInterval, RateDetails, RatePointDetails
 from kit.units import format_value
 
 ANCHOR = "rate-capacity"
@@ -20,17 +21,7 @@ ANCHOR = "rate-capacity"
 
 def rate_searches(run: LoadedRun) -> list[tuple[Case, int, RateDetails]]:
     """Every ok serve case's rate search, run by run, in plan order."""
-    found = []
-    for case in run.info.plan.cases:
-        result = run.results.get(case.id)
-        if case.workload != "serve" or result is None or result.status != "ok":
-            continue
-        for sample in result.samples:
-            driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-            details = driver.details_as(ServeDetails) if driver else None
-            if details is not None and details.rates is not None:
-                found.append((case, sample.index, details.rates))
-    return found
+    return [(case, index, details.rates) for case, index, details in served_runs(run) if details.rates is not None]
 
 
 def answer(search: RateDetails) -> tuple[str, str]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from kit.report.cells import devices_text
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table
-from kit.rundir.serving import ServeDetails, StartupTime
+from kit.report.sections.common import served_runs
+from kit.rundir.serving import StartupTime
 from kit.units import format_value
 
 ANCHOR = "startup"
@@ -39,20 +40,14 @@ def startup_section(run: LoadedRun) -> Section:
         "cache for both. Each start's engine.log is kept (runs/<k>/startup/<cache>/engine.log).",
     ]
     rows, notes = [], []
-    for case in run.info.plan.cases:
-        result = run.results.get(case.id)
-        if case.workload != "serve" or result is None or result.status != "ok":
+    for case, index, details in served_runs(run):
+        startup = details.startup
+        if startup is None:
             continue
-        for sample in result.samples:
-            driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-            details = driver.details_as(ServeDetails) if driver else None
-            startup = details.startup if details else None
-            if startup is None:
-                continue
-            label = f"{case.model} {case.method}, {devices_text(case)}, run {sample.index}"
-            rows += [start_row(Cell(text=label, detail=case.id, tone="strong"), start) for start in startup.starts]
-            if startup.unavailable:
-                notes.append(f"{label}: {startup.unavailable}")
+        label = f"{case.model} {case.method}, {devices_text(case)}, run {index}"
+        rows += [start_row(Cell(text=label, detail=case.id, tone="strong"), start) for start in startup.starts]
+        if startup.unavailable:
+            notes.append(f"{label}: {startup.unavailable}")
     if not rows:
         return Section(
             anchor=ANCHOR, title=title, paragraphs=paragraphs, not_run="no serve case of the run timed its start-up"
