@@ -101,7 +101,7 @@ def start_run(
         raise RequestError(why)
     run = RunDir(out)
     run.lock()
-    if (why := unusable_out(out)) is not None:  # filled by another since it was checked
+    if (why := unusable_out(out, locked=True)) is not None:  # filled by another since it was checked
         raise RequestError(why)
     atomic_write_model(run.fingerprint_path, fingerprint)
     info = RunInfo(

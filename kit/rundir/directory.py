@@ -103,11 +103,12 @@ def printable(name: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
 
 
-def unusable_out(out: Path) -> str | None:
+def unusable_out(out: Path, locked: bool = False) -> str | None:
     """Why `out` cannot take a new run, in one line; None for a folder that is missing or empty.
     A folder holding anything else is refused, never adopted: its files would be sealed into the
     run's SHA256SUMS as evidence, and an earlier run's cases (its run.json lost) taken for this
-    run's."""
+    run's. Until this kit holds the folder (`locked`), one where a kit left its lock's note is
+    for the lock to judge: another kit starting there now is refused by it, naming the holder."""
     if printable(str(out)) != str(out):  # run.json holds the folder's name as the run id: text
         return f"--out {printable(str(out))}: a name that is not printable UTF-8 text, which a run id cannot be"
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -116,16 +117,26 @@ def unusable_out(out: Path) -> str | None:
         held = sorted(os.listdir(out)) if out.exists() else []
     except OSError as exc:
         return f"--out {out}: cannot be listed ({exc.strerror or exc})"
-    if not held:
-        return None
     if "run.json" in held:
         return f"{out} already holds a run; use --resume {out} or another --out"
-    if held == [LOCK_NOTE]:
-        return None  # an earlier start, stopped before its run.json (or one starting now: the lock says)
-    shown = ", ".join(printable(name)[:60] for name in held[:3]) + (
-        f" and {len(held) - 3} more" if len(held) > 3 else ""
+    notes = [
+        name for name in held if name == LOCK_NOTE or (ATOMIC_TEMP.fullmatch(name) and name.startswith(".kit.lock."))
+    ]
+    if notes and not locked:
+        return None
+    others = [name for name in held if name not in notes]
+    if not others:
+        return None
+    shown = ", ".join(printable(name)[:60] for name in others[:3]) + (
+        f" and {len(others) - 3} more" if len(others) > 3 else ""
     )
-    kind = "an earlier run's cases without its run.json" if "cases" in held else "files that are not a kit run"
+    kind = (
+        "an earlier run's cases without its run.json"
+        if "cases" in others
+        else "the files of an earlier start without its run.json"
+        if notes
+        else "files that are not a kit run"
+    )
     return f"--out {out} holds {kind} ({shown}); give a new or empty folder"
 
 

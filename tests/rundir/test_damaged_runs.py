@@ -606,3 +606,19 @@ def test_a_file_named_like_a_writes_temporary_fails_verify(real_run, tmp_path):
     (run / "cases" / CASE / ".result.json.q7x2k9ab.tmp").write_text('{"status": "ok"}')
     done = subprocess.run([*KIT, "report", "--verify", str(run)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and f"added: cases/{CASE}/.result.json.q7x2k9ab.tmp" in done.stdout, done.stdout
+
+
+def test_two_kits_racing_into_one_folder_run_once_and_the_other_is_refused_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    command = [*KIT, "run", "--profile", "smoke", "--case", CASE, "--executor", "local", "--no-preflight"]
+    racing = [
+        subprocess.Popen([*command, "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    done = sorted((process.wait(timeout=900), process.stderr.read()) for process in racing)
+    (ran, _), (refused, said) = done
+    assert (ran, refused) == (0, 2) and "Traceback" not in said, done
+    assert len(said.strip().splitlines()[-1:]) == 1 and (
+        "already holds a run" in said or "in use by another kit" in said
+    )
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
