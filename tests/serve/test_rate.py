@@ -296,12 +296,13 @@ def stub_case(smoke_plan, tmp_path, monkeypatch):
 
 
 def test_a_cold_start_finds_an_empty_cache_and_a_warm_one_what_it_left(stub_case, tmp_path):
-    from kit.plan.model_files import load_tokenizer, weightless_model
+    from kit.plan.model_files import load_tokenizer
     from kit.serve.burst import burst_prompts, token_count
+    from kit.serve.session import model_directory
     from kit.serve.startup import measure_startups
 
     engine = ENGINES["vllm"]
-    model_dir = weightless_model(*stub_case.named_model, stub_case.params.seed, say=print)
+    model_dir, _ = model_directory(stub_case, engine, StubPlacement(0), print)
     [prompt] = burst_prompts(load_tokenizer(model_dir), 1, stub_case.params.input_tokens, 1)
     found = measure_startups(
         stub_case,

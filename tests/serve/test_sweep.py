@@ -252,7 +252,10 @@ class StubPlacement:
         self.refuse_every = refuse_every
 
     def checkpoint(self, case, say):
-        raise AssertionError("vLLM makes its own weights: no checkpoint")
+        """The seeded checkpoint a small model is served from (kit.serve.engines.loads_checkpoint)."""
+        from kit.execute.local import LocalPlacement
+
+        return LocalPlacement().checkpoint(case, say)
 
     def start(self, engine, case, model_dir, out_dir, say, cpus=None):
         port = free_port()
