@@ -112,7 +112,7 @@ def test_two_ranks_against_one_cold_checkpoint_get_one_whole_loadable_checkpoint
 
 def test_a_checkpoint_left_with_a_marker_and_no_weights_is_rebuilt(tmp_path):
     pytest.importorskip("torch")
-    from kit.plan.model_files import model_key
+    from kit.plan.model_key import model_key
     from kit.workloads.synthetic import synthetic_checkpoint
 
     shape = load_protocol().models["tiny-llama"]

@@ -304,7 +304,7 @@ def serve_job(case: Case, options: K8sOptions) -> dict:
     variables), the model folder from the claim, /dev/shm as its docs ask. The kit's client that
     fires the burst runs on the host (kit.serve.session) and has no place in the pod yet, so the
     engine stays up until the Job's deadline."""
-    from kit.plan.model_files import model_key
+    from kit.plan.model_key import model_key
     from kit.serve.engines import engine_for
 
     params = case.params_as(ServeParams)

@@ -64,7 +64,7 @@ def first_run_work(cases: list[Case], device: str, docker: bool | None, cache: P
 
 
 def _checkpoints(cases: list[Case], cache: Path | None) -> list[FirstRunWork]:
-    from kit.plan.model_files import model_key
+    from kit.plan.model_key import model_key
 
     made: dict[str, FirstRunWork] = {}
     for case in cases:

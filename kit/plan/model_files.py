@@ -11,11 +11,11 @@ full synthetic checkpoint are added by kit.workloads.synthetic.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from kit.cache import cache_dir, ensure_entry
+from kit.plan.model_key import model_key
 from kit.plan.protocol import ModelSpec
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -53,12 +53,6 @@ def config_json(shape: ModelSpec) -> dict:
         "use_cache": True,
         "torch_dtype": WEIGHTS_DTYPE,
     }
-
-
-def model_key(name: str, shape: ModelSpec, seed: int) -> str:
-    """The cache folder name of a model of this name, shape and seed."""
-    identity = json.dumps({"name": name, "shape": shape.model_dump(), "seed": seed}, sort_keys=True)
-    return f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
 
 
 def training_text(seed: int, words: int) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kit.cache import CacheEntryInvalid, cache_dir, read_marker
-from kit.plan.model_files import model_key
+from kit.plan.model_key import model_key
 from kit.plan.protocol import Case
 
 

@@ -20,9 +20,9 @@ from kit.plan.model_files import (
     INIT_STD,
     WEIGHTS_DTYPE,
     config_json,
-    model_key,
     write_description,
 )
+from kit.plan.model_key import model_key
 from kit.plan.protocol import ModelSpec
 
 # Weights are written in shards of at most this size, named and indexed as transformers names

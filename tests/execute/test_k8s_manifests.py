@@ -296,5 +296,5 @@ def test_a_case_naming_an_engine_the_kit_does_not_know_is_named_not_written(mani
     done = CliRunner().invoke(
         cli, ["k8s", "manifests", "--profile", "paper", "--stage", "serve", "--pvc", "kit-runs", "--out", str(tmp_path)]
     )
-    assert done.exit_code == 1 and "no engine 'vlm' (known: vllm, tgi, lightllm)" in done.output, done.output
+    assert done.exit_code == 1 and "no engine 'vlm' (known: vllm, tgi, lightllm, sglang)" in done.output, done.output
     assert not list(tmp_path.glob("serve.*vllm*.yaml"))

@@ -125,4 +125,5 @@ def test_stray_results_and_a_clock_set_back_give_no_history_and_no_traceback(tmp
     )
     listed = subprocess.run([*KIT, "list", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-2000:]
-    assert json.loads(listed.stdout)["host"]["estimates"]["comm.all_reduce.g2"]["seconds"] is None
+    # no history from any of them: the estimate is the recorded smoke run's (kit.plan.recorded_durations)
+    assert json.loads(listed.stdout)["host"]["estimates"]["comm.all_reduce.g2"]["basis"].startswith("a recorded smoke")
