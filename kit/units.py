@@ -102,3 +102,11 @@ def convert(value: float, from_unit: str, to_unit: str) -> float | None:
 def counted(count: int, noun: str) -> str:
     """A count and its noun, singular for one: "1 GPU", "8 GPUs"."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def binary_size(size: float) -> str:
+    """A size in bytes in its largest binary unit ("1 GiB", "256 KiB"), as message sizes are said."""
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:g} {unit}"
+    return f"{size:g} B"

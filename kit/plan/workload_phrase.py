@@ -5,6 +5,7 @@ without its workload compares with nothing."""
 from __future__ import annotations
 
 from kit.plan.protocol import Case, CommParams, ServeParams, TrainParams
+from kit.units import binary_size
 
 STAGE_WORDS = {
     "pretrain": "pre-train",
@@ -30,17 +31,27 @@ def workload_phrase(case: Case) -> str:
     """The case's workload as a reader compares two figures by: what ran, its shape and precision."""
     params = case.params
     if isinstance(params, ServeParams):
-        return (
-            f"{case.model} {params.engine or case.method}, {params.input_tokens} in / {params.max_output_tokens} out, "
-            f"burst of {params.prompts}, {params.dtype}"
-        )
+        head = f"{case.model} {params.engine or case.method}"
+    elif isinstance(params, CommParams):
+        head = params.collective or case.method
+    elif case.step is None:
+        return case.id
+    else:
+        head = f"{case.model} {STAGE_WORDS.get(case.stage, case.stage)} {case.method}"
+    return f"{head}, {workload_shape(case)}"
+
+
+def workload_shape(case: Case) -> str:
+    """The workload without what ran (its model, method or engine): where a row's name says that already."""
+    params = case.params
+    if isinstance(params, ServeParams):
+        return f"{params.input_tokens} in / {params.max_output_tokens} out, burst of {params.prompts}, {params.dtype}"
     if isinstance(params, CommParams):
-        return f"{params.collective or case.method}, {params.dtype}, {params.backend}, up to {params.max_bytes} bytes"
+        return f"{params.dtype}, {params.backend}, up to {binary_size(params.max_bytes)}"
     step = case.step
     if step is None:
         return case.id
     parts = [
-        f"{case.model} {STAGE_WORDS.get(case.stage, case.stage)} {case.method}",
         f"seq {step.seq_len}",
         f"mb {step.micro_batch}" if case.max_batch_search is None else "micro-batch searched",
         step.dtype,

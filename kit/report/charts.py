@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from kit.report.chart_cache import drawn_once
 from kit.report.model import html_id
+from kit.units import binary_size
 
 STYLE = {
     "font.family": "DejaVu Sans",
@@ -503,10 +504,7 @@ def ratio_chart(salt: str, bars: list[RatioBar], caption_unit: str) -> str:
 
 
 def _bytes_label(size: float, _position: int = 0) -> str:
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= factor:
-            return f"{size / factor:g} {unit}"
-    return f"{size:g} B"
+    return binary_size(size)
 
 
 @drawn_once

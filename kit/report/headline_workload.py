@@ -1,11 +1,12 @@
-"""Beside each headline figure of page one, its workload in one short phrase (kit.plan.workload_phrase)
-and its value per GPU beside the host's total, as vendors and clouds quote (tokens/s/GPU): a buyer
-compares figures of one workload, per GPU. Applied to the headline table page_one.py builds, so
+"""Beside each headline figure of page one, its workload in one short phrase (its shape and precision:
+the row's name says what ran, kit.plan.workload_phrase.workload_shape) and its value per GPU beside
+the host's total, as vendors and clouds quote (tokens/s/GPU): a buyer compares figures of one
+workload, per GPU. Applied to the headline table page_one.py builds, so
 that which figures are headlines stays that module's business."""
 
 from __future__ import annotations
 
-from kit.plan.workload_phrase import workload_phrase
+from kit.plan.workload_phrase import workload_shape
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Row, Table
 from kit.units import format_value
@@ -45,7 +46,10 @@ def _described(row: Row, run: LoadedRun) -> Row:
     result = run.results.get(folder.removeprefix(CASE_FOLDER).rstrip("/"))
     if result is None:
         return row
-    cells = [label.model_copy(update={"detail": f"{folder}; {workload_phrase(result.case)}"}), *row.cells[1:]]
+    if result.stage in PER_GPU_METRICS and result.stage != "serve":
+        cells = list(row.cells)  # a training figure's workload is said by its ranking (kit.report.ranking)
+    else:
+        cells = [label.model_copy(update={"detail": f"{folder}; {workload_shape(result.case)}"}), *row.cells[1:]]
     per_gpu = per_gpu_text(run, result.case_id)
     if per_gpu is not None and cells[1].colspan == 1:
         cells[1] = cells[1].model_copy(update={"text": f"{cells[1].text}; {per_gpu}"})

@@ -629,7 +629,7 @@ def headline_table(
             f"Energy ({ENERGY_UNIT})",
             f"{pricing.currency}/1M tokens",
         ],
-        widths=[28, 16, 18, 16, 6, 8, 8],
+        widths=[28, 19, 14, 15, 9, 7, 8],
         rows=rows,
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
@@ -768,8 +768,9 @@ def health_lines(run: LoadedRun) -> list[Fact]:
         for node, loaded in sorted(run.nodes.items())
         if loaded.fingerprint and (found := loaded.fingerprint.health) and found.verdict == "unhealthy"
     ]
-    if health is None:
-        host = Fact(label="Health", value="warn: not recorded (no health section in the fingerprint)", tone="warn")
+    if health is None:  # a fingerprint of a kit before the health gate: one line says both are unknown
+        said = "warn: not recorded (no health section in the fingerprint: GPU health and silent data corruption)"
+        return [Fact(label="Health", value=said, tone="warn"), *serving_output_lines(run)]
     elif health.verdict == "unhealthy" or unhealthy_nodes:
         because = [health.unhealthy_because] if health.unhealthy_because else []
         host = Fact(label="Health", value=f"fail: unhealthy: {'; '.join(because + unhealthy_nodes)}", tone="bad")
@@ -793,21 +794,23 @@ def health_lines(run: LoadedRun) -> list[Fact]:
             tone=HEALTH_TONES[corruption.status],
         ),
     ]
+    return [*facts, *serving_output_lines(run)]
+
+
+def serving_output_lines(run: LoadedRun) -> list[Fact]:
+    """The serving cases' output checked against transformers': a line where a serve case made one."""
     checks = output_checks(run)
-    if checks:
-        wrong = [case for case, found in checks.items() if any(check.status == "fail" for check in found)]
-        checked = [case for case, found in checks.items() if any(check.status == "pass" for check in found)]
-        if wrong:
-            value, tone = f"fail: output wrong in {', '.join(sorted(wrong))}; their figures are invalid", "bad"
-        elif checked:
-            value, tone = (
-                f"pass: {len(checked)} of {len(checks)} serving cases' greedy output equals transformers'",
-                "good",
-            )
-        else:
-            value, tone = "not checked (see the Health and correctness section)", "muted"
-        facts.append(Fact(label="Serving output", value=value, tone=tone))
-    return facts
+    if not checks:
+        return []
+    wrong = [case for case, found in checks.items() if any(check.status == "fail" for check in found)]
+    checked = [case for case, found in checks.items() if any(check.status == "pass" for check in found)]
+    if wrong:
+        value, tone = f"fail: output wrong in {', '.join(sorted(wrong))}; their figures are invalid", "bad"
+    elif checked:
+        value, tone = f"pass: {len(checked)} of {len(checks)} serving cases' greedy output equals transformers'", "good"
+    else:
+        value, tone = "not checked (see the Health and correctness section)", "muted"
+    return [Fact(label="Serving output", value=value, tone=tone)]
 
 
 def page_one(
