@@ -167,7 +167,11 @@ def test_in_the_real_smoke_run_the_claims_of_one_run_read_inconclusive(reference
         assert relation.judged == "inconclusive"
         assert relation.finding.startswith("inconclusive: ")
         assert relation.finding.endswith(f"1 run of profile.tiny-llama.base.g1; 3 needed ({DECISIVE_RUN})")
-    # the serving claims read one burst: inconclusive too; the fine-tuning ones, three runs: judged
+    # the serving claims read one burst: inconclusive too; the fine-tuning ones, three runs: judged on
+    # their runs (a spread as wide as a loaded CPU makes may still leave one inconclusive, never for its count)
     assert all(r.judged == "inconclusive" for r in outcomes["C23"].relations if r.judged)
     judged = [r for r in outcomes["C16"].relations if r.judged]
-    assert judged and all(r.judged in ("consistent", "deviates") and "needed" not in r.finding for r in judged)
+    assert judged and all("needed" not in r.finding for r in judged)
+    assert all(
+        r.judged in ("consistent", "deviates") or "spread" in r.finding or "same stand-in" in r.finding for r in judged
+    )
