@@ -9,6 +9,7 @@ from __future__ import annotations
 from kit.plan.workload_phrase import workload_shape
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Row, Table
+from kit.rundir.schema import Result
 from kit.units import format_value
 
 CASE_FOLDER = "cases/"
@@ -19,11 +20,11 @@ PER_GPU_METRICS = {
     "profile": "tokens_per_s",
     "serve": "output_throughput",
 }
-UNITS = {"tokens_per_s": "tokens/s", "output_throughput": "tokens/s"}
+TRAINING_STAGES = ("pretrain", "finetune", "scaling", "profile")
 
 
 def per_gpu_text(run: LoadedRun, case_id: str) -> str | None:
-    """ "2,180 tokens/s per GPU" (per process on CPU) of a case's throughput; None for a figure not
+    """ "2180 per GPU" (per process on CPU), in the total's unit, of a case's throughput; None for a figure not
     counted per GPU (bus bandwidth is one GPU's already) or one not measured."""
     result = run.results.get(case_id)
     if result is None:
@@ -33,29 +34,62 @@ def per_gpu_text(run: LoadedRun, case_id: str) -> str | None:
     if name is None or metric is None:
         return None
     each = "GPU" if result.case.device == "cuda" else "process"
-    return f"{format_value(metric.mean / result.case.gpus)} {UNITS[name]} per {each}"
+    return f"{format_value(metric.mean / result.case.gpus)} per {each}"
 
 
-def _described(row: Row, run: LoadedRun) -> Row:
-    """The row with its case's workload after the folder of its raw samples, and its per-GPU value
-    after the host's total; a heading, or a row of no one case, as it is."""
-    label = row.cells[0]
-    folder = label.detail or ""
+def _case_of(row: Row, run: LoadedRun) -> Result | None:
+    """The result a row of one case shows (its label's detail is the folder of its raw samples)."""
+    folder = row.cells[0].detail or ""
     if row.heading or not folder.startswith(CASE_FOLDER) or len(row.cells) < 2:
-        return row
-    result = run.results.get(folder.removeprefix(CASE_FOLDER).rstrip("/"))
+        return None
+    return run.results.get(folder.removeprefix(CASE_FOLDER).rstrip("/"))
+
+
+def _described(row: Row, run: LoadedRun, shape_said: bool) -> Row:
+    """The row with its case's workload after the folder of its raw samples (unless its group's
+    heading says it, or its ranking does: a training figure's, kit.report.ranking), and its per-GPU
+    value under the host's total; a heading, or a row of no one case, as it is."""
+    result = _case_of(row, run)
     if result is None:
         return row
-    if result.stage in PER_GPU_METRICS and result.stage != "serve":
-        cells = list(row.cells)  # a training figure's workload is said by its ranking (kit.report.ranking)
-    else:
-        cells = [label.model_copy(update={"detail": f"{folder}; {workload_shape(result.case)}"}), *row.cells[1:]]
+    cells = list(row.cells)
+    if not shape_said and result.stage not in TRAINING_STAGES:
+        cells[0] = cells[0].model_copy(update={"detail": f"{cells[0].detail}; {workload_shape(result.case)}"})
     per_gpu = per_gpu_text(run, result.case_id)
     if per_gpu is not None and cells[1].colspan == 1:
-        cells[1] = cells[1].model_copy(update={"text": f"{cells[1].text}; {per_gpu}"})
+        measured = cells[1]  # the per-GPU value first under the total, where the row has a line to spare
+        cells[1] = measured.model_copy(update={"detail": "; ".join(filter(None, [per_gpu, measured.detail]))})
     return row.model_copy(update={"cells": cells})
 
 
 def with_workloads(table: Table, run: LoadedRun) -> Table:
-    """The headline table with each figure's workload under its name and its per-GPU value under the total."""
-    return table.model_copy(update={"rows": [_described(row, run) for row in table.rows]})
+    """The headline table with each figure's workload under its name (once in its group's heading
+    where the group's figures share one) and its per-GPU value under the total."""
+    groups: list[list[Row]] = [[]]
+    for row in table.rows:
+        if row.heading:
+            groups.append([])
+        groups[-1].append(row)
+    rows: list[Row] = []
+    for group in groups:
+        shapes = {
+            workload_shape(result.case)
+            for row in group
+            if (result := _case_of(row, run)) is not None and result.stage not in TRAINING_STAGES
+        }
+        shared = len(shapes) == 1 and group[0].heading and len(group) > 2
+        if shared:
+            heading = group[0].cells[0]
+            group = [
+                group[0].model_copy(
+                    update={
+                        "cells": [
+                            heading.model_copy(update={"text": f"{heading.text}; each {shapes.pop()}"}),
+                            *group[0].cells[1:],
+                        ]
+                    }
+                ),
+                *group[1:],
+            ]
+        rows += [_described(row, run, bool(shared)) for row in group]
+    return table.model_copy(update={"rows": rows})

@@ -83,6 +83,7 @@ FALLBACK_STAGES = {
     "profile": "Module breakdown: the fastest profiled step per model",
 }
 ENERGY_ANCHOR = "energy"  # the section of energy and cost, where the report has one
+MOST_IMAGES_LISTED = 3  # on page one; more are counted, and listed in the appendix
 COLUMNS = (
     7  # figure, measured, standing, bound, paper, energy, cost: cost where priced, paper where the reference has one
 )
@@ -488,7 +489,7 @@ def serving_rows(
         failed = [
             f"{case.method}: "
             + (
-                f"invalid: {run.invalid[case.id][0]}"
+                "invalid (its section says why)"
                 if run.invalid.get(case.id)
                 else f"{r.status}: {first_clause(r.reason)}"
                 if r
@@ -629,7 +630,7 @@ def headline_table(
             f"Energy ({ENERGY_UNIT})",
             f"{pricing.currency}/1M tokens",
         ],
-        widths=[28, 19, 14, 15, 9, 7, 8],
+        widths=[27, 18, 18, 14, 9, 6, 8],
         rows=rows,
         notes=[  # one paragraph: page one has no line to spare
             "Measured: mean ± sample std over the case's runs (under each figure, its raw samples). Standing: the "
@@ -752,7 +753,11 @@ def host_facts(run: LoadedRun) -> list[Fact]:
         facts.append(Fact(label="Images", value=images.not_run, tone="muted"))
     else:
         listed = [f"{row.cells[0].text} {short_digest(row.cells[1].text)}" for row in images.tables[0].rows]
-        facts.append(Fact(label="Images", value="; ".join(listed) + " (full digests: Appendix, Image digests)"))
+        if len(listed) > MOST_IMAGES_LISTED:  # page one has no lines to spare: the appendix lists them
+            said = f"{len(listed)} images, each by digest (Appendix, Image digests)"
+        else:
+            said = "; ".join(listed) + " (full digests: Appendix, Image digests)"
+        facts.append(Fact(label="Images", value=said))
     return facts
 
 
