@@ -57,7 +57,7 @@ def _described(row: Row, run: LoadedRun, shape_said: bool) -> Row:
         cells[0] = cells[0].model_copy(update={"detail": f"{cells[0].detail}; {workload_shape(result.case)}"})
     per_gpu = per_gpu_text(run, result.case_id)
     if per_gpu is not None and cells[1].colspan == 1:
-        measured = cells[1]  # the per-GPU value first under the total, where the row has a line to spare
+        measured = cells[1]  # the per-GPU value under the total, on a line the row has to spare
         cells[1] = measured.model_copy(update={"detail": "; ".join(filter(None, [per_gpu, measured.detail]))})
     return row.model_copy(update={"cells": cells})
 

@@ -489,7 +489,7 @@ def serving_rows(
         failed = [
             f"{case.method}: "
             + (
-                "invalid (its section says why)"
+                f"invalid: {invalid_in_brief(run.invalid[case.id][0])}"
                 if run.invalid.get(case.id)
                 else f"{r.status}: {first_clause(r.reason)}"
                 if r
@@ -759,6 +759,14 @@ def host_facts(run: LoadedRun) -> list[Fact]:
             said = "; ".join(listed) + " (full digests: Appendix, Image digests)"
         facts.append(Fact(label="Images", value=said))
     return facts
+
+
+def invalid_in_brief(reason: str) -> str:
+    """Why a figure is invalid, as a line of page one has room for ("1.97 × the roofline bound"; the
+    section says the rest)."""
+    return (
+        first_clause(reason).split(" of its GPUs")[0].split(" (")[0].removeprefix("output ").removeprefix("tokens/s ")
+    )
 
 
 def health_lines(run: LoadedRun) -> list[Fact]:
