@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from support import FIXTURES
+from support.wrong_output import with_wrong_output
 
 from kit.host.fingerprint import Fingerprint
 from kit.host.health import HostHealth, XidLog
@@ -23,7 +24,7 @@ from kit.report.printer import write_pdf
 from kit.report.render import print_parts
 from kit.rundir.directory import RunDir, atomic_write_model, read_model
 from kit.rundir.schema import Result
-from kit.rundir.serving import OutputCheck, ServeDetails
+from kit.rundir.serving import ServeDetails
 
 pytestmark = pytest.mark.e2e
 
@@ -76,19 +77,7 @@ def faulty_run(real_smoke_run, tmp_path) -> Path:
     atomic_write_model(run / "fingerprint.json", fingerprint.model_copy(update={"health": health}))
     (serve,) = run.glob("cases/serve.*/result.json")
     result = read_model(serve, Result)
-    driver_rank = result.samples[0].ranks[0]
-    details = driver_rank.details_as(ServeDetails)
-    assert details is not None
-    wrong = OutputCheck(
-        status="fail",
-        prompts=3,
-        agreed=2,
-        tokens_compared=16,
-        mismatches=["prompt 2, token 5: engine 311, transformers 87"],
-    )
-    rank = driver_rank.model_copy(update={"details": details.model_copy(update={"correctness": wrong})})
-    sample = result.samples[0].model_copy(update={"ranks": [rank, *result.samples[0].ranks[1:]]})
-    atomic_write_model(serve, result.model_copy(update={"samples": [sample, *result.samples[1:]]}))
+    atomic_write_model(serve, with_wrong_output(result))
     (run / "SHA256SUMS.sig").unlink(missing_ok=True)
     RunDir(run).write_sums()
     return run

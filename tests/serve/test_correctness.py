@@ -5,13 +5,14 @@ on the same weights; and how a mismatch is found and makes the case's figures in
 from pathlib import Path
 
 import pytest
+from support.wrong_output import with_wrong_output
 
 from kit.execute.choice import named
 from kit.execute.preflight import miniature, run_check
 from kit.host.this_host import this_host
 from kit.measure.validity import invalid_reasons, output_wrong
 from kit.plan.protocol import ServeParams, plan_for
-from kit.rundir.serving import OutputCheck, ServeDetails
+from kit.rundir.serving import ServeDetails
 from kit.serve.correctness import compared, not_checked_because
 from kit.serve.engines import engine_for, loads_checkpoint
 
@@ -62,21 +63,7 @@ def test_a_wrong_output_makes_the_figures_invalid(real_smoke_run):
 
     (found,) = real_smoke_run.glob("cases/serve.*/result.json")
     result = read_model(found, Result)
-    driver = result.samples[0].ranks[0]
-    details = driver.details_as(ServeDetails)
-    assert details is not None
-    wrong = OutputCheck(
-        status="fail",
-        prompts=3,
-        agreed=2,
-        tokens_compared=16,
-        mismatches=["prompt 2, token 5: engine 311, transformers 87"],
-    )
-    broken = details.model_copy(update={"correctness": wrong})
-    sample = result.samples[0].model_copy(
-        update={"ranks": [driver.model_copy(update={"details": broken}), *result.samples[0].ranks[1:]]}
-    )
-    result = result.model_copy(update={"samples": [sample, *result.samples[1:]]})
+    result = with_wrong_output(result)
     assert (
         output_wrong(result)
         == "output wrong in run 1: 2 of 3 prompts agreed; prompt 2, token 5: engine 311, transformers 87"
