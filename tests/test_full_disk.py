@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from support.interrupted import KIT, in_evidence, killed_after_first_case
+from support.interrupted import KIT, in_evidence, killed_after_first_case, smoke_comm_run
 
 
 @pytest.fixture
@@ -38,19 +38,7 @@ def fill(folder) -> None:
 def test_a_full_disk_ends_the_run_in_one_line_keeps_finished_cases_and_resume_finishes(small_disk):
     run = small_disk / "run"
     started = subprocess.Popen(
-        [
-            *KIT,
-            "run",
-            "--profile",
-            "smoke",
-            "--stage",
-            "comm",
-            "--executor",
-            "local",
-            "--no-preflight",
-            "--out",
-            str(run),
-        ],
+        smoke_comm_run(run),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -16,6 +16,23 @@ from pathlib import Path
 KIT = [sys.executable, "-m", "kit.cli"]
 
 
+def smoke_comm_run(run: Path) -> list[str]:
+    """`kit run` of the smoke profile's collectives in this Python into `run`: a few short cases."""
+    return [
+        *KIT,
+        "run",
+        "--profile",
+        "smoke",
+        "--stage",
+        "comm",
+        "--executor",
+        "local",
+        "--no-preflight",
+        "--out",
+        str(run),
+    ]
+
+
 def in_evidence(run: Path, result: Path) -> bool:
     """Whether SHA256SUMS lists this result.json: a resume keeps those and runs any other again
     (a result written just before the evidence could be)."""
@@ -26,19 +43,7 @@ def killed_after_first_case(run: Path) -> list[Path]:
     """Start the smoke comm stage into `run`, kill it once SHA256SUMS exists; the result.json
     files the evidence lists."""
     started = subprocess.Popen(
-        [
-            *KIT,
-            "run",
-            "--profile",
-            "smoke",
-            "--stage",
-            "comm",
-            "--executor",
-            "local",
-            "--no-preflight",
-            "--out",
-            str(run),
-        ],
+        smoke_comm_run(run),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
