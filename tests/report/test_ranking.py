@@ -8,6 +8,7 @@ from support.paper_size_run import write_run
 from kit.report.build import build_report
 from kit.report.load import load_run
 from kit.report.ranking import standing, workload
+from kit.rundir.schema import Metric
 
 BREAKDOWN = ["profile.llama2-7b.base.g1", "profile.llama2-7b.f.g1", "profile.llama2-7b.r.g1.b16"]
 
@@ -28,6 +29,26 @@ def test_a_step_of_sixteen_sequences_is_not_ranked_against_steps_of_one(breakdow
     assert "next" not in ranked.words
     same = standing([results["profile.llama2-7b.base.g1"], results["profile.llama2-7b.f.g1"]], "tokens_per_s")
     assert "next" in same.words or "tied" in same.words
+
+
+@pytest.mark.parametrize(
+    ("runner_mean", "words"),
+    [(95.0, "full-parameter, tied with F 95.0 ± 4.0"), (80.0, "fastest full-parameter; next F 80.0 ± 4.0")],
+)
+def test_the_highest_is_fastest_only_where_its_interval_clears_the_next_ones(breakdown_run, runner_mean, words):
+    """mean ± std of the highest and of the next: meeting is a tie, apart is "fastest"."""
+    results = load_run(breakdown_run, False).results
+
+    def measured(case_id, mean):
+        metric = Metric(mean=mean, std=4.0, n=3, unit="tokens/s", per_run=[mean - 4, mean, mean + 4])
+        result = results[case_id]
+        return result.model_copy(update={"metrics": {**result.metrics, "tokens_per_s": metric}})
+
+    ranked = standing(
+        [measured("profile.llama2-7b.base.g1", 100.0), measured("profile.llama2-7b.f.g1", runner_mean)], "tokens_per_s"
+    )
+    assert ranked.best.case_id == "profile.llama2-7b.base.g1"
+    assert ranked.words == words
 
 
 def test_the_headline_row_and_the_verdict_say_the_workload(breakdown_run):

@@ -287,7 +287,6 @@ def test_each_kind_of_method_is_ranked_apart_and_fastest_only_clear_of_the_next(
                 said[f"fastest {group[1]}" if best.mean - best.std > runner.mean + runner.std else "tied with"] += 1
         page = printed.pages[0]
         assert {words: page.count(words) for words in said} == dict(said), printed.run
-    assert said["tied with"]  # the smoke run's methods on two CPU processes overlap
 
 
 def test_page_one_has_a_legend_of_every_method_letter(printed):
