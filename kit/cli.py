@@ -73,6 +73,14 @@ def positive_number(ctx, param, value: float | None) -> float | None:
     return value
 
 
+SLO_TTFT_OPTION = click.option(
+    "--slo-ttft-ms", type=float, callback=positive_number, help="serving objective: p99 time to first token (ms)"
+)
+SLO_TPOT_OPTION = click.option(
+    "--slo-tpot-ms", type=float, callback=positive_number, help="serving objective: p99 time per output token (ms)"
+)
+
+
 def regular_file(ctx, param, value: Path | None) -> Path | None:
     """A file the kit or ssh-keygen reads: a regular file (a FIFO would keep the read waiting)."""
     if value is not None and not value.is_file():
@@ -478,17 +486,31 @@ def _sign(run, key: Path) -> None:
     help="no measured baseline: the kit's roofline bounds for the run's GPU (hardware.yaml, the preflight's "
     "figures where lower), named as such",
 )
-def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: Path | None, expectation: bool) -> None:
+@SLO_TTFT_OPTION
+@SLO_TPOT_OPTION
+def baseline(
+    run_dirs: tuple[Path, ...],
+    out: Path,
+    name: str | None,
+    sign_key: Path | None,
+    expectation: bool,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+) -> None:
     """Make a baseline for acceptance (`kit report RUN --accept SPEC --baseline FILE`) from finished
     runs of one GPU model: per quantity and case, the median and spread per GPU over the runs, with
     their GPU model, driver, images, kit version and evidence digests; hashed, and signed where the
-    runs were (exit 1 if a run does not match its evidence)."""
+    runs were (exit 1 if a run does not match its evidence). Serving capacities are held to the
+    objectives given (default: those of the kit's spec)."""
     from kit.console import show_baseline
+    from kit.measure.slo import given_slo
     from kit.reference.baseline_runs import write_baseline
     from kit.rundir.schema import utc_now
 
     try:
-        made = write_baseline(list(run_dirs), out, name, sign_key, utc_now(), expectation)
+        made = write_baseline(
+            list(run_dirs), out, name, sign_key, utc_now(), expectation, given_slo(slo_ttft_ms, slo_tpot_ms)
+        )
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     show_baseline(out, made, signed=sign_key is not None)
@@ -508,12 +530,8 @@ def baseline(run_dirs: tuple[Path, ...], out: Path, name: str | None, sign_key: 
 )
 @click.option("--gpu-hour-price", type=float, envvar="KIT_GPU_HOUR_PRICE", callback=positive_number, help=PRICE_HELP)
 @click.option("--currency", help="the currency of --gpu-hour-price, named in the report (default USD)")
-@click.option(
-    "--slo-ttft-ms", type=float, callback=positive_number, help="serving objective: p99 time to first token (ms)"
-)
-@click.option(
-    "--slo-tpot-ms", type=float, callback=positive_number, help="serving objective: p99 time per output token (ms)"
-)
+@SLO_TTFT_OPTION
+@SLO_TPOT_OPTION
 @click.option(
     "--out", type=FOLDER, callback=writable_folder, help="folder for the report files (default: the run directory)"
 )

@@ -302,10 +302,18 @@ DECISION_STYLE = {"ACCEPT": "green", "REJECT": "red", "INCONCLUSIVE": "yellow"}
 def show_decision(folder, decision) -> None:
     """`kit report --accept`: the run's decision, then each line that is not a pass (kit.reference.acceptance.Decision)."""
     shown = output.results()
-    counts = ", ".join(f"{decision.counted(o)} {o}" for o in ("pass", "fail", "inconclusive", "not measured"))
+    outcomes = ("pass", "fail", "inconclusive", "not measured", "not applicable")
+    counts = ", ".join(f"{decision.counted(o)} {o}" for o in outcomes if decision.counted(o) or o != "not applicable")
     shown.print(f"{folder}: ", end="", soft_wrap=True)
     shown.print(decision.decided, style=DECISION_STYLE[decision.decided], end="")
     shown.print(f": {decision.spec_name} against {decision.baseline_name} ({counts})", soft_wrap=True)
+    for condition in decision.conditions:
+        if condition.outcome not in ("pass", "not applicable"):
+            shown.print(
+                f"  {condition.outcome}: {condition.label}: {condition.observed}"
+                + (f" ({condition.why})" if condition.why else ""),
+                soft_wrap=True,
+            )
     for line in decision.lines:
         if line.outcome != "pass":
             shown.print(

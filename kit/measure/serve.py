@@ -65,7 +65,7 @@ def serve_case_metrics(
     """Each figure of the burst over the runs; notes on failed requests, a client that may have
     limited it, short outputs, the roofline bound, a token count the engine disagrees with, and
     the sweep's points (whose figures the report computes from their rows, under the objectives
-    it is given: kit.serve.slo)."""
+    it is given: kit.measure.slo)."""
     driver = [driver_details(run) for run in runs]
     found, notes = {}, []
     for name, (unit, pick) in SERVE_FIGURES.items():

@@ -20,7 +20,7 @@ from kit.plan.predictions import (
     training_throughput_bound,
 )
 from kit.rundir.schema import Result
-from kit.rundir.serving import ServeDetails
+from kit.rundir.serving import OutputCheck, ServeDetails
 
 
 def _most(result: Result, metric: str) -> float | None:
@@ -89,16 +89,24 @@ def tokens_disagree(result: Result) -> str | None:
     return None
 
 
-def output_wrong(result: Result) -> str | None:
-    """Serving correctness: the engine's greedy tokens were not the same weights' in transformers
-    (kit.serve.correctness); a fast wrong engine is no measurement."""
+def output_checks(result: Result) -> list[tuple[int, OutputCheck]]:
+    """A serve case's output checks (kit.serve.correctness), each with the run (from 1) that made it."""
     if result.case.workload != "serve":
-        return None
+        return []
+    found = []
     for index, sample in enumerate(result.samples, start=1):
         driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
         details = driver.details_as(ServeDetails) if driver else None
-        check = details.correctness if details else None
-        if check is not None and check.status == "fail":
+        if details is not None and details.correctness is not None:
+            found.append((index, details.correctness))
+    return found
+
+
+def output_wrong(result: Result) -> str | None:
+    """Serving correctness: the engine's greedy tokens were not the same weights' in transformers
+    (kit.serve.correctness); a fast wrong engine is no measurement."""
+    for index, check in output_checks(result):
+        if check.status == "fail":
             first = check.mismatches[0] if check.mismatches else check.note
             return f"output wrong in run {index}: {check.agreed} of {check.prompts} prompts agreed; {first}"
     return None

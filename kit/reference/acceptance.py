@@ -8,7 +8,9 @@ baseline figure a requirement reads is one line of the decision: the run's mean 
 95 % Student-t interval over the runs, against the required value; a line passes where the whole
 interval clears it, fails where the whole interval falls short, and is inconclusive where the
 interval straddles it, where the case made fewer runs than the spec asks, or where the run did not
-measure it. One failing line rejects; else one inconclusive line leaves the whole inconclusive.
+measure it. The spec's health and correctness requirements are lines too
+(kit.reference.health_requirements). One failing line rejects; else one undecided line leaves the
+whole inconclusive.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import BaseModel, Field
 from kit.manifest import load_manifest, manifests_dir
 from kit.plan.protocol import Strict
 from kit.reference.baseline import Baseline, BaselineFigure
+from kit.reference.health_requirements import ConditionLine, HealthRequirements, condition_lines
 from kit.reference.measured_run import MeasuredRun
 from kit.reference.quantities import QUANTITIES, QuantityName
 from kit.rundir.signing import SignatureCheck
@@ -65,6 +68,7 @@ class AcceptanceSpec(Strict):
     baseline: str | None = None  # the baseline file, relative to the spec's folder; --baseline overrides it
     min_runs: int = Field(ge=1, le=100)
     latency: LatencyObjectives | None = None
+    health: HealthRequirements = HealthRequirements()
     requirements: tuple[Requirement, ...] = Field(min_length=1)
 
 
@@ -120,14 +124,17 @@ class Decision(BaseModel):
     baseline_digest: str
     evidence_digest: str
     lines: list[DecisionLine]
+    conditions: list[ConditionLine] = []  # the spec's health and correctness requirements
     unread: list[str] = []  # requirements the baseline has no figure of, said as such
 
     @property
     def exit_status(self) -> int:
         return EXIT_STATUS[self.decided]
 
-    def counted(self, outcome: LineOutcome) -> int:
-        return sum(line.outcome == outcome for line in self.lines)
+    def counted(self, outcome: str) -> int:
+        return sum(line.outcome == outcome for line in self.conditions) + sum(
+            line.outcome == outcome for line in self.lines
+        )
 
 
 class Judgement(NamedTuple):
@@ -173,9 +180,16 @@ def _line(requirement: Requirement, figure: BaselineFigure, run: MeasuredRun, mi
         outcome="not measured",
     )
     result = run.results.get(figure.case_id)
-    metric = result.metrics.get(quantity.metric) if result is not None else None
+    metric = run.metric(figure.case_id, quantity.metric)
     if result is None:
         return line.model_copy(update={"why": "the case was not run"})
+    if quantity.held_to_objectives and figure.objectives != run.objectives:
+        return line.model_copy(
+            update={
+                "why": f"objectives differ: the baseline's figure is held to {figure.objectives}, the spec's to "
+                f"{run.objectives} (make the baseline with the spec's: kit baseline --slo-ttft-ms --slo-tpot-ms)"
+            }
+        )
     if result.status != "ok" or metric is None:
         return line.model_copy(
             update={"why": f"the case is {result.status}" + (f": {result.reason}" if result.reason else "")}
@@ -223,9 +237,14 @@ def decide(spec: LoadedSpec, baseline: Baseline, run: MeasuredRun, evidence_dige
         if not figures:
             unread.append(f"{QUANTITIES[requirement.quantity].label}: no figure of it in the baseline")
         lines += [_line(requirement, figure, run, spec.spec.min_runs) for figure in figures]
-    outcomes = {line.outcome for line in lines}
+    conditions = condition_lines(spec.spec.health, run.health, run.results)
+    outcomes = {line.outcome for line in lines} | {line.outcome for line in conditions}
     decided: Decided = (
-        "REJECT" if "fail" in outcomes else "ACCEPT" if lines and outcomes == {"pass"} else "INCONCLUSIVE"
+        "REJECT"
+        if "fail" in outcomes
+        else "ACCEPT"
+        if lines and outcomes <= {"pass", "not applicable"}
+        else "INCONCLUSIVE"
     )
     return Decision(
         decided=decided,
@@ -238,6 +257,7 @@ def decide(spec: LoadedSpec, baseline: Baseline, run: MeasuredRun, evidence_dige
         baseline_digest=baseline.digest,
         evidence_digest=evidence_digest,
         lines=lines,
+        conditions=conditions,
         unread=unread,
     )
 
@@ -245,6 +265,9 @@ def decide(spec: LoadedSpec, baseline: Baseline, run: MeasuredRun, evidence_dige
 def reasons_inconclusive(decision: Decision) -> list[str]:
     """Why an inconclusive decision is so, each reason once with how many lines it holds."""
     found: dict[str, int] = {}
+    for condition in decision.conditions:
+        if condition.outcome in ("inconclusive", "not measured") and condition.why:
+            found[f"{condition.label}: {condition.why}"] = 0
     for line in decision.lines:
         if line.outcome in ("inconclusive", "not measured") and line.why:
             reason = line.why.split(":")[0]

@@ -48,6 +48,7 @@ class BaselineFigure(Strict):
     values: tuple[float, ...] = Field(min_length=1)
     median: float = Field(gt=0)
     spread: float = Field(ge=0)  # (max - min) / median of the values
+    objectives: str | None = None  # the latency objectives a figure of them was held to (a capacity)
 
 
 class Baseline(Strict):
@@ -87,11 +88,13 @@ def figure(quantity: QuantityName, case_id: str, sources: Sequence[BaselineSourc
     found = None
     for source in sources:
         result = source.measured.results.get(case_id)
-        metric = result.metrics.get(reading.metric) if result is not None and result.status == "ok" else None
+        metric = (
+            source.measured.metric(case_id, reading.metric) if result is not None and result.status == "ok" else None
+        )
         if result is None or metric is None or source.measured.invalid.get(case_id) or not reading.reads(result.case):
             continue
         values += reading.values(result.case, metric)
-        found = (result.case, reading.unit(metric))
+        found = (result.case, reading.unit(metric), source.measured.objectives if reading.held_to_objectives else None)
     if found is None or not values or statistics.median(values) <= 0:
         return None
     median = statistics.median(values)
@@ -103,6 +106,7 @@ def figure(quantity: QuantityName, case_id: str, sources: Sequence[BaselineSourc
         values=tuple(values),
         median=median,
         spread=(max(values) - min(values)) / median,
+        objectives=found[2],
     )
 
 

@@ -8,14 +8,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.files.regular import RUN_FILE_LIMIT, read_regular
+from kit.measure.slo import DEFAULT_SLO, Slo
 from kit.reference.baseline import Baseline, BaselineRun, BaselineSource, make_baseline
 from kit.reference.expected_baseline import expectation_baseline
 
 
-def read_source(run_dir: Path) -> BaselineSource:
+def read_source(run_dir: Path, objectives: Slo = DEFAULT_SLO) -> BaselineSource:
     """A finished run directory that matches its evidence, as a baseline reads it (EvidenceError
-    where it does not match, ValueError where it is no finished run)."""
+    where it does not match, ValueError where it is no finished run), its serving sweeps' capacity
+    held to `objectives`."""
     from kit.host.fingerprint import Fingerprint
+    from kit.measure.capacity import CAPACITY_METRIC, capacity_metric
     from kit.reference.measured_run import measured_run
     from kit.rundir.directory import RunDir
     from kit.rundir.evidence import EvidenceError, evidence_digest, verify
@@ -37,8 +40,16 @@ def read_source(run_dir: Path) -> BaselineSource:
         if run.fingerprint_path.is_file()
         else None
     )
+    measured = measured_run(info, run.results(), fingerprint)
+    derived = {
+        case_id: {CAPACITY_METRIC: found}
+        for case_id, result in measured.results.items()
+        if result.stage == "serve"
+        and result.status == "ok"
+        and (found := capacity_metric(run.case_dir(case_id), result, objectives, measured.invalid.get(case_id, [])))
+    }
     return BaselineSource(
-        measured=measured_run(info, run.results(), fingerprint),
+        measured=measured.model_copy(update={"derived": derived, "objectives": objectives.short()}),
         run=BaselineRun(
             run_id=info.run_id,
             hostname=info.host.hostname or "not recorded",
@@ -59,15 +70,16 @@ def write_baseline(
     sign_key: Path | None,
     made_at: str,
     expectation: bool = False,
+    objectives: Slo = DEFAULT_SLO,
 ) -> Baseline:
     """`kit baseline`: the baseline of the runs, written to `out` (and signed with `sign_key` as
-    FILE.sig); with `expectation`, the kit's expectation for the GPU of the one run given, for its
+    FILE.sig), its serving capacities held to `objectives`; with `expectation`, the kit's expectation for the GPU of the one run given, for its
     cases (kit.reference.expected_baseline). Runs any of which is signed make a baseline that must
     be signed too (ValueError without a key): evidence is not laundered into an unsigned file."""
     from kit.rundir.directory import atomic_write_model
     from kit.rundir.signing import sign_file, signature_path
 
-    sources = [read_source(Path(folder)) for folder in run_dirs]
+    sources = [read_source(Path(folder), objectives) for folder in run_dirs]
     signed = [source.run.run_id for source in sources if not source.run.signer.startswith("unsigned")]
     if signed and sign_key is None:
         raise ValueError(f"run {signed[0]} is signed: sign its baseline too (--sign-key KEY)")

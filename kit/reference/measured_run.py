@@ -12,9 +12,10 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel
 
 from kit.host.fingerprint import Calibration, Fingerprint
+from kit.host.health import HostHealth
 from kit.measure.validity import invalid_reasons
 from kit.reference.published import PlatformSpec
-from kit.rundir.schema import Result, RunInfo
+from kit.rundir.schema import Metric, Result, RunInfo
 
 
 class MeasuredRun(BaseModel):
@@ -29,6 +30,17 @@ class MeasuredRun(BaseModel):
     results: dict[str, Result]
     invalid: dict[str, list[str]] = {}  # case id -> why its figures are no measurement (kit.measure.validity)
     calibration: Calibration | None = None  # what the host achieved in preflight (the fingerprint's)
+    health: HostHealth | None = None  # the host's health before the run (the fingerprint's)
+    # case id -> figures computed from its files rather than written by its workload (a serving
+    # sweep's capacity within `objectives`, kit.measure.capacity)
+    derived: dict[str, dict[str, Metric]] = {}
+    objectives: str | None = None  # the latency objectives the derived figures are held to
+
+    def metric(self, case_id: str, name: str) -> Metric | None:
+        """The case's figure `name`, as its result holds it or as derived from its files."""
+        result = self.results.get(case_id)
+        found = result.metrics.get(name) if result is not None else None
+        return found if found is not None else self.derived.get(case_id, {}).get(name)
 
     @property
     def gpus(self) -> str:
@@ -68,6 +80,7 @@ def measured_run(info: RunInfo, results: Iterable[Result], fingerprint: Fingerpr
         results={result.case_id: result for result in results},
         invalid={result.case_id: found for result in results if (found := invalid_reasons(result))},
         calibration=fingerprint.calibration if fingerprint is not None else None,
+        health=fingerprint.health if fingerprint is not None else None,
     )
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from kit.measure.capacity import CAPACITY_METRIC
 from kit.plan.protocol import Case
 from kit.rundir.schema import Metric
 
 QuantityName = Literal[
     "training_tokens_per_s",
     "serving_output_tokens_per_s",
+    "serving_capacity_tokens_per_s",
     "all_reduce_bus_bandwidth",
     "max_micro_batch",
     "joules_per_token",
@@ -28,6 +30,9 @@ class Quantity(NamedTuple):
     # A figure of noise, judged on the spec's least number of runs; False for one found by a search
     # (the largest micro-batch that fits is a property of memory, one search finds it)
     sampled: bool = True
+    # A figure of the rows held to latency objectives (a sweep's capacity): a baseline's and a run's
+    # are alike only where both were held to the same ones
+    held_to_objectives: bool = False
 
     def reads(self, case: Case) -> bool:
         return case.stage in self.stages and (self.method is None or case.method == self.method)
@@ -47,6 +52,14 @@ QUANTITIES: dict[QuantityName, Quantity] = {
     ),
     "serving_output_tokens_per_s": Quantity(
         "serving output tokens/s per GPU (burst)", ("serve",), "output_throughput", True, True
+    ),
+    "serving_capacity_tokens_per_s": Quantity(
+        "serving output tokens/s per GPU within the latency objectives",
+        ("serve",),
+        CAPACITY_METRIC,
+        True,
+        True,
+        held_to_objectives=True,
     ),
     "all_reduce_bus_bandwidth": Quantity(
         "all-reduce bus bandwidth", ("comm",), "bus_bandwidth_gb_s", False, True, method="all_reduce"

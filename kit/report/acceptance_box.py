@@ -6,14 +6,23 @@ kit.reference.acceptance's; this module only lays it out."""
 
 from __future__ import annotations
 
-from kit.reference.acceptance import Decision, DecisionLine, LineOutcome, reasons_inconclusive
+from kit.reference.acceptance import Decision, DecisionLine, reasons_inconclusive
+from kit.reference.health_requirements import ConditionLine
 from kit.report.model import AcceptanceBox, Cell, Fact, Row, Table, Tone
+from kit.report.sections.health import HEALTH_ANCHOR
 from kit.rundir.signing import SignatureCheck
 from kit.units import format_value
 
 DECISION_TONES: dict[str, Tone] = {"ACCEPT": "good", "REJECT": "bad", "INCONCLUSIVE": "unsure"}
-OUTCOME_TONES: dict[str, Tone] = {"pass": "good", "fail": "bad", "inconclusive": "unsure", "not measured": "warn"}
-ORDER: dict[LineOutcome, int] = {"fail": 0, "inconclusive": 1, "not measured": 2, "pass": 3}  # what decides first
+OUTCOME_TONES: dict[str, Tone] = {
+    "pass": "good",
+    "fail": "bad",
+    "inconclusive": "unsure",
+    "not measured": "warn",
+    "not applicable": "muted",
+}
+# what decides first
+ORDER: dict[str, int] = {"fail": 0, "inconclusive": 1, "not measured": 2, "pass": 3, "not applicable": 4}
 BASELINE_KINDS = {"runs": "made from measured runs", "expectation": "the kit's expectation, standing in for a baseline"}
 BLANK = "_" * 40  # a line to write on, in the printed page
 
@@ -24,9 +33,11 @@ def _summary(decision: Decision) -> str:
         for outcome in ORDER
         if decision.counted(outcome) or outcome in ("pass", "fail")
     )
-    said = f"{len(decision.lines)} lines of the spec “{decision.spec_name}” against the baseline “{decision.baseline_name}”: {counts}"
+    lines = len(decision.lines) + len(decision.conditions)
+    said = f"{lines} lines of the spec “{decision.spec_name}” against the baseline “{decision.baseline_name}”: {counts}"
     if decision.decided == "REJECT":
-        failing = [f"{line.label}, {line.case_id}" for line in decision.lines if line.outcome == "fail"]
+        failing = [f"{line.label}: {line.observed}" for line in decision.conditions if line.outcome == "fail"]
+        failing += [f"{line.label}, {line.case_id}" for line in decision.lines if line.outcome == "fail"]
         said += ". Failing: " + "; ".join(failing)
     elif decision.decided == "INCONCLUSIVE":
         said += ". Undecided: " + "; ".join(reasons_inconclusive(decision))
@@ -64,9 +75,22 @@ def _row(line: DecisionLine) -> Row:
     )
 
 
+def _condition_row(line: ConditionLine) -> Row:
+    return Row(
+        cells=[
+            Cell(text=line.label, link=f"#{HEALTH_ANCHOR}"),
+            Cell(text=line.required),
+            Cell(text=line.observed),
+            Cell(text=""),
+            Cell(text=line.outcome, detail=line.why, tone=OUTCOME_TONES[line.outcome]),
+        ]
+    )
+
+
 def acceptance_box(decision: Decision, baseline_signature: SignatureCheck) -> AcceptanceBox:
     """The decision as page one prints it: the word, the reasons, the sign-off block, the lines."""
     ordered = sorted(decision.lines, key=lambda line: ORDER[line.outcome])
+    conditions = sorted(decision.conditions, key=lambda line: ORDER[line.outcome])
     return AcceptanceBox(
         decided=decision.decided,
         tone=DECISION_TONES[decision.decided],
@@ -88,13 +112,14 @@ def acceptance_box(decision: Decision, baseline_signature: SignatureCheck) -> Ac
             caption="Acceptance: each line of the spec (failing and undecided first)",
             header=["Requirement (case: workload)", "Required", "Observed (mean per GPU)", "Margin", "Outcome"],
             widths=[36, 18, 22, 8, 16],
-            rows=[_row(line) for line in ordered],
+            rows=[_condition_row(line) for line in conditions] + [_row(line) for line in ordered],
             dense=True,
             notes=[
                 "Required: the spec's fraction of the baseline's median over its runs. Observed: this run's mean over "
                 "its runs, per GPU where the quantity is (on CPU, per process), with the 95 % Student-t interval of the "
                 "mean. A line passes where the whole interval clears the required value, fails where the whole of it "
                 "falls short, and is inconclusive where it straddles it or the case made fewer runs than the spec asks. "
+                "Health and correctness lines come first: a failing one rejects however fast the host is. "
                 "Exit status: 0 accept, 1 reject, 3 inconclusive."
             ],
         ),

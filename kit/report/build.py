@@ -10,6 +10,7 @@ from typing import NamedTuple, TypeVar
 
 from kit import __version__
 from kit.measure.energy import DEFAULT_CURRENCY
+from kit.measure.slo import DEFAULT_SLO, Slo
 from kit.plan.protocol import Protocol, load_protocol
 from kit.reference.acceptance import Judgement
 from kit.reference.claims import ClaimOutcome, TableComparison, evaluate_claims, evaluate_tables, verdict_counts
@@ -36,7 +37,6 @@ from kit.report.sections.rates import rates_section
 from kit.report.sections.stages import stage_sections
 from kit.report.sections.startup import startup_section
 from kit.report.sections.summary import TALLY_TONES, case_tally, issues_section, summary_section
-from kit.serve.slo import DEFAULT_SLO, Slo
 
 REFERENCE = "reference"
 SYNTHETIC_BANNER = "Synthetic run: its numbers were measured on no machine (run.json, synthetic)."

@@ -628,7 +628,7 @@ class ParetoPoint(BaseModel):
     ttft_p99_s: float
     tpot_p99_s: float
     meets: bool  # within the objectives, judged and valid
-    invalid: bool = False  # no measurement (kit.serve.slo.SweepPoint.invalid): hollow, labelled "invalid"
+    invalid: bool = False  # no measurement (kit.measure.slo.SweepPoint.invalid): hollow, labelled "invalid"
 
 
 class ParetoSeries(BaseModel):

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 from kit import __version__
 from kit.measure.energy import COST_PER_MILLION_TOKENS, DEFAULT_CURRENCY, cost_metric
+from kit.measure.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 from kit.measure.validity import invalid_reasons
 from kit.report.build import Assessment
 from kit.report.cells import metric_of
@@ -31,7 +32,6 @@ from kit.report.sections.capacity import sweep_capacities
 from kit.report.sections.energy import token_throughput
 from kit.report.sections.rates import rate_searches
 from kit.rundir.schema import Metric, Result
-from kit.serve.slo import DEFAULT_SLO, PERCENTILE, Slo, capacity
 
 CLAIM_COLUMNS = [
     "claim",

@@ -21,6 +21,7 @@ from kit.host.fingerprint import Calibration
 from kit.measure.calibration import Achievable, achievable_mfu
 from kit.measure.comm import sweep_of
 from kit.measure.energy import cost_per_million_tokens
+from kit.measure.slo import DEFAULT_SLO, Slo, SweepPoint, at_sweep_cap, capacity
 from kit.plan.predictions import (
     ServingBounds,
     device_spec,
@@ -67,7 +68,6 @@ from kit.report.verdict import (
 )
 from kit.rundir.schema import Metric, Result
 from kit.rundir.serving import ServeDetails
-from kit.serve.slo import DEFAULT_SLO, Slo, SweepPoint, at_sweep_cap, capacity
 from kit.theory.hardware import load_hardware
 from kit.units import format_value, metric_label, unit_scale
 

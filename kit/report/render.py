@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from kit.files.atomic import atomic_write_text, exclusive_temporary
 from kit.manifest import package_data
 from kit.measure.energy import DEFAULT_CURRENCY
+from kit.measure.slo import DEFAULT_SLO, Slo
 from kit.reference.acceptance import Judgement
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
@@ -25,7 +26,6 @@ from kit.report.model import Report, Section
 from kit.report.printer import Part, Printer
 from kit.rundir.directory import REPORT_FILES
 from kit.rundir.evidence import EvidenceError, verify
-from kit.serve.slo import DEFAULT_SLO, Slo
 
 TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
@@ -195,7 +195,7 @@ def render(
     (on another core while the model is built: kit.report.forked); EvidenceError names each
     file that changed, is missing or was added. `gpu_hour_price` prices a million tokens in
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
-    serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
+    serving sweeps to latency objectives (kit.measure.slo). Each run's signer is named, and checked
     against `allowed_signers` where given (kit.rundir.signing). `acceptance`, the run's decision
     against a spec and a baseline, heads page one and is in report.json.
     Returns the files written.

@@ -9,10 +9,10 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from kit.measure.slo import Slo, given_slo
 from kit.reference.acceptance import EXIT_STATUS, Decision, Judgement
 from kit.rundir.signing import SignatureCheck, check_signature
 from kit.runner import RequestError
-from kit.serve.slo import DEFAULT_SLO, Slo
 
 EXIT_PRECEDENCE = [EXIT_STATUS[decided] for decided in ("ACCEPT", "INCONCLUSIVE", "REJECT")]
 DEFAULT_TOLERANCE_PCT = 10.0  # --fleet: a node this far below the fleet median is flagged
@@ -46,11 +46,8 @@ class ReportRequest(BaseModel):
 
     @property
     def slo(self) -> Slo:
-        """The serving objectives of the report: those given, the default (kit.serve.slo) for the others."""
-        return Slo(
-            ttft_s=DEFAULT_SLO.ttft_s if self.slo_ttft_ms is None else self.slo_ttft_ms / 1000,
-            tpot_s=DEFAULT_SLO.tpot_s if self.slo_tpot_ms is None else self.slo_tpot_ms / 1000,
-        )
+        """The serving objectives of the report: those given, the default (kit.measure.slo) for the others."""
+        return given_slo(self.slo_ttft_ms, self.slo_tpot_ms)
 
 
 class Verified(NamedTuple):
@@ -183,16 +180,17 @@ def judgement(request: ReportRequest, run_dir: Path) -> Judged:
             f"{request.accept} names no baseline: give one with --baseline FILE (made by `kit baseline RUN... --out FILE`)"
         )
     baseline = load_baseline(baseline_path)
+    latency = spec.spec.latency
+    objectives = request.slo if latency is None else given_slo(latency.ttft_ms, latency.tpot_ms)
     try:
-        source = read_source(run_dir)
+        source = read_source(run_dir, objectives)
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     decision = decide(spec, baseline, source.measured, source.run.evidence_digest)
-    latency = spec.spec.latency
     given = request.slo_ttft_ms is not None or request.slo_tpot_ms is not None
     return Judged(
         Judgement(decision, baseline_path, check_file_signature(baseline_path, request.allowed_signers)),
-        None if latency is None or given else Slo(ttft_s=latency.ttft_ms / 1000, tpot_s=latency.tpot_ms / 1000),
+        None if latency is None or given else objectives,
     )
 
 

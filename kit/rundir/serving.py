@@ -262,6 +262,11 @@ class TokenCheck(BaseModel):
     equal: bool
 
 
+def sweep_point_folder(concurrency: int) -> str:
+    """Where a sweep point's files go, in its run's folder."""
+    return f"sweep/c{concurrency}"
+
+
 class PointFiles(BaseModel):
     requests: str  # the point's rows, relative to the run's folder
 

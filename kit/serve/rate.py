@@ -6,7 +6,7 @@ as MLPerf Inference's Server scenario sends it and as `vllm bench sweep serve_sl
 Each point sends max(min_requests, rate x min_duration_s) new prompts (the burst's lengths, or
 lengths drawn from the search's distributions or a named preset, seeded) at
 seeded arrival times (kit.serve.arrivals) and is judged from its rows: the p99s with their
-intervals (kit.measure.rate), the objectives (kit.serve.slo.judge), whether its arrivals were
+intervals (kit.measure.rate), the objectives (kit.measure.slo.judge), whether its arrivals were
 Poisson, and whether the engine kept up (a queue that grows while requests end slower than they
 arrive: past saturation). The search doubles the rate from start_rps until a point misses (or
 max_rps), then bisects between the highest rate that met and the lowest that missed; no point is
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
+from kit.measure.slo import PERCENTILE, Judged, Slo, judge
 from kit.plan.protocol import Case, LengthPair, RateSearch, ServeParams
 from kit.rundir.serving import (
     CPU_SHARE_LIMIT,
@@ -36,7 +37,6 @@ from kit.serve.arrivals import arrival_times
 from kit.serve.burst import prompts_of_lengths, token_count
 from kit.serve.client import fire_at_rate
 from kit.serve.engines import Engine
-from kit.serve.slo import PERCENTILE, Judged, Slo, judge
 
 SEED_OFFSET = 5000  # point k draws its prompts and arrivals from seed + 5000 + k: apart from the sweep's
 DRAIN_S = 30.0  # a point's requests may run this long after its last arrival (and as long again as its arrivals)

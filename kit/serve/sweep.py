@@ -8,7 +8,7 @@ largest) the client keeps N requests in flight until the point's requests are do
 caches prefixes by default, and a prompt sent again would be served from its cache. A point's
 rows go to sweep/c<N>/requests.jsonl beside the burst's, its aggregates, the client's load and
 the roofline at N into the run's sample. The points judged by latency objectives (goodput, the
-largest throughput within them) are the report's, from the rows (kit.serve.slo).
+largest throughput within them) are the report's, from the rows (kit.measure.slo).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kit.plan.protocol import Case, ServeParams
-from kit.rundir.serving import PointFiles, RequestRecord, SweepDetails, SweepPointDetails
+from kit.rundir.serving import PointFiles, RequestRecord, SweepDetails, SweepPointDetails, sweep_point_folder
 from kit.serve.bounds import point_bound_details
 from kit.serve.burst import burst_prompts, token_count
 from kit.serve.client import fire_at_concurrency
@@ -48,11 +48,6 @@ def planned_points(tokenizer, params: ServeParams) -> list[PlannedPoint]:
         )
         points.append(PlannedPoint(concurrency, prompts, [token_count(tokenizer, prompt) for prompt in prompts]))
     return points
-
-
-def point_folder(concurrency: int) -> str:
-    """Where a point's files go, in its run's folder."""
-    return f"sweep/c{concurrency}"
 
 
 class SweepOutcome(NamedTuple):
@@ -93,7 +88,7 @@ def run_sweep(
             point.concurrency,
             max_point_s,
         )
-        folder = out_dir / point_folder(point.concurrency)
+        folder = out_dir / sweep_point_folder(point.concurrency)
         folder.mkdir(parents=True, exist_ok=True)
         totals, saturated = fired.kept(folder / "requests.jsonl", all_at_once=False)
         details.points.append(
@@ -101,7 +96,7 @@ def run_sweep(
                 concurrency=point.concurrency,
                 planned=len(point.prompts),
                 sent=len(fired.records),
-                files=PointFiles(requests=f"{point_folder(point.concurrency)}/requests.jsonl"),
+                files=PointFiles(requests=f"{sweep_point_folder(point.concurrency)}/requests.jsonl"),
                 aggregates=totals,
                 client=fired.load,
                 saturation=saturated,

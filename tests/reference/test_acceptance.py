@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
+from support.faulty_host import faulty_copy
+from support.paper_size_run import write_run
 
 from kit.manifest import ManifestError
 from kit.plan.protocol import build_plan, load_protocol, with_runs
 from kit.reference.acceptance import EXIT_STATUS, default_spec_path, load_spec
 from kit.reference.baseline import load_baseline
-from tests.support.paper_size_run import write_run
 
 CASES = [
     "pretrain.llama2-7b.z3.g8",
@@ -42,9 +43,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         }
     )
     return {
-        "measured": write_run(root / "measured", three, cases=CASES),
-        "slower": write_run(root / "slower", three, cases=CASES, speed=SLOWER),
-        "once": write_run(root / "once", once, cases=CASES),
+        "measured": write_run(root / "measured", three, cases=CASES, checked=True),
+        "slower": write_run(root / "slower", three, cases=CASES, speed=SLOWER, checked=True),
+        "once": write_run(root / "once", once, cases=CASES, checked=True),
+        "unchecked": write_run(root / "unchecked", three, cases=CASES),
     }
 
 
@@ -91,10 +93,15 @@ def test_kit_baseline_records_each_quantity_per_gpu_with_its_runs_and_their_evid
     assert {f.quantity for f in made.figures} == {
         "training_tokens_per_s",
         "serving_output_tokens_per_s",
+        "serving_capacity_tokens_per_s",
         "all_reduce_bus_bandwidth",
         "max_micro_batch",
         "joules_per_token",
     }
+    capacity = next(f for f in made.figures if f.quantity == "serving_capacity_tokens_per_s")
+    # each run's own sweep held to the default objectives: one value a run, per GPU
+    assert capacity.objectives == "p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms" and len(capacity.values) == 6
+    assert capacity.unit == "tokens/s/GPU"
 
 
 def test_the_baseline_accepts_its_own_run_and_rejects_one_ten_percent_slower(kit_in_process, runs, baseline, tmp_path):
@@ -113,12 +120,13 @@ def test_the_baseline_accepts_its_own_run_and_rejects_one_ten_percent_slower(kit
         for quantity in (
             "training_tokens_per_s",
             "serving_output_tokens_per_s",
+            "serving_capacity_tokens_per_s",
             "all_reduce_bus_bandwidth",
             "joules_per_token",
         )
         if (quantity, case) in {(line["quantity"], line["case_id"]) for line in decision["lines"]}
     }
-    assert len(failing) == 9
+    assert len(failing) == 10
     for line in decision["lines"]:
         if line["outcome"] == "fail":
             assert line["margin"] < 0 and f"fail: {line['label']}, {line['case_id']}" in shown
@@ -143,6 +151,25 @@ def test_a_straddling_interval_is_inconclusive(kit_in_process, runs, baseline, t
     (line,) = decision["lines"]
     assert (code, line["outcome"]) == (3, "inconclusive")
     assert line["why"].startswith("the interval straddles the required value")
+
+
+def test_a_capacity_held_to_other_objectives_than_the_baselines_is_not_measured(
+    kit_in_process, runs, baseline, tmp_path
+):
+    """The spec's objectives hold the run's sweeps; the baseline's capacity was held to the default:
+    two capacities under two objectives are not compared."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: interactive\nmin_runs: 3\nlatency: {ttft_ms: 450, tpot_ms: 40}\nrequirements:\n"
+        "  - {quantity: serving_capacity_tokens_per_s, fraction: 0.95}\n"
+    )
+    code, decision, _ = decided(kit_in_process, runs["measured"], baseline, tmp_path / "other", spec)
+    (line,) = decision["lines"]
+    assert (code, line["outcome"]) == (3, "not measured")
+    assert line["why"].startswith(
+        "objectives differ: the baseline's figure is held to p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms, the spec's to "
+        "p99 TTFT ≤ 450 ms, TPOT ≤ 40 ms"
+    )
 
 
 @pytest.mark.parametrize(
@@ -216,6 +243,7 @@ def test_the_default_spec_reads_and_names_its_quantities():
     assert {r.quantity for r in spec.requirements} == {
         "training_tokens_per_s",
         "serving_output_tokens_per_s",
+        "serving_capacity_tokens_per_s",
         "all_reduce_bus_bandwidth",
         "max_micro_batch",
         "joules_per_token",
@@ -318,3 +346,73 @@ def test_the_kits_expectation_stands_in_for_a_baseline_named_as_such(kit_in_proc
     assert (code, decision["decided"], decision["baseline_kind"]) == (0, "ACCEPT", "expectation")
     code, _, err = kit_in_process("baseline", runs["measured"], runs["slower"], "--expectation", "--out", out)
     assert code == 2 and "--expectation takes one run" in err
+
+
+# the smoke run's serving case makes one run: its figures against themselves decide, whatever the CPU's spread
+ONE_RUN_SPEC = (
+    "name: one run\nmin_runs: 1\nrequirements:\n"
+    "  - {quantity: serving_output_tokens_per_s, fraction: 0.95}\n"
+    "  - {quantity: serving_capacity_tokens_per_s, fraction: 0.95}\n"
+)
+
+
+@pytest.mark.e2e
+def test_a_real_smoke_run_passes_its_health_lines_and_a_faulty_copy_is_rejected_for_them(
+    kit_in_process, real_smoke_run, tmp_path
+):
+    """The real smoke run: GPU health not applicable on a CPU host, the preflight's silent-data-
+    corruption check and the real vLLM CPU build's output check passed, so it is accepted against a
+    baseline of itself; a copy with a recorded faulty GPU and a wrong serving output is rejected for
+    those two lines, however fast."""
+    baseline, spec = tmp_path / "smoke.json", tmp_path / "spec.yaml"
+    spec.write_text(ONE_RUN_SPEC)
+    code, _, err = kit_in_process("baseline", real_smoke_run, "--out", baseline)
+    assert code == 0, err
+    code, decision, shown = decided(kit_in_process, real_smoke_run, baseline, tmp_path / "self", spec)
+    assert (code, decision["decided"]) == (0, "ACCEPT"), shown
+    assert {line["requirement"]: line["outcome"] for line in decision["conditions"]} == {
+        "gpus_healthy": "not applicable",
+        "silent_data_corruption": "pass",
+        "serving_output": "pass",
+    }
+    assert {line["quantity"] for line in decision["lines"]} == {
+        "serving_output_tokens_per_s",
+        "serving_capacity_tokens_per_s",
+    }
+
+    faulty = faulty_copy(real_smoke_run, tmp_path / "faulty")
+    code, decision, shown = decided(kit_in_process, faulty, baseline, tmp_path / "faulty-report", spec)
+    assert (code, decision["decided"]) == (1, "REJECT")
+    failing = {line["requirement"]: line["observed"] for line in decision["conditions"] if line["outcome"] == "fail"}
+    assert failing.keys() == {"gpus_healthy", "serving_output"}
+    assert "remapped_rows_pending on GPU1" in failing["gpus_healthy"]
+    assert failing["serving_output"] == "wrong in serve.tiny-llama.vllm.g1"
+    assert "  fail: GPU health: " in shown and "  fail: Serving output: wrong in serve.tiny-llama.vllm.g1" in shown
+
+
+def test_a_run_that_recorded_no_health_is_inconclusive_unless_the_spec_waives_it(
+    kit_in_process, runs, baseline, tmp_path
+):
+    code, decision, _ = decided(kit_in_process, runs["unchecked"], baseline, tmp_path / "unchecked")
+    assert (code, decision["decided"]) == (3, "INCONCLUSIVE")
+    assert {line["requirement"]: (line["outcome"], line["why"]) for line in decision["conditions"]} == {
+        "gpus_healthy": ("not measured", "the run's fingerprint has no health section"),
+        "silent_data_corruption": (
+            "not measured",
+            "no preflight ran the check (kit run runs it unless --no-preflight)",
+        ),
+        "serving_output": ("not measured", "not checked: serve.llama2-7b.vllm.g8"),
+    }
+    spec = tmp_path / "waived.yaml"
+    text = (
+        default_spec_path()
+        .read_text()
+        .replace(
+            "health: {gpus_healthy: true, no_warnings: false, silent_data_corruption: true, serving_output: true}",
+            "health: {gpus_healthy: false, silent_data_corruption: false, serving_output: false}",
+        )
+    )
+    assert "gpus_healthy: false" in text
+    spec.write_text(text)
+    code, decision, _ = decided(kit_in_process, runs["unchecked"], baseline, tmp_path / "waived", spec)
+    assert (code, decision["decided"], decision["conditions"]) == (0, "ACCEPT", [])

@@ -6,23 +6,18 @@ row remapping pending) and whose serving check failed. The PDF's first page is r
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
-from support.wrong_output import with_wrong_output
+from support.faulty_host import faulty_copy
 
 from kit.host.fingerprint import Fingerprint
-from kit.host.health import HostHealth, XidLog
-from kit.host.health_checks import judged
-from kit.host.nvidia_smi_query import parse_query
 from kit.measure.validity import invalid_reasons
 from kit.report.build import build_report
 from kit.report.printer import write_pdf
 from kit.report.render import print_parts
-from kit.rundir.directory import RunDir, atomic_write_model, read_model
+from kit.rundir.directory import read_model
 from kit.rundir.schema import Result
 from kit.rundir.serving import ServeDetails
 
@@ -59,28 +54,7 @@ def test_the_smoke_runs_health_sdc_and_serving_output(real_smoke_run):
 
 @pytest.fixture
 def faulty_run(real_smoke_run, tmp_path) -> Path:
-    """A copy of the smoke run: its fingerprint with the recorded A100 host's health, its serving
-    check failed; its evidence sealed again, as a run that recorded them would have."""
-    run = tmp_path / "run"
-    shutil.copytree(real_smoke_run, run, symlinks=True)
-    driver, gpus = parse_query((FIXTURES / "health" / "nvidia-smi-q-a100-sxm4x4-row-remap-pending.txt").read_text())
-    fingerprint = read_model(run / "fingerprint.json", Fingerprint)
-    health = judged(
-        HostHealth(
-            catalog="",
-            driver_version=driver,
-            gpus=gpus,
-            xid=XidLog(source="dmesg -T"),
-            silent_data_corruption=fingerprint.health.silent_data_corruption if fingerprint.health else None,
-        )
-    )
-    atomic_write_model(run / "fingerprint.json", fingerprint.model_copy(update={"health": health}))
-    (serve,) = run.glob("cases/serve.*/result.json")
-    result = read_model(serve, Result)
-    atomic_write_model(serve, with_wrong_output(result))
-    (run / "SHA256SUMS.sig").unlink(missing_ok=True)
-    RunDir(run).write_sums()
-    return run
+    return faulty_copy(real_smoke_run, tmp_path / "run")
 
 
 def test_an_unhealthy_host_and_a_wrong_output_fail_on_page_one(faulty_run, tmp_path):

@@ -209,8 +209,8 @@ def test_a_serving_row_has_output_throughput_and_median_and_p99_ttft(report, gpu
 def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_tokens_there(report, gpu_run):
     """The synthetic sweep of the 7B vLLM case meets MLPerf's Llama-2-70B server objectives (p99 TTFT
     2 s, TPOT 200 ms) up to some concurrency N: the most tokens/s there, its N, its cost at 2.50 a GPU-hour."""
+    from kit.measure.slo import DEFAULT_SLO, capacity
     from kit.report.sections.capacity import sweep_points
-    from kit.serve.slo import DEFAULT_SLO, capacity
 
     run = load_run(gpu_run, redact=False)
     best = capacity(sweep_points(run, run.results["serve.llama2-7b.vllm.g8"], DEFAULT_SLO))
@@ -232,10 +232,10 @@ def test_a_serving_row_names_the_capacity_of_its_sweep_and_prices_a_million_toke
 def test_a_sweep_whose_every_point_the_client_may_have_limited_has_no_capacity_and_says_why(gpu_run, tmp_path):
     """As the smoke runs' sweeps on a 2-core host did before the client kept a CPU of its own: the
     saturation check marked every point (the event loop lagged 19-876 ms), so none is judged."""
+    from kit.measure.slo import DEFAULT_SLO
     from kit.report.sections.capacity import sweep_points
     from kit.rundir.directory import RunDir, atomic_write_model
     from kit.rundir.schema import Result
-    from kit.serve.slo import DEFAULT_SLO
 
     run, case_id = tmp_path / "run", "serve.llama2-7b.vllm.g8"
     shutil.copytree(gpu_run, run)

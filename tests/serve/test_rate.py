@@ -18,6 +18,7 @@ import support
 from test_sweep import CountingReplay, StubPlacement, small_serve_case, smoke_serve_case
 
 from kit.measure.rate import arrival_check, backlog, quantile_interval
+from kit.measure.slo import DEFAULT_SLO, Slo, judge
 from kit.plan.protocol import LENGTH_PRESETS, RateSearch, SharedPrefix
 from kit.rundir.serving import (
     Backlog,
@@ -36,7 +37,6 @@ from kit.serve.arrivals import arrival_times
 from kit.serve.client import fire_at_rate, fire_conversations
 from kit.serve.engines import ENGINES
 from kit.serve.rate import next_rate, verdict
-from kit.serve.slo import DEFAULT_SLO, Slo, judge
 from kit.units import format_value
 
 METRICS_PAGE = support.FIXTURES / "serve" / "vllm-0.32-metrics-after-52-requests.prom"  # real vLLM 0.32 (CPU)

@@ -18,6 +18,7 @@ from support import TESTS
 
 from kit.execute.samples import serve_run
 from kit.measure.serve import serve_case_metrics
+from kit.measure.slo import DEFAULT_SLO, Judged, Slo, SweepPoint, capacity, judge
 from kit.plan.predictions import concurrency_bound, serving_bounds
 from kit.plan.protocol import load_protocol
 from kit.report.sections.capacity import within_cell
@@ -26,7 +27,6 @@ from kit.serve.client import fire_at_concurrency
 from kit.serve.engines import ENGINES
 from kit.serve.process import HOST, EngineProcess, free_port
 from kit.serve.session import clean_environment
-from kit.serve.slo import DEFAULT_SLO, Judged, Slo, SweepPoint, capacity, judge
 
 FIXTURES = support.FIXTURES / "serve"
 STUB_ENGINE = TESTS / "engine_images" / "stub_engine.py"
@@ -220,8 +220,8 @@ def test_a_point_past_its_bound_is_invalid_never_the_capacity_and_said_so_in_eve
 
 def test_a_capacity_at_the_sweeps_largest_concurrency_is_a_lower_bound():
     """The server met the objectives at the most requests the sweep sent: it may serve more."""
+    from kit.measure.slo import at_sweep_cap
     from kit.report.sections.capacity import capacity_cells
-    from kit.serve.slo import at_sweep_cap
 
     points = [point(1, 100, True), point(2, 190, True)]
     assert at_sweep_cap(points, capacity(points))

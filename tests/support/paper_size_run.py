@@ -24,6 +24,7 @@ import hashlib
 import json
 import random
 import shutil
+import struct
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -48,6 +49,9 @@ from kit.host.fingerprint import (
     Topology,
     TopologyClass,
 )
+from kit.host.health import HostHealth, XidLog
+from kit.host.health_checks import judged
+from kit.host.nvidia_smi_query import parse_query
 from kit.images import load_lock
 from kit.measure import effective, maxbatch
 from kit.measure.breakdown import (
@@ -58,6 +62,7 @@ from kit.measure.breakdown import (
     summarize_steps,
     timeline,
 )
+from kit.measure.sdc import sdc_case, silent_data_corruption
 from kit.measure.telemetry import SAMPLE_INTERVAL_S, NoDevice
 from kit.plan.predictions import (
     concurrency_bound,
@@ -76,15 +81,17 @@ from kit.rundir.schema import (
     RankSample,
     RunInfo,
     RunSample,
+    SdcDetails,
 )
 from kit.rundir.serving import (
     ClientLoad,
     RequestRecord,
     aggregate,
     saturation,
+    sweep_point_folder,
 )
+from kit.serve.correctness import TOKENS_COMPARED
 from kit.serve.engines import ENGINES
-from kit.serve.sweep import point_folder
 from kit.theory.analytic import model_flops_per_token, parameter_count
 from kit.theory.hardware import load_hardware, peak_tflops
 from kit.workloads.step_timeline import METHOD, PROFILERS, RECOMPUTE_METHOD, TIMERS
@@ -175,6 +182,7 @@ class Host:
         self.seed, self.speed = seed, speed
         self.clock = Clock()
         self.memory_bytes = (2048 if self.cuda else 8) * GIB  # as its fingerprint says
+        self.output_checked = False  # each serving run's output checked (write_run's `checked`)
 
     def slower(self, factor: float) -> Host:
         """This host, its throughputs scaled by `factor` (the same clock and images)."""
@@ -893,7 +901,7 @@ def sweep_details(case: Case, out: Path, host: Host, rng: random.Random) -> dict
     for concurrency in levels:
         failing = case.id == FAILING_REQUESTS and concurrency >= 256
         records = sweep_point_records(case, host, rng, concurrency, failing)
-        folder = out / point_folder(concurrency)
+        folder = out / sweep_point_folder(concurrency)
         folder.mkdir(parents=True)
         atomic_write_text(folder / "requests.jsonl", "".join(record.model_dump_json() + "\n" for record in records))
         duration = max(r.ended_at for r in records)
@@ -912,7 +920,7 @@ def sweep_details(case: Case, out: Path, host: Host, rng: random.Random) -> dict
                 "concurrency": concurrency,
                 "planned": params.sweep.requests_at(concurrency),
                 "sent": len(records),
-                "files": {"requests": f"{point_folder(concurrency)}/requests.jsonl"},
+                "files": {"requests": f"{sweep_point_folder(concurrency)}/requests.jsonl"},
                 "aggregates": totals.model_dump(),
                 "client": {**load.model_dump(), "cpu_share": load.cpu_share, "cpu_us_per_event": load.cpu_us_per_event},
                 "saturation": saturation(load, totals.tpot_s.median, duration, all_at_once=False).model_dump(),
@@ -1052,6 +1060,16 @@ def serve_runs(case: Case, folder: Path, host: Host, rng: random.Random) -> list
             "bounds": serving_bounds(case, host.spec, params.max_output_tokens).model_dump(mode="json"),
             "short_outputs": 0,
         }
+        if host.output_checked:  # as kit.serve.correctness records a check that passed
+            tokens = min(TOKENS_COMPARED[params.dtype], params.max_output_tokens)
+            details["correctness"] = {
+                "status": "pass",
+                "prompts": 3,
+                "tokens_compared": tokens,
+                "agreed": 3,
+                "reference": "transformers 5.23.0, fp32, CPU, greedy",
+                "tolerance": f"the first {tokens} greedy tokens equal (engine at {params.dtype}, reference at fp32)",
+            }
         if params.sweep is not None:
             details["sweep"] = sweep_details(case, out, host, rng)
         lead = host.rank(case, 0, world_size=1, device_name=serving_gpus(case, host), details=details)
@@ -1158,6 +1176,39 @@ def synthetic_fingerprint(
     )
 
 
+HEALTHY_QUERY = Path(__file__).parent.parent / "fixtures" / "health" / "nvidia-smi-q-a100x8-healthy.txt"
+
+
+def checked_health(plan: Plan, host: Host) -> HostHealth:
+    """A healthy host's health section: a real 8 x A100 host's `nvidia-smi -q` (recorded, its
+    SOURCE beside it) judged against the catalog, and the preflight's silent-data-corruption
+    check over eight devices that computed the same bits (kit.measure.sdc)."""
+    driver, gpus = parse_query(HEALTHY_QUERY.read_text())
+    health = judged(HostHealth(catalog="", driver_version=driver, gpus=gpus, xid=XidLog(source="dmesg -T")))
+    case = sdc_case(plan.cases, len(gpus))
+    assert case is not None
+    losses = [10.4 - 0.05 * step for step in range(8)]
+    bits = [f"0x{struct.unpack('<I', struct.pack('<f', value))[0]:08x}" for value in losses]
+    ranks = [
+        host.rank(
+            case,
+            rank,
+            details=SdcDetails(
+                device=f"GPU{rank}: {host.device_name}",
+                losses=losses,
+                grad_norms=losses,
+                loss_bits=bits,
+                grad_norm_bits=bits,
+            ),
+        )
+        for rank in range(case.gpus)
+    ]
+    sample = finish_run(host, case, 1, ranks, 40.0, exit_code=0)
+    return health.model_copy(
+        update={"silent_data_corruption": silent_data_corruption(case, sample, "preflight/sdc.g8/runs/1")}
+    )
+
+
 def write_run(
     root: Path,
     plan: Plan,
@@ -1169,16 +1220,22 @@ def write_run(
     cases: list[str] | None = None,
     fingerprint: bool = True,
     past_bound: tuple[str, ...] = (),
+    checked: bool = False,
 ) -> Path:
     """A finished synthetic run of `plan` (all its cases, or `cases`) in `root`.
 
     `speed` scales every throughput (1.25: each step takes 1 / 1.25 of the time), which makes two
     runs of one plan an A/B pair with a known answer; `seed` draws their run-to-run noise. The
-    cases `past_bound` names run PAST_BOUND_SPEEDUP times faster, past their physical bounds."""
+    cases `past_bound` names run PAST_BOUND_SPEEDUP times faster, past their physical bounds.
+    `checked`: the host was checked before it was measured (checked_health) and each serving run's
+    output was checked and equal to transformers'."""
     root = Path(root)
     host = Host(plan, gpu_name, seed, speed)
     selected = [case for case in plan.cases if cases is None or case.id in cases]
     before = synthetic_fingerprint(plan, gpu_name, host.clock.now, interconnect)
+    if checked:
+        before = before.model_copy(update={"health": checked_health(plan, host)})
+    host.output_checked = checked
     checks = evaluate(before, load_expectations(), 8 if plan.device == "cuda" else None)
     run = RunDir(root)
     if fingerprint:

@@ -1,32 +1,22 @@
 """The report's serving capacity section: each engine's sweep, point by point, held to the latency
-objectives the report is given (kit.serve.slo), and the largest throughput within them.
+objectives the report is given (kit.measure.slo), and the largest throughput within them.
 
-Every figure is computed here from the points' rows (runs/<k>/sweep/c<N>/requests.jsonl), so a
-run is held to any objectives without being measured again. A case of several runs pools each
-point's rows over them: percentiles of all the rows, throughput over the runs' summed durations.
+Every figure is computed from the points' rows (kit.measure.capacity), so a run is held to any
+objectives without being measured again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kit.measure.serve import rows_of
-from kit.plan.predictions import ConcurrencyBound
+from kit.measure.capacity import sweep_points as pooled_points
+from kit.measure.slo import Slo, SweepPoint, at_sweep_cap, capacity
 from kit.plan.protocol import Case
 from kit.report import charts
 from kit.report.cells import devices_text, percent
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Chart, Row, Section, Table
 from kit.rundir.schema import Result
-from kit.rundir.serving import (
-    NoBound,
-    RequestTimes,
-    ServeDetails,
-    SweepPointDetails,
-    latency_figures,
-)
-from kit.serve.slo import Slo, SweepPoint, at_sweep_cap, capacity, judge
-from kit.serve.sweep import point_folder
 from kit.units import format_value
 
 ANCHOR = "capacity"
@@ -34,44 +24,9 @@ Capacities = Mapping[str, list[SweepPoint]]  # serve case id -> its sweep's poin
 
 
 def sweep_points(run: LoadedRun, result: Result, slo: Slo) -> list[SweepPoint]:
-    """The points of a serve case's sweep, each from its rows in every run, held to `slo`; none
-    for a case without a sweep."""
-    pooled: dict[int, list[tuple[int, SweepPointDetails, list[RequestTimes]]]] = {}
-    for sample in result.samples:
-        driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-        details = driver.details_as(ServeDetails) if driver else None
-        sweep = details.sweep if details else None
-        for point in sweep.points if sweep else []:
-            folder = run.path / "cases" / result.case_id / "runs" / str(sample.index) / point_folder(point.concurrency)
-            rows = rows_of(folder / "requests.jsonl", RequestTimes)
-            pooled.setdefault(point.concurrency, []).append((sample.index, point, rows))
-    points = []
-    case_invalid = run.invalid.get(result.case_id, [])
-    for concurrency, measured in sorted(pooled.items()):
-        rows = [row for _, _, run_rows in measured for row in run_rows]
-        duration = sum(
-            max((row.ended_at for row in run_rows if row.ended_at is not None), default=0.0)
-            for _, _, run_rows in measured
-        )
-        bounds = [point.bounds for _, point, _ in measured]
-        known = [bound.max_output_tokens_per_s for bound in bounds if isinstance(bound, ConcurrencyBound)]
-        limited = [
-            f"run {index}: {'; '.join(point.saturation.reasons)}"
-            for index, point, _ in measured
-            if point.saturation.client_limited
-        ]
-        found = SweepPoint(
-            concurrency=concurrency,
-            figures=latency_figures(rows, duration),
-            judged=judge(rows, duration, slo),
-            bound_tokens_per_s=sum(known) / len(known) if len(known) == len(bounds) else None,
-            bound_note=next((bound.unavailable for bound in bounds if isinstance(bound, NoBound)), None),
-            cut_short=any(point.cut_short for _, point, _ in measured),
-            client_limited="; ".join(limited) or None,
-        )
-        invalid = found.above_bound or next(iter(case_invalid), None)
-        points.append(found.model_copy(update={"invalid": invalid}) if invalid else found)
-    return points
+    """The points of a serve case's sweep over every run, held to `slo` (kit.measure.capacity)."""
+    case_dir = run.path / "cases" / result.case_id
+    return pooled_points(case_dir, result.samples, slo, run.invalid.get(result.case_id, []))
 
 
 def sweep_capacities(run: LoadedRun, slo: Slo) -> dict[str, list[SweepPoint]]:

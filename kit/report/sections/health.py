@@ -7,9 +7,10 @@ checked against transformers' (kit.serve.correctness). Page one's lines summariz
 from __future__ import annotations
 
 from kit.host.health import HostHealth, SilentDataCorruption
+from kit.measure import validity
 from kit.report.loaded_run import LoadedRun
 from kit.report.model import Cell, Row, Section, Table, Tone
-from kit.rundir.serving import OutputCheck, ServeDetails
+from kit.rundir.serving import OutputCheck
 
 HEALTH_ANCHOR = "health"
 HEALTH_TONES: dict[str, Tone] = {
@@ -25,16 +26,11 @@ HEALTH_TONES: dict[str, Tone] = {
 
 def output_checks(run: LoadedRun) -> dict[str, list[OutputCheck]]:
     """Each serving case's output checks, one per run that made one."""
-    found: dict[str, list[OutputCheck]] = {}
-    for case_id, result in run.results.items():
-        if result.case.workload != "serve":
-            continue
-        for sample in result.samples:
-            driver = next((rank for rank in sample.ranks if rank.rank == 0), None)
-            details = driver.details_as(ServeDetails) if driver else None
-            if details is not None and details.correctness is not None:
-                found.setdefault(case_id, []).append(details.correctness)
-    return found
+    return {
+        case_id: [check for _, check in found]
+        for case_id, result in run.results.items()
+        if (found := validity.output_checks(result))
+    }
 
 
 def _checks_table(health: HostHealth, where: str) -> Table:

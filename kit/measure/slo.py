@@ -53,6 +53,14 @@ class Slo(BaseModel):
 DEFAULT_SLO = Slo(ttft_s=2.0, tpot_s=0.2)  # mlperf.conf, llama2-70b.Server: 2000 ms, 200 ms
 
 
+def given_slo(ttft_ms: float | None, tpot_ms: float | None) -> Slo:
+    """The objectives given in milliseconds (`--slo-ttft-ms`, `--slo-tpot-ms`), the default for the others."""
+    return Slo(
+        ttft_s=DEFAULT_SLO.ttft_s if ttft_ms is None else ttft_ms / 1000,
+        tpot_s=DEFAULT_SLO.tpot_s if tpot_ms is None else tpot_ms / 1000,
+    )
+
+
 class Judged(BaseModel):
     """A point's requests held to the objectives."""
 
