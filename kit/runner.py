@@ -21,6 +21,7 @@ from typing import Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from kit.cache import cache_dir
 from kit.execute.base import Executor
 from kit.execute.case_run import Progress, execute_case
 from kit.execute.choice import describe_choice, named, needs_local_frameworks
@@ -32,6 +33,7 @@ from kit.host.fingerprint import Calibration, Fingerprint
 from kit.host.health import SilentDataCorruption
 from kit.host.this_host import Host, this_host
 from kit.plan.estimate import RUNS_ROOT, Estimate, estimates
+from kit.plan.first_run import first_run_text, first_run_work
 from kit.plan.fit import predicted_failure, skip_reason
 from kit.plan.protocol import Case, Plan, plan_for, select, with_runs
 from kit.plan.view import duration_text, plan_text
@@ -465,7 +467,9 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
         attempted = attempted_cases(pending, host, request.skip_predicted_oom, cluster=planned.executor == "slurm")
         predicted = estimates(attempted, RUNS_ROOT, host.gpu_names, host.smallest_gpu_memory)
         known = [estimate.seconds for estimate in predicted.values() if estimate.seconds is not None]
+        work = first_run_work(attempted, planned.plan.device, host.resources.docker_engine, cache_dir())
         title = planned.title + (f"; estimated {duration_text(sum(known))}" if known else "; no estimate")
+        title += first_run_text(work)
         return RunOutcome(None, plan_text=plan_text(title, planned.cases, planned.finished, estimates=predicted))
     from kit.execute.leftovers import remove_leftovers
 

@@ -99,6 +99,8 @@ def test_dry_run_shows_the_cases_and_writes_nothing(tmp_path):
     listed = {line.split()[0] for line in lines[lines.index(next(x for x in lines if x.startswith("case "))) + 1 :]}
     assert listed == {case.id for case in build_plan(load_protocol(), "smoke").cases}
     assert list(tmp_path.iterdir()) == []
+    # the preflight at least is first-run work, said apart from the cases' estimate (kit.plan.first_run)
+    assert " + first-run work " in lines[0] or " + first-run work " in lines[1], lines[:2]
 
 
 def test_dry_run_with_runs_shows_every_case_at_least_that_many_times(tmp_path):

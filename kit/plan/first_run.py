@@ -81,3 +81,12 @@ def _checkpoints(cases: list[Case], cache: Path | None) -> list[FirstRunWork]:
             f"at {CHECKPOINT_WRITE_BYTES_S / 1e9:.2f} GB/s, as the recorded H100 run wrote 7B's",
         )
     return list(made.values())
+
+
+def first_run_text(work: list[FirstRunWork]) -> str:
+    """ " + first-run work 1 min 57 s and 2 not estimated": said apart from the cases' estimate."""
+    from kit.plan.view import duration_text
+
+    known = [item.seconds for item in work if item.seconds is not None]
+    unknown = len(work) - len(known)
+    return f" + first-run work {duration_text(sum(known))}" + (f" and {unknown} not estimated" if unknown else "")

@@ -49,7 +49,7 @@ def listing(profile: str | None, host: Host, own_host: bool = True) -> Listing:
         reasons = {case_id: failure.text for case_id, failure in failing.items()}
         predicted = estimates(attempted, RUNS_ROOT, names, host.smallest_gpu_memory, reasons)
     from kit.cache import cache_dir
-    from kit.plan.first_run import first_run_work
+    from kit.plan.first_run import first_run_text, first_run_work
     from kit.plan.view import duration_text, plan_text
 
     going = [case for case in attempted if case.id not in failing]
@@ -61,11 +61,7 @@ def listing(profile: str | None, host: Host, own_host: bool = True) -> Listing:
         if not known
         else f"estimated {duration_text(sum(known))}" + (f", {unknown} cases not estimated" if unknown else "")
     )
-    work_known = [item.seconds for item in work if item.seconds is not None]
-    work_unknown = len(work) - len(work_known)
-    total += f" + first-run work {duration_text(sum(work_known))}" + (
-        f" and {work_unknown} not estimated" if work_unknown else ""
-    )
+    total += first_run_text(work)
     counts = counted(skipped, failing, len(cases))
     tail = cannot_tell(cases, skipped, failing, predicted, host, plan["device"])
     resources = host.resources
