@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -185,6 +185,7 @@ def render(
     slo: Slo = DEFAULT_SLO,
     currency: str = DEFAULT_CURRENCY,
     acceptance: Judgement | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -197,8 +198,9 @@ def render(
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
     serving sweeps to latency objectives (kit.serve.slo). Each run's signer is named, and checked
     against `allowed_signers` where given (kit.rundir.signing). `acceptance`, the run's decision
-    against a spec and a baseline, heads page one and is in report.json.
-    Returns the files written.
+    against a spec and a baseline, heads page one and is in report.json. `say` is told when the
+    runs are verified and read, before the documents are laid out, so that a run refused says
+    only why. Returns the files written.
     """
     wanted = chosen_formats(formats)
     if gpu_hour_price is not None and gpu_hour_price <= 0:
@@ -224,6 +226,7 @@ def render(
             printer,
             slo,
             acceptance,
+            say,
         )
     finally:
         if printer:
@@ -231,7 +234,7 @@ def render(
 
 
 def _render(
-    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo, acceptance
+    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo, acceptance, say
 ) -> list[Path]:
     gpu_hour_price, currency = price
 
@@ -250,6 +253,7 @@ def _render(
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = both_in_parallel(lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed)
+    say(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []
