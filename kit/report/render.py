@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from kit.files.atomic import atomic_write_text, exclusive_temporary
 from kit.manifest import package_data
 from kit.measure.energy import DEFAULT_CURRENCY
+from kit.output import elided
 from kit.reference.acceptance import Judgement
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
@@ -50,6 +52,14 @@ DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\
 ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
 # A name of words joined by underscores (no_uncorrectable_ecc_error, max_batch_search): a check's or a stage's.
 SNAKE_NAME = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w.])")  # not a piece of a dotted name
+
+
+def without_long_words(value: object) -> object:
+    """Every text the template prints with each word longer than any the kit writes shown by its
+    ends and its length (kit.output.elided), whatever run field it came from: a word of 64,000
+    characters in a run's command line kept the PDF's line breaking busy past two minutes. What
+    the kit itself made safe to inline (Markup: a chart, the stylesheet) is printed as it is."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else elided(value)
 
 
 def breakable(text: str) -> str:
@@ -89,10 +99,12 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen", p
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=without_long_words,
     )
     environment.globals["listing_lines"] = listing_lines
     environment.filters["data_uri"] = data_uri
-    environment.filters["breakable"] = breakable if medium == "print" else str  # a browser wraps as it pleases
+    # a browser wraps as it pleases; a word too long to print is cut before its breaks are marked
+    environment.filters["breakable"] = (lambda text: breakable(elided(text))) if medium == "print" else str
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium, part=part)
 
