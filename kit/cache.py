@@ -5,25 +5,39 @@ exclusive lock (concurrent makers, two ranks or two runs, wait for the first), i
 folder beside its final place, checked, renamed into place, and only then given its marker
 (the digest and size of every file). An entry is used only when its marker is there and every
 file it lists is too, with its size; anything else is made again.
+
+A small answer kept in one file (a plan, a probe, a chart: `keep`, `read_kept`) is sealed
+instead: its first line is an HMAC of its name and content under a key only this user can read
+(`seal.key` in the cache, mode 0600, owned by the user; one that is not is replaced). So an entry
+someone edited, cut short, copied from another name or planted as a link is never read as the
+kit's; it is made again. A cache folder shared with other users is safe from them; the user
+whose key it is can forge an entry, as they can change the kit itself.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kit.files.regular import MiB, read_json
+from kit.files.regular import MiB, read_json, read_regular
 
 CACHE_ENV = "KIT_CACHE"
 MARKER = "kit-cache-entry.json"
 MARKER_LIMIT = 64 * MiB  # a marker lists each file of its entry (a virtual environment's tens of thousands)
+SEAL_KEY = "seal.key"
+SEAL_PREFIX = b"kit-sealed "
+KEY_BYTES = 32
 
 
 def cache_dir() -> Path:
@@ -108,8 +122,6 @@ def read_marker(entry: Path) -> dict:
 
 def entry_digest(marker: dict) -> str:
     """One digest for an entry: SHA-256 over its files' digests, in name order."""
-    import hashlib
-
     listing = {rel: facts["sha256"] for rel, facts in marker["files"].items()}
     return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
 
@@ -165,3 +177,84 @@ def drop_oldest(folder: Path, kept: int) -> None:
     entries = sorted(folder.glob("*.json"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
     for stale in entries[kept:]:
         stale.unlink(missing_ok=True)
+
+
+def keep(path: Path, payload: bytes) -> None:
+    """Keep `payload` at `path`, sealed for read_kept; OSError where it cannot be (no key can be
+    made, the cache is read-only): a caller that keeps an answer goes on without."""
+    from kit.files.atomic import atomic_write_bytes
+
+    key = _seal_key(make=True)
+    if key is None:
+        raise OSError(errno.EACCES, "no key of this user's to seal cache entries with", str(cache_dir() / SEAL_KEY))
+    atomic_write_bytes(path, _seal(key, path.name, payload) + b"\n" + payload)
+
+
+def read_kept(path: Path, limit: int) -> bytes | None:
+    """The payload `keep` wrote at `path` (of at most `limit` bytes), None where there is none;
+    CacheEntryInvalid, saying why in a few words, for anything else found there."""
+    try:
+        data = read_regular(path, limit, follow_links=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CacheEntryInvalid(
+            "a symbolic link, which the kit does not follow" if exc.errno == errno.ELOOP else exc.strerror
+        ) from None
+    seal, _, payload = data.partition(b"\n")
+    key = _seal_key(make=False)
+    if key is None or not hmac.compare_digest(seal, _seal(key, path.name, payload)):
+        raise CacheEntryInvalid("not as the kit kept it: its seal does not match its name and content")
+    return payload
+
+
+def _seal(key: bytes, name: str, payload: bytes) -> bytes:
+    return SEAL_PREFIX + hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).hexdigest().encode()
+
+
+def _seal_key(make: bool) -> bytes | None:
+    """This user's key (made where `make` and there is none, or one that is not this user's
+    alone); None where there is none."""
+    path = cache_dir() / SEAL_KEY
+    key = _own_key(path)
+    if key is not None or not make:
+        return key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".seal.", suffix=".tmp", dir=path.parent)  # mode 0600
+    made = os.urandom(KEY_BYTES)
+    try:
+        try:
+            os.write(fd, made)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(name, path)  # another kit's key, made meanwhile, is kept: its entries stay good
+        except FileExistsError:
+            key = _own_key(path)
+            if key is not None:
+                return key
+            os.replace(name, path)
+    except OSError:
+        return None
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return made
+
+
+def _own_key(path: Path) -> bytes | None:
+    """The key at `path` where it is a regular file of this user's that no one else may read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+            return None
+        key = os.read(fd, KEY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return key if len(key) == KEY_BYTES else None

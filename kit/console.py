@@ -278,15 +278,13 @@ def show_report(outcome) -> None:
     shown = output.results()
     if outcome.verified is not None:
         folder, problems, digest = outcome.verified
-        for problem in problems:
-            shown.print(problem, style="red", soft_wrap=True)
-        said = (
-            "does not match its evidence"
-            if problems
-            else "every file matches SHA256SUMS" + (f", whose digest is the one expected ({digest})" if digest else "")
-        )
+        if problems:  # a refusal, in one line: the signature of files that do not match tells nothing more
+            shown.print(f"{folder}: ", end="", soft_wrap=True)
+            shown.print(output.elided(f"does not match its evidence: {listed(problems)}"), style="red", soft_wrap=True)
+            return
+        said = "every file matches SHA256SUMS" + (f", whose digest is the one expected ({digest})" if digest else "")
         shown.print(f"{folder}: ", end="", soft_wrap=True)
-        shown.print(said, style="red" if problems else "green", soft_wrap=True)
+        shown.print(said, style="green", soft_wrap=True)
     for path in outcome.written:
         shown.print(f"wrote {path}", soft_wrap=True)
     for folder, check in outcome.signatures:
@@ -294,6 +292,15 @@ def show_report(outcome) -> None:
         shown.print(check.summary, style=SIGNATURE_STYLE[check.state], soft_wrap=True)
     for folder, decision in outcome.decisions:
         show_decision(folder, decision)
+
+
+PROBLEMS_SHOWN = 5  # of a run that does not match its evidence, in its one line
+
+
+def listed(problems: list[str]) -> str:
+    """The first few problems, and how many more, joined for one line."""
+    more = len(problems) - PROBLEMS_SHOWN
+    return "; ".join(problems[:PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
 
 
 DECISION_STYLE = {"ACCEPT": "green", "REJECT": "red", "INCONCLUSIVE": "yellow"}

@@ -41,10 +41,11 @@ def kind_of(mode: int) -> str:
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def read_regular(path: Path | str, limit: int) -> bytes:
-    """The bytes of `path`, a regular file of at most `limit` bytes (after following links);
-    UnusableFile otherwise, and OSError where it cannot be opened."""
-    with _regular(path, limit) as handle:
+def read_regular(path: Path | str, limit: int, follow_links: bool = True) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes (after following links, unless
+    not `follow_links`: a link is then refused, OSError ELOOP); UnusableFile otherwise, and OSError
+    where it cannot be opened."""
+    with _regular(path, limit, follow_links) as handle:
         data = handle.read(limit + 1)  # a file that grew since, or whose size the kernel does not know (/proc)
     if len(data) > limit:
         raise UnusableFile(errno.EFBIG, too_large(len(data), limit), str(path))
@@ -72,10 +73,11 @@ def too_large(size: int, limit: int) -> str:
 
 
 @contextmanager
-def _regular(path: Path | str, limit: int | None) -> Iterator[BinaryIO]:
+def _regular(path: Path | str, limit: int | None, follow_links: bool = True) -> Iterator[BinaryIO]:
     """`path` open for reading, judged on the open descriptor (no FIFO waited on, no device read)
     and its size held to `limit` before anything is read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    no_link = 0 if follow_links else os.O_NOFOLLOW
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | no_link)
     try:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):

@@ -7,7 +7,8 @@ only when what this Python imports changes, so an entry is named by the digest o
 the folders it imports from with each distribution's metadata folder there (its name and time:
 pip writes a new one on every install, upgrade and removal), the variables that steer how a
 framework finds its native libraries, and the GPU driver's version. Only an answer that read as a
-probe's is kept; one that no longer reads so is probed again.
+probe's is kept, sealed (kit.cache.keep); one that is not as the kit kept it, or no longer reads
+as a probe's, is probed again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from kit.cache import cache_dir, drop_oldest
+from kit.cache import CacheEntryInvalid, cache_dir, drop_oldest, keep, read_kept
 from kit.files.regular import MiB, read_regular
 from kit.host.collection import read_probe_output
 from kit.host.fingerprint import ImageProbe
@@ -52,18 +53,16 @@ def probe_entry() -> Path:
 
 
 def read_entry(entry: Path) -> bytes | None:
-    """The kept answer, None where there is none (or it cannot be read)."""
+    """The kept answer, None where there is none (or it is not as the kit kept it)."""
     try:
-        return read_regular(entry, ENTRY_LIMIT)
-    except OSError:
+        return read_kept(entry, ENTRY_LIMIT)
+    except CacheEntryInvalid:
         return None
 
 
-def keep(entry: Path, answer: str) -> None:
-    from kit.files.atomic import atomic_write_text
-
+def keep_answer(entry: Path, answer: str) -> None:
     try:
-        atomic_write_text(entry, answer)
+        keep(entry, answer.encode())
         drop_oldest(entry.parent, ENTRIES_KEPT)
     except OSError:
         pass  # a cache that cannot be written costs time, not the answer
@@ -83,5 +82,5 @@ def probe_this_python() -> ImageProbe | None:
         probe = read_probe_output(stdout)
     except ValueError:
         return None
-    keep(entry, probe.model_dump_json())
+    keep_answer(entry, probe.model_dump_json())
     return probe

@@ -6,7 +6,9 @@ code, or pydantic and PyYAML change. So an entry is named by the digest of all o
 manifest and every module of the kit: 4 ms to read and hash, against guessing which modules a
 plan depends on) and of the profile and the host GPUs (count and memory) it was built for: any change names
 another entry, and the protocol is validated again, its errors reported as before. Nothing
-invalid is ever kept: an entry is written only after the whole protocol validated.
+invalid is ever kept: an entry is written only after the whole protocol validated, sealed
+(kit.cache.keep); one that is not as the kit kept it (edited, cut short, a link) is said in one
+line on stderr and built again.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import kit
-from kit.cache import cache_dir, drop_oldest
+from kit.cache import CacheEntryInvalid, cache_dir, drop_oldest, keep, read_kept
 from kit.files.names import NAME_PATTERN
-from kit.files.regular import MANIFEST_LIMIT, MiB, read_json, read_regular
+from kit.files.regular import MANIFEST_LIMIT, MiB, parsed_json, read_regular
 from kit.manifest import manifests_dir
 
 # Entries kept (about half a megabyte each for the paper profile): every edit of the protocol
@@ -64,13 +67,9 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     except OSError:  # no protocol file, an unreadable one, or an odd file beside it: loading says what matters
         entry = None
     if entry is not None:
-        try:
-            data = read_json(entry, PLAN_LIMIT)
-            if reads_as_plan(data):
-                return data
-        except (OSError, ValueError):
-            pass  # not made yet (an entry is renamed into place whole), or not a file the kit wrote
-    from kit.files.atomic import atomic_write_text
+        data = _kept_plan(entry)
+        if data is not None:
+            return data
     from kit.plan.protocol import build_plan, load_protocol
 
     plan = build_plan(
@@ -83,11 +82,28 @@ def plan_data(profile: str, host_gpus: int | None, gpu_memory_bytes: int | None 
     data = plan.model_dump(mode="json")
     if entry is not None:
         try:
-            atomic_write_text(entry, json.dumps(data))
+            keep(entry, json.dumps(data).encode())
             drop_oldest(entry.parent, ENTRIES_KEPT)
         except OSError:
             pass  # a cache that cannot be written costs time, not the answer
     return data
+
+
+def _kept_plan(entry: Path) -> dict | None:
+    """The plan kept at `entry`; None where there is none, or (said on stderr) where what is
+    there is not the kit's."""
+    try:
+        kept = read_kept(entry, PLAN_LIMIT)
+        if kept is None:
+            return None
+        data = parsed_json(kept)
+        if reads_as_plan(data):
+            return data
+        problem = "not a plan"
+    except (CacheEntryInvalid, ValueError) as exc:
+        problem = str(exc)
+    print(f"kit: plan cache entry {entry} not used ({problem}); the plan is built again", file=sys.stderr)
+    return None
 
 
 def reads_as_plan(data: object) -> bool:

@@ -5,7 +5,9 @@ report spends before it prints, and a run's charts are the same every time it is
 (again with a price, as HTML after PDF, compared with another run). A chart is named by its
 drawing function, every value it is given, the source of the module that draws it and
 matplotlib's version, so that a change to any of them draws it anew; the same inputs always
-gave the same bytes (kit.report.charts), so a kept drawing is the one that would be drawn.
+gave the same bytes (kit.report.charts), so a kept drawing is the one that would be drawn. A
+drawing is inlined in the HTML report, so it is kept sealed (kit.cache.keep): one edited or planted
+in the cache (a script in its SVG) is drawn again, never inlined.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
-from kit.cache import cache_dir
-from kit.files.atomic import atomic_write_text
+from kit.cache import CacheEntryInvalid, cache_dir, keep, read_kept
+from kit.files.regular import MiB
 
 P = ParamSpec("P")
 CHARTS_FOLDER = "report-charts"
 KEPT = 2000  # drawings kept (a paper-size report draws about 25 of some 100 kB each)
+DRAWING_LIMIT = 16 * MiB  # bytes of a kept drawing read at most
 
 
 def charts_folder() -> Path:
@@ -66,14 +69,16 @@ def drawn_once(draw: Callable[P, str]) -> Callable[P, str]:
     def cached(*args: P.args, **kwargs: P.kwargs) -> str:
         path = charts_folder() / f"{chart_key(draw, args, kwargs)}.svg"
         try:
-            svg = path.read_text(encoding="utf-8")
-            os.utime(path)  # the drawings used last are the ones kept
-            return svg
-        except (OSError, UnicodeDecodeError):
+            kept = read_kept(path, DRAWING_LIMIT)
+            if kept is not None:
+                svg = kept.decode("utf-8")
+                os.utime(path)  # the drawings used last are the ones kept
+                return svg
+        except (CacheEntryInvalid, OSError, UnicodeDecodeError):
             pass
         svg = draw(*args, **kwargs)
         try:
-            atomic_write_text(path, svg)
+            keep(path, svg.encode("utf-8"))
             _keep_newest(path.parent)
         except OSError:  # a cache that cannot be written costs time, never the report
             pass

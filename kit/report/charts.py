@@ -10,6 +10,7 @@ import re
 from math import cos, floor, log10, radians, sin
 from xml.dom import minidom
 
+from markupsafe import Markup
 from pydantic import BaseModel
 
 from kit.report.chart_cache import drawn_once
@@ -271,12 +272,13 @@ def _joined(node: minidom.Element, markers: dict[minidom.Element, str]) -> None:
             previous, previous_kind = child, this
 
 
-def data_uri(svg: str) -> str:
+def data_uri(svg: str) -> Markup:
     """The chart as an image address for the PDF's source: WeasyPrint parses an <img> of SVG once,
     where an inline <svg> also passes every element through the HTML parser and the CSS cascade
     (tests/benchmarks/render_report.py measures the difference). The drawing is the same vector
-    SVG, its text still text."""
-    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    SVG, its text still text. Base64 characters only: printed as it is (Markup), never read as
+    text to shorten."""
+    return Markup("data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii"))
 
 
 def _scoped_ids(svg: str, salt: str) -> str:

@@ -18,6 +18,7 @@ from kit.host.redaction_tokens import (
 from kit.measure.recompute import NOT_STORED, differences
 from kit.reference.measured_run import measured_run
 from kit.report.forked import in_parallel
+from kit.report.free_text import shown_text
 from kit.report.loaded_run import LoadedFingerprint, LoadedRun
 from kit.rundir.directory import NODE_FINGERPRINTS as FINGERPRINTS
 from kit.rundir.directory import RunDir, UnreadableRun, read_model
@@ -80,6 +81,17 @@ def _nodes_by_token(
     return info, results, nodes, [entry.model_copy(update={"path": redactor.text(entry.path)}) for entry in evidence]
 
 
+def _shown(result: Result, run_dir: RunDir) -> Result:
+    """`result` with its reason and notes as a report shows them (kit.report.free_text)."""
+    source = run_dir.result_path(result.case_id).relative_to(run_dir.root).as_posix()
+    return result.model_copy(
+        update={
+            "reason": result.reason and shown_text(result.reason, source),
+            "notes": [shown_text(note, source) for note in result.notes],
+        }
+    )
+
+
 def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> LoadedRun:
     """Everything a report reads of one run directory (verified beforehand by the caller), its
     signature checked against `allowed_signers` where given."""
@@ -106,6 +118,7 @@ def load_run(path: Path, redact: bool, allowed_signers: Path | None = None) -> L
         )
     if recomputed:
         raise EvidenceError(Path(path), [f"stored figures differ from the raw samples: {line}" for line in recomputed])
+    results = {case_id: _shown(result, run_dir) for case_id, result in results.items()}
     before = _read_fingerprint(run_dir.fingerprint_path, redact)
     hostname = info.host.hostname or "not recorded"
     if redact and info.host.hostname:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from kit.files.atomic import atomic_write_text, exclusive_temporary
 from kit.manifest import package_data
 from kit.measure.energy import DEFAULT_CURRENCY
 from kit.measure.slo import DEFAULT_SLO, Slo
+from kit.output import elided
 from kit.reference.acceptance import Judgement
 from kit.report import FORMATS
 from kit.report.build import REFERENCE, Assessment, assess, build_report
@@ -50,6 +52,14 @@ DOTTED_NAME = re.compile(r"[\w/+*-]+(?:\.[A-Za-z][\w/+*-]*){2,}|--[a-z][a-z-]*|\
 ZERO_WIDTH_SPACE, WORD_JOINER = "\u200b", "\u2060"  # invisible: a break allowed, a break forbidden
 # A name of words joined by underscores (no_uncorrectable_ecc_error, max_batch_search): a check's or a stage's.
 SNAKE_NAME = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w.])")  # not a piece of a dotted name
+
+
+def without_long_words(value: object) -> object:
+    """Every text the template prints with each word longer than any the kit writes shown by its
+    ends and its length (kit.output.elided), whatever run field it came from: a word of 64,000
+    characters in a run's command line kept the PDF's line breaking busy past two minutes. What
+    the kit itself made safe to inline (Markup: a chart, the stylesheet) is printed as it is."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else elided(value)
 
 
 def breakable(text: str) -> str:
@@ -89,10 +99,12 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen", p
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=without_long_words,
     )
     environment.globals["listing_lines"] = listing_lines
     environment.filters["data_uri"] = data_uri
-    environment.filters["breakable"] = breakable if medium == "print" else str  # a browser wraps as it pleases
+    # a browser wraps as it pleases; a word too long to print is cut before its breaks are marked
+    environment.filters["breakable"] = (lambda text: breakable(elided(text))) if medium == "print" else str
     css = (folder / STYLESHEET).read_text(encoding="utf-8")
     return environment.get_template(TEMPLATE).render(report=report, css=css, medium=medium, part=part)
 
@@ -185,6 +197,7 @@ def render(
     slo: Slo = DEFAULT_SLO,
     currency: str = DEFAULT_CURRENCY,
     acceptance: Judgement | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> list[Path]:
     """Render the report of `run_dir` into `out_dir` (by default the run directory itself, where
     the report files are the only ones the evidence leaves out): `report.html` / `.pdf`, and
@@ -197,8 +210,9 @@ def render(
     `currency` (an ISO 4217 code or any short name; report.json records it); `slo` holds the
     serving sweeps to latency objectives (kit.measure.slo). Each run's signer is named, and checked
     against `allowed_signers` where given (kit.rundir.signing). `acceptance`, the run's decision
-    against a spec and a baseline, heads page one and is in report.json.
-    Returns the files written.
+    against a spec and a baseline, heads page one and is in report.json. `say` is told when the
+    runs are verified and read, before the documents are laid out, so that a run refused says
+    only why. Returns the files written.
     """
     wanted = chosen_formats(formats)
     if gpu_hour_price is not None and gpu_hour_price <= 0:
@@ -224,6 +238,7 @@ def render(
             printer,
             slo,
             acceptance,
+            say,
         )
     finally:
         if printer:
@@ -231,7 +246,7 @@ def render(
 
 
 def _render(
-    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo, acceptance
+    run_dir, compare, wanted, out_dir: Path, redact, price, allowed_signers, run_dirs, printer, slo, acceptance, say
 ) -> list[Path]:
     gpu_hour_price, currency = price
 
@@ -250,6 +265,7 @@ def _render(
 
     # the evidence first: where a changed file also breaks the model, its EvidenceError is the one raised
     _, (assessment, report) = both_in_parallel(lambda: verify_runs(run_dirs, out_dir, own=Path(run_dir)), assessed)
+    say(f"rendering the report of {run_dir}" + (f", compared with {', '.join(compare)}" if compare else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     html_file, pdf_file, json_file, claims_csv, metrics_csv = REPORT_FILES
     written = write_documents(report, wanted, out_dir / html_file, out_dir / pdf_file, printer) if report else []

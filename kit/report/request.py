@@ -125,10 +125,6 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     judged = judgement(request, run_dir) if request.accept is not None else None
-    say(
-        f"rendering the report of {run_dir}"
-        + (f", compared with {', '.join(request.compare)}" if request.compare else "")
-    )
     priced = {"currency": request.currency} if request.currency else {}
     try:
         written = render(
@@ -141,6 +137,7 @@ def make_report(request: ReportRequest, say=print) -> ReportOutcome:
             request.allowed_signers,
             request.slo if judged is None or judged.slo is None else judged.slo,
             acceptance=judged.judgement if judged else None,
+            say=say,
             **priced,
         )
     except ValidationError:

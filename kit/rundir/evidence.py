@@ -163,10 +163,14 @@ def misplaced_results(run: RunDir) -> list[str]:
     for path in sorted((run.root / "cases").glob("*/result.json")):
         where = path.relative_to(run.root).as_posix()
         try:
-            case_id = read_json(path, RUN_FILE_LIMIT).get("case_id")
-        except (OSError, ValueError, AttributeError) as exc:
+            recorded = read_json(path, RUN_FILE_LIMIT)
+        except (OSError, ValueError) as exc:
             problems.append(f"unreadable: {where} ({str(exc)[:200]})")
             continue
+        if not isinstance(recorded, dict):
+            problems.append(f"unreadable: {where} (a JSON {type(recorded).__name__}, not a result's object)")
+            continue
+        case_id = recorded.get("case_id")
         if case_id != path.parent.name:
             problems.append(
                 f"misplaced: {where} is the result of case {printable(str(case_id))!r}, not of {path.parent.name}"

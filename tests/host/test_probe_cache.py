@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from kit.cache import keep, read_kept
 from kit.host.fingerprint import ImageProbe
 from kit.host.probe_cache import probe_entry, probe_key, probe_this_python
 
@@ -14,13 +15,15 @@ def test_the_probe_is_made_once_and_then_read_from_its_entry(tmp_path, monkeypat
     assert not entry.exists()
     probed = probe_this_python()  # the real probe: this Python's torch and frameworks
     assert probed is not None and probed.torch and entry.is_file()
-    assert ImageProbe.model_validate_json(entry.read_text()) == probed
+    assert ImageProbe.model_validate_json(read_kept(entry, 1 << 20) or b"") == probed
     planted = probed.model_copy(update={"torch": "0.0.0-kept"})
-    entry.write_text(planted.model_dump_json())
+    keep(entry, planted.model_dump_json().encode())
     assert probe_this_python() == planted  # read, not probed again
-    entry.write_text('{"torch": ')  # an entry that no longer reads as a probe's is probed again
+    keep(entry, b'{"torch": ')  # an entry that no longer reads as a probe's is probed again
     assert probe_this_python() == probed
-    assert ImageProbe.model_validate_json(entry.read_text()) == probed
+    entry.write_text(planted.model_dump_json())  # an answer not sealed by the kit is not read
+    assert probe_this_python() == probed
+    assert ImageProbe.model_validate_json(read_kept(entry, 1 << 20) or b"") == probed
 
 
 def test_installing_removing_or_steering_a_framework_names_another_entry(tmp_path, monkeypatch):

@@ -94,17 +94,96 @@ def forged(entry: dict) -> dict:
     return {**entry, "cases": [case, *entry["cases"][1:]]}
 
 
-def test_a_cache_entry_that_is_not_a_plan_the_kit_wrote_is_not_read(tmp_path, monkeypatch, kit_in_process):
-    monkeypatch.setenv("KIT_CACHE", str(tmp_path))
-    code, listed, _ = kit_in_process("list", "--profile", "smoke")
-    (entry,) = (tmp_path / "plans").glob("*.json")
-    for content in (forged(json.loads(entry.read_text())), [1, 2], {"profile": "smoke"}, {"cases": "x", "profile": 1}):
-        entry.write_text(json.dumps(content))
-        code, out, err = kit_in_process("list", "--profile", "smoke")
-        assert (code, out) == (0, listed) and "forged" not in out, err
-    entry.write_text("[" * 100_000 + "]" * 100_000)  # nested past any plan: a RecursionError once
-    code, out, err = kit_in_process("list", "--profile", "smoke")
-    assert (code, out) == (0, listed) and "Traceback" not in err, err
+def list_smoke(cache) -> subprocess.CompletedProcess:
+    """`kit list --profile smoke` as a user runs it, bounded in time: a read that waits fails."""
+    return subprocess.run(
+        [sys.executable, "-m", "kit.cli", "list", "--profile", "smoke"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KIT_CACHE": str(cache), "COLUMNS": "400"},
+        timeout=60,
+    )
+
+
+def plant(entry, how: str, plan: dict, elsewhere) -> None:
+    """Damage or replace `entry` as `how` says."""
+    sealed = entry.read_bytes()
     entry.unlink()
-    os.mkfifo(entry)  # a read of it would wait for a writer for ever
-    assert kit_in_process("list", "--profile", "smoke", seconds=30)[:2] == (0, listed)
+    if how == "cut short":
+        entry.write_bytes(sealed[: len(sealed) // 2])
+    elif how == "not JSON":
+        entry.write_bytes(sealed.replace(b"{", b"<", 1))
+    elif how == "nested 20000 deep":
+        entry.write_text("[" * 20_000 + "]" * 20_000)
+    elif how == "sparse 4 GiB":
+        with entry.open("wb") as handle:
+            handle.truncate(4 << 30)
+    elif how == "of another shape":
+        entry.write_text(json.dumps({"cases": "x", "profile": 1}))
+    elif how == "a link to a file elsewhere":
+        elsewhere.write_bytes(sealed)
+        entry.symlink_to(elsewhere)
+    elif how == "cases edited, seal kept":
+        seal, _, _ = sealed.partition(b"\n")
+        edited = {**plan, "cases": [{**case, "params": {**case["params"], "runs": 99}} for case in plan["cases"]]}
+        entry.write_bytes(seal + b"\n" + json.dumps(edited).encode())
+    elif how == "a case naming a path":
+        entry.write_text(json.dumps(forged(plan)))
+    elif how == "a FIFO":
+        os.mkfifo(entry)  # a read of it would wait for a writer for ever
+
+
+DAMAGE = (
+    "cut short",
+    "not JSON",
+    "nested 20000 deep",
+    "sparse 4 GiB",
+    "of another shape",
+    "a link to a file elsewhere",
+    "cases edited, seal kept",
+    "a case naming a path",
+    "a FIFO",
+)
+
+
+def test_a_cache_entry_that_is_not_as_the_kit_kept_it_is_said_and_built_again(tmp_path):
+    cache = tmp_path / "cache"
+    clean = list_smoke(cache)
+    (entry,) = (cache / "plans").glob("*.json")
+    kept = entry.read_bytes()
+    plan = json.loads(kept.partition(b"\n")[2])
+    assert clean.returncode == 0 and not clean.stderr and kept.startswith(b"kit-sealed ")
+    for how in DAMAGE:
+        plant(entry, how, plan, tmp_path / "elsewhere.json")
+        damaged = list_smoke(cache)
+        assert (damaged.returncode, damaged.stdout) == (0, clean.stdout), (how, damaged.stderr)
+        (line,) = damaged.stderr.splitlines()  # one line, no traceback
+        assert line.startswith(f"kit: plan cache entry {entry} not used (") and "built again" in line, how
+        assert entry.read_bytes() == kept and not entry.is_symlink(), how  # built again, the same
+        assert list_smoke(cache).stderr == "", how  # and read as the kit's from then on
+    assert (tmp_path / "elsewhere.json").read_bytes() == kept  # what the link pointed to is left as it was
+
+
+def test_an_entry_sealed_under_another_name_or_another_key_is_not_read(tmp_path):
+    """The seal covers the entry's name (a plan kept for another profile or host is not this
+    one's) and is made with a key of this user's alone: one others may read is replaced."""
+    cache = tmp_path / "cache"
+    clean = list_smoke(cache)
+    (entry,) = (cache / "plans").glob("*.json")
+    subprocess.run(
+        [sys.executable, "-m", "kit.cli", "list", "--profile", "paper"],
+        capture_output=True,
+        env={**os.environ, "KIT_CACHE": str(cache)},
+        check=True,
+    )
+    (other,) = set((cache / "plans").glob("*.json")) - {entry}
+    kept = entry.read_bytes()
+    entry.write_bytes(other.read_bytes())
+    renamed = list_smoke(cache)
+    assert (renamed.returncode, renamed.stdout) == (0, clean.stdout) and "seal does not match" in renamed.stderr
+    assert entry.read_bytes() == kept
+    key = cache / "seal.key"
+    key.chmod(0o644)  # readable by others: anyone could have sealed with it
+    shared = list_smoke(cache)
+    assert (shared.returncode, shared.stdout) == (0, clean.stdout) and "not used" in shared.stderr
+    assert key.stat().st_mode & 0o077 == 0 and entry.read_bytes() != kept  # a new key, the entry sealed with it
