@@ -37,7 +37,16 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # aiohttp, tokenizers, nvidia-ml-py, pyyaml, numpy there); "bare": a host with a CUDA build of
 # torch alone. Resolved with their own dependencies, less those the host has (HOST_HAS):
 LIGHT = {
-    "test": ["pydantic==2.13.4", "docker==7.1.0", "hjson", "msgpack", "ninja", "einops", "py-cpuinfo"],
+    "test": [
+        "pydantic==2.13.4",
+        "docker==7.1.0",
+        "hjson",
+        "msgpack",
+        "ninja",
+        "einops",
+        "py-cpuinfo",
+        "prometheus-client==0.26.0",
+    ],
     "bare": [
         "pydantic==2.13.4",
         "docker==7.1.0",
