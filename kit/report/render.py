@@ -33,7 +33,6 @@ TEMPLATES_ENV = "KIT_REPORT_TEMPLATES"
 TEMPLATE = "report.html.j2"
 STYLESHEET = "style.css"
 CURRENCY = re.compile(r"[A-Za-z]{1,8}")  # ISO 4217 (USD, EUR) or any short name of letters
-SECOND_PART = "claims"  # the PDF's second part, printed beside the first: the verdicts and the evidence
 
 
 @dataclass(frozen=True)
@@ -111,10 +110,15 @@ def render_html(report: Report, medium: Literal["screen", "print"] = "screen", p
 
 def print_parts(report: Report) -> list[Part]:
     """The PDF's source in two parts that WeasyPrint prints at once on two cores, each with the
-    anchors it holds as stand-ins: page one, the cover and the measurements; then, from the
-    reference claims on (which start a page of their own), the verdicts and the evidence."""
+    anchors it holds as stand-ins: page one, the cover and the sections up to the cut, then the
+    rest, which starts a page of its own. The cut makes the two alike in weight, so that neither
+    core waits long for the other (on the paper-size run, printing at the reference claims gave
+    parts of 5.0 s and 2.2 s, at the serving capacity 3.2 s and 3.6 s)."""
     sections = report.sections
-    cut = next((index for index, section in enumerate(sections) if section.anchor == SECOND_PART), len(sections))
+    whole = render_html(report, "print", PartContents(True, sections, frozenset()))
+    # each section's HTML, the first's with page one and the cover before it, which its part prints too
+    starts = [0] + [max(0, whole.find(f'<section id="{section.anchor}"')) for section in sections[1:]] + [len(whole)]
+    cut = balanced_cut([end - start for start, end in zip(starts, starts[1:])])
     groups = [sections[:cut]] + ([sections[cut:]] if cut < len(sections) else [])
     anchors = [set(_anchors(group)) for group in groups]
     parts = []
@@ -122,6 +126,16 @@ def print_parts(report: Report) -> list[Part]:
         stand_ins = frozenset().union(*(held for other, held in enumerate(anchors) if other != index))
         parts.append((render_html(report, "print", PartContents(index == 0, group, stand_ins)), stand_ins))
     return parts
+
+
+def balanced_cut(weights: Sequence[int]) -> int:
+    """Where a sequence of sections is cut in two of most alike weight (a section's weight: the size
+    of its printed HTML, which its drawings and table cells make up, as they make up its printing
+    time)."""
+    if len(weights) < 2:
+        return len(weights)
+    total = sum(weights)
+    return min(range(1, len(weights)), key=lambda cut: abs(2 * sum(weights[:cut]) - total))
 
 
 def _anchors(sections: list[Section]) -> Iterator[str]:

@@ -67,3 +67,12 @@ def test_a_printer_never_given_a_document_is_stopped_when_the_report_fails(tmp_p
             process = printer._process
             raise ValueError("the report failed before it printed")
     assert process is None or not process.is_alive()
+
+
+def test_the_pdf_is_cut_where_its_two_parts_weigh_most_alike():
+    from kit.report.render import balanced_cut
+
+    assert balanced_cut([10, 10, 10, 10]) == 2
+    assert balanced_cut([100, 1, 1]) == 1  # the heavy first part alone
+    assert balanced_cut([1, 1, 1, 100]) == 3
+    assert balanced_cut([5]) == 1  # one section: one part
