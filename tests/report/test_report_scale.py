@@ -458,7 +458,9 @@ def test_two_smoke_runs_compared_show_the_ratio_and_welchs_test_per_case(tmp_pat
     html = (tmp_path / "out" / "report.html").read_text()
     assert "A/B: this run against b" in html
     rows = {(row[0], row[1]): row[2:] for row in cells_of_rows(html, "ab-b") if len(row) == 7}
-    comparable = {row[0]: row[1] for row in cells_of_rows(html, "ab-b") if len(row) == 3}  # stage -> yes/no
+    comparable = {  # stage -> yes/no; stages with one answer share a row
+        stage: row[1] for row in cells_of_rows(html, "ab-b") if len(row) == 3 for stage in row[0].split(", ")
+    }
     ra, rb = RunDir(a), RunDir(b)
     compared = 0
     for cid in training:
@@ -501,7 +503,9 @@ def test_two_real_smoke_runs_compared_through_the_cli_show_the_ratio_and_welchs_
     html = (tmp_path / "out" / "report.html").read_text()
     assert "A/B: this run against b" in html
     rows = {(row[0], row[1]): row[2:] for row in cells_of_rows(html, "ab-b") if len(row) == 7}
-    comparable = {row[0]: row[1] for row in cells_of_rows(html, "ab-b") if len(row) == 3}  # stage -> yes/no
+    comparable = {  # stage -> yes/no; stages with one answer share a row
+        stage: row[1] for row in cells_of_rows(html, "ab-b") if len(row) == 3 for stage in row[0].split(", ")
+    }
     va = RunDir(a).read_result(case).metrics["tokens_per_s"].per_run
     vb = RunDir(b).read_result(case).metrics["tokens_per_s"].per_run
     assert len(va) == len(vb) == 3

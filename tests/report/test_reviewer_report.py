@@ -455,3 +455,27 @@ def test_the_duration_table_leaves_skipped_cases_out(h100):
     pretrain = sum(1 for r in h100.results.values() if r.stage == "pretrain" and r.status == "skipped")
     assert f"pretrain 0 ({pretrain} skipped) not estimated 0s -" in durations
     assert "0.00" not in durations
+
+
+def test_an_ab_report_says_each_reason_its_environments_differ_once(h100, paper):
+    """The real H100 run against the paper-size run: six stages not comparable for one set of reasons
+    (another GPU, count, driver...) say them in one row, then what each stage adds."""
+    from kit.report.build import build_report
+
+    report = build_report(h100.run, [str(paper.run)])
+    (section,) = [section for section in report.sections if section.anchor.startswith("ab-")]
+    table = next(table for table in section.tables if table.caption.startswith("May the two runs' numbers be compared"))
+    whys = [row.cells[2].text for row in table.rows]
+    first = whys[0]
+    assert table.rows[0].cells[0].text.split(", ") == [
+        "pretrain",
+        "maxbatch",
+        "finetune",
+        "scaling",
+        "profile",
+        "serve",
+    ]
+    assert first.startswith("GPU model differs: NVIDIA H100 80GB HBM3 vs NVIDIA A800-SXM4-80GB; GPU count differs")
+    assert all(why.startswith("and: ") for why in whys[1:])
+    reasons = [reason for why in whys for reason in why.removeprefix("and: ").split("; ")]
+    assert reasons.count("GPU count differs: 1 vs 8") == 1

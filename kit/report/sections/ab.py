@@ -10,7 +10,7 @@ from kit.host.environment import comparable, load_expectations
 from kit.report import charts
 from kit.report.cells import mean_std, metric_of, signature_cell, status_cell
 from kit.report.loaded_run import LoadedRun
-from kit.report.model import Cell, Chart, Row, Section, Table, html_id
+from kit.report.model import Cell, Chart, Row, Section, Table, Tone, html_id
 from kit.report.sections.environment import machine
 from kit.report.stats import SIGNIFICANCE_LEVEL, WelchTest, welch_t_test
 from kit.units import format_value, metric_label
@@ -71,38 +71,43 @@ def comparison_section(run: LoadedRun, other: LoadedRun) -> AbSection:
         environments = "fingerprints not recorded, so the environments' comparability is unknown"
     else:
         rules = load_expectations().comparability
-        rows = []
+        answers: dict[str, tuple[str, list[str]]] = {}
         for stage in stages:
             if stage not in rules.stages:
-                rows.append(
-                    Row(
-                        cells=[
-                            Cell(text=stage),
-                            Cell(text="unknown", tone="warn"),
-                            Cell(text=f"environment.yaml has no comparability rules for stage {stage}"),
-                        ]
-                    )
-                )
-                continue
-            verdict = comparable(fa, fb, stage, rules)
-            rows.append(
-                Row(
-                    cells=[
-                        Cell(text=stage),
-                        Cell(text="yes" if verdict.comparable else "no", tone="good" if verdict.comparable else "bad"),
-                        Cell(text="; ".join(verdict.reasons) or "every aspect equal"),
-                    ]
-                )
-            )
+                answers[stage] = ("unknown", [f"environment.yaml has no comparability rules for stage {stage}"])
+            else:
+                verdict = comparable(fa, fb, stage, rules)
+                answers[stage] = ("yes" if verdict.comparable else "no", list(verdict.reasons))
+        # the reasons every stage that is not comparable shares are said once, in a row of their own
+        refused = [reasons for answer, reasons in answers.values() if answer == "no"]
+        shared = (
+            [reason for reason in refused[0] if all(reason in reasons for reasons in refused)]
+            if len(refused) > 1
+            else []
+        )
+        said: dict[tuple[str, str], list[str]] = {}  # (comparable, why) -> its stages: each answer once
+        if shared:
+            said[("no", "; ".join(shared))] = [stage for stage, (answer, _) in answers.items() if answer == "no"]
+        for stage, (answer, reasons) in answers.items():
+            own = [reason for reason in reasons if reason not in shared]
+            if answer == "yes":
+                said.setdefault(("yes", "every aspect equal"), []).append(stage)
+            elif own:
+                said.setdefault((answer, ("and: " if shared else "") + "; ".join(own)), []).append(stage)
+        tones: dict[str, Tone] = {"yes": "good", "no": "bad", "unknown": "warn"}
+        rows = [
+            Row(cells=[Cell(text=", ".join(named)), Cell(text=answer, tone=tones[answer]), Cell(text=why)])
+            for (answer, why), named in said.items()
+        ]
         section.tables.append(
             Table(
-                caption="May the two runs' numbers be compared? (fingerprints, per stage)",
-                header=["Stage", "Comparable", "Why not"],
+                caption="May the two runs' numbers be compared? (fingerprints; stages with one answer share a row)",
+                header=["Stages", "Comparable", "Why not"],
                 widths=[15, 12, 73],
                 rows=rows,
             )
         )
-        differing = [row.cells[0].text for row in rows if row.cells[1].text != "yes"]
+        differing = [stage for (answer, _), named in said.items() if answer != "yes" for stage in named]
         environments = (
             f"environments not comparable for {', '.join(differing)}"
             if differing
