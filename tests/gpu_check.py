@@ -36,25 +36,20 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 # ENVIRONMENT.md (torch, transformers, peft, accelerate, click, jinja2, rich, matplotlib,
 # aiohttp, tokenizers, nvidia-ml-py, pyyaml, numpy there); "bare": a host with a CUDA build of
 # torch alone. Resolved with their own dependencies, less those the host has (HOST_HAS):
+MISSING_ON_TEST_HOST = [
+    "pydantic==2.13.4",
+    "docker==7.1.0",
+    "hjson",
+    "msgpack",
+    "ninja",
+    "einops",
+    "py-cpuinfo",
+    "prometheus-client==0.26.0",
+]
 LIGHT = {
-    "test": [
-        "pydantic==2.13.4",
-        "docker==7.1.0",
-        "hjson",
-        "msgpack",
-        "ninja",
-        "einops",
-        "py-cpuinfo",
-        "prometheus-client==0.26.0",
-    ],
+    "test": MISSING_ON_TEST_HOST,
     "bare": [
-        "pydantic==2.13.4",
-        "docker==7.1.0",
-        "hjson",
-        "msgpack",
-        "ninja",
-        "einops",
-        "py-cpuinfo",
+        *MISSING_ON_TEST_HOST,
         "transformers==5.17.0",
         "click",
         "jinja2",
@@ -64,7 +59,6 @@ LIGHT = {
         "tokenizers",
         "nvidia-ml-py",
         "pyyaml",
-        "prometheus-client==0.26.0",
         "psutil",
     ],
 }

@@ -8,7 +8,7 @@ no such check), or not applicable (a host without NVIDIA GPUs has no GPU health 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -40,101 +40,94 @@ class ConditionLine(BaseModel):
     why: str | None = None
 
 
-def _gpus_healthy(health: HostHealth | None) -> ConditionLine:
-    line = ConditionLine(
-        requirement="gpus_healthy",
-        label="GPU health",
-        required="no critical check of the health catalog failing",
-        observed="not recorded",
-        outcome="not measured",
-        why="the run's fingerprint has no health section",
+class Requirement(NamedTuple):
+    label: str
+    required: str
+    unread: str  # why a run that holds no such check is not measured
+
+
+REQUIREMENTS = {
+    "gpus_healthy": Requirement(
+        "GPU health", "no critical check of the health catalog failing", "the run's fingerprint has no health section"
+    ),
+    "no_warnings": Requirement(
+        "GPU health warnings", "no check of the health catalog warning", "the run's fingerprint has no health section"
+    ),
+    "silent_data_corruption": Requirement(
+        "Silent data corruption",
+        "the preflight's check passed on every device",
+        "no preflight ran the check (kit run runs it unless --no-preflight)",
+    ),
+    "serving_output": Requirement(
+        "Serving output",
+        "each serving case's greedy output equals transformers' on the same weights",
+        "no serve case ran to its end",
+    ),
+}
+
+
+def _line(key: str, observed: str, outcome: ConditionOutcome, why: str | None = None) -> ConditionLine:
+    found = REQUIREMENTS[key]
+    return ConditionLine(
+        requirement=key, label=found.label, required=found.required, observed=observed, outcome=outcome, why=why
     )
+
+
+def _unread(key: str) -> ConditionLine:
+    return _line(key, "not recorded", "not measured", REQUIREMENTS[key].unread)
+
+
+def _gpus_healthy(health: HostHealth | None) -> ConditionLine:
     if health is None:
-        return line
+        return _unread("gpus_healthy")
     observed = f"{len(health.checks)} checks of {health.catalog}"
     if health.not_applicable is not None:
-        return line.model_copy(update={"observed": health.not_applicable, "outcome": "not applicable", "why": None})
+        return _line("gpus_healthy", health.not_applicable, "not applicable")
     if health.failing:
-        return line.model_copy(
-            update={"observed": f"{observed}: {health.unhealthy_because}", "outcome": "fail", "why": None}
-        )
+        return _line("gpus_healthy", f"{observed}: {health.unhealthy_because}", "fail")
     if health.checks and all(check.status == "unknown" for check in health.checks):
-        return line.model_copy(
-            update={"observed": observed, "outcome": "inconclusive", "why": "no health reading could be taken"}
-        )
-    return line.model_copy(update={"observed": f"{observed}: none critical failing", "outcome": "pass", "why": None})
+        return _line("gpus_healthy", observed, "inconclusive", "no health reading could be taken")
+    return _line("gpus_healthy", f"{observed}: none critical failing", "pass")
 
 
 def _no_warnings(health: HostHealth | None) -> ConditionLine:
-    line = ConditionLine(
-        requirement="no_warnings",
-        label="GPU health warnings",
-        required="no check of the health catalog warning",
-        observed="not recorded",
-        outcome="not measured",
-        why="the run's fingerprint has no health section",
-    )
     if health is None:
-        return line
+        return _unread("no_warnings")
     if health.not_applicable is not None:
-        return line.model_copy(update={"observed": health.not_applicable, "outcome": "not applicable", "why": None})
+        return _line("no_warnings", health.not_applicable, "not applicable")
     if health.warnings:
         names = ", ".join(sorted({check.name for check in health.warnings}))
-        return line.model_copy(
-            update={"observed": f"{len(health.warnings)} warning(s): {names}", "outcome": "fail", "why": None}
-        )
-    return line.model_copy(update={"observed": "none", "outcome": "pass", "why": None})
+        return _line("no_warnings", f"{len(health.warnings)} warning(s): {names}", "fail")
+    return _line("no_warnings", "none", "pass")
 
 
 def _silent_data_corruption(health: HostHealth | None) -> ConditionLine:
-    line = ConditionLine(
-        requirement="silent_data_corruption",
-        label="Silent data corruption",
-        required="the preflight's check passed on every device",
-        observed="not checked",
-        outcome="not measured",
-        why="no preflight ran the check (kit run runs it unless --no-preflight)",
-    )
     check = health.silent_data_corruption if health is not None else None
     if check is None:
-        return line
-    outcomes: dict[str, ConditionOutcome] = {"pass": "pass", "fail": "fail", "error": "inconclusive"}
-    outcome = outcomes[check.status]
-    why = "the check could not run to its end" if check.status == "error" else None
-    return line.model_copy(update={"observed": f"{check.status}: {check.summary}", "outcome": outcome, "why": why})
+        return _unread("silent_data_corruption")
+    observed = f"{check.status}: {check.summary}"
+    if check.status == "error":
+        return _line("silent_data_corruption", observed, "inconclusive", "the check could not run to its end")
+    return _line("silent_data_corruption", observed, "pass" if check.status == "pass" else "fail")
 
 
 def _serving_output(results: dict[str, Result]) -> ConditionLine:
-    line = ConditionLine(
-        requirement="serving_output",
-        label="Serving output",
-        required="each serving case's greedy output equals transformers' on the same weights",
-        observed="no serving case finished",
-        outcome="not measured",
-        why="no serve case ran to its end",
-    )
     served = {
         case_id: result for case_id, result in results.items() if result.stage == "serve" and result.status == "ok"
     }
     if not served:
-        return line
+        return _unread("serving_output")
     checks = {case_id: [check for _, check in output_checks(result)] for case_id, result in served.items()}
     wrong = sorted(case_id for case_id, found in checks.items() if any(check.status == "fail" for check in found))
     unchecked = sorted(
         case_id for case_id, found in checks.items() if not any(check.status == "pass" for check in found)
     )
     if wrong:
-        return line.model_copy(update={"observed": f"wrong in {', '.join(wrong)}", "outcome": "fail", "why": None})
+        return _line("serving_output", f"wrong in {', '.join(wrong)}", "fail")
     if unchecked:
-        return line.model_copy(
-            update={
-                "observed": f"{len(served) - len(unchecked)} of {len(served)} cases checked",
-                "why": f"not checked: {', '.join(unchecked)}",
-            }
-        )
-    return line.model_copy(
-        update={"observed": f"equal in {len(served)} of {len(served)} cases", "outcome": "pass", "why": None}
-    )
+        observed = f"{len(served) - len(unchecked)} of {len(served)} cases checked"
+        return _line("serving_output", observed, "not measured", f"not checked: {', '.join(unchecked)}")
+    return _line("serving_output", f"equal in {len(served)} of {len(served)} cases", "pass")
 
 
 def condition_lines(

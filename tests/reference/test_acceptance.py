@@ -140,15 +140,25 @@ def test_one_run_per_case_is_inconclusive_and_says_why(kit_in_process, runs, bas
     assert "INCONCLUSIVE" in shown
 
 
+def one_line(kit_in_process, run: Path, baseline: Path, folder: Path, spec_text: str) -> tuple[int, dict]:
+    """The exit status and the one line of a spec of one requirement, written into `folder`."""
+    folder.mkdir()
+    (folder / "spec.yaml").write_text(spec_text)
+    code, decision, _ = decided(kit_in_process, run, baseline, folder / "report", folder / "spec.yaml")
+    (line,) = decision["lines"]
+    return code, line
+
+
 def test_a_straddling_interval_is_inconclusive(kit_in_process, runs, baseline, tmp_path):
     """At 91 % of the baseline, the slower run (about 90.9 %) lies within its runs' interval of the threshold."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
+    code, line = one_line(
+        kit_in_process,
+        runs["slower"],
+        baseline,
+        tmp_path / "close",
         "name: close\nmin_runs: 3\nrequirements:\n"
-        "  - {quantity: training_tokens_per_s, fraction: 0.909, cases: ['pretrain.llama2-7b.z3.*']}\n"
+        "  - {quantity: training_tokens_per_s, fraction: 0.909, cases: ['pretrain.llama2-7b.z3.*']}\n",
     )
-    code, decision, _ = decided(kit_in_process, runs["slower"], baseline, tmp_path / "close", spec)
-    (line,) = decision["lines"]
     assert (code, line["outcome"]) == (3, "inconclusive")
     assert line["why"].startswith("the interval straddles the required value")
 
@@ -158,13 +168,14 @@ def test_a_capacity_held_to_other_objectives_than_the_baselines_is_not_measured(
 ):
     """The spec's objectives hold the run's sweeps; the baseline's capacity was held to the default:
     two capacities under two objectives are not compared."""
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
+    code, line = one_line(
+        kit_in_process,
+        runs["measured"],
+        baseline,
+        tmp_path / "other",
         "name: interactive\nmin_runs: 3\nlatency: {ttft_ms: 450, tpot_ms: 40}\nrequirements:\n"
-        "  - {quantity: serving_capacity_tokens_per_s, fraction: 0.95}\n"
+        "  - {quantity: serving_capacity_tokens_per_s, fraction: 0.95}\n",
     )
-    code, decision, _ = decided(kit_in_process, runs["measured"], baseline, tmp_path / "other", spec)
-    (line,) = decision["lines"]
     assert (code, line["outcome"]) == (3, "not measured")
     assert line["why"].startswith(
         "objectives differ: the baseline's figure is held to p99 TTFT ≤ 2000 ms, TPOT ≤ 200 ms, the spec's to "
