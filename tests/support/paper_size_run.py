@@ -174,7 +174,7 @@ class Clock:
 class Host:
     """What every sample of one run shares: the device, the images and the clock."""
 
-    def __init__(self, plan: Plan, gpu_name: str, seed: int, speed: float):
+    def __init__(self, plan: Plan, gpu_name: str, seed: int, speed: float, output_checked: bool = False):
         self.cuda = plan.device == "cuda"
         self.device_name = gpu_name if self.cuda else CPU_DEVICE
         self.spec = load_hardware().lookup(gpu_name) if self.cuda else None
@@ -182,7 +182,7 @@ class Host:
         self.seed, self.speed = seed, speed
         self.clock = Clock()
         self.memory_bytes = (2048 if self.cuda else 8) * GIB  # as its fingerprint says
-        self.output_checked = False  # each serving run's output checked (write_run's `checked`)
+        self.output_checked = output_checked  # each serving run's output checked (write_run's `checked`)
 
     def slower(self, factor: float) -> Host:
         """This host, its throughputs scaled by `factor` (the same clock and images)."""
@@ -1230,12 +1230,11 @@ def write_run(
     `checked`: the host was checked before it was measured (checked_health) and each serving run's
     output was checked and equal to transformers'."""
     root = Path(root)
-    host = Host(plan, gpu_name, seed, speed)
+    host = Host(plan, gpu_name, seed, speed, output_checked=checked)
     selected = [case for case in plan.cases if cases is None or case.id in cases]
     before = synthetic_fingerprint(plan, gpu_name, host.clock.now, interconnect)
     if checked:
         before = before.model_copy(update={"health": checked_health(plan, host)})
-    host.output_checked = checked
     checks = evaluate(before, load_expectations(), 8 if plan.device == "cuda" else None)
     run = RunDir(root)
     if fingerprint:
