@@ -255,6 +255,14 @@ def _stop_on_sigterm() -> None:
     type=click.IntRange(min=1),
     help="every case at least this many independent runs (a verdict needs 3; a max-batch search stays one search)",
 )
+@click.option(
+    "--runs-for",
+    "runs_for",
+    type=FILE,
+    callback=regular_file,
+    help="every case the runs this acceptance spec asks: its min_runs, and where it says `repeat:`, more until "
+    "each interval is narrow or its time cap is spent",
+)
 @click.option("--soak", "soak_minutes", type=float, callback=positive_number, help="also a soak of so many minutes")
 @click.option("--no-preflight", is_flag=True, help="start without checking each image first (recorded in run.json)")
 @REDACT_OPTION

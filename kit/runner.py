@@ -25,6 +25,7 @@ from kit.cache import cache_dir
 from kit.execute.base import Executor
 from kit.execute.case_run import Progress, execute_case
 from kit.execute.choice import describe_choice, named, needs_local_frameworks
+from kit.execute.narrowing import RepetitionBudget, repeats
 from kit.execute.preflight import check_host, failing, run_preflight
 from kit.execute.slurm import SlurmExecutor, configured
 from kit.host.collection import collect
@@ -202,13 +203,26 @@ def execute(run: RunDir, host: Host, progress: Progress | None = None) -> list[R
     total = len(info.selected)
     done = total - len(pending)
     preflight_failed = info.preflight.failed_images() if info.preflight else {}
+    repetition = info.plan.repetition
+    budget = (
+        RepetitionBudget(repetition, info.repetition_spent_s, sum(repeats(case, info.plan) for case in pending))
+        if repetition is not None
+        else None
+    )
     try:
         for case in pending:
             done += 1
             progress.case_started(case, done, total)
-            result = execute_case(run, case, host, progress, requested, info.skip_predicted_oom, preflight_failed)
+            repeated = budget if budget is not None and repeats(case, info.plan) else None
+            result = execute_case(
+                run, case, host, progress, requested, info.skip_predicted_oom, preflight_failed, repeated
+            )
             progress.case_finished(result, done, total)
-            if record_images(info, result):
+            changed = record_images(info, result)
+            if repeated is not None:
+                repeated.case_passed()
+                info.repetition_spent_s, changed = repeated.spent_s, True
+            if changed:
                 run.write_info(info)
             seal(run, info)  # the evidence so far: what a resume checks the run directory against
     except BaseException:
@@ -343,6 +357,9 @@ class RunRequest(BaseModel):
     accept_changes: bool = False
     sign_key: Path | None = None
     runs: int | None = None  # --runs N: every case at least N independent runs (kit.plan.protocol.with_runs)
+    runs_for: Path | None = (
+        None  # --runs-for SPEC: the spec's min_runs, and its repetition (kit.plan.protocol.Repetition)
+    )
     per_node: bool = False  # Slurm: the same run on every node of the allocation, each into OUT/<node>/
 
     @classmethod
@@ -389,6 +406,7 @@ class RunRequest(BaseModel):
                 self.no_preflight,
                 self.redact,
                 self.runs,
+                self.runs_for,
             )
             return "--resume takes the run directory alone: the run keeps its own plan" if any(new_run) else None
         if (
@@ -470,6 +488,8 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
         work = first_run_work(attempted, planned.plan.device, host.resources.docker_engine, cache_dir())
         title = planned.title + (f"; estimated {duration_text(sum(known))}" if known else "; no estimate")
         title += first_run_text(work)
+        if planned.plan.repetition is not None:
+            title += f" + {planned.plan.repetition.text}"
         return RunOutcome(None, plan_text=plan_text(title, planned.cases, planned.finished, estimates=predicted))
     from kit.execute.leftovers import remove_leftovers
 
@@ -545,11 +565,21 @@ def run(request: RunRequest, ui: RunUi) -> RunOutcome:
 
 def _planned(request: RunRequest, host: Host, ui: RunUi) -> Planned:
     """A new run's plan: the profile fitted to this host, the cases asked for, and the soak's."""
+    spec = None
+    if request.runs_for is not None:  # a spec that cannot be read is said before anything else
+        from kit.reference.acceptance import load_spec, reads
+
+        spec = load_spec(request.runs_for).spec
     if request.profile is None and not host.gpu_names:
         ui.warn(SMOKE_NOTICE)
     plan = plan_for(host, request.profile)
     if request.runs is not None:
         plan = with_runs(plan, request.runs)
+    if spec is not None:
+        plan = with_runs(plan, spec.min_runs)
+        if spec.repeat is not None:
+            repeated = [case.id for case in plan.cases if reads(spec, case)]
+            plan = plan.model_copy(update={"repetition": spec.repeat, "repeated": repeated})
     soaking: list[Case] = []
     if request.soak_minutes:
         from kit.plan.soak import with_soak

@@ -1,7 +1,8 @@
 """One case of a run, start to end: skipped where the host cannot attempt it, else its runs through
 its executor (each a fresh launch, or one launch for all where the case shares it, or a max-batch
-search's trials), stopping at the first failed run, then judged and measured by its stage's unit
-into a Result, written atomically before the next case starts."""
+search's trials), stopping at the first failed run, then more runs where the run repeats cases
+until their intervals are narrow (kit.execute.narrowing), then judged and measured by its stage's
+unit into a Result, written atomically before the next case starts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from kit.execute.base import Executor
 from kit.execute.choice import choose as choose_executor
+from kit.execute.narrowing import RepetitionBudget, narrowed
 from kit.files.atomic import appending
 from kit.host.this_host import Host
 from kit.measure import effective, maxbatch
@@ -78,6 +80,7 @@ def execute_case(
     requested: Executor | None,
     skip_predicted_oom: bool = False,
     preflight_failed: dict[str, str] | None = None,
+    budget: RepetitionBudget | None = None,  # where the run repeats this case until its interval is narrow
 ) -> Result:
     started = utc_now()
     case_dir = run.prepare_case(case)
@@ -101,24 +104,36 @@ def execute_case(
         run.write_result(result)
         return result
     executor = choose_executor(case, requested)
-    runs: list[RunSample] = []
-    indices = list(range(1, case.params.runs + 1))
+    note = None
     with appending(case_dir / "log.txt") as log:
+
+        def launch(indices: list[int]) -> list[RunSample]:
+            """The runs `indices` of the case, stopping at the first that failed."""
+            done: list[RunSample] = []
+            total = max(case.params.runs, indices[-1])
+            if case.shares_launch:
+                progress.run_started(case, indices[0], total)
+                for sample in executor.run_launch(case, case_dir, indices, log):
+                    done.append(effective.judged(case, sample))
+                    if done[-1].status != "ok":
+                        break
+                return done
+            for index in indices:
+                progress.run_started(case, index, total)
+                done.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
+                if done[-1].status != "ok":
+                    break  # a configuration that failed once (OOM, unavailable, option off) fails every time
+            return done
+
         if case.max_batch_search is not None:
             runs = search_max_batch(case, case_dir, executor, log, progress, host)
-        elif case.shares_launch:
-            progress.run_started(case, 1, case.params.runs)
-            for sample in executor.run_launch(case, case_dir, indices, log):
-                runs.append(effective.judged(case, sample))
-                if runs[-1].status != "ok":
-                    break
         else:
-            for index in indices:
-                progress.run_started(case, index, case.params.runs)
-                runs.append(effective.judged(case, executor.run_once(case, case_dir, index, log)))
-                if runs[-1].status != "ok":
-                    break  # a configuration that failed once (OOM, unavailable, option off) fails every time
+            runs = launch(list(range(1, case.params.runs + 1)))
+        if budget is not None:
+            runs, note = narrowed(case, runs, budget, launch)
     result = result_of(case, runs, executor.name, started)
+    if note is not None:
+        result = result.model_copy(update={"notes": [*result.notes, note]})
     run.write_result(result)
     return result
 

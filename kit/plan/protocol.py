@@ -578,6 +578,25 @@ class Case(BaseModel):
         return fitted_label(self.gpus, self.fitted_from)
 
 
+class Repetition(Strict):
+    """More runs of a case than planned, until the 95 % interval of its headline figure's mean is
+    within ± `halfwidth` of the mean (kit.measure.interval), at most `max_runs` runs of a case and
+    `time_cap_minutes` of such runs in the whole run: what an acceptance spec's `repeat:` asks, so
+    that a line the planned runs leave straddling its threshold can still be decided."""
+
+    halfwidth: float = Field(gt=0, lt=1)
+    max_runs: int = Field(ge=2, le=100)
+    time_cap_minutes: float = Field(gt=0, le=24 * 60)
+
+    @property
+    def text(self) -> str:
+        """ "up to 12 runs of a case until its 95 % interval is within ± 4 % (at most 20 min in all)" """
+        return (
+            f"up to {self.max_runs} runs of a case until its 95 % interval is within ± {self.halfwidth * 100:g} % "
+            f"(at most {self.time_cap_minutes:g} min in all)"
+        )
+
+
 class Plan(BaseModel):
     """The ordered cases of one profile, as `kit list` shows them and `kit run` executes them."""
 
@@ -588,6 +607,8 @@ class Plan(BaseModel):
     cases: list[Case]
     fitted_to_gpus: int | None = None  # the host GPU count the stages that follow the host were fitted to
     fitted_to_gpu_memory_bytes: int | None = None  # the smallest of those GPUs' memory, where it was known
+    repetition: Repetition | None = None  # kit run --runs-for SPEC, where the spec says `repeat:`
+    repeated: list[str] = []  # the ids of the cases the repetition is for: those the spec reads
 
 
 def fitted_gpu_counts(fit: str, counts: tuple[int, ...], host_gpus: int | None) -> tuple[int, ...]:

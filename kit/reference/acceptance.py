@@ -16,7 +16,6 @@ whole inconclusive.
 from __future__ import annotations
 
 import hashlib
-import math
 import statistics
 from fnmatch import fnmatch
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from kit.manifest import load_manifest, manifests_dir
-from kit.plan.protocol import Strict
+from kit.measure.interval import mean_interval
+from kit.plan.protocol import Case, Repetition, Strict
 from kit.reference.baseline import Baseline, BaselineFigure
 from kit.reference.health_requirements import ConditionLine, HealthRequirements, condition_lines
 from kit.reference.measured_run import MeasuredRun
@@ -39,11 +39,6 @@ LineOutcome = Literal["pass", "fail", "inconclusive", "not measured"]
 # cannot decide (too few runs, an interval across the threshold, a case not run), which a script
 # must not read as either.
 EXIT_STATUS: dict[Decided, int] = {"ACCEPT": 0, "REJECT": 1, "INCONCLUSIVE": 3}
-# Student's t, two-sided 95 % (the 0.975 quantile) by degrees of freedom: NIST/SEMATECH
-# e-Handbook of Statistical Methods, 1.3.6.7.2, "Critical values of the Student's t distribution".
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-T_975_LARGE = {20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
-Z_975 = 1.960
 
 
 class Requirement(Strict):
@@ -67,6 +62,7 @@ class AcceptanceSpec(Strict):
     description: str = ""
     baseline: str | None = None  # the baseline file, relative to the spec's folder; --baseline overrides it
     min_runs: int = Field(ge=1, le=100)
+    repeat: Repetition | None = None  # kit run --runs-for SPEC: more runs where min_runs leave an interval wide
     latency: LatencyObjectives | None = None
     health: HealthRequirements = HealthRequirements()
     requirements: tuple[Requirement, ...] = Field(min_length=1)
@@ -82,6 +78,17 @@ class LoadedSpec(BaseModel):
     @property
     def baseline_path(self) -> Path | None:
         return self.path.parent / self.spec.baseline if self.spec.baseline else None
+
+
+def reads(spec: AcceptanceSpec, case: Case) -> bool:
+    """Whether a requirement of the spec reads a figure of noise from the case (the cases its
+    `repeat:` narrows)."""
+    return any(
+        QUANTITIES[requirement.quantity].reads(case)
+        and QUANTITIES[requirement.quantity].sampled
+        and (not requirement.cases or any(fnmatch(case.id, pattern) for pattern in requirement.cases))
+        for requirement in spec.requirements
+    )
 
 
 def default_spec_path() -> Path:
@@ -143,23 +150,6 @@ class Judgement(NamedTuple):
     decision: Decision
     baseline_path: Path
     baseline_signature: SignatureCheck
-
-
-def t_quantile(degrees_of_freedom: int) -> float:
-    """Student's t at 0.975 for the degrees of freedom (the table's next smaller entry beyond 10)."""
-    if degrees_of_freedom <= len(T_975):
-        return T_975[degrees_of_freedom - 1]
-    below = [t for df, t in sorted(T_975_LARGE.items()) if df <= degrees_of_freedom]
-    return below[-1] if below else T_975[-1]
-
-
-def mean_interval(values: list[float]) -> tuple[float, float] | None:
-    """The 95 % Student-t interval of the mean; None for fewer than two values."""
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    half = t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean - half, mean + half
 
 
 def _line(requirement: Requirement, figure: BaselineFigure, run: MeasuredRun, min_runs: int) -> DecisionLine:

@@ -388,6 +388,7 @@ class RunInfo(BaseModel):
     image_preparation: list[ImagePreparation] = []
     images: dict[str, str] = {}  # each image a case ran in (reference) -> its digest, as its containers said
     synthetic: str | None = None  # why a run's numbers were measured on no machine (a test's run directory)
+    repetition_spent_s: float = 0.0  # the time runs beyond the planned ones took (the plan's repetition)
 
     @model_validator(mode="after")
     def _selected_cases_are_in_the_plan(self) -> RunInfo:
