@@ -6,6 +6,8 @@ kit.reference.acceptance's; this module only lays it out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kit.reference.acceptance import Decision, DecisionLine, reasons_inconclusive
 from kit.reference.health_requirements import ConditionLine
 from kit.report.model import AcceptanceBox, Cell, Fact, Row, Table, Tone
@@ -41,8 +43,11 @@ def _summary(decision: Decision) -> str:
         said += ". Failing: " + "; ".join(failing)
     elif decision.decided == "INCONCLUSIVE":
         said += ". Undecided: " + "; ".join(reasons_inconclusive(decision))
-        if any(line.why and line.why.startswith("too few runs") for line in decision.lines):
-            said += f". A decisive run: `kit run --all --runs {decision.min_runs}` (or --profile acceptance)"
+        if any(line.why and line.why.startswith(("too few runs", "the interval straddles")) for line in decision.lines):
+            said += (
+                f". A decisive run: `kit run --all --runs-for {Path(decision.spec_path).name}` ({decision.min_runs} runs "
+                "of each case the spec reads, then more until each interval is narrow, where the spec says `repeat:`)"
+            )
     if decision.unread:
         said += ". Not in the baseline: " + "; ".join(decision.unread)
     return said + "."

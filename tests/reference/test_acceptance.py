@@ -138,6 +138,10 @@ def test_one_run_per_case_is_inconclusive_and_says_why(kit_in_process, runs, bas
     undecided = [line for line in decision["lines"] if line["outcome"] == "inconclusive"]
     assert undecided and all(line["why"] == "too few runs: 1 of the 3 the spec asks" for line in undecided)
     assert "INCONCLUSIVE" in shown
+    out = tmp_path / "html"
+    kit_in_process("report", runs["once"], "--accept", default_spec_path(), "--baseline", baseline, "--out", out)
+    page = (out / "report.html").read_text()
+    assert "A decisive run: `kit run --all --runs-for acceptance.yaml` (3 runs of each case the spec reads" in page
 
 
 def one_line(kit_in_process, run: Path, baseline: Path, folder: Path, spec_text: str) -> tuple[int, dict]:
