@@ -70,7 +70,9 @@ def greedy_reference(model_dir, prompts: list[list[int]], tokens: int) -> list[l
     """Each prompt's next `tokens` greedy tokens by transformers, fp32 on the CPU, EOS ignored."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()  # runs within `kit run`, whose console is the run's progress
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     found = []
     with torch.no_grad():
