@@ -129,7 +129,7 @@ def execute_case(
             runs = search_max_batch(case, case_dir, executor, log, progress, host)
         else:
             runs = launch(list(range(1, case.params.runs + 1)))
-        if budget is not None:
+        if budget is not None and runs and runs[-1].status == "ok":  # a failed case is not narrowed, nor noted
             runs, note = narrowed(case, runs, budget, launch)
     result = result_of(case, runs, executor.name, started)
     if note is not None:
